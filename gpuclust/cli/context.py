@@ -1,0 +1,41 @@
+"""What every command gets through click's context: the config path and a SlurmClient.
+
+Tests swap the client by passing `obj=AppContext(client=...)` to CliRunner.invoke.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import click
+
+from gpuclust.config import SiteConfig, load_config
+from gpuclust.slurm.client import CommandSlurmClient, SlurmClient
+
+
+@dataclass
+class AppContext:
+    config_path: str | None = None
+    client: SlurmClient | None = None
+    client_factory: Callable[[], SlurmClient] = field(default=CommandSlurmClient)
+    _config: SiteConfig | None = None
+
+    @property
+    def config(self) -> SiteConfig:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+    @config.setter
+    def config(self, value: SiteConfig) -> None:
+        self._config = value
+
+    @property
+    def slurm(self) -> SlurmClient:
+        if self.client is None:
+            self.client = self.client_factory()
+        return self.client
+
+
+pass_app = click.make_pass_decorator(AppContext, ensure=True)

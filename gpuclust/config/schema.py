@@ -1,0 +1,128 @@
+"""Declarative schema for the site config: which sections exist, which keys each takes, and the parser of
+each key. Unknown sections and keys are errors with close-match suggestions."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuclust.config.ini import IniDocument, Section
+from gpuclust.errors import Problem
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str  # exact key, or a family like "gpu_limit.*" whose suffix is a GRES type
+    parse: Callable[[str], Any]
+    doc: str
+    required: bool = False
+
+    @property
+    def is_family(self) -> bool:
+        return self.name.endswith(".*")
+
+    @property
+    def family_prefix(self) -> str:
+        return self.name[:-1]
+
+
+@dataclass(frozen=True)
+class SectionSpec:
+    kind: str
+    doc: str
+    keys: tuple[Key, ...]
+    named: bool = False  # [partition gpu] is named; [site] is not
+    required: bool = False
+
+    def key(self, name: str) -> Key | None:
+        for key in self.keys:
+            if key.name == name or (key.is_family and name.startswith(key.family_prefix) and len(name) > len(key.family_prefix)):
+                return key
+        return None
+
+
+@dataclass
+class ParsedSection:
+    """Values of one section, parsed; `lines` keeps where each came from for later cross-checks."""
+
+    spec: SectionSpec
+    name: str | None
+    line: int
+    values: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def family(self, prefix: str) -> dict[str, Any]:
+        """{'h100': 8} from keys like gpu_limit.h100 = 8 (prefix 'gpu_limit')."""
+        dotted = prefix + "."
+        return {k[len(dotted):]: v for k, v in self.values.items() if k.startswith(dotted)}
+
+
+def validate(doc: IniDocument, specs: tuple[SectionSpec, ...]) -> tuple[list[ParsedSection], list[Problem]]:
+    by_kind = {spec.kind: spec for spec in specs}
+    problems: list[Problem] = list(doc.problems)
+    parsed: list[ParsedSection] = []
+    for section in doc.sections:
+        spec = by_kind.get(section.kind)
+        if spec is None:
+            problems.append(Problem(doc.path, section.line, f"unknown section kind [{section.kind}]" + _suggest(section.kind, list(by_kind))))
+            continue
+        if spec.named and not section.name:
+            problems.append(Problem(doc.path, section.line, f"section [{spec.kind}] needs a name, e.g. [{spec.kind} NAME]"))
+            continue
+        if not spec.named and section.name:
+            problems.append(Problem(doc.path, section.line, f"section [{spec.kind}] takes no name (got {section.name!r})"))
+            continue
+        parsed.append(_parse_section(doc.path, section, spec, problems))
+    present = {p.spec.kind for p in parsed}
+    for spec in specs:
+        if spec.required and spec.kind not in present and not any(s.kind == spec.kind for s in doc.sections):
+            problems.append(Problem(doc.path, None, f"missing required section [{spec.kind}]"))
+    return parsed, problems
+
+
+def _parse_section(path: str, section: Section, spec: SectionSpec, problems: list[Problem]) -> ParsedSection:
+    out = ParsedSection(spec, section.name, section.line)
+    if section.name is not None:
+        try:
+            _check_name(section.name)
+        except ValueError as exc:
+            problems.append(Problem(path, section.line, f"{section.title}: {exc}"))
+    for entry in section.entries.values():
+        key = spec.key(entry.key)
+        if key is None:
+            names = [k.name for k in spec.keys if not k.is_family]
+            problems.append(
+                Problem(path, entry.line, f"unknown key {entry.key!r} in {section.title}" + _suggest(entry.key, names), entry.key)
+            )
+            continue
+        if key.is_family:
+            try:
+                _check_name(entry.key[len(key.family_prefix):])
+            except ValueError as exc:
+                problems.append(Problem(path, entry.line, f"{entry.key}: {exc}", entry.key))
+                continue
+        try:
+            out.values[entry.key] = key.parse(entry.value)
+            out.lines[entry.key] = entry.line
+        except ValueError as exc:
+            problems.append(Problem(path, entry.line, f"{section.title} {entry.key}: {exc}", entry.key))
+    for key in spec.keys:
+        if key.required and key.name not in section.entries:
+            problems.append(Problem(path, section.line, f"{section.title} is missing required key {key.name!r}", key.name))
+    return out
+
+
+def _check_name(name: str) -> None:
+    from gpuclust.config.values import parse_slurm_name
+
+    parse_slurm_name(name)
+
+
+def _suggest(word: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

@@ -1,0 +1,346 @@
+"""The site config: sections, keys, typed objects, and loading with file:line errors.
+
+Search order: an explicit path (--config), then $GPUCLUST_CONFIG, then /etc/gpuclust/site.conf.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuclust.config import values as v
+from gpuclust.config.ini import parse_ini
+from gpuclust.config.schema import Key, ParsedSection, SectionSpec, validate
+from gpuclust.errors import ConfigError, Problem
+
+DEFAULT_CONFIG_PATH = "/etc/gpuclust/site.conf"
+CONFIG_ENV = "GPUCLUST_CONFIG"
+
+SITE = SectionSpec(
+    "site",
+    "Cluster-wide settings.",
+    (
+        Key("cluster_name", v.parse_slurm_name, "Slurm ClusterName this config describes.", required=True),
+        Key("timezone", v.parse_timezone, "IANA time zone for report periods (sacct is always read in UTC)."),
+        Key("state_dir", v.parse_abs_path, "Where gpuclust keeps its accounting store and history."),
+        Key("results_dir", v.parse_abs_path, "Where acceptance jobs write results (default: STATE_DIR/results)."),
+        Key("report_dir", v.parse_abs_path, "Default output directory of `report build` (default: STATE_DIR/reports)."),
+        Key("retry_window", v.parse_duration, "A resubmission within this long after a failed attempt continues the run."),
+        Key("report_labels", v.parse_name_list, "Comment label keys reported as dimensions, e.g. team, project, model."),
+        Key("target_completed_runs_per_month", v.parse_nonneg_float, "Sizing target for `report build`."),
+        Key("acceptance_stale_days", v.parse_positive_int, "A node's last passing acceptance result goes stale after this."),
+    ),
+    required=True,
+)
+
+PARTITION = SectionSpec(
+    "partition",
+    "One Slurm partition: GPU type and price, acceptance expectations, and submit policy rules.",
+    (
+        Key("gpu_type", v.parse_slurm_name, "GRES type of the partition's GPUs (e.g. h100); used when AllocTRES has no type."),
+        Key("gpus_per_node", v.parse_nonneg_int, "GPUs each node is expected to have (0 for a CPU partition)."),
+        Key("price_per_gpu_hour", v.parse_nonneg_float, "Fallback price when the GPU type has none."),
+        Key("expect_busbw_gbps", v.parse_nonneg_float, "Expected all_reduce busbw (GB/s) at the large sizes."),
+        Key("busbw_tolerance", v.parse_fraction, "Allowed shortfall before CRITICAL, e.g. 0.15 or 15%."),
+        Key("busbw_min_size", v.parse_size, "Sizes at or above this count as 'large' for the busbw gate (default 64M)."),
+        Key("expect_staging_mbps", v.parse_nonneg_float, "Expected dataset staging MB/s per node."),
+        Key("expect_checkpoint_write_mbps", v.parse_nonneg_float, "Expected checkpoint write MB/s."),
+        Key("expect_checkpoint_read_mbps", v.parse_nonneg_float, "Expected checkpoint restore MB/s."),
+        Key("expect_restore_seconds", v.parse_nonneg_float, "Maximum checkpoint restore time in seconds."),
+        Key("storage_tolerance", v.parse_fraction, "Allowed shortfall on storage figures before CRITICAL."),
+        Key("max_time", v.parse_duration, "Policy: longest time limit a job may ask for (also checked against MaxTime)."),
+        Key("require_gpu", v.parse_bool, "Policy: jobs here must request at least one GPU."),
+        Key("require_typed_gpu", v.parse_bool, "Policy: GPU requests must name a type (gpu:h100:N)."),
+        Key("max_gpus_per_job", v.parse_positive_int, "Policy: most GPUs one job may request."),
+        Key("allowed_accounts", v.parse_name_list, "Policy: only these accounts may submit here."),
+        Key("require_wckey", v.parse_bool, "Policy: jobs here must set --wckey."),
+        Key("qos", v.parse_slurm_name, "The partition QOS that carries its GPU limits, if any."),
+    ),
+    named=True,
+)
+
+GPU_TYPE = SectionSpec(
+    "gpu_type",
+    "Per GPU model: price per GPU-hour.",
+    (Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type.", required=True),),
+    named=True,
+)
+
+_LIMIT_KEYS = (
+    Key("gpu_limit", v.parse_nonneg_int, "GrpTRES=gres/gpu=N: GPUs in use at once."),
+    Key("gpu_limit.*", v.parse_nonneg_int, "GrpTRES=gres/gpu:TYPE=N: typed GPUs in use at once."),
+    Key("gpu_hours_budget", v.parse_nonneg_float, "GrpTRESMins=gres/gpu=N*60: GPU-hours budget."),
+    Key("max_gpus_per_job", v.parse_positive_int, "MaxTRES(PerJob)=gres/gpu=N."),
+)
+
+ACCOUNT = SectionSpec(
+    "account",
+    "One Slurm account: its labels, the partitions it may use, and its GPU quotas (association limits).",
+    (
+        Key("labels", v.parse_label_pairs, "Labels reported for this account, e.g. team=physics, project=lattice."),
+        Key("allowed_partitions", v.parse_name_list, "Policy: partitions this account may submit to."),
+        *_LIMIT_KEYS,
+        Key("max_gpus_per_user", v.parse_positive_int, "GrpTRES=gres/gpu=N on each user association under the account."),
+    ),
+    named=True,
+)
+
+QOS = SectionSpec(
+    "qos",
+    "One QOS and its GPU limits.",
+    (
+        *_LIMIT_KEYS,
+        Key("max_gpus_per_user", v.parse_positive_int, "MaxTRESPerUser=gres/gpu=N."),
+        Key("max_gpus_per_user.*", v.parse_positive_int, "MaxTRESPerUser=gres/gpu:TYPE=N."),
+    ),
+    named=True,
+)
+
+POLICY = SectionSpec(
+    "policy",
+    "Submit policy rendered into job_submit.lua (see `gpuclust policy render`).",
+    (
+        Key("fail_mode", v.parse_choice("open", "closed"), "On an internal error: open accepts the job, closed rejects it."),
+        Key("require_account", v.parse_bool, "Jobs must pass --account explicitly."),
+        Key("required_labels", v.parse_name_list, "Keys that must appear as key=value in --comment."),
+        Key("label.*", v.parse_list, "Allowed values of a label: exact values or globs with * and ?."),
+        Key("exempt_users", v.parse_name_list, "Users the policy never rejects."),
+        Key("exempt_accounts", v.parse_name_list, "Accounts the policy never rejects."),
+        Key("reject_untyped_gpu_where_typed_limits", v.parse_bool, "Reject untyped gpu requests on partitions/accounts with typed limits."),
+    ),
+)
+
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY)
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    """GPU limits of an account association or a QOS; None means not managed by gpuclust."""
+
+    gpu_limit: int | None = None
+    gpu_limit_by_type: dict[str, int] = field(default_factory=dict)
+    gpu_hours_budget: float | None = None
+    max_gpus_per_job: int | None = None
+    max_gpus_per_user: int | None = None
+    max_gpus_per_user_by_type: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    name: str
+    line: int
+    gpu_type: str | None = None
+    gpus_per_node: int | None = None
+    price_per_gpu_hour: float | None = None
+    expect_busbw_gbps: float | None = None
+    busbw_tolerance: float = 0.15
+    busbw_min_size: int = 64 * 1024**2
+    expect_staging_mbps: float | None = None
+    expect_checkpoint_write_mbps: float | None = None
+    expect_checkpoint_read_mbps: float | None = None
+    expect_restore_seconds: float | None = None
+    storage_tolerance: float = 0.2
+    max_time_s: int | None = None
+    require_gpu: bool = False
+    require_typed_gpu: bool = False
+    max_gpus_per_job: int | None = None
+    allowed_accounts: tuple[str, ...] | None = None
+    require_wckey: bool = False
+    qos: str | None = None
+
+
+@dataclass(frozen=True)
+class AccountConfig:
+    name: str
+    line: int
+    labels: dict[str, str] = field(default_factory=dict)
+    allowed_partitions: tuple[str, ...] | None = None
+    limits: GpuLimits = field(default_factory=GpuLimits)
+
+
+@dataclass(frozen=True)
+class QosConfig:
+    name: str
+    line: int
+    limits: GpuLimits = field(default_factory=GpuLimits)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    fail_mode: str = "closed"
+    require_account: bool = False
+    required_labels: tuple[str, ...] = ()
+    label_patterns: dict[str, tuple[str, ...]] = field(default_factory=dict)  # key -> allowed globs; absent = any value
+    exempt_users: tuple[str, ...] = ()
+    exempt_accounts: tuple[str, ...] = ()
+    reject_untyped_gpu_where_typed_limits: bool = True
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    path: str
+    cluster_name: str
+    timezone: str = "UTC"
+    state_dir: str = "/var/lib/gpuclust"
+    results_dir: str = ""
+    report_dir: str = ""
+    retry_window_s: int = 24 * 3600
+    report_labels: tuple[str, ...] = ()
+    target_completed_runs_per_month: float | None = None
+    acceptance_stale_days: int = 7
+    partitions: dict[str, PartitionConfig] = field(default_factory=dict)
+    gpu_type_prices: dict[str, float] = field(default_factory=dict)
+    accounts: dict[str, AccountConfig] = field(default_factory=dict)
+    qos: dict[str, QosConfig] = field(default_factory=dict)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def price_per_gpu_hour(self, gpu_type: str | None, partition: str | None) -> float | None:
+        """The GPU type's price, falling back to the partition's; None when neither is configured."""
+        if gpu_type and gpu_type in self.gpu_type_prices:
+            return self.gpu_type_prices[gpu_type]
+        part = self.partitions.get(partition or "")
+        return part.price_per_gpu_hour if part else None
+
+    def partition_gpu_type(self, partition: str | None) -> str | None:
+        part = self.partitions.get(partition or "")
+        return part.gpu_type if part else None
+
+
+def find_config_path(explicit: str | None = None) -> str:
+    """--config, then $GPUCLUST_CONFIG, then /etc/gpuclust/site.conf."""
+    if explicit:
+        return explicit
+    return os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+
+
+def load_config(path: str | None = None) -> SiteConfig:
+    """Load and validate; raises ConfigError listing every problem with file:line."""
+    resolved = find_config_path(path)
+    try:
+        text = Path(resolved).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        hint = "" if path else f" (searched --config, ${CONFIG_ENV}, {DEFAULT_CONFIG_PATH})"
+        raise ConfigError(Problem(resolved, None, f"config file not found{hint}")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(Problem(resolved, None, f"cannot read config: {exc}")) from None
+    return parse_config(text, resolved)
+
+
+def check_config(path: str | None = None) -> list[Problem]:
+    """Every problem in the file (empty when clean)."""
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def parse_config(text: str, path: str = "<string>") -> SiteConfig:
+    doc = parse_ini(text, path)
+    sections, problems = validate(doc, SECTIONS)
+    by_kind: dict[str, list[ParsedSection]] = {}
+    for section in sections:
+        by_kind.setdefault(section.spec.kind, []).append(section)
+    site = by_kind.get("site", [None])[0]
+    policy = by_kind.get("policy", [None])[0]
+    partitions = {s.name: _partition(s) for s in by_kind.get("partition", []) if s.name}
+    accounts = {s.name: _account(s) for s in by_kind.get("account", []) if s.name}
+    qos = {s.name: QosConfig(s.name, s.line, _limits(s)) for s in by_kind.get("qos", []) if s.name}
+    prices = {s.name: s.values["price_per_gpu_hour"] for s in by_kind.get("gpu_type", []) if s.name and "price_per_gpu_hour" in s.values}
+    policy_cfg = _policy(policy) if policy else PolicyConfig()
+    problems += _cross_check(path, partitions, accounts, qos, policy, policy_cfg)
+    if problems or site is None:
+        raise ConfigError(problems or [Problem(path, None, "missing required section [site]")])
+    state_dir = site.get("state_dir", "/var/lib/gpuclust")
+    return SiteConfig(
+        path=path,
+        cluster_name=site.values["cluster_name"],
+        timezone=site.get("timezone", "UTC"),
+        state_dir=state_dir,
+        results_dir=site.get("results_dir", os.path.join(state_dir, "results")),
+        report_dir=site.get("report_dir", os.path.join(state_dir, "reports")),
+        retry_window_s=site.get("retry_window", 24 * 3600),
+        report_labels=site.get("report_labels", ()),
+        target_completed_runs_per_month=site.get("target_completed_runs_per_month"),
+        acceptance_stale_days=site.get("acceptance_stale_days", 7),
+        partitions=partitions,
+        gpu_type_prices=prices,
+        accounts=accounts,
+        qos=qos,
+        policy=policy_cfg,
+    )
+
+
+def _partition(s: ParsedSection) -> PartitionConfig:
+    assert s.name is not None
+    fields: dict[str, Any] = {k: s.values[k] for k in s.values if k in PartitionConfig.__dataclass_fields__}
+    if "max_time" in s.values:
+        fields["max_time_s"] = s.values["max_time"]
+    return PartitionConfig(name=s.name, line=s.line, **fields)
+
+
+def _limits(s: ParsedSection) -> GpuLimits:
+    return GpuLimits(
+        gpu_limit=s.get("gpu_limit"),
+        gpu_limit_by_type=s.family("gpu_limit"),
+        gpu_hours_budget=s.get("gpu_hours_budget"),
+        max_gpus_per_job=s.get("max_gpus_per_job"),
+        max_gpus_per_user=s.get("max_gpus_per_user"),
+        max_gpus_per_user_by_type=s.family("max_gpus_per_user"),
+    )
+
+
+def _account(s: ParsedSection) -> AccountConfig:
+    assert s.name is not None
+    return AccountConfig(s.name, s.line, s.get("labels", {}), s.get("allowed_partitions"), _limits(s))
+
+
+def _policy(s: ParsedSection) -> PolicyConfig:
+    return PolicyConfig(
+        fail_mode=s.get("fail_mode", "closed"),
+        require_account=s.get("require_account", False),
+        required_labels=s.get("required_labels", ()),
+        label_patterns=s.family("label"),
+        exempt_users=s.get("exempt_users", ()),
+        exempt_accounts=s.get("exempt_accounts", ()),
+        reject_untyped_gpu_where_typed_limits=s.get("reject_untyped_gpu_where_typed_limits", True),
+    )
+
+
+def _cross_check(
+    path: str,
+    partitions: dict[str, PartitionConfig],
+    accounts: dict[str, AccountConfig],
+    qos: dict[str, QosConfig],
+    policy: ParsedSection | None,
+    policy_cfg: PolicyConfig,
+) -> list[Problem]:
+    """References between sections must resolve."""
+    import difflib
+
+    problems: list[Problem] = []
+
+    def unknown(kind: str, name: str, known: dict[str, Any], line: int) -> None:
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; add a [{kind} {name}] section"
+        problems.append(Problem(path, line, f"unknown {kind} {name!r}{hint}"))
+
+    for part in partitions.values():
+        for account in part.allowed_accounts or ():
+            if account not in accounts:
+                unknown("account", account, accounts, part.line)
+        if part.qos and part.qos not in qos:
+            unknown("qos", part.qos, qos, part.line)
+    for acct in accounts.values():
+        for name in acct.allowed_partitions or ():
+            if name not in partitions:
+                unknown("partition", name, partitions, acct.line)
+    if policy is not None:
+        for name in policy_cfg.label_patterns:
+            if name not in policy_cfg.required_labels:
+                problems.append(
+                    Problem(path, policy.lines.get(f"label.{name}"), f"label.{name} has allowed values but {name!r} is not in required_labels")
+                )
+    return problems

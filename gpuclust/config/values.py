@@ -1,0 +1,147 @@
+"""Parsers for config values. Each takes the raw string and returns the typed value or raises ValueError
+with a message that says what was expected."""
+
+from __future__ import annotations
+
+import re
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def parse_str(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def parse_slurm_name(text: str) -> str:
+    """A Slurm partition/account/QOS/user/GRES type name: safe on any command line."""
+    if not _SLURM_NAME.match(text):
+        raise ValueError(f"{text!r} is not a valid Slurm name (letters, digits, '_', '.', '-')")
+    return text
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def parse_nonneg_int(text: str) -> int:
+    value = parse_int(text)
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
+def parse_positive_int(text: str) -> int:
+    value = parse_int(text)
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {value}")
+    return value
+
+
+def parse_nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def parse_fraction(text: str) -> float:
+    """0.15 or 15%."""
+    raw = text.strip()
+    value = parse_nonneg_float(raw[:-1]) / 100 if raw.endswith("%") else parse_nonneg_float(raw)
+    if value > 1:
+        raise ValueError(f"must be a fraction between 0 and 1 (or a percentage), got {text!r}")
+    return value
+
+
+_TRUE = {"yes", "true", "on", "1"}
+_FALSE = {"no", "false", "off", "0"}
+
+
+def parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"expected yes/no, got {text!r}")
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    """Comma- or whitespace-separated list."""
+    return tuple(item for item in re.split(r"[,\s]+", text.strip()) if item)
+
+
+def parse_name_list(text: str) -> tuple[str, ...]:
+    return tuple(parse_slurm_name(item) for item in parse_list(text))
+
+
+def parse_duration(text: str) -> int:
+    """Seconds from `90s`, `30m`, `24h`, `7d`, `2w`, plain seconds, or Slurm's `[D-]HH:MM:SS` / `MM:SS`."""
+    raw = text.strip().lower()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", raw)
+    if match:
+        return int(float(match.group(1)) * _DURATION_UNITS.get(match.group(2) or "s", 1))
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", raw)
+    if match and ":" in raw:
+        days = int(match.group(1) or 0)
+        parts = [int(p) for p in match.group(2, 3, 4) if p is not None]
+        if len(parts) == 2:
+            parts = [0, *parts] if not match.group(1) else [*parts, 0]
+        hours, minutes, seconds = parts
+        return days * 86400 + hours * 3600 + minutes * 60 + seconds
+    raise ValueError(f"expected a duration like 30m, 24h, 7d or 2-00:00:00, got {text!r}")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `8`, `64K`, `1M`, `1G`, `1GiB`, `512MB` (binary units throughout)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?", text.strip(), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"expected a size like 8, 64K, 256M or 1G, got {text!r}")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+
+
+def parse_timezone(text: str) -> str:
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {text!r} (use an IANA name such as UTC or Europe/Berlin)") from None
+    return text
+
+
+def parse_abs_path(text: str) -> str:
+    if not text.startswith("/"):
+        raise ValueError(f"must be an absolute path, got {text!r}")
+    if any(c in text for c in "\n\0"):
+        raise ValueError("path contains a newline or NUL")
+    return text
+
+
+def parse_choice(*choices: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> str:
+        if text.lower() not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text.lower()
+
+    return parse
+
+
+def parse_label_pairs(text: str) -> dict[str, str]:
+    """`team=physics, project=lattice` -> {'team': 'physics', 'project': 'lattice'}."""
+    pairs: dict[str, str] = {}
+    for item in parse_list(text):
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"expected key=value pairs, got {item!r}")
+        pairs[parse_slurm_name(key)] = value
+    return pairs
