@@ -16,7 +16,7 @@ from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM
 class CliError(click.ClickException):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it a class default; per-instance is intended
 
 
 def exit_code_for(exc: GpuclustError) -> int:
