@@ -1,10 +1,98 @@
-"""`gpuclust audit`: partition health, homogeneity and limits."""
+"""`gpuclust audit`: partition health, homogeneity and limits (Nagios exit codes)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from gpuclust.audit import CHECK_FAMILIES, audit_partitions, unknown_report, worst
+from gpuclust.audit.collect import SOURCES
+from gpuclust.audit.findings import AuditReport, Finding
+from gpuclust.audit.render import render_reports
+from gpuclust.cli.context import AppContext, pass_app
+from gpuclust.cli.output import echo_json
+from gpuclust.config import SiteConfig, find_config_path
+from gpuclust.errors import ConfigError, SlurmError
+from gpuclust.exitcodes import Nagios
 
 
 @click.group("audit")
 def group() -> None:
     """Audit GPU partitions: homogeneity, drains, limits, acceptance freshness (Nagios exit codes)."""
+
+
+@group.command("partition")
+@click.argument("name", required=False)
+@click.option("--all", "all_partitions", is_flag=True, help="Audit every partition (exit with the worst status).")
+@click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON {check, severity, nodes, message}.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
+              help="Diff the nodes against a saved `--json` output: nodes added, removed or changed.")
+@click.option("--source", type=click.Choice(SOURCES), default="auto", show_default=True,
+              help="Where node data comes from: JSON where the Slurm version has it (auto), or scontrol -o text.")
+@click.option("--skip", type=click.Choice(CHECK_FAMILIES), multiple=True,
+              help="Skip a family of checks (repeatable).")
+@click.option("--results-dir", type=click.Path(file_okay=False),
+              help="Acceptance results store (default: results_dir from the site config).")
+@click.option("--problems-only", is_flag=True, help="Text output: hide OK findings.")
+@pass_app
+def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: bool, baseline_path: str | None,
+              source: str, skip: tuple[str, ...], results_dir: str | None, problems_only: bool) -> None:
+    """Audit partition NAME (or --all) and exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+
+    \b
+    Checks and the severity of what they find:
+      node.down            CRITICAL  DOWN/FAIL/not responding, full reason, who set it, its age
+      node.drain           WARNING   drained/draining, full reason; CRITICAL if most nodes unavailable
+      node.gres_used       CRITICAL  more GPUs used than configured (else OK: GPUs in use)
+      node.gres_drained    WARNING   drained GPUs on a usable node
+      homogeneity.gres     CRITICAL  GPU type/count differs: odd nodes vs the majority, as node sets
+      homogeneity.*        WARNING   CPUs, RealMemory, features, slurmd version differ
+      config.gpus          CRITICAL  GPUs differ from the site config (gpus_per_node, gpu_type)
+      partition.state      CRITICAL  partition DOWN/INACTIVE/empty; WARNING if DRAIN
+      limits.maxtime       WARNING   no MaxTime and no site max_time; MaxTime below the site max_time
+      limits.oversubscribe WARNING   OverSubscribe YES/FORCE on a GPU partition
+      limits.gpu           WARNING   QOS/association GPU limit above the partition's GPUs (never binds)
+      limits.typed_tres    WARNING   typed GPU limit or GPU type missing from AccountingStorageTRES
+      limits.accounts      WARNING   allowed account without an association
+      limits.accounting    UNKNOWN   sacctmgr unreadable (limits not checked)
+      acceptance.*         WARNING   no/stale passing all_reduce or storage result, version drift;
+                           CRITICAL  a later acceptance job named the node as failed
+      baseline.*           WARNING   nodes added/removed/changed since --baseline
+    UNKNOWN (3): Slurm unreachable or no such partition.
+    """
+    if all_partitions == bool(name):
+        raise click.UsageError("give a partition NAME or --all (not both)")
+    site, config_findings = _site_config(app)
+    try:
+        reports = audit_partitions(app.slurm, None if all_partitions else [name or ""], site, source=source,
+                                   baseline_path=baseline_path, skip=skip, results_dir=results_dir)
+    except SlurmError as exc:
+        reports = [unknown_report(name or "(all)", f"Slurm unreachable: {exc}")]
+    for report in reports:
+        report.add(config_findings)
+    _emit(reports, as_json, all_partitions, problems_only)
+    raise SystemExit(int(worst(reports)))
+
+
+def _site_config(app: AppContext) -> tuple[SiteConfig | None, list[Finding]]:
+    """The site config, or None with a finding saying why: the audit still runs without one."""
+    path = find_config_path(app.config_path)
+    if not Path(path).exists():
+        return None, [Finding.make("config", Nagios.OK,
+                                   f"no site config at {path}: site expectations and acceptance checks skipped")]
+    try:
+        return app.config, []
+    except ConfigError as exc:
+        return None, [Finding.make("config", Nagios.UNKNOWN, f"site config unusable: {exc}")]
+
+
+def _emit(reports: list[AuditReport], as_json: bool, all_partitions: bool, problems_only: bool) -> None:
+    if as_json:
+        if all_partitions:
+            status = worst(reports)
+            echo_json({"status": status.name, "exit_code": int(status), "partitions": [r.as_dict() for r in reports]})
+        else:
+            echo_json(reports[0].as_dict())
+    else:
+        click.echo(render_reports(reports, problems_only))

@@ -1,0 +1,137 @@
+"""Acceptance freshness per node, read from the acceptance results store (gpuclust.accept.results).
+
+  acceptance.store      WARNING   no results directory, or unreadable result lines (counted, first one shown)
+  acceptance.all_reduce WARNING   no passing all_reduce (allreduce or pairwise job) for a node, or the last one
+                                  is older than [site] acceptance_stale_days; OK with the oldest age otherwise
+  acceptance.storage    WARNING   the same for storage jobs
+  acceptance.failures   CRITICAL  a job after the node's last pass named the node in failed_nodes;
+                        WARNING   a job after the last pass failed without naming a culprit
+  acceptance.versions   WARNING   driver/CUDA/NCCL/torch on a node differs from the partition's majority
+                                  (from each node's most recent job with rank records)
+
+"Passing" is JobResult.node_passed: correctness, not the performance gates `accept report` applies.
+Jobs recorded for another cluster (job.cluster set and different) are ignored: node names repeat across sites.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from gpuclust.accept.results import JobResult, Versions, last_pass_by_node, scan_results
+from gpuclust.exitcodes import Nagios
+
+from .checks import fold_list, format_age, majority_groups
+from .findings import Finding
+
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("all_reduce", ("allreduce", "pairwise")),
+    ("storage", ("storage",)),
+)
+VERSION_FIELDS = ("driver", "cuda", "nccl", "torch")
+
+
+def check_acceptance(results_dir: str, nodes: Sequence[str], cluster: str | None, stale_days: int,
+                     now: datetime) -> list[Finding]:
+    if not results_dir or not Path(results_dir).is_dir():
+        return [Finding.make("acceptance.store", Nagios.WARNING,
+                             f"no acceptance results store at {results_dir or '(results_dir unset)'}: "
+                             "acceptance was never run here (gpuclust accept)", nodes)]
+    scan = scan_results(results_dir)
+    out: list[Finding] = []
+    if scan.problems:
+        first = scan.problems[0]
+        out.append(Finding.make("acceptance.store", Nagios.WARNING,
+                                f"{len(scan.problems)} problem(s) reading {results_dir}; first: {first}",
+                                problems=[str(p) for p in scan.problems[:20]]))
+    jobs = [j for j in scan.jobs if not cluster or not j.job.cluster or j.job.cluster == cluster]
+    stale = timedelta(days=stale_days)
+    for label, kinds in CATEGORIES:
+        out.extend(_freshness(label, kinds, jobs, nodes, stale, now))
+    out.extend(_failures_since(jobs, nodes))
+    out.extend(_version_drift(jobs, nodes))
+    return out
+
+
+def _freshness(label: str, kinds: tuple[str, ...], jobs: Sequence[JobResult], nodes: Sequence[str],
+               stale: timedelta, now: datetime) -> list[Finding]:
+    last = last_pass_by_node(jobs, kinds)
+    check = f"acceptance.{label}"
+    never = [n for n in nodes if n not in last]
+    old = [n for n in nodes if n in last and now - last[n] > stale]
+    fresh = [n for n in nodes if n in last and now - last[n] <= stale]
+    out: list[Finding] = []
+    if never:
+        out.append(Finding.make(check, Nagios.WARNING, f"no passing {label} result", never))
+    # One finding per node for stale ones: each has its own age, which is the point of the check.
+    for node in old:
+        out.append(Finding.make(check, Nagios.WARNING,
+                                f"last passing {label} {format_age(now - last[node])} ago "
+                                f"(stale after {stale.days}d)", [node], last_pass=last[node].isoformat()))
+    if fresh:
+        oldest = min(last[n] for n in fresh)
+        out.append(Finding.make(check, Nagios.OK,
+                                f"passing {label} within {stale.days}d (oldest {format_age(now - oldest)} ago)",
+                                fresh, last_pass={n: last[n].isoformat() for n in fresh}))
+    return out
+
+
+def _failures_since(jobs: Sequence[JobResult], nodes: Sequence[str]) -> list[Finding]:
+    out: list[Finding] = []
+    for label, kinds in CATEGORIES:
+        last = last_pass_by_node(jobs, kinds)
+        named: dict[str, list[JobResult]] = {}
+        unattributed: dict[str, list[JobResult]] = {}
+        for job in jobs:
+            if job.kind not in kinds:
+                continue
+            for node in job.nodes:
+                if node not in nodes or job.node_passed(node):
+                    continue
+                if node in last and job.job.finished <= last[node]:
+                    continue
+                target = named if node in job.job.failed_nodes else unattributed
+                target.setdefault(node, []).append(job)
+        for node, failed in sorted(named.items()):
+            latest = failed[-1]
+            out.append(Finding.make(
+                "acceptance.failures", Nagios.CRITICAL,
+                f"{len(failed)} {label} job(s) since the last pass named this node as failed; latest "
+                f"{latest.kind} job {latest.job_id}: {'; '.join(latest.job.reasons) or 'no reason recorded'}",
+                [node], jobs=[j.job_id for j in failed]))
+        for node, failed in sorted(unattributed.items()):
+            if node in named:
+                continue
+            latest = failed[-1]
+            out.append(Finding.make(
+                "acceptance.failures", Nagios.WARNING,
+                f"{len(failed)} failed {label} job(s) since the last pass (no culprit named); latest "
+                f"{latest.kind} job {latest.job_id}: {'; '.join(latest.job.reasons) or 'no reason recorded'}",
+                [node], jobs=[j.job_id for j in failed]))
+    return out
+
+
+def _version_drift(jobs: Sequence[JobResult], nodes: Sequence[str]) -> list[Finding]:
+    latest: dict[str, Versions] = {}
+    for job in jobs:  # oldest first, so later jobs overwrite
+        for node, versions in job.node_versions().items():
+            if node in nodes:
+                latest[node] = versions
+    out: list[Finding] = []
+    for name in VERSION_FIELDS:
+        values = {node: getattr(v, name) for node, v in latest.items() if getattr(v, name) is not None}
+        if not values:
+            continue
+        groups = majority_groups(values)
+        value, majority = groups[0]
+        if len(groups) == 1:
+            out.append(Finding.make("acceptance.versions", Nagios.OK,
+                                    f"{name} {value} on all {len(majority)} nodes with results", majority))
+            continue
+        for odd_value, odd_nodes in groups[1:]:
+            out.append(Finding.make("acceptance.versions", Nagios.WARNING,
+                                    f"{name} {odd_value} on {fold_list(odd_nodes)}, but {fold_list(majority)} "
+                                    f"(majority) {'has' if len(majority) == 1 else 'have'} {value}", odd_nodes,
+                                    field=name, value=odd_value, majority_value=value))
+    return out
