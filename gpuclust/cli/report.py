@@ -2,9 +2,118 @@
 
 from __future__ import annotations
 
+import sys
+from datetime import date
+from pathlib import Path
+
 import click
+
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.fetch import VIA
+from gpuclust.accounting.period import PERIODS, resolve_period
+from gpuclust.accounting.render import parse_formats, write_report
+from gpuclust.accounting.text import decode_delimiter
+from gpuclust.cli.context import AppContext, pass_app
+from gpuclust.cli.output import echo_json, format_table
+from gpuclust.errors import InputError
+
+_PERIOD_OPTIONS = [
+    click.option("--since", help="Period start: YYYY-MM-DD (midnight, site time zone) or an ISO date-time."),
+    click.option("--until", help="Period end (exclusive), same forms as --since."),
+    click.option("--period", "period_name", type=click.Choice(PERIODS),
+                 help="A named period instead of --since/--until (days in the site time zone)."),
+]
+
+
+def _period_options(func):  # type: ignore[no-untyped-def]
+    for option in reversed(_PERIOD_OPTIONS):
+        func = option(func)
+    return func
 
 
 @click.group("report")
 def group() -> None:
     """Accounting: fetch sacct records and build queue-wait, retry and cost reports."""
+
+
+@group.command("fetch")
+@_period_options
+@click.option("--via", type=click.Choice(VIA), default="parsable", show_default=True,
+              help="Read sacct as --parsable2 text (multi-character delimiter) or as --json (22.05 loses exit codes).")
+@click.option("--json", "as_json", is_flag=True, help="Print the fetch summary as JSON.")
+@pass_app
+def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name: str | None, via: str,
+              as_json: bool) -> None:
+    """Pull `sacct -a -D -X` in UTC day windows into the Parquet store under STATE_DIR/accounting.
+
+    Re-fetching a window replaces its days in one atomic swap (default period: yesterday).
+    """
+    config = app.config
+    period = resolve_period(since, until, period_name, config.timezone) or resolve_period(
+        None, None, "yesterday", config.timezone)
+    assert period is not None
+    days = period.utc_days()
+    if sys.stderr.isatty() and not as_json:
+        with click.progressbar(length=len(days), label="sacct day windows", file=sys.stderr) as bar:
+            def tick(_day: date) -> None:
+                bar.update(1)
+
+            summary = pipeline.fetch(app.slurm, config, period, via=via, progress=tick)
+    else:
+        summary = pipeline.fetch(app.slurm, config, period, via=via)
+    for problem in summary.problems[:50]:
+        click.echo(f"warning: {problem}", err=True)
+    if as_json:
+        echo_json(summary.as_dict())
+    else:
+        click.echo(format_table(["day", "rows", "rejected_rows", "steps_dropped"],
+                                [[d["day"], d["rows"], d["rejected_rows"], d["steps_dropped"]] for d in summary.days]))
+        click.echo(f"store: {summary.store}")
+
+
+@group.command("build")
+@_period_options
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
+              help="Read this sacct dump (--parsable2 with a header, or --json) instead of the store.")
+@click.option("--delimiter", default="|", show_default=True,
+              help="Delimiter of a --parsable2 --input file; backslash escapes allowed, e.g. '\\x1f|\\x1e'.")
+@click.option("--format", "formats", default="html,csv,json,prom", show_default=True,
+              help="Comma-separated outputs: html, csv, json, prom, parquet.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output directory (default: site report_dir).")
+@click.option("--target", type=float, help="Completed runs per month to size for (default: site config).")
+@click.option("--top", type=click.IntRange(1, 10000), default=20, show_default=True,
+              help="How many top failures to list.")
+@click.option("--strict", is_flag=True, help="Exit 2 if any input row could not be parsed (default: report and go on).")
+@click.option("--json", "as_json", is_flag=True, help="Print report.json's content on stdout too.")
+@pass_app
+def build_cmd(app: AppContext, since: str | None, until: str | None, period_name: str | None,
+              input_path: str | None, delimiter: str, formats: str, out_dir: str | None, target: float | None,
+              top: int, strict: bool, as_json: bool) -> None:
+    """Build report.html, CSV tables, report.json and gpuclust.prom for a period.
+
+    Reads the store (fetch first) or --input. Rows that cannot be parsed are listed with their line numbers.
+    """
+    config = app.config
+    fmts = parse_formats(formats)
+    period = resolve_period(since, until, period_name, config.timezone)
+    if period is None and not input_path:
+        period = resolve_period(None, None, "yesterday", config.timezone)
+    report, _ = pipeline.build(config, period, input_path=input_path, delimiter=decode_delimiter(delimiter),
+                               target=target, top=top)
+    info = report.data["input"]
+    for problem in info.get("problems", []):
+        click.echo(f"warning: {problem}", err=True)
+    if strict and info.get("rejected_rows"):
+        raise InputError(f"{info['rejected_rows']} input row(s) could not be parsed (see warnings above)")
+    out = Path(out_dir or config.report_dir)
+    written = write_report(report, out, fmts)
+    if as_json:
+        echo_json(report.data)
+    else:
+        t = report.data["totals"]
+        click.echo(f"period {report.data['period']['start']} .. {report.data['period']['end']}: "
+                   f"{t['runs']} runs, {t['completed']} completed, {t['attempts']} attempts, "
+                   f"{t['gpu_hours']:.3f} GPU-hours, cost {t['cost']}")
+        for path in written:
+            click.echo(f"wrote {path}")

@@ -1,0 +1,233 @@
+"""Accounting scale benchmark (not a test): 1M realistic sacct rows -> full report.
+
+    .venv/bin/python benchmarks/accounting_bench.py [--rows 1000000] [--dir /tmp/acct-bench] [--repeat 3]
+
+Generates a `sacct --parsable2` file in the fetch's format (multi-character delimiter) with arrays, requeues,
+het jobs, failures and resubmissions, pending jobs, and odd names (`|`, newlines, quotes, unicode). Then, each
+in a fresh child process (so peak RSS is its own):
+
+* floor: pyarrow.csv reading the same file, every column as a string (split on the delimiter's first byte;
+  quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
+* full: ingest (parse + normalise) and the full report (runs, waits, cost, sizing) written as html, csv,
+  json and prom.
+
+Prints JSON with wall times, peak RSS and the ratio full / floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+CONF = """
+[site]
+cluster_name = bench
+retry_window = 24h
+report_labels = team, project, model
+target_completed_runs_per_month = 500
+[gpu_type h100]
+price_per_gpu_hour = 2.5
+[gpu_type a100]
+price_per_gpu_hour = 1.6
+[partition gpu]
+gpu_type = h100
+price_per_gpu_hour = 2.5
+[partition a100]
+gpu_type = a100
+price_per_gpu_hour = 1.6
+[partition debug]
+gpu_type = h100
+price_per_gpu_hour = 1.0
+[account physics]
+labels = team=physics
+[account ml]
+labels = team=ml
+"""
+
+
+def generate(path: Path, rows: int, seed: int = 7) -> None:
+    from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
+
+    rng = random.Random(seed)
+    d = FETCH_DELIMITER
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
+    users = [f"user{i:03d}" for i in range(400)]
+    accounts = ["physics", "ml", "bio", "chem", "vision", "nlp"]
+    parts = [("gpu", "h100"), ("a100", "a100"), ("debug", "h100")]
+    odd = ['eval|ablation', 'multi\nline run', 'quote"d \'name\'', 'ünïcødé-训练', 'a|b|c', "tab\tname"]
+    fmt = "%Y-%m-%dT%H:%M:%S"
+
+    def ts(x: float) -> str:
+        return datetime.fromtimestamp(x, tz=timezone.utc).strftime(fmt)
+
+    def el(s: int) -> str:
+        dd, r = divmod(s, 86400)
+        return (f"{dd}-" if dd else "") + f"{r // 3600:02d}:{r % 3600 // 60:02d}:{r % 60:02d}"
+
+    jid = 100000
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        out.write(d.join(FETCH_FIELDS) + "\n")
+
+        def emit(job_id: str, raw: int, name: str, user: str, acct: str, part: str, gtype: str, state: str,
+                 exit_code: str, submit: float, eligible: float, start: float | None, end: float | None, gpus: int,
+                 comment: str) -> None:
+            nonlocal n
+            elapsed = int(end - start) if start is not None and end is not None else 0
+            tres = f"billing={gpus * 8},cpu={gpus * 8},gres/gpu:{gtype}={gpus},gres/gpu={gpus},mem={gpus * 64}G,node={max(1, gpus // 4)}" if start else ""
+            rec = {
+                "JobID": job_id, "JobIDRaw": str(raw), "JobName": name, "Comment": comment, "WCKey": "",
+                "User": user, "Account": acct, "Partition": part, "QOS": "normal", "State": state,
+                "ExitCode": exit_code, "Submit": ts(submit), "Eligible": ts(eligible),
+                "Start": ts(start) if start else "Unknown", "End": ts(end) if end else "Unknown",
+                "Elapsed": el(elapsed), "AllocTRES": tres, "NodeList": "node[1-2]" if start else "None assigned",
+                "NNodes": str(max(1, gpus // 4)),
+            }
+            out.write(d.join(rec[f] for f in FETCH_FIELDS) + "\n")
+            n += 1
+
+        while n < rows:
+            user = rng.choice(users)
+            acct = rng.choice(accounts)
+            part, gtype = rng.choice(parts)
+            name = rng.choice(odd) if rng.random() < 0.02 else f"train-{rng.randrange(20000)}"
+            comment = f"team={acct} project=p{rng.randrange(50)} model=m{rng.randrange(10)}"
+            gpus = rng.choice([1, 1, 2, 4, 8, 8, 16])
+            submit = t0 + rng.random() * 29 * 86400
+            kind = rng.random()
+            jid += 1
+            wait = rng.expovariate(1 / 600)
+            run = rng.expovariate(1 / 7200) + 30
+            if kind < 0.08:  # array of 2-20 tasks, one may fail
+                tasks = rng.randrange(2, 21)
+                bad = rng.randrange(tasks)
+                for t in range(tasks):
+                    s = submit + wait + t * 5
+                    st, ec = ("FAILED", "1:0") if t == bad and rng.random() < 0.5 else ("COMPLETED", "0:0")
+                    emit(f"{jid}_{t}", jid + t + 1 if t < tasks - 1 else jid, name, user, acct, part, gtype, st, ec,
+                         submit, submit, s, s + run, gpus, comment)
+                jid += tasks
+            elif kind < 0.11:  # requeued then completed
+                s1 = submit + wait
+                emit(str(jid), jid, name, user, acct, part, gtype, "REQUEUED", "0:0", submit, submit, s1, s1 + run / 3, gpus, comment)
+                s2 = s1 + run / 3 + 120
+                emit(str(jid), jid, name, user, acct, part, gtype, "COMPLETED", "0:0", s1 + run / 3, s2, s2 + 10, s2 + run, gpus, comment)
+            elif kind < 0.13:  # het job
+                s = submit + wait
+                emit(f"{jid}+0", jid, name, user, acct, part, gtype, "COMPLETED", "0:0", submit, submit, s, s + run, gpus, comment)
+                emit(f"{jid}+1", jid + 1, name, user, acct, part, gtype, "COMPLETED", "0:0", submit, submit, s, s + run, 2, comment)
+                jid += 1
+            elif kind < 0.25:  # failure then resubmission(s)
+                s = submit + wait
+                end = s + run
+                emit(str(jid), jid, name, user, acct, part, gtype, rng.choice(["FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"]),
+                     "1:0", submit, submit, s, end, gpus, comment)
+                for _ in range(rng.randrange(1, 3)):
+                    jid += 1
+                    sub = end + rng.random() * 7200
+                    s = sub + rng.expovariate(1 / 600)
+                    end = s + run
+                    emit(str(jid), jid, name, user, acct, part, gtype, "COMPLETED", "0:0", sub, sub, s, end, gpus, comment)
+            elif kind < 0.27:  # cancelled while pending
+                emit(str(jid), jid, name, user, acct, part, gtype, "CANCELLED by 0", "0:0", submit, submit, None, submit + 60, gpus, comment)
+            else:
+                s = submit + wait
+                st, ec = ("COMPLETED", "0:0") if rng.random() < 0.93 else ("CANCELLED by 1001", "0:15")
+                emit(str(jid), jid, name, user, acct, part, gtype, st, ec, submit, submit, s, s + run, gpus, comment)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_floor(path: str) -> dict:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from gpuclust.accounting.schema import FETCH_FIELDS
+
+    t = time.perf_counter()
+    names = [f"c{i}" for i in range(len(FETCH_FIELDS))]  # every "\x1f|\x1e" holds one \x1f
+    table = pacsv.read_csv(
+        path,
+        read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, block_size=1 << 24),
+        parse_options=pacsv.ParseOptions(delimiter="\x1f", quote_char=False, newlines_in_values=False,
+                                         invalid_row_handler=lambda row: "skip"),
+        convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names}),
+    )
+    return {"seconds": time.perf_counter() - t, "rows": table.num_rows, "peak_rss_mb": peak_rss_mb()}
+
+
+def child_full(path: str, out: str) -> dict:
+    from gpuclust.accounting.jsonin import parse_input
+    from gpuclust.accounting.metrics import build_report
+    from gpuclust.accounting.pipeline import input_period
+    from gpuclust.accounting.render import write_report
+    from gpuclust.accounting.schema import FETCH_DELIMITER
+    from gpuclust.accounting.store import latest_state
+    from gpuclust.config import parse_config
+
+    config = parse_config(CONF)
+    t = time.perf_counter()
+    data = Path(path).read_bytes()
+    parsed = parse_input(data, FETCH_DELIMITER, path)
+    del data
+    t_parse = time.perf_counter() - t
+    table = latest_state(parsed.table)
+    report = build_report(table, config, input_period(parsed))
+    t_report = time.perf_counter() - t - t_parse
+    write_report(report, Path(out), ("html", "csv", "json", "prom"))
+    total = time.perf_counter() - t
+    return {"seconds": total, "parse_s": t_parse, "metrics_s": t_report, "write_s": total - t_parse - t_report,
+            "rows": parsed.table.num_rows, "rejected": parsed.rejected, "runs": report.data["totals"]["runs"],
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--dir", default="/tmp/acct-bench")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--child", choices=["floor", "full"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    work = Path(args.dir)
+    data = work / f"sacct-{args.rows}.txt"
+    if args.child == "floor":
+        print(json.dumps(child_floor(str(data))))
+        return
+    if args.child == "full":
+        print(json.dumps(child_full(str(data), str(work / "report"))))
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    if not data.exists():
+        t = time.perf_counter()
+        generate(data, args.rows)
+        print(f"generated {data} ({data.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.0f}s", file=sys.stderr)
+    runs: dict[str, list[dict]] = {"floor": [], "full": []}
+    for _ in range(args.repeat):
+        for mode in ("floor", "full"):
+            cp = subprocess.run([sys.executable, __file__, "--rows", str(args.rows), "--dir", str(work), "--child", mode],
+                                capture_output=True, text=True, check=True)
+            runs[mode].append(json.loads(cp.stdout))
+    best = {mode: min(r, key=lambda x: x["seconds"]) for mode, r in runs.items()}
+    print(json.dumps({
+        "rows": args.rows, "file_mb": round(data.stat().st_size / 1e6, 1), "cpus": os.cpu_count(),
+        "floor": best["floor"], "full": best["full"],
+        "ratio_full_over_floor": round(best["full"]["seconds"] / best["floor"]["seconds"], 2),
+        "all_runs": runs,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Pull sacct in UTC day windows through a SlurmClient (the client pins TZ=UTC and SLURM_TIME_FORMAT)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date, datetime, time, timedelta, timezone
+
+from gpuclust.accounting.jsonin import parse_json
+from gpuclust.accounting.normalize import ParseResult
+from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
+from gpuclust.accounting.text import parse_parsable
+from gpuclust.slurm.client import SLURM_TIME_FORMAT, SlurmClient
+
+VIA = ("parsable", "json")
+SACCT_TIMEOUT_S = 600.0
+
+
+def window_bounds(day: date) -> tuple[str, str]:
+    start = datetime.combine(day, time(), timezone.utc)
+    end = start + timedelta(days=1)
+    return start.strftime(SLURM_TIME_FORMAT), end.strftime(SLURM_TIME_FORMAT)
+
+
+def sacct_args(day: date, via: str = "parsable") -> list[str]:
+    """The sacct argv (without 'sacct') for one UTC day window.
+
+    -a all users, -D every execution of requeued jobs, -X allocations only (no steps). The text form uses a
+    multi-character delimiter and an explicit field list; --json ignores -o and always has the 22.05 shape.
+    """
+    since, until = window_bounds(day)
+    base = ["-a", "-D", "-X", "-S", since, "-E", until]
+    if via == "json":
+        return [*base, "--json"]
+    if via != "parsable":
+        raise ValueError(f"via must be one of {VIA}")
+    return [*base, "--parsable2", f"--delimiter={FETCH_DELIMITER}", "-o", ",".join(FETCH_FIELDS)]
+
+
+def fetch_day(client: SlurmClient, day: date, via: str = "parsable") -> ParseResult:
+    args = sacct_args(day, via)
+    out = client.sacct(args, timeout=SACCT_TIMEOUT_S)
+    source = f"sacct window {day.isoformat()}"
+    if via == "json":
+        return parse_json(out, source)
+    # The runner decoded with surrogateescape; encoding back restores sacct's exact bytes.
+    return parse_parsable(out.encode("utf-8", "surrogateescape"), FETCH_DELIMITER, source)
+
+
+def fetch_days(
+    client: SlurmClient,
+    days: list[date],
+    via: str = "parsable",
+    progress: Callable[[date], None] | None = None,
+) -> dict[date, ParseResult]:
+    results: dict[date, ParseResult] = {}
+    for day in days:
+        results[day] = fetch_day(client, day, via)
+        if progress:
+            progress(day)
+    return results

@@ -1,0 +1,252 @@
+"""One parser per sacct field, each in two forms that must agree (a unit test checks they do):
+
+* a scalar function (``parse_job_id``, ``parse_state``...) that defines the field, used for rare rows
+  and as the reference in tests;
+* a vectorised function (``v_job_id``...) over a pyarrow string array, used on the hot path so a million
+  rows never go through a Python loop. Each returns its typed arrays plus a boolean ``bad`` mask of rows
+  whose value could not be parsed (those rows are reported by line number, never silently dropped).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuclust.errors import SlurmOutputError
+from gpuclust.slurm.parse import UNKNOWN_TIMES, gpu_count, gpu_type, parse_slurm_duration, parse_tres
+
+# ---- job id -----------------------------------------------------------------------------------------
+
+_JOB_ID = r"^(?P<base>[0-9]+)(?:_(?P<task>[0-9]+)|_\[(?P<pend>[^\]]*)\]|\+(?P<het>[0-9]+))?(?:\.(?P<step>[^.]+))?$"
+_JOB_ID_RE = re.compile(_JOB_ID)
+
+
+@dataclass(frozen=True)
+class JobId:
+    base: int
+    array_task: int | None = None
+    array_pending: str | None = None
+    het_offset: int | None = None
+    step: str | None = None  # batch, extern, 0, ... (step rows are dropped by the normalizer)
+
+
+def parse_job_id(text: str) -> JobId:
+    """``123``, ``123_4``, ``123_[1-5]``, ``123+0``, each optionally followed by ``.batch``/``.extern``/``.N``."""
+    match = _JOB_ID_RE.fullmatch(text)
+    if not match:
+        raise SlurmOutputError(f"bad JobID {text!r}")
+    base, task, pend, het, step = match.groups()
+    return JobId(
+        int(base),
+        int(task) if task else None,
+        pend if pend is not None else None,
+        int(het) if het else None,
+        step or None,
+    )
+
+
+# ---- state, exit code ---------------------------------------------------------------------------------
+
+_STATE = r"^(?P<s>[A-Z][A-Z_]*)(?:\s(?s:.*))?$"
+_STATE_RE = re.compile(_STATE)
+
+
+def parse_state(text: str) -> str:
+    """``CANCELLED by 0`` -> ``CANCELLED``; ``REQUEUED``, ``NODE_FAIL``... unchanged."""
+    match = _STATE_RE.fullmatch(text)
+    if not match:
+        raise SlurmOutputError(f"bad State {text!r}")
+    return match.group("s")
+
+
+_EXIT = r"^(?P<c>[0-9]+):(?P<s>[0-9]+)$"
+_EXIT_RE = re.compile(_EXIT)
+
+
+def parse_exit_code(text: str) -> tuple[int, int]:
+    """``1:0`` -> (1, 0): exit status and the signal that ended the job."""
+    match = _EXIT_RE.fullmatch(text)
+    if not match:
+        raise SlurmOutputError(f"bad ExitCode {text!r}")
+    return int(match.group("c")), int(match.group("s"))
+
+
+# ---- times, durations ---------------------------------------------------------------------------------
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
+_TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$")
+
+
+def parse_time_epoch(text: str) -> int | None:
+    """``2026-12-02T10:58:03`` (UTC, as the fetch pins TZ and SLURM_TIME_FORMAT) -> epoch s; Unknown -> None."""
+    from datetime import datetime, timezone
+
+    raw = text
+    if raw in UNKNOWN_TIMES:
+        return None
+    if not _TIME_RE.fullmatch(raw):
+        raise SlurmOutputError(f"bad time {text!r}")
+    return int(datetime.strptime(raw, TIME_FORMAT).replace(tzinfo=timezone.utc).timestamp())
+
+
+_ELAPSED = r"^(?:(?P<d>[0-9]+)-)?(?:(?P<h>[0-9]+):)?(?P<m>[0-9]+):(?P<s>[0-9]+)$"
+
+
+def parse_elapsed(text: str) -> int:
+    """Elapsed ``[DD-[HH:]]MM:SS`` -> seconds."""
+    if not re.fullmatch(_ELAPSED, text):
+        raise SlurmOutputError(f"bad Elapsed {text!r}")
+    value = parse_slurm_duration(text)
+    assert value is not None and value >= 0
+    return value
+
+
+# ---- TRES ---------------------------------------------------------------------------------------------
+
+_MEM_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "": 1.0}
+_TRES_SYNTAX = r"^(?:[^,=\s]+=[^,=\s]*(?:,[^,=\s]+=[^,=\s]*)*)?$"
+
+
+@dataclass(frozen=True)
+class TresFacts:
+    gpus: int
+    gpu_type: str | None
+    mem_mb: float | None
+
+
+def parse_alloc_tres(text: str) -> TresFacts:
+    """GPU count (untyped ``gres/gpu``), GPU type (typed key) and memory of an AllocTRES string."""
+    tres = parse_tres(text)
+    mem = tres.get("mem")
+    mem_mb: float | None = None
+    if mem is not None:
+        match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMGTP]?)", mem)
+        if not match:
+            raise SlurmOutputError(f"bad mem TRES {mem!r}")
+        mem_mb = float(match.group(1)) * _MEM_UNITS[match.group(2)]
+    return TresFacts(gpu_count(tres), gpu_type(tres), mem_mb)
+
+
+# ---- vectorised forms ----------------------------------------------------------------------------------
+
+
+def _empty_to_null(arr: pa.Array) -> pa.Array:
+    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, arr.type), arr)
+
+
+def _mask(arr: pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _int(arr: pa.Array) -> pa.Array:
+    return pc.cast(_empty_to_null(arr), pa.int64())
+
+
+def v_job_id(text: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray, np.ndarray]:
+    """-> ({job_base, array_task, array_pending, het_offset}, is_step, bad)."""
+    parts = pc.extract_regex(text, _JOB_ID)
+    bad = _mask(pc.is_null(parts))
+    out = {
+        "job_base": _int(pc.struct_field(parts, "base")),
+        "array_task": _int(pc.struct_field(parts, "task")),
+        "het_offset": _int(pc.struct_field(parts, "het")),
+    }
+    # `_[` distinguishes a pending range (which may be empty) from a non-pending id.
+    pend = pc.struct_field(parts, "pend")
+    out["array_pending"] = pc.if_else(pc.match_substring(text, "_["), pend, pa.scalar(None, pa.string()))
+    step = pc.struct_field(parts, "step")
+    is_step = _mask(pc.not_equal(step, ""))
+    return out, is_step, bad
+
+
+def v_state(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    parts = pc.extract_regex(text, _STATE)
+    return pc.struct_field(parts, "s"), _mask(pc.is_null(parts))
+
+
+def v_exit_code(text: pa.Array, known: pa.Array) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """Unknown exit codes (``known`` False) give nulls and are not errors."""
+    parts = pc.extract_regex(text, _EXIT)
+    code = pc.if_else(known, pc.cast(pc.struct_field(parts, "c"), pa.int64()), pa.scalar(None, pa.int64()))
+    sig = pc.if_else(known, pc.cast(pc.struct_field(parts, "s"), pa.int64()), pa.scalar(None, pa.int64()))
+    bad = _mask(pc.and_(known, pc.is_null(parts)))
+    return code, sig, bad
+
+
+def v_time(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    unknown = pc.is_in(text, value_set=pa.array(sorted(UNKNOWN_TIMES)))
+    parsed = pc.strptime(text, format=TIME_FORMAT, unit="s", error_is_null=True)
+    # strptime accepts some things the scalar parser does not (leading spaces...): hold both to one rule.
+    shape_ok = pc.match_substring_regex(text, r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$")
+    bad = _mask(pc.and_(pc.invert(unknown), pc.or_(pc.is_null(parsed), pc.invert(shape_ok))))
+    value = pc.if_else(unknown, pa.scalar(None, parsed.type), parsed)
+    return pc.cast(pc.assume_timezone(value, "UTC"), pa.timestamp("s", tz="UTC")), bad
+
+
+def v_elapsed(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    parts = pc.extract_regex(text, _ELAPSED)
+    bad = _mask(pc.is_null(parts))
+
+    def num(name: str) -> pa.Array:
+        return pc.fill_null(_int(pc.struct_field(parts, name)), 0)
+
+    secs = pc.add(
+        pc.add(pc.multiply(num("d"), 86400), pc.multiply(num("h"), 3600)),
+        pc.add(pc.multiply(num("m"), 60), num("s")),
+    )
+    return pc.fill_null(secs, 0), bad
+
+
+def v_alloc_tres(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray]:
+    """-> (gpus, gpu_type, mem_mb, bad). Rows with several typed GPU keys (rare) use the scalar parser."""
+    syntax_ok = pc.match_substring_regex(text, _TRES_SYNTAX)
+    untyped = pc.extract_regex(text, r"(?:^|,)gres/gpu=(?P<n>[^,]*)(?:,|$)")
+    gpus_txt = pc.struct_field(untyped, "n")
+    gpus = pc.cast(pc.if_else(pc.match_substring_regex(gpus_txt, r"^[0-9]+$"), gpus_txt, pa.scalar(None, pa.string())), pa.int64())
+    bad_gpus = pc.and_(pc.is_valid(untyped), pc.is_null(gpus))
+    gpus = pc.fill_null(gpus, 0)
+
+    typed = pc.extract_regex(text, r"(?:^|,)gres/gpu:(?P<t>[^=,]+)=(?P<n>[0-9]+)(?:,|$)")
+    gtype = pc.if_else(
+        pc.and_(pc.is_valid(typed), pc.not_equal(pc.struct_field(typed, "n"), "0")),
+        pc.struct_field(typed, "t"),
+        pa.scalar(None, pa.string()),
+    )
+    mem = pc.extract_regex(text, r"(?:^|,)mem=(?P<v>[0-9]+(?:\.[0-9]+)?)(?P<u>[KMGTP]?)(?:,|$)")
+    units = pa.array(["", "K", "M", "G", "T", "P"])
+    factors = pa.array([1.0, 1 / 1024, 1.0, 1024.0, 1024.0**2, 1024.0**3])
+    factor = pc.take(factors, pc.index_in(pc.struct_field(mem, "u"), value_set=units))
+    mem_mb = pc.multiply(pc.cast(pc.struct_field(mem, "v"), pa.float64()), factor)
+    bad_mem = pc.and_(pc.match_substring_regex(text, r"(?:^|,)mem="), pc.is_null(mem))
+
+    bad = _mask(pc.or_(bad_gpus, bad_mem))
+    # The scalar parser is the definition; rows outside the strict shape the regexes assume (spaces, empty
+    # items, repeated keys, several typed GPU keys) are rare and go through it.
+    tricky = ~_mask(syntax_ok)
+    for key in ("gres/gpu:", "gres/gpu=", "mem="):
+        tricky |= _mask(pc.greater(pc.count_substring(text, key), 1))
+    if tricky.any():
+        idx = np.flatnonzero(tricky)
+        g_list, t_list, m_list = gpus.to_pylist(), gtype.to_pylist(), mem_mb.to_pylist()
+        for i in idx:
+            try:
+                facts = parse_alloc_tres(text[int(i)].as_py())
+            except SlurmOutputError:
+                bad[i] = True
+                continue
+            bad[i] = False
+            g_list[i], t_list[i], m_list[i] = facts.gpus, facts.gpu_type, facts.mem_mb
+        gpus = pa.array(g_list, pa.int64())
+        gtype = pa.array(t_list, pa.string())
+        mem_mb = pa.array(m_list, pa.float64())
+    return gpus, gtype, mem_mb, bad
+
+
+def v_int(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    ok = pc.match_substring_regex(text, r"^[0-9]+$")
+    value = pc.cast(pc.if_else(ok, text, pa.scalar(None, pa.string())), pa.int64())
+    return value, ~_mask(ok)

@@ -1,0 +1,433 @@
+"""Metrics over normalized accounting rows: attempts, runs, queue wait, cost, sizing.
+
+The definitions (``DEFINITIONS``) are printed on the report page; this module implements them exactly.
+Everything is vectorised with pandas; the only Python loop is the resubmission matcher for the rare
+groups of same-named jobs that overlap in time (see ``_assign_runs``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuclust.accounting.period import Period
+from gpuclust.accounting.schema import TIME_COLUMNS
+from gpuclust.config import SiteConfig
+
+GPU_MONTH_HOURS = 730.0  # 365 * 24 / 12: one GPU allocated for an average month
+DEFAULT_TOP = 20
+
+DEFINITIONS: dict[str, str] = {
+    "rows": "Input rows are job allocation records (no steps). With sacct -D, earlier executions of a requeued "
+    "job are their own rows, in state REQUEUED. One row is kept per execution (JobIDRaw + Start), in its latest state.",
+    "gpus": "A row's GPUs are the count of the untyped gres/gpu key in AllocTRES (0 if absent). Its GPU type is "
+    "the <type> of a gres/gpu:<type> key, else the partition's configured gpu_type.",
+    "gpu_hours": "GPU-hours = Elapsed seconds x GPUs / 3600.",
+    "attempt": "An allocation row that started and ended. The components of a het job (123+0, 123+1) form one "
+    "attempt: GPU-hours and cost are summed; times, state and name come from component +0.",
+    "queue_wait": "queue wait = Start - Eligible, or Start - Submit where Eligible is unknown; over attempts that "
+    "started in the period. Median and p90 use linear interpolation (pandas quantile).",
+    "hold": "hold = Eligible - Submit, over attempts that started in the period and have a known Eligible.",
+    "run": "The unit of work a user wants done. Its attempts are (a) all rows of one JobID (requeued executions) "
+    "and (b) resubmissions: attempts by the same user, account and job name (array tasks: name plus task index) "
+    "where the run's latest attempt did not complete, the new attempt's Submit comes after that attempt's End, "
+    "and within the retry window.",
+    "completed": "A run is completed when its last attempt is COMPLETED with ExitCode 0:0. retries = attempts - 1.",
+    "attribution": "A run belongs to the account, partition and labels of its first attempt, and to the period in "
+    "which its last attempt ended; all its attempts, GPU-hours and cost count there.",
+    "cost": "Cost of an attempt = GPU-hours x the price per GPU-hour of its GPU type (site config [gpu_type]), "
+    "falling back to the partition's price_per_gpu_hour. GPU-hours without any price are reported as "
+    "unpriced_gpu_hours and add nothing to cost.",
+    "useful_gpu_hours": "GPU-hours of the completing attempt of each completed run.",
+    "cost_per_completed_run": "cost (all attempts, failed and retried included) / completed runs; null when 0.",
+    "labels": "Report dimensions: account, wckey, and key=value pairs in --comment for the configured keys "
+    "(site report_labels); a key missing from the comment takes the account's configured label, else '(none)'.",
+    "top_failures": "Attempts that ended in the period and are not COMPLETED 0:0, ranked by GPU-hours.",
+    "sizing": "effective unit cost = all cost / completed runs; useful ratio = useful / allocated GPU-hours; "
+    "completed runs per GPU-month = completed runs / (GPU-hours / 730); required GPUs = target completed runs "
+    "per month / completed runs per GPU-month.",
+}
+
+GROUP_COLUMNS = ("runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours", "cost",
+                 "cost_per_completed_run", "unpriced_gpu_hours")
+WAIT_COLUMNS = ("jobs", "median_s", "p90_s", "max_s")
+NONE_LABEL = "(none)"
+
+
+@dataclass
+class Report:
+    period: Period
+    data: dict[str, Any]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+# ---- frames --------------------------------------------------------------------------------------------
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """Arrow -> pandas with times as float epoch seconds (NaN = unknown), cheap to subtract and compare."""
+    cols = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if name in TIME_COLUMNS or name == "fetched_at":
+            cols[name] = pc.cast(pc.cast(col, pa.int64()), pa.float64())
+        else:
+            cols[name] = col
+    # Categoricals make the many groupby/sort/take steps on string columns cheap.
+    return pa.table(cols).to_pandas(strings_to_categorical=True)
+
+
+def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
+    """One row per attempt (het components merged) with gpu_hours, cost, waits and the run key fields."""
+    df = to_frame(table)
+    df = df[df["start"].notna() & df["end"].notna()].copy()
+    part_type = {name: p.gpu_type for name, p in config.partitions.items() if p.gpu_type}
+    gtype = df["gpu_type"].astype(object).where(df["gpu_type"].notna(), df["partition"].map(part_type))
+    df["gpu_type_eff"] = gtype
+    df["gpu_hours"] = df["elapsed_s"].astype(float) * df["gpus"].astype(float) / 3600.0
+    combos = df[["gpu_type_eff", "partition"]].drop_duplicates().reset_index(drop=True)
+    combos["price"] = [
+        config.price_per_gpu_hour(t if isinstance(t, str) else None, p if isinstance(p, str) else None)
+        for t, p in zip(combos["gpu_type_eff"], combos["partition"], strict=True)
+    ]
+    combos["price"] = combos["price"].astype(float)
+    df = df.merge(combos, how="left", on=["gpu_type_eff", "partition"])
+    df["cost"] = df["gpu_hours"] * df["price"]
+    df["unpriced_gpu_hours"] = np.where(df["price"].isna(), df["gpu_hours"], 0.0)
+
+    het = df["het_offset"].notna()
+    if het.any():
+        h = df[het]
+        keys = [h["job_base"], h["start"]]
+        sums = h.groupby(keys, sort=False)[["gpu_hours", "gpus", "unpriced_gpu_hours"]].sum()
+        cost = h.groupby(keys, sort=False)["cost"].sum(min_count=1)
+        lead = h.sort_values("het_offset", kind="stable").drop_duplicates(["job_base", "start"]).copy()
+        idx = pd.MultiIndex.from_arrays([lead["job_base"], lead["start"]])
+        for col in ("gpu_hours", "gpus", "unpriced_gpu_hours"):
+            lead[col] = sums[col].reindex(idx).to_numpy()
+        lead["cost"] = cost.reindex(idx).to_numpy()
+        lead["job_id"] = lead["job_base"].astype("int64").astype(str)
+        df = pd.concat([df[~het], lead])
+
+    # Rule (a): the JobID without a het suffix identifies the requeued executions of one job.
+    df["job_key"] = df["job_id"].astype(str)
+    exit_ok = (df["exit_code"] == 0) & (df["exit_signal"] == 0)
+    df["done"] = (df["state"] == "COMPLETED") & (exit_ok | ~df["exit_code_known"].astype(bool))
+    df["wait_s"] = df["start"] - df["eligible"].fillna(df["submit"])
+    df["hold_s"] = df["eligible"] - df["submit"]
+    return df.reset_index(drop=True)
+
+
+# ---- runs ----------------------------------------------------------------------------------------------
+
+
+def assign_runs(att: pd.DataFrame, retry_window_s: float) -> pd.Series:
+    """Run id of every attempt (index-aligned with `att`)."""
+    if att.empty:
+        return pd.Series([], dtype="int64", index=att.index)
+    a = att.sort_values(["job_key", "start"], kind="stable")
+    first = a.drop_duplicates("job_key", keep="first").set_index("job_key")
+    last = a.drop_duplicates("job_key", keep="last").set_index("job_key")
+    units = pd.DataFrame(
+        {
+            "submit": a.groupby("job_key", sort=True)["submit"].min(),
+            "user": first["user"],
+            "account": first["account"],
+            "name": first["job_name"],
+            "task": first["array_task"].fillna(-1),
+            "end": last["end"],
+            "done": last["done"],
+        }
+    )
+    units["submit"] = units["submit"].fillna(first["start"])
+    units = units.reset_index().sort_values(["user", "account", "name", "task", "submit", "job_key"], kind="stable")
+    gid = units.groupby(["user", "account", "name", "task"], sort=False, dropna=False, observed=True).ngroup().to_numpy()
+    submit = units["submit"].to_numpy(dtype=float)
+    end = units["end"].to_numpy(dtype=float)
+    done = units["done"].to_numpy(dtype=bool)
+    n = len(units)
+    same = np.zeros(n, dtype=bool)
+    same[1:] = gid[1:] == gid[:-1]
+    prev_end = np.r_[np.nan, end[:-1]]
+    prev_done = np.r_[True, done[:-1]]
+    cont = same & ~prev_done & (submit > prev_end) & (submit - prev_end <= retry_window_s)
+    # Overlap: a unit submitted before an earlier unit of its group ended. There the previous unit need not
+    # be the run's latest attempt, so those groups go through the exact matcher.
+    grp_max_end = pd.Series(end).groupby(gid).cummax().to_numpy()
+    prev_max = np.r_[np.nan, grp_max_end[:-1]]
+    overlap_unit = same & (submit <= prev_max)
+    run = np.cumsum(~cont)
+    if overlap_unit.any():
+        bad_groups = np.unique(gid[overlap_unit])
+        next_id = int(run.max()) + 1
+        for g in bad_groups:
+            idx = np.flatnonzero(gid == g)
+            ids, next_id = _exact_runs(submit[idx], end[idx], done[idx], retry_window_s, next_id)
+            run[idx] = ids
+    unit_run = pd.Series(run, index=units["job_key"].to_numpy())
+    return att["job_key"].map(unit_run).astype("int64")
+
+
+def _exact_runs(
+    submit: np.ndarray, end: np.ndarray, done: np.ndarray, window: float, next_id: int
+) -> tuple[np.ndarray, int]:
+    """Units of one group (sorted by submit): join the open run whose latest attempt ended most recently
+    before this submit, within the window; else start a new run."""
+    open_runs: dict[int, float] = {}  # run id -> end of its latest attempt (runs whose latest did not complete)
+    ids = np.empty(len(submit), dtype=np.int64)
+    for i in range(len(submit)):
+        best, best_end = None, -math.inf
+        for rid, rend in open_runs.items():
+            if rend < submit[i] and submit[i] - rend <= window and rend > best_end:
+                best, best_end = rid, rend
+        if best is None:
+            best = next_id
+            next_id += 1
+        else:
+            del open_runs[best]
+        ids[i] = best
+        if not done[i]:
+            open_runs[best] = end[i]
+    return ids, next_id
+
+
+def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -> pd.DataFrame:
+    a = att.sort_values(["run", "start", "job_key"], kind="stable")
+    g = a.groupby("run", sort=True)
+    first = a.drop_duplicates("run", keep="first").set_index("run")
+    last = a.drop_duplicates("run", keep="last").set_index("run")
+    runs = pd.DataFrame(
+        {
+            "account": first["account"],
+            "partition": first["partition"],
+            "wckey": first["wckey"],
+            "user": first["user"],
+            "job_name": first["job_name"],
+            "first_job_id": first["job_id"],
+            "last_job_id": last["job_id"],
+            "attempts": g.size(),
+            "gpu_hours": g["gpu_hours"].sum(),
+            "cost": g["cost"].sum(min_count=1),
+            "unpriced_gpu_hours": g["unpriced_gpu_hours"].sum(),
+            "end": last["end"],
+            "completed": last["done"],
+        }
+    )
+    runs["useful_gpu_hours"] = np.where(runs["completed"], last["gpu_hours"], 0.0)
+    runs["wckey"] = runs["wckey"].astype(object).where(runs["wckey"].astype(object).fillna("") != "", NONE_LABEL)
+    for key, values in extract_labels(first["comment"], first["account"], labels, config).items():
+        runs[f"label_{key}"] = values
+    return runs
+
+
+def extract_labels(
+    comment: pd.Series, account: pd.Series, keys: tuple[str, ...], config: SiteConfig
+) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    arr = pa.array(comment.astype(object).fillna("").to_numpy(), pa.string())
+    for key in keys:
+        found = pc.struct_field(pc.extract_regex(arr, rf"(?:^|[\s,;]){re.escape(key)}=(?P<v>[^\s,;]*)"), "v")
+        values = found.to_numpy(zero_copy_only=False).astype(object)
+        fallback = account.astype(object).map({name: acc.labels.get(key) for name, acc in config.accounts.items()})
+        missing = pd.isna(values) | (values == "")
+        values = np.where(missing, fallback.to_numpy(dtype=object), values)
+        out[key] = np.where(pd.isna(values), NONE_LABEL, values).astype(object)
+    return out
+
+
+# ---- tables --------------------------------------------------------------------------------------------
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
+    cols = ["runs", "completed", "attempts", "gpu_hours", "useful_gpu_hours", "cost", "unpriced_gpu_hours"]
+    if runs.empty:
+        return pd.DataFrame(columns=[name, *GROUP_COLUMNS])
+    r = runs.assign(runs=1, completed=runs["completed"].astype(int))
+    g = r.groupby(by, sort=False, dropna=False, observed=True)
+    out = g[[c for c in cols if c != "cost"]].sum()
+    out["cost"] = g["cost"].sum(min_count=1)
+    out = out.reset_index().rename(columns={by: name})
+    out[name] = out[name].astype(object).fillna("").astype(str)
+    out = out.sort_values(name, kind="stable").reset_index(drop=True)
+    return _finish_group(out, name)
+
+
+def _finish_group(out: pd.DataFrame, name: str) -> pd.DataFrame:
+    out["retries"] = out["attempts"] - out["runs"]
+    out["cost_per_completed_run"] = np.where(out["completed"] > 0, out["cost"] / out["completed"].where(out["completed"] > 0, 1), np.nan)
+    for col in ("gpu_hours", "useful_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
+        out[col] = out[col].astype(float).round(9)
+    return out[[name, *GROUP_COLUMNS]]
+
+
+def totals(runs: pd.DataFrame) -> dict[str, Any]:
+    completed = int(runs["completed"].sum()) if len(runs) else 0
+    cost = _num(runs["cost"].sum(min_count=1)) if len(runs) else None
+    attempts = int(runs["attempts"].sum()) if len(runs) else 0
+    return {
+        "runs": len(runs),
+        "completed": completed,
+        "attempts": attempts,
+        "retries": attempts - len(runs),
+        "gpu_hours": round(float(runs["gpu_hours"].sum()), 9) if len(runs) else 0.0,
+        "useful_gpu_hours": round(float(runs["useful_gpu_hours"].sum()), 9) if len(runs) else 0.0,
+        "cost": None if cost is None else round(cost, 9),
+        "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
+        "unpriced_gpu_hours": round(float(runs["unpriced_gpu_hours"].sum()), 9) if len(runs) else 0.0,
+    }
+
+
+def wait_table(att: pd.DataFrame, by: str, col: str = "wait_s") -> pd.DataFrame:
+    d = att[[by, col]].dropna(subset=[col])
+    if d.empty:
+        return pd.DataFrame(columns=[by, *WAIT_COLUMNS])
+    g = d.groupby(by, sort=False, observed=True)[col]
+    out = pd.DataFrame(
+        {"jobs": g.size(), "median_s": g.quantile(0.5), "p90_s": g.quantile(0.9), "max_s": g.max()}
+    ).reset_index()
+    out[by] = out[by].astype(object).fillna("").astype(str)
+    out = out.sort_values(by, kind="stable").reset_index(drop=True)
+    for c in ("median_s", "p90_s", "max_s"):
+        out[c] = out[c].astype(float).round(3)
+    return out
+
+
+def top_failures(att: pd.DataFrame, top: int) -> pd.DataFrame:
+    f = att[~att["done"]].sort_values(["gpu_hours", "end", "job_id"], ascending=[False, True, True], kind="stable").head(top)
+    known = f["exit_code_known"].astype(bool).to_numpy()
+    text = (f["exit_code"].astype("Int64").astype(str) + ":" + f["exit_signal"].astype("Int64").astype(str)).to_numpy(dtype=object)
+    exit_text = np.where(known, text, np.array([None] * len(f), dtype=object))
+    return pd.DataFrame(
+        {
+            "job_id": f["job_id"].astype(str),
+            "user": f["user"],
+            "account": f["account"],
+            "partition": f["partition"],
+            "job_name": f["job_name"],
+            "state": f["state"],
+            "exit_code": exit_text,
+            "gpu_hours": f["gpu_hours"].round(9),
+            "cost": f["cost"].round(9),
+        }
+    ).reset_index(drop=True)
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for row in df.to_dict(orient="records"):
+        out.append({str(k): _plain(v) for k, v in row.items()})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+
+
+def build_report(
+    table: pa.Table,
+    config: SiteConfig,
+    period: Period,
+    *,
+    target: float | None = None,
+    top: int = DEFAULT_TOP,
+    input_info: dict[str, Any] | None = None,
+) -> Report:
+    att = attempts_frame(table, config)
+    att["run"] = assign_runs(att, float(config.retry_window_s))
+    labels = tuple(config.report_labels)
+    runs = runs_frame(att, labels, config) if len(att) else pd.DataFrame(
+        columns=["account", "partition", "wckey", "attempts", "gpu_hours", "cost", "unpriced_gpu_hours", "end",
+                 "completed", "useful_gpu_hours", *[f"label_{k}" for k in labels]]
+    )
+    lo, hi = float(period.start_epoch), float(period.end_epoch)
+    runs_p = runs[(runs["end"] >= lo) & (runs["end"] < hi)]
+    started_p = att[(att["start"] >= lo) & (att["start"] < hi)]
+    ended_p = att[(att["end"] >= lo) & (att["end"] < hi)]
+
+    tables: dict[str, pd.DataFrame] = {}
+    for dim in ("partition", "account", "qos"):
+        tables[f"queue_wait_by_{dim}"] = wait_table(started_p, dim)
+        tables[f"hold_by_{dim}"] = wait_table(started_p, dim, "hold_s")
+    tables["runs_by_account"] = group_table(runs_p, "account", "account")
+    tables["runs_by_partition"] = group_table(runs_p, "partition", "partition")
+    tables["runs_by_wckey"] = group_table(runs_p, "wckey", "wckey")
+    for key in labels:
+        tables[f"runs_by_label_{key}"] = group_table(runs_p, f"label_{key}", key)
+    tables["top_failures"] = top_failures(ended_p, top)
+
+    tot = totals(runs_p)
+    tables["totals"] = pd.DataFrame([tot])
+    data: dict[str, Any] = {
+        "period": period.as_dict(),
+        "queue_wait": {f"by_{d}": records(tables[f"queue_wait_by_{d}"]) for d in ("partition", "account", "qos")},
+        "hold": {f"by_{d}": records(tables[f"hold_by_{d}"]) for d in ("partition", "account", "qos")},
+        "runs": {
+            "by_account": records(tables["runs_by_account"]),
+            "by_partition": records(tables["runs_by_partition"]),
+            "by_wckey": records(tables["runs_by_wckey"]),
+            "by_label": {key: records(tables[f"runs_by_label_{key}"]) for key in labels},
+        },
+        "totals": tot,
+        "top_failures": records(tables["top_failures"]),
+        "sizing": sizing(_raw_sums(runs_p), period, target if target is not None else config.target_completed_runs_per_month,
+                         "--target" if target is not None else "site target_completed_runs_per_month"),
+        "input": dict(input_info or {}),
+        "definitions": DEFINITIONS,
+    }
+    data["input"]["attempts_in_period"] = int(len(ended_p))
+    tables["sizing"] = pd.DataFrame([data["sizing"]])
+    return Report(period, data, tables)
+
+
+def _raw_sums(runs: pd.DataFrame) -> dict[str, Any]:
+    """Unrounded totals, so ratios are not computed from rounded figures."""
+    return {
+        "completed": int(runs["completed"].sum()) if len(runs) else 0,
+        "gpu_hours": float(runs["gpu_hours"].sum()) if len(runs) else 0.0,
+        "useful_gpu_hours": float(runs["useful_gpu_hours"].sum()) if len(runs) else 0.0,
+        "cost": _num(runs["cost"].sum(min_count=1)) if len(runs) else None,
+    }
+
+
+def sizing(tot: dict[str, Any], period: Period, target: float | None, target_source: str) -> dict[str, Any]:
+    completed = tot["completed"]
+    gpu_hours = tot["gpu_hours"]
+    cost = tot["cost"]
+    per_gpu_month = completed / (gpu_hours / GPU_MONTH_HOURS) if gpu_hours > 0 else None
+    required = target / per_gpu_month if target is not None and per_gpu_month else None
+    days = (period.end - period.start).total_seconds() / 86400
+    return {
+        "effective_unit_cost": round(cost / completed, 9) if cost is not None and completed else None,
+        "useful_ratio": round(tot["useful_gpu_hours"] / gpu_hours, 9) if gpu_hours > 0 else None,
+        "completed_runs_per_gpu_month": None if per_gpu_month is None else round(per_gpu_month, 9),
+        "target_completed_runs_per_month": target,
+        "target_source": target_source if target is not None else None,
+        "required_gpus": None if required is None else float(f"{required:.9g}"),
+        "gpus_used_on_average": round(gpu_hours / (days * 24), 9) if days > 0 else None,
+        "gpu_month_hours": GPU_MONTH_HOURS,
+    }

@@ -1,0 +1,151 @@
+"""The two things `gpuclust report` does, as library calls: fetch into the store, and build a report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from gpuclust.accounting import store
+from gpuclust.accounting.fetch import fetch_day
+from gpuclust.accounting.jsonin import parse_input
+from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
+from gpuclust.accounting.normalize import ParseResult
+from gpuclust.accounting.period import Period
+from gpuclust.accounting.render import write_report
+from gpuclust.config import SiteConfig
+from gpuclust.errors import InputError, Problem
+from gpuclust.slurm.client import SlurmClient
+
+# How far before the period the store is read, so that runs ending in the period see their earlier attempts.
+LOOKBACK_EXTRA = timedelta(days=7)
+PROBLEMS_IN_REPORT = 50
+
+
+@dataclass
+class FetchSummary:
+    store: str
+    days: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    rejected_rows: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "days": self.days,
+            "rejected_rows": self.rejected_rows,
+            "problems": [str(p) for p in self.problems[:PROBLEMS_IN_REPORT]],
+        }
+
+
+def fetch(
+    client: SlurmClient,
+    config: SiteConfig,
+    period: Period,
+    *,
+    via: str = "parsable",
+    progress: Callable[[date], None] | None = None,
+) -> FetchSummary:
+    """Fetch every UTC day the period touches, then replace those days in the store in one swap."""
+    root = store.store_dir(config.state_dir)
+    summary = FetchSummary(str(root))
+    tables: dict[date, pa.Table] = {}
+    problems: dict[date, list[str]] = {}
+    for day in period.utc_days():
+        result = fetch_day(client, day, via)
+        tables[day] = result.table
+        summary.days.append({"day": day.isoformat(), "rows": result.table.num_rows,
+                             "rejected_rows": result.rejected, "steps_dropped": result.steps_dropped})
+        summary.problems += result.problems
+        if result.rejected:
+            problems[day] = [str(p) for p in result.problems] or [f"{result.rejected} rejected row(s)"]
+        summary.rejected_rows += result.rejected
+        if progress:
+            progress(day)
+    store.replace_days(root, tables, problems=problems)
+    return summary
+
+
+def read_input(path: str, delimiter: str = "|") -> ParseResult:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(Problem(path, None, f"cannot read: {exc}")) from None
+    return parse_input(data, delimiter, path)
+
+
+def input_period(result: ParseResult) -> Period:
+    """Default period for --input without dates: from the earliest Submit to just after the latest End."""
+    from datetime import datetime, timezone
+
+    import pyarrow.compute as pc
+
+    t = result.table
+    starts = [v for v in (pc.min(t.column("submit")).as_py(), pc.min(t.column("start")).as_py()) if v]
+    ends = [v for v in (pc.max(t.column("end")).as_py(), pc.max(t.column("start")).as_py()) if v]
+    if not starts or not ends:
+        now = datetime.now(timezone.utc).replace(microsecond=0)
+        return Period(now - timedelta(days=1), now)
+    return Period(min(starts), max(ends) + timedelta(seconds=1))
+
+
+def build(
+    config: SiteConfig,
+    period: Period | None,
+    *,
+    input_path: str | None = None,
+    delimiter: str = "|",
+    target: float | None = None,
+    top: int = DEFAULT_TOP,
+) -> tuple[Report, ParseResult | None]:
+    """Compute the report from --input or the store. The caller writes it (write_report)."""
+    info: dict[str, Any]
+    parsed: ParseResult | None = None
+    if input_path:
+        parsed = read_input(input_path, delimiter)
+        table = parsed.table
+        if period is None:
+            period = input_period(parsed)
+        info = {
+            "source": input_path,
+            "rows": table.num_rows,
+            "steps_dropped": parsed.steps_dropped,
+            "rejected_rows": parsed.rejected,
+            "problems": [str(p) for p in parsed.problems[:PROBLEMS_IN_REPORT]],
+            "exit_codes_known": parsed.exit_codes_known,
+            "notes": list(parsed.notes),
+        }
+        table = store.latest_state(table)
+    else:
+        if period is None:
+            raise InputError("give a period (--period or --since/--until) to build from the store")
+        root = store.store_dir(config.state_dir)
+        lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
+        days = Period(period.start - lookback, period.end).utc_days()
+        table = store.load(root, days)
+        import pyarrow.compute as pc
+
+        known = bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
+        stored_problems = store.stored_problems(root, days)
+        info = {
+            "source": str(root),
+            "rows": table.num_rows,
+            "days_read": [d.isoformat() for d in days if d in set(store.stored_days(root))],
+            "steps_dropped": 0,
+            "rejected_rows": len(stored_problems),
+            "problems": stored_problems[:PROBLEMS_IN_REPORT],
+            "exit_codes_known": known,
+            "notes": [] if known else [
+                "Some stored rows came from sacct --json (22.05), which cannot know exit codes: they are "
+                "null, and COMPLETED counts as success for them."
+            ],
+        }
+    report = build_report(table, config, period, target=target, top=top, input_info=info)
+    return report, parsed
+
+
+__all__ = ["FetchSummary", "build", "fetch", "read_input", "write_report"]

@@ -1,0 +1,243 @@
+"""Report outputs: report.json, one CSV per table, a self-contained report.html, gpuclust.prom.
+
+Every file is written to a temporary name in the output directory and renamed into place, so a reader
+(a web server, node_exporter's textfile collector) never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpuclust.accounting.metrics import Report
+from gpuclust.cli.output import to_json
+from gpuclust.errors import InputError
+
+FORMATS = ("html", "csv", "json", "prom", "parquet")
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = [item for item in items if item not in FORMATS]
+    if unknown or not items:
+        raise InputError(f"unknown format(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(FORMATS)}")
+    return items
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[Path]:
+    written: list[Path] = []
+    for fmt in formats:
+        if fmt == "json":
+            path = out_dir / "report.json"
+            atomic_write(path, to_json(report.data) + "\n")
+            written.append(path)
+        elif fmt in ("csv", "parquet"):
+            for name, frame in report.tables.items():
+                path = out_dir / f"{name}.{fmt}"
+                if fmt == "csv":
+                    atomic_write(path, frame.to_csv(index=False))
+                else:
+                    buf = io.BytesIO()
+                    frame.to_parquet(buf, index=False)
+                    atomic_write(path, buf.getvalue())
+                written.append(path)
+        elif fmt == "html":
+            path = out_dir / "report.html"
+            atomic_write(path, render_html(report))
+            written.append(path)
+        elif fmt == "prom":
+            path = out_dir / "gpuclust.prom"
+            atomic_write(path, render_prom(report))
+            written.append(path)
+    return written
+
+
+# ---- Prometheus ---------------------------------------------------------------------------------------
+
+
+def _label_value(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_prom(report: Report) -> str:
+    """Prometheus textfile-collector format (HELP/TYPE once per metric, gauges only)."""
+    lines: list[str] = []
+    seen: set[str] = set()
+
+    def gauge(name: str, help_text: str, value: Any, labels: dict[str, Any] | None = None) -> None:
+        if value is None:
+            return
+        metric = f"gpuclust_report_{name}"
+        if metric not in seen:
+            lines.append(f"# HELP {metric} {help_text}")
+            lines.append(f"# TYPE {metric} gauge")
+            seen.add(metric)
+        label_text = ",".join(f'{k}="{_label_value(v)}"' for k, v in (labels or {}).items())
+        lines.append(f"{metric}{{{label_text}}} {float(value):.10g}" if label_text else f"{metric} {float(value):.10g}")
+
+    d = report.data
+    gauge("period_start_timestamp_seconds", "Start of the report period.", report.period.start_epoch)
+    gauge("period_end_timestamp_seconds", "End of the report period (exclusive).", report.period.end_epoch)
+    for key in ("runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours", "cost",
+                "cost_per_completed_run", "unpriced_gpu_hours"):
+        gauge(f"total_{key}", f"All runs attributed to the period: {key}.", d["totals"].get(key))
+    for dim in ("account", "partition"):
+        for row in d["runs"][f"by_{dim}"]:
+            for key in ("runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours", "cost",
+                        "cost_per_completed_run"):
+                gauge(f"{key}", f"Runs attributed to the period, per group: {key}.", row.get(key), {dim: row[dim]})
+    for dim in ("partition", "account", "qos"):
+        for row in d["queue_wait"][f"by_{dim}"]:
+            for q, key in (("0.5", "median_s"), ("0.9", "p90_s"), ("1", "max_s")):
+                gauge("queue_wait_seconds", "Queue wait (Start - Eligible) of attempts started in the period.",
+                      row.get(key), {"by": dim, "group": row[dim], "quantile": q})
+    sizing = d["sizing"]
+    for key in ("effective_unit_cost", "useful_ratio", "completed_runs_per_gpu_month", "required_gpus"):
+        gauge(f"sizing_{key}", f"Sizing: {key}.", sizing.get(key))
+    gauge("input_rejected_rows", "Input rows that could not be parsed (listed in report.json).",
+          d.get("input", {}).get("rejected_rows", 0))
+    return "\n".join(lines) + "\n"
+
+
+# ---- HTML ---------------------------------------------------------------------------------------------
+
+
+def _png(draw: Callable[[Any], None], height: float = 3.2) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, height), dpi=90)
+    try:
+        draw(ax)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _plots(report: Report) -> list[tuple[str, str | None]]:
+    t = report.tables
+    plots: list[tuple[str, str | None]] = []
+
+    qw = t["queue_wait_by_partition"]
+    if len(qw):
+        def draw_wait(ax: Any) -> None:
+            x = range(len(qw))
+            w = 0.27
+            ax.bar([i - w for i in x], qw["median_s"], w, label="median")
+            ax.bar(list(x), qw["p90_s"], w, label="p90")
+            ax.bar([i + w for i in x], qw["max_s"], w, label="max")
+            ax.set_xticks(list(x), [str(p) for p in qw["partition"]])
+            ax.set_ylabel("seconds")
+            ax.set_title("Queue wait per partition")
+            ax.legend()
+
+        plots.append(("Queue wait per partition", _png(draw_wait)))
+    else:
+        plots.append(("Queue wait per partition", None))
+
+    ra = t["runs_by_account"]
+    if len(ra):
+        def draw_hours(ax: Any) -> None:
+            x = range(len(ra))
+            ax.bar([i - 0.2 for i in x], ra["gpu_hours"], 0.4, label="allocated GPU-hours")
+            ax.bar([i + 0.2 for i in x], ra["useful_gpu_hours"], 0.4, label="useful GPU-hours")
+            ax.set_xticks(list(x), [str(a) for a in ra["account"]])
+            ax.set_ylabel("GPU-hours")
+            ax.set_title("GPU-hours by account")
+            ax.legend()
+
+        def draw_cost(ax: Any) -> None:
+            vals = ra["cost_per_completed_run"].fillna(0.0)
+            ax.bar([str(a) for a in ra["account"]], vals)
+            ax.set_ylabel("cost")
+            ax.set_title("Cost per completed run by account (0 = no completed run)")
+
+        plots.append(("GPU-hours by account", _png(draw_hours)))
+        plots.append(("Cost per completed run", _png(draw_cost)))
+    else:
+        plots += [("GPU-hours by account", None), ("Cost per completed run", None)]
+
+    tf = t["top_failures"].head(15)
+    if len(tf):
+        def draw_fail(ax: Any) -> None:
+            labels = [f"{j} {s}" for j, s in zip(tf["job_id"], tf["state"], strict=True)][::-1]
+            ax.barh(labels, list(tf["gpu_hours"])[::-1])
+            ax.set_xlabel("GPU-hours")
+            ax.set_title("Top failures by GPU-hours")
+
+        plots.append(("Top failures", _png(draw_fail, height=max(2.5, 0.3 * len(tf) + 1))))
+    else:
+        plots.append(("Top failures", None))
+    return plots
+
+
+def _table_html(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "<p><em>no rows</em></p>"
+    return frame.to_html(index=False, escape=True, na_rep="null", float_format=lambda v: f"{v:,.4f}", border=0,
+                         classes="t")
+
+
+def render_html(report: Report) -> str:
+    d = report.data
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>gpuclust accounting report {e(d['period']['start'])} to {e(d['period']['end'])}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:70em}table.t{border-collapse:collapse;margin:.5em 0 1.5em}"
+        "table.t td,table.t th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+        "table.t th{background:#eee}dt{font-weight:bold;margin-top:.4em}.note{background:#fff4d6;padding:.5em}</style>",
+        "</head><body>",
+        "<h1>GPU accounting report</h1>",
+        f"<p>Period: <b>{e(d['period']['start'])}</b> to <b>{e(d['period']['end'])}</b> (end exclusive).</p>",
+    ]
+    inp = d.get("input", {})
+    for note in inp.get("notes", []):
+        parts.append(f"<p class='note'>{e(note)}</p>")
+    if inp.get("rejected_rows"):
+        parts.append(f"<p class='note'>{int(inp['rejected_rows'])} input row(s) could not be parsed and are not "
+                     "counted; see report.json input.problems.</p>")
+    parts.append("<h2>Totals</h2>" + _table_html(report.tables["totals"]))
+    parts.append("<h2>Sizing</h2>" + _table_html(report.tables["sizing"]))
+    for title, png in _plots(report):
+        parts.append(f"<h2>{e(title)}</h2>")
+        parts.append(f"<img alt='{e(title)}' src='data:image/png;base64,{png}'>" if png else "<p><em>no data</em></p>")
+    for name, frame in report.tables.items():
+        if name in ("totals", "sizing"):
+            continue
+        parts.append(f"<h3>{e(name.replace('_', ' '))}</h3>" + _table_html(frame))
+    parts.append("<h2>Metric definitions</h2><dl>")
+    for key, text in d["definitions"].items():
+        parts.append(f"<dt>{e(key)}</dt><dd>{e(text)}</dd>")
+    parts.append("</dl></body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,133 @@
+"""The one normalized schema every accounting input lands in.
+
+Both front ends (``sacct --parsable2`` text in any delimiter, and ``sacct --json``) first produce a *raw
+table*: one string column per sacct field below (``RAW_FIELDS``), plus the record's line number and whether
+its exit code is known. ``gpuclust.accounting.normalize`` turns that into the typed table described by
+``SCHEMA``; it is the only place field values are interpreted, so both paths give identical figures.
+
+One row = one job *allocation* record (steps such as ``123.batch``, ``123.0`` are dropped while parsing;
+with ``sacct -D`` each earlier execution of a requeued job is its own row, in state REQUEUED).
+
+Columns (all times are UTC, second resolution):
+
+====================  ==============  ==============================================================
+column                type            meaning
+====================  ==============  ==============================================================
+line                  int64           line (text) or record number (JSON) where the record starts
+job_id                string          JobID as sacct prints it: ``123``, ``123_4``, ``123_[1-5]``, ``123+0``
+job_id_raw            int64           JobIDRaw (unique per job; shared by all executions of a requeued job)
+job_base              int64           the number before ``_`` / ``+``: array master id or het leader id
+array_task            int64, null     array task index (``123_4`` -> 4); null if not an array task
+array_pending         string, null    the still-pending task range of ``123_[1-5]``
+het_offset            int64, null     het component (``123+1`` -> 1); null if not a het component
+job_name              string          JobName (may hold ``|``, newlines, quotes, unicode)
+user, account,        string          as sacct prints them ("" when empty)
+partition, qos,
+wckey, comment,
+nodelist
+state                 string          first word of State: ``CANCELLED by 0`` -> ``CANCELLED``
+state_raw             string          State as printed
+exit_code             int64, null     first half of ExitCode ``a:b``; null when unknown
+exit_signal           int64, null     second half of ExitCode; null when unknown
+exit_code_known       bool            False where the input cannot know it (sacct --json 22.05)
+submit, eligible,     timestamp[s]    null for ``Unknown``/``None``/empty
+start, end            UTC, null
+elapsed_s             int64           Elapsed ``[DD-[HH:]]MM:SS`` in seconds
+nnodes                int64           NNodes
+alloc_tres            string          AllocTRES as printed
+gpus                  int64           count of the untyped ``gres/gpu`` key in AllocTRES (0 if absent)
+gpu_type              string, null    ``<type>`` of a ``gres/gpu:<type>`` key (largest count); null if none
+mem_mb                float64, null   ``mem=`` of AllocTRES in MiB
+====================  ==============  ==============================================================
+
+The Parquet store adds ``fetched_at`` (timestamp) and ``window`` (the UTC day string ``YYYY-MM-DD`` of the
+sacct window the row came from), used to keep each execution's latest state.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# sacct fields a dump must contain (any order; other columns are ignored).
+REQUIRED_FIELDS: tuple[str, ...] = (
+    "JobID", "JobIDRaw", "JobName", "User", "Account", "Partition", "QOS", "State", "ExitCode",
+    "Submit", "Eligible", "Start", "End", "Elapsed", "AllocTRES", "NNodes", "NodeList",
+)
+OPTIONAL_FIELDS: tuple[str, ...] = ("WCKey", "Comment")
+RAW_FIELDS: tuple[str, ...] = REQUIRED_FIELDS + OPTIONAL_FIELDS
+# Fields whose free text may contain the delimiter of a plain `|` dump.
+FREE_TEXT_FIELDS: tuple[str, ...] = ("JobName", "Comment")
+
+# The field list `report fetch` asks sacct for. JobID first, so a newline inside a name can never make a
+# continuation line look like the start of a record; a fixed-format field last, so a free-text value that
+# ends in a newline cannot be mistaken for a blank line after the record.
+FETCH_FIELDS: tuple[str, ...] = (
+    "JobID", "JobIDRaw", "JobName", "Comment", "WCKey", "User", "Account", "Partition", "QOS", "State",
+    "ExitCode", "Submit", "Eligible", "Start", "End", "Elapsed", "AllocTRES", "NodeList", "NNodes",
+)
+
+# Unit separator, '|', record separator: three characters no job name is expected to hold together.
+FETCH_DELIMITER = "\x1f|\x1e"
+
+TIME_COLUMNS: tuple[str, ...] = ("submit", "eligible", "start", "end")
+UTC_SECONDS = pa.timestamp("s", tz="UTC")
+
+SCHEMA = pa.schema(
+    [
+        ("line", pa.int64()),
+        ("job_id", pa.string()),
+        ("job_id_raw", pa.int64()),
+        ("job_base", pa.int64()),
+        ("array_task", pa.int64()),
+        ("array_pending", pa.string()),
+        ("het_offset", pa.int64()),
+        ("job_name", pa.string()),
+        ("user", pa.string()),
+        ("account", pa.string()),
+        ("partition", pa.string()),
+        ("qos", pa.string()),
+        ("wckey", pa.string()),
+        ("comment", pa.string()),
+        ("nodelist", pa.string()),
+        ("state", pa.string()),
+        ("state_raw", pa.string()),
+        ("exit_code", pa.int64()),
+        ("exit_signal", pa.int64()),
+        ("exit_code_known", pa.bool_()),
+        ("submit", UTC_SECONDS),
+        ("eligible", UTC_SECONDS),
+        ("start", UTC_SECONDS),
+        ("end", UTC_SECONDS),
+        ("elapsed_s", pa.int64()),
+        ("nnodes", pa.int64()),
+        ("alloc_tres", pa.string()),
+        ("gpus", pa.int64()),
+        ("gpu_type", pa.string()),
+        ("mem_mb", pa.float64()),
+    ]
+)
+
+STORE_SCHEMA = SCHEMA.append(pa.field("fetched_at", UTC_SECONDS)).append(pa.field("window", pa.string()))
+
+# Raw string field -> normalized column for the plain copies.
+PLAIN_STRING_COLUMNS: dict[str, str] = {
+    "JobName": "job_name",
+    "User": "user",
+    "Account": "account",
+    "Partition": "partition",
+    "QOS": "qos",
+    "WCKey": "wckey",
+    "Comment": "comment",
+    "NodeList": "nodelist",
+    "AllocTRES": "alloc_tres",
+    "State": "state_raw",
+    "JobID": "job_id",
+}
+
+KNOWN_STATES = frozenset(
+    {
+        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PENDING",
+        "PREEMPTED", "RUNNING", "REQUEUED", "RESIZING", "REVOKED", "SUSPENDED", "TIMEOUT", "SPECIAL_EXIT",
+        "REQUEUE_FED", "REQUEUE_HOLD", "STOPPED",
+    }
+)

@@ -1,0 +1,187 @@
+"""The local columnar store: Parquet partitioned by UTC day, under <state_dir>/accounting/.
+
+Layout::
+
+    accounting/
+      current -> snapshots/<id>          (symlink, swapped atomically)
+      snapshots/<id>/day=YYYY-MM-DD/part.parquet
+      .lock
+
+A fetch builds a new snapshot beside the current one (hard links for the days it does not touch, fresh
+files for the days it fetched), then replaces the `current` symlink with one rename. Readers resolve
+`current` once. So a re-fetched window replaces its days completely (no duplicates, no gaps), and a crash
+at any point leaves `current` as it was; leftover staging snapshots are removed by the next fetch.
+
+A job that runs across several windows appears in each window's sacct output; `load` keeps one row per
+execution (JobIDRaw + Start) in its latest state (the most recently fetched, then the latest window).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpuclust.accounting.schema import SCHEMA, STORE_SCHEMA, UTC_SECONDS
+from gpuclust.errors import GpuclustError, InputError
+
+
+class StoreError(GpuclustError):
+    """The accounting store is missing, locked or damaged."""
+
+
+def store_dir(state_dir: str) -> Path:
+    return Path(state_dir) / "accounting"
+
+
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(f"another `gpuclust report fetch` holds {root / '.lock'}") from None
+        yield
+
+
+def _current(root: Path) -> Path | None:
+    link = root / "current"
+    return link.resolve() if link.is_symlink() else None
+
+
+def _day_file(snapshot: Path, day: date) -> Path:
+    return snapshot / f"day={day.isoformat()}" / "part.parquet"
+
+
+def stored_days(root: Path) -> list[date]:
+    snap = _current(root)
+    if snap is None or not snap.is_dir():
+        return []
+    days = []
+    for entry in snap.iterdir():
+        if entry.name.startswith("day=") and (entry / "part.parquet").exists():
+            days.append(date.fromisoformat(entry.name[4:]))
+    return sorted(days)
+
+
+def replace_days(
+    root: Path,
+    tables: dict[date, pa.Table],
+    fetched_at: datetime | None = None,
+    problems: dict[date, list[str]] | None = None,
+) -> Path:
+    """Make `tables` the content of their days, atomically; returns the new snapshot directory.
+
+    `problems` (rows sacct printed that could not be parsed) are kept beside each day as problems.json,
+    so a report built later still says they exist.
+    """
+    fetched = fetched_at or datetime.now(timezone.utc).replace(microsecond=0)
+    with _locked(root):
+        snapshots = root / "snapshots"
+        snapshots.mkdir(exist_ok=True)
+        current = _current(root)
+        for old in snapshots.iterdir():  # staging left by a crashed fetch
+            if old != current:
+                shutil.rmtree(old, ignore_errors=True)
+        new = snapshots / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{time.monotonic_ns()}"
+        new.mkdir()
+        if current is not None and current.is_dir():
+            for entry in current.iterdir():
+                if entry.name.startswith("day=") and date.fromisoformat(entry.name[4:]) not in tables:
+                    (new / entry.name).mkdir()
+                    for item in entry.iterdir():
+                        os.link(item, new / entry.name / item.name)
+        for day, table in tables.items():
+            path = _day_file(new, day)
+            path.parent.mkdir()
+            stamped = _stamp(table, fetched, day)
+            pq.write_table(stamped, path, compression="zstd")
+            _fsync(path)
+            day_problems = (problems or {}).get(day)
+            if day_problems:
+                (path.parent / "problems.json").write_text(json.dumps(day_problems, ensure_ascii=False), encoding="utf-8")
+                _fsync(path.parent / "problems.json")
+        _fsync(new)
+        tmp_link = root / f".current.{os.getpid()}"
+        if tmp_link.is_symlink():
+            tmp_link.unlink()
+        tmp_link.symlink_to(Path("snapshots") / new.name)
+        os.replace(tmp_link, root / "current")
+        _fsync(root)
+        if current is not None and current != new:
+            shutil.rmtree(current, ignore_errors=True)
+        return new
+
+
+def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:
+    n = table.num_rows
+    table = table.select(SCHEMA.names).cast(SCHEMA)
+    table = table.append_column("fetched_at", pa.array(np.full(n, int(fetched.timestamp()), dtype=np.int64)).cast(UTC_SECONDS))
+    table = table.append_column("window", pa.array([day.isoformat()] * n, pa.string()))
+    return table.cast(STORE_SCHEMA)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load(root: Path, days: list[date] | None = None) -> pa.Table:
+    """The stored rows of `days` (all days when None), one row per execution in its latest state."""
+    snap = _current(root)
+    if snap is None:
+        raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
+    wanted = stored_days(root) if days is None else [d for d in days if _day_file(snap, d).exists()]
+    tables = [pq.read_table(_day_file(snap, d), schema=STORE_SCHEMA) for d in wanted]
+    if not tables:
+        return STORE_SCHEMA.empty_table()
+    return latest_state(pa.concat_tables(tables))
+
+
+def stored_problems(root: Path, days: list[date]) -> list[str]:
+    snap = _current(root)
+    out: list[str] = []
+    for day in days:
+        path = snap / f"day={day.isoformat()}" / "problems.json" if snap else None
+        if path is not None and path.exists():
+            out += json.loads(path.read_text(encoding="utf-8"))
+    return out
+
+
+def latest_state(table: pa.Table) -> pa.Table:
+    """One row per (JobIDRaw, Start): the one fetched last (then from the latest window, then latest line).
+
+    A row that never started (pending) is dropped when a later fetch shows the same JobIDRaw started.
+    """
+    if table.num_rows == 0:
+        return table
+    order_cols = [c for c in ("fetched_at", "window") if c in table.column_names]
+    idx = np.arange(table.num_rows)
+    table = table.append_column("_i", pa.array(idx))
+    table = table.sort_by([*[(c, "ascending") for c in order_cols], ("_i", "ascending")])
+    start = pc.fill_null(pc.cast(table.column("start"), pa.int64()), -1).to_numpy()
+    raw = table.column("job_id_raw").to_numpy()
+    # Keep the last occurrence of each key: reverse, first occurrence wins.
+    keys = (raw.astype(np.int64) << 32) + (start.astype(np.int64) + 1)  # JobIDRaw < 2**31, epochs < 2**32
+    _, first = np.unique(keys[::-1], return_index=True)
+    keep = np.zeros(len(start), dtype=bool)
+    keep[len(start) - 1 - first] = True
+    started_ids = np.unique(raw[start != -1])
+    keep &= ~((start == -1) & np.isin(raw, started_ids))
+    kept = table.filter(pa.array(keep))
+    return kept.sort_by([("_i", "ascending")]).drop_columns(["_i"])

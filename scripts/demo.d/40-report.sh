@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Accounting: a few real jobs (a success, a failure and its resubmission), then `report fetch` pulls sacct into
+# the Parquet store and `report build` writes report.html / CSV / report.json / gpuclust.prom.
+set -euo pipefail
+
+tag="demo$(date +%s)"
+common=(-A ml -p gpu --gres=gpu:h100:1 -o /dev/null -e /dev/null -D /tmp --comment "team=ml project=${tag}")
+ok=$(sbatch --parsable "${common[@]}" -J "${tag}-ok" --wrap 'sleep 2')
+bad=$(sbatch --parsable "${common[@]}" -J "${tag}-train" --wrap 'sleep 1; exit 3')
+echo "submitted ${ok} (succeeds) and ${bad} (exits 3)"
+until sacct -n -X -j "${bad}" -o State | grep -q FAILED; do sleep 1; done
+retry=$(sbatch --parsable "${common[@]}" -J "${tag}-train" --wrap 'sleep 1')
+echo "resubmitted ${bad} as ${retry}"
+until [ "$(sacct -a -n -X -j "${ok},${retry}" -o State | grep -c COMPLETED)" -ge 2 ]; do sleep 1; done
+sleep 3  # sacct lags a few seconds behind a job's end
+
+out="${TMPDIR:-/tmp}/gpuclust-demo-report"
+gpuclust report fetch --period today
+gpuclust report build --period today --out "$out"
+python3 - "$out/report.json" "$tag" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+mine = [r for r in d["runs"]["by_label"]["project"] if r["project"] == sys.argv[2]]
+print("this demo's runs:", json.dumps(mine, indent=1))
+print("totals:", json.dumps(d["totals"]))
+print("sizing:", json.dumps(d["sizing"]))
+PY
+echo "open $out/report.html (self-contained; plots embedded)"
