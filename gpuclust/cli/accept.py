@@ -2,9 +2,98 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import click
+
+from gpuclust.cli.context import AppContext, pass_app
+from gpuclust.cli.output import echo_json
 
 
 @click.group("accept")
 def group() -> None:
     """Acceptance jobs: submit all_reduce, pairwise and storage benchmarks; gate their results."""
+
+
+@group.command("submit")
+@click.argument("kind", type=click.Choice(["allreduce", "pairwise", "storage", "all"]))
+@click.option("--partition", "-p", required=True, help="Partition to test (its [partition] section sets GPUs and gates).")
+@click.option("--nodes", "-N", type=click.IntRange(min=1), required=True, help="Nodes per job (pairwise and storage need 2+).")
+@click.option("--gpus-per-node", type=click.IntRange(min=0), default=None,
+              help="GPUs to request per node (default: gpus_per_node of the partition; 0 = CPU only).")
+@click.option("--account", "-A", default=None, help="Slurm account to charge.")
+@click.option("--qos", default=None, help="Slurm QOS.")
+@click.option("--time", "time_limit", default=None, help="Time limit, Slurm syntax (default: the template's 30 min).")
+@click.option("--comment", default=None, help="Job comment, e.g. team=ops,project=acceptance.")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="Template parameter, e.g. --set ACCEPT_MAX_SIZE=64M (repeatable; see the template headers).")
+@click.option("--python", default=None, help="Interpreter the jobs run (default: the one running gpuclust).")
+@click.option("--template-dir", default=None, type=click.Path(file_okay=False),
+              help="Directory of the sbatch templates (default: $GPUCLUST_TEMPLATE_DIR, then the repo's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
+@pass_app
+def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node: int | None, account: str | None,
+           qos: str | None, time_limit: str | None, comment: str | None, settings: tuple[str, ...],
+           python: str | None, template_dir: str | None, as_json: bool) -> None:
+    """Submit acceptance job(s) with sbatch and print their job ids (one per line: KIND JOBID)."""
+    from gpuclust.accept import submit as S
+
+    config = app.config
+    values = S.parse_settings(list(settings))
+    templates = S.template_dir(template_dir)
+    kinds = ["allreduce", "pairwise", "storage"] if kind == "all" else [kind]
+    plans = [S.build(k, config, partition, nodes, gpus_per_node=gpus_per_node, account=account, qos=qos,
+                     time_limit=time_limit, comment=comment, settings=values, python=python, templates=templates)
+             for k in kinds]  # all validated before anything is submitted
+    jobs = []
+    for plan in plans:
+        jobs.append({"kind": plan.kind, "job_id": S.submit(app.slurm, plan)})
+    if as_json:
+        echo_json({"partition": partition, "nodes": nodes, "jobs": jobs})
+    else:
+        for job in jobs:
+            click.echo(f"{job['kind']} {job['job_id']}")
+
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    from gpuclust.accept.submit import since_value
+    from gpuclust.config.values import parse_duration
+
+    since_value(text)
+    try:
+        return datetime.now(timezone.utc) - timedelta(seconds=parse_duration(text))
+    except ValueError:
+        value = datetime.fromisoformat(text)
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+@group.command("report")
+@click.option("--job", "job_id", default=None, help="Judge this job's results only.")
+@click.option("--since", default=None, help="Judge every result since: a duration ago (24h, 7d) or a date/time.")
+@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+              help="Results directory (default: results_dir of the site config).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (per-node verdicts and reasons).")
+@pass_app
+def report(app: AppContext, job_id: str | None, since: str | None, results_dir: str | None, as_json: bool) -> None:
+    """Gate acceptance results; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (Nagios).
+
+    Without --job/--since, the latest result of each kind in each partition is judged. History (all results in
+    the directory) gives each node's baseline and version drift.
+    """
+    from gpuclust.accept import report as rep
+    from gpuclust.accept.results import scan_results
+
+    if job_id is not None and not job_id.replace("_", "").isdigit():
+        raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="--job")
+    if job_id and since:
+        raise click.UsageError("give --job or --since, not both")
+    config = app.config
+    scan = scan_results(results_dir or config.results_dir)
+    result = rep.evaluate(scan, config, job=job_id, since=_since(since))
+    if as_json:
+        echo_json(result.as_dict())
+    else:
+        click.echo(rep.render_table(result))
+    raise SystemExit(int(result.status))

@@ -1,0 +1,440 @@
+"""`gpuclust accept report`: gate acceptance results per partition, name outlier nodes, check declared against
+detected GPUs, compare each node with its own history (bandwidth baseline, version drift).
+
+Verdicts use Nagios states: OK, WARNING, CRITICAL, and UNKNOWN when there is nothing (readable) to judge.
+Each finding names the node, the check, the job and a message; a node's verdict is its worst finding.
+
+Checks
+- gate (CRITICAL): per the job's partition in the site config. all_reduce busbw is the median over the sizes
+  >= busbw_min_size (never the average over the whole sweep) against expect_busbw_gbps x (1 - busbw_tolerance);
+  staging/checkpoint MB/s per node against expect_* x (1 - storage_tolerance); restore seconds against
+  expect_restore_seconds x (1 + storage_tolerance). A failed or incorrect run is CRITICAL.
+- outlier (CRITICAL for a node, WARNING for a link): pairwise figures, median/MAD over the pairs sharing a node.
+- gres (CRITICAL): the node's Slurm GRES (scontrol show node) against the partition's gpus_per_node/gpu_type,
+  against the GPU device files found on the node, and the job's per-node allocation against the devices
+  bound to its ranks (CUDA_VISIBLE_DEVICES); on GPU also each rank's torch.cuda.device_count() against what
+  was bound to it. GPU model vs GRES type: WARNING.
+- baseline (WARNING): a node's figure below the median of its own last runs by more than the tolerance.
+- drift (WARNING): driver/CUDA/NCCL/torch changed since the node's previous result, or differs from the
+  majority of the job's nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuclust.accept import results as R
+from gpuclust.accept import stats
+from gpuclust.accept.launch import gres_gpu_count, gres_gpu_type
+from gpuclust.config.site import PartitionConfig, SiteConfig
+from gpuclust.exitcodes import Nagios
+
+PAIR_MIN_DROP = 0.5  # same as gpuclust.accept.pairwise: the program and the report name the same nodes
+BASELINE_MIN_RUNS = 3
+BASELINE_WINDOW = 10
+
+
+@dataclass(frozen=True)
+class Finding:
+    node: str | None  # None: about the run as a whole
+    status: Nagios
+    check: str  # gate | outlier | gres | baseline | drift | run | input
+    message: str
+    job_id: str | None = None
+    kind: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status.name, "check": self.check, "message": self.message, "job_id": self.job_id,
+                "kind": self.kind}
+
+
+@dataclass
+class NodeVerdict:
+    node: str
+    status: Nagios = Nagios.OK
+    findings: list[Finding] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    last_finished: datetime | None = None
+
+    def add(self, finding: Finding) -> None:
+        self.findings.append(finding)
+        self.status = Nagios.worst(self.status, finding.status)
+
+
+@dataclass
+class JobSummary:
+    job_id: str
+    kind: str
+    partition: str | None
+    nodes: tuple[str, ...]
+    finished: datetime
+    passed: bool
+    headline: str
+    status: Nagios = Nagios.OK
+
+
+@dataclass
+class Report:
+    status: Nagios
+    nodes: dict[str, NodeVerdict]
+    jobs: list[JobSummary]
+    findings: list[Finding]  # run-level ones (node None), input problems included
+    problems: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.name,
+            "exit_code": int(self.status),
+            "jobs": [
+                {"job_id": j.job_id, "kind": j.kind, "partition": j.partition, "nodes": list(j.nodes),
+                 "finished": R.format_time(j.finished), "passed": j.passed, "status": j.status.name,
+                 "headline": j.headline}
+                for j in self.jobs
+            ],
+            "nodes": {
+                name: {"status": v.status.name, "jobs": v.jobs,
+                       "last_finished": R.format_time(v.last_finished) if v.last_finished else None,
+                       "reasons": [f.as_dict() for f in v.findings]}
+                for name, v in sorted(self.nodes.items())
+            },
+            "findings": [f.as_dict() for f in self.findings],
+            "problems": self.problems,
+        }
+
+
+# ---- selection -------------------------------------------------------------------------------------------
+
+
+def select(jobs: list[R.JobResult], job: str | None = None, since: datetime | None = None) -> list[R.JobResult]:
+    """--job: that job's results; --since: every result finished since; neither: the latest result of each
+    kind in each partition."""
+    if job is not None:
+        return [r for r in jobs if r.job_id == job]
+    if since is not None:
+        return [r for r in jobs if r.job.finished >= since]
+    latest: dict[tuple[str, str | None], R.JobResult] = {}
+    for r in jobs:
+        key = (r.kind, r.job.partition)
+        if key not in latest or r.job.finished >= latest[key].job.finished:
+            latest[key] = r
+    return sorted(latest.values(), key=lambda r: r.job.finished)
+
+
+# ---- figures ---------------------------------------------------------------------------------------------
+
+
+def large_size_busbw(result: R.JobResult, min_size: int) -> float | None:
+    """Median busbw over the sweep sizes >= min_size; None when the sweep never got that large."""
+    large = [s.busbw_gbps for s in result.sweep if s.size >= min_size]
+    return stats.median(large) if large else None
+
+
+def pair_analysis(result: R.JobResult) -> stats.PairAnalysis:
+    return stats.analyse_pairs(
+        (stats.PairFigure(p.nodes, p.busbw_gbps if p.status == "ok" else None) for p in result.pairs),
+        min_drop=PAIR_MIN_DROP,
+    )
+
+
+def node_metrics(result: R.JobResult, part: PartitionConfig | None) -> dict[str, dict[str, float]]:
+    """Per node, the figures compared with the node's own history."""
+    out: dict[str, dict[str, float]] = {}
+    if result.kind == "allreduce":
+        figure = large_size_busbw(result, part.busbw_min_size if part else 64 * 1024**2)
+        if figure is None and result.sweep:
+            figure = max(result.sweep, key=lambda s: s.size).busbw_gbps
+        if figure is not None and result.job.passed:
+            for node in result.nodes:
+                out.setdefault(node, {})["allreduce_busbw_gbps"] = figure
+    elif result.kind == "pairwise":
+        for node, score in pair_analysis(result).node_scores.items():
+            out.setdefault(node, {})["pairwise_busbw_gbps"] = score
+    elif result.kind == "storage":
+        for rec in result.storage:
+            if not rec.ok:
+                continue
+            if rec.metric in ("staging", "checkpoint_write"):
+                out.setdefault(rec.node, {})[f"{rec.metric}_mbps"] = rec.mbps
+            elif rec.metric == "checkpoint_read":
+                out.setdefault(rec.read_node or rec.node, {})["checkpoint_read_mbps"] = rec.mbps
+    return out
+
+
+# ---- checks ----------------------------------------------------------------------------------------------
+
+
+def gate_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Finding]:
+    f: list[Finding] = []
+    job, kind = result.job_id, result.kind
+
+    def add(node: str | None, status: Nagios, message: str, check: str = "gate") -> None:
+        f.append(Finding(node, status, check, message, job, kind))
+
+    # pairwise: the pairs themselves say who is slow (outlier_findings); only a run without pairs is a crash
+    explained = kind == "pairwise" and bool(result.pairs)
+    if not result.job.passed and not explained:
+        culprits = result.job.failed_nodes or result.nodes
+        why = "; ".join(result.job.reasons) or "the run did not pass"
+        for node in culprits:
+            add(node, Nagios.CRITICAL, f"{kind} job {job} failed: {why}", "run")
+        if not result.nodes:
+            add(None, Nagios.CRITICAL, f"{kind} job {job} failed: {why}", "run")
+    if part is None:
+        add(None, Nagios.WARNING, f"partition {result.job.partition!r} is not in the site config: no gates applied")
+        return f
+    if kind == "allreduce":
+        wrong = sum(s.wrong for s in result.sweep)
+        if wrong and result.job.passed:  # a result that says passed but carries wrong elements
+            for node in result.nodes:
+                add(node, Nagios.CRITICAL, f"{wrong} wrong elements in the sweep")
+        if part.expect_busbw_gbps is not None:
+            figure = large_size_busbw(result, part.busbw_min_size)
+            floor = part.expect_busbw_gbps * (1 - part.busbw_tolerance)
+            if figure is None:
+                top = max((s.size for s in result.sweep), default=0)
+                add(None, Nagios.WARNING, f"sweep stopped at {top} bytes, below busbw_min_size "
+                                          f"{part.busbw_min_size}: busbw not gated")
+            elif figure < floor:
+                for node in result.nodes:
+                    add(node, Nagios.CRITICAL, f"all_reduce busbw {figure:.3f} GB/s at sizes >= "
+                                               f"{part.busbw_min_size} B is below {floor:.3f} "
+                                               f"({part.expect_busbw_gbps:g} - {part.busbw_tolerance:.0%})")
+    elif kind == "storage":
+        tol = part.storage_tolerance
+        expect = {"staging": part.expect_staging_mbps, "checkpoint_write": part.expect_checkpoint_write_mbps,
+                  "checkpoint_read": part.expect_checkpoint_read_mbps}
+        for rec in result.storage:
+            node = rec.read_node or rec.node
+            if not rec.ok:
+                targets = [node] if node != "*" else list(result.nodes)
+                for t in targets:
+                    add(t, Nagios.CRITICAL, f"{rec.metric} failed its check")
+                continue
+            want = expect.get(rec.metric)
+            if want is not None and rec.mbps < want * (1 - tol):
+                add(node, Nagios.CRITICAL, f"{rec.metric} {rec.mbps:.1f} MB/s is below {want * (1 - tol):.1f} "
+                                           f"({want:g} - {tol:.0%})")
+            if rec.metric == "checkpoint_read" and part.expect_restore_seconds is not None:
+                limit = part.expect_restore_seconds * (1 + tol)
+                if rec.seconds > limit:
+                    add(node, Nagios.CRITICAL, f"restore of the checkpoint written on {rec.write_node} took "
+                                               f"{rec.seconds:.1f} s, over {limit:.1f} s")
+    return f
+
+
+def outlier_findings(result: R.JobResult) -> list[Finding]:
+    if result.kind != "pairwise":
+        return []
+    analysis = pair_analysis(result)
+    f = []
+    for node, out in sorted(analysis.node_outliers.items()):
+        f.append(Finding(node, Nagios.CRITICAL, "outlier",
+                         f"slow node: median busbw {out.value:.3f} GB/s over its pairs vs {out.median:.3f} for the "
+                         f"median node ({out.drop:.0%} lower, robust z {out.z:.1f})", result.job_id, result.kind))
+    for (a, b), out in sorted(analysis.link_outliers.items()):
+        for node in (a, b):
+            f.append(Finding(node, Nagios.WARNING, "outlier",
+                             f"slow link {a}-{b}: {out.value:.3f} GB/s vs median pair {out.median:.3f}",
+                             result.job_id, result.kind))
+    for p in result.pairs:
+        if p.status != "ok":
+            for node in p.nodes:
+                f.append(Finding(node, Nagios.WARNING, "outlier", f"pair {p.nodes[0]}-{p.nodes[1]} {p.status}",
+                                 result.job_id, result.kind))
+        elif p.wrong:
+            for node in p.nodes:
+                f.append(Finding(node, Nagios.CRITICAL, "gate", f"pair {p.nodes[0]}-{p.nodes[1]}: {p.wrong} wrong "
+                                                                f"elements", result.job_id, result.kind))
+    if not analysis.enough_nodes and result.pairs:
+        f.append(Finding(None, Nagios.OK, "outlier", "fewer than 3 nodes: pairwise cannot name a node",
+                         result.job_id, result.kind))
+    return f
+
+
+def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Finding]:
+    f: list[Finding] = []
+
+    def add(node: str, status: Nagios, message: str) -> None:
+        f.append(Finding(node, status, "gres", message, result.job_id, result.kind))
+
+    for node in result.nodes:
+        ranks = result.ranks_on(node)
+        configured = result.job.node_gres.get(node)
+        cfg_count = gres_gpu_count(configured) if configured is not None else None
+        cfg_type = gres_gpu_type(configured) if configured else None
+        shown = configured or "no GPUs"
+        if part is not None and cfg_count is not None:
+            if part.gpus_per_node is not None and cfg_count != part.gpus_per_node:
+                add(node, Nagios.CRITICAL, f"Slurm declares {shown} on {node}; partition {part.name} expects "
+                                           f"{part.gpus_per_node} GPUs per node")
+            if part.gpu_type and cfg_type and cfg_type != part.gpu_type:
+                add(node, Nagios.CRITICAL, f"Slurm declares GPU type {cfg_type} on {node}; partition {part.name} "
+                                           f"expects {part.gpu_type}")
+        found = [r.devices_found for r in ranks if r.devices_found is not None]
+        if found and cfg_count is not None and max(found) != cfg_count:
+            glob = next((r.device_glob for r in ranks if r.device_glob), "?")
+            add(node, Nagios.CRITICAL, f"Slurm declares {cfg_count} GPUs on {node} ({shown}) but the node has "
+                                       f"{max(found)} GPU devices ({glob})")
+        alloc = result.job.declared_gres.get(node)
+        alloc_count = gres_gpu_count(alloc) if alloc else 0
+        if alloc_count:
+            unbound = [r.rank for r in ranks if r.cuda_visible_devices is None]
+            if unbound:
+                add(node, Nagios.CRITICAL, f"job {result.job_id} was allocated {alloc} on {node} but rank(s) "
+                                           f"{','.join(map(str, unbound))} had no CUDA_VISIBLE_DEVICES (nothing bound)")
+            elif ranks:
+                bound = {d.strip() for r in ranks for d in (r.cuda_visible_devices or "").split(",") if d.strip()}
+                if len(bound) != alloc_count:
+                    add(node, Nagios.CRITICAL, f"job {result.job_id} was allocated {alloc_count} GPUs on {node} "
+                                               f"({alloc}) but its ranks were bound to {len(bound)}")
+        for r in ranks:
+            cuda_rank = r.backend == "nccl" or r.gpus_seen > 0
+            if cuda_rank and r.gpus_bound is not None and r.gpus_seen != r.gpus_bound:
+                add(node, Nagios.CRITICAL, f"rank {r.rank} on {node}: torch sees {r.gpus_seen} GPUs of the "
+                                           f"{r.gpus_bound} bound to it")
+            if r.gpu_model and cfg_type and cfg_type.lower() not in r.gpu_model.lower().replace(" ", ""):
+                add(node, Nagios.WARNING, f"rank {r.rank} on {node} runs on a {r.gpu_model}, GRES type is {cfg_type}")
+    return f
+
+
+def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: PartitionConfig | None) -> list[Finding]:
+    """The node's figure against the median of its own earlier runs of the same kind and partition."""
+    f: list[Finding] = []
+    prior = [h for h in history if h.kind == result.kind and h.job.partition == result.job.partition
+             and h.job.finished < result.job.finished]
+    if not prior:
+        return f
+    series: dict[tuple[str, str], list[float]] = {}
+    for h in prior:
+        for node, figures in node_metrics(h, part).items():
+            for metric, value in figures.items():
+                series.setdefault((node, metric), []).append(value)
+    for node, figures in node_metrics(result, part).items():
+        for metric, value in figures.items():
+            base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
+            if base is None or base <= 0:
+                continue
+            tol = (part.busbw_tolerance if "busbw" in metric else part.storage_tolerance) if part else 0.2
+            if value < base * (1 - tol):
+                runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
+                f.append(Finding(node, Nagios.WARNING, "baseline",
+                                 f"{metric} {value:.3f} is {1 - value / base:.0%} below {node}'s own baseline "
+                                 f"{base:.3f} (median of its last {runs} runs)", result.job_id, result.kind))
+    return f
+
+
+def drift_findings(result: R.JobResult, history: list[R.JobResult]) -> list[Finding]:
+    f: list[Finding] = []
+    current = {node: v.as_dict() for node, v in result.node_versions().items()}
+    for node, versions in current.items():
+        previous = None
+        for h in sorted(history, key=lambda h: h.job.finished, reverse=True):
+            if h.job.finished < result.job.finished and node in h.node_versions():
+                previous = h
+                break
+        if previous is None:
+            continue
+        for d in stats.version_drift(previous.node_versions()[node].as_dict(), versions, previous.job_id):
+            f.append(Finding(node, Nagios.WARNING, "drift",
+                             f"{d.field} changed on {node}: {d.before} -> {d.after} (since job {d.since_job})",
+                             result.job_id, result.kind))
+    for node, diffs in stats.fleet_odd_ones(current).items():
+        for name, mine, majority in diffs:
+            f.append(Finding(node, Nagios.WARNING, "drift",
+                             f"{name} on {node} is {mine}, the job's other nodes run {majority}",
+                             result.job_id, result.kind))
+    return f
+
+
+def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
+    if result.kind == "allreduce":
+        if not result.sweep:
+            return "no sweep figures"
+        top = max(result.sweep, key=lambda s: s.size)
+        large = large_size_busbw(result, part.busbw_min_size if part else 64 * 1024**2)
+        wrong = sum(s.wrong for s in result.sweep)
+        tail = f", busbw(>= min size) {large:.3f}" if large is not None else ""
+        return f"{len(result.ranks)} ranks, busbw {top.busbw_gbps:.3f} GB/s at {top.size} B{tail}, {wrong} wrong"
+    if result.kind == "pairwise":
+        analysis = pair_analysis(result)
+        links = [f"{a}-{b}" for a, b in sorted(analysis.link_outliers)]
+        return (f"{len(result.pairs)} pairs, outlier nodes: {', '.join(sorted(analysis.node_outliers)) or 'none'}"
+                + (f", slow links: {', '.join(links)}" if links else ""))
+    parts = []
+    for rec in result.storage:
+        where = f"{rec.write_node}->{rec.read_node}" if rec.read_node else rec.node
+        parts.append(f"{rec.metric}[{where}] {rec.mbps:.0f} MB/s")
+    return ", ".join(parts) or "no storage figures"
+
+
+def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
+             since: datetime | None = None) -> Report:
+    history = scan.jobs
+    chosen = select(history, job=job, since=since)
+    nodes: dict[str, NodeVerdict] = {}
+    run_findings: list[Finding] = []
+    summaries: list[JobSummary] = []
+    problems = [str(p) for p in scan.problems
+                if job is None or p.file.endswith(f"-{job}.jsonl")]  # --job: only that job's files count
+    status = Nagios.OK
+    for result in chosen:
+        part = config.partitions.get(result.job.partition or "")
+        findings = [*gate_findings(result, part), *outlier_findings(result), *gres_findings(result, part),
+                    *baseline_findings(result, history, part), *drift_findings(result, history)]
+        job_status = Nagios.worst(*(x.status for x in findings)) if findings else Nagios.OK
+        summaries.append(JobSummary(result.job_id, result.kind, result.job.partition, result.nodes,
+                                    result.job.finished, result.job.passed, headline(result, part), job_status))
+        for node in result.nodes:
+            verdict = nodes.setdefault(node, NodeVerdict(node))
+            verdict.jobs.append(f"{result.kind}-{result.job_id}")
+            if verdict.last_finished is None or result.job.finished > verdict.last_finished:
+                verdict.last_finished = result.job.finished
+        for finding in findings:
+            if finding.node is None:
+                run_findings.append(finding)
+            else:
+                nodes.setdefault(finding.node, NodeVerdict(finding.node)).add(finding)
+        status = Nagios.worst(status, job_status)
+    if not chosen:
+        what = f"job {job}" if job else (f"since {since.isoformat()}" if since else "at all")
+        run_findings.append(Finding(None, Nagios.UNKNOWN, "input", f"no acceptance results {what} in the results directory"))
+        status = Nagios.worst(status, Nagios.UNKNOWN)
+    if problems:
+        run_findings.append(Finding(None, Nagios.UNKNOWN, "input",
+                                    f"{len(problems)} unreadable result line(s)/file(s); see problems"))
+        status = Nagios.worst(status, Nagios.UNKNOWN)
+    return Report(status, nodes, summaries, run_findings, problems)
+
+
+def render_table(report: Report) -> str:
+    from gpuclust.cli.output import format_table
+
+    lines = [f"acceptance: {report.status.name}"]
+    if report.jobs:
+        lines.append("")
+        lines.append(format_table(
+            ["JOB", "KIND", "PARTITION", "FINISHED", "STATUS", "SUMMARY"],
+            [[j.job_id, j.kind, j.partition or "-", j.finished.strftime("%Y-%m-%d %H:%M"), j.status.name, j.headline]
+             for j in report.jobs]))
+    if report.nodes:
+        lines.append("")
+        rows = []
+        for name, v in sorted(report.nodes.items()):
+            reasons = [f"[{f.check}] {f.message}" for f in v.findings if f.status != Nagios.OK] or ["-"]
+            rows.append([name, v.status.name, reasons[0]])
+            rows.extend(["", "", extra] for extra in reasons[1:])
+        lines.append(format_table(["NODE", "STATUS", "REASONS"], rows))
+    for finding in report.findings:
+        lines.append(f"{finding.status.name}: [{finding.check}] {finding.message}")
+    for problem in report.problems:
+        lines.append(f"problem: {problem}")
+    return "\n".join(lines)
+
+
+def nodes_with(report: Report, check: str, status: Nagios | None = None) -> list[str]:
+    """Nodes that have a finding of this check (and status); for tests and scripts."""
+    return sorted(n for n, v in report.nodes.items()
+                  if any(f.check == check and (status is None or f.status == status) for f in v.findings))
+

@@ -1,0 +1,624 @@
+"""Acceptance result records: the JSON-lines schema, the writer, and typed loaders.
+
+One file per Slurm job, `<results_dir>/<kind>-<job_id>.jsonl` (results_dir from SiteConfig.results_dir; it must
+be a filesystem every node sees). Every line is one JSON object with these common keys:
+
+    schema   "gpuclust.accept/1"
+    type     "job" | "rank" | "sweep" | "pair" | "storage"
+    job_id   Slurm job id (string; "1234", or "1234_5" for an array task)
+    kind     "allreduce" | "pairwise" | "storage"
+
+and, per type (times are ISO 8601 with an offset, always UTC when written by gpuclust; sizes in bytes;
+bandwidths as nccl-tests prints them, GB/s = 1e9 bytes/s; storage in MB/s = 1e6 bytes/s):
+
+- "job" (exactly one per file): cluster, partition, nodes [node names], started, finished, passed (bool: the
+  job ran to completion and every correctness check held; performance gates are applied later by
+  `gpuclust accept report`), failed_nodes [nodes the program itself found at fault; empty when it could not
+  tell], reasons [why not passed], world_size, backend ("gloo" | "nccl"), params {the validated parameters},
+  declared_gres {node: GRES string the job was allocated there, from `scontrol show job -d`, e.g.
+  "gpu:h100:4(IDX:0-3)"}, node_gres {node: the node's configured Gres from `scontrol show node`}.
+- "rank" (one per rank, pairwise: one per rank of each pair step): see RankRecord.
+- "sweep" (one per message size): see SweepRecord.
+- "pair" (one per node pair): see PairRecord.
+- "storage" (one per measurement): see StorageRecord.
+
+Unknown keys are kept in `extra` (forward compatible); missing required keys, wrong types, a bad schema tag,
+bad JSON and files with no or several "job" lines are reported as Problem(file, line, ...), never dropped.
+
+The API of this module is stable: the audit plane reads it (per-node acceptance freshness, version drift).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuclust.errors import InputError, Problem
+
+SCHEMA = "gpuclust.accept/1"
+KINDS = ("allreduce", "pairwise", "storage")
+RECORD_TYPES = ("job", "rank", "sweep", "pair", "storage")
+FILE_SUFFIX = ".jsonl"
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+_FILE_NAME = re.compile(r"^(allreduce|pairwise|storage)-(\d+(?:_\d+)?)\.jsonl$")
+
+# Storage metrics a "storage" record may carry.
+STORAGE_METRICS = (
+    "staging",  # shared path -> node-local scratch copy, per node
+    "checkpoint_write",  # torch.save + fsync on write_node
+    "checkpoint_read",  # torch.load of that file on read_node (a different node); seconds = restore time
+    "dcp_save",  # sharded torch.distributed.checkpoint save, all ranks (node = "*")
+    "dcp_load",  # sharded load with ranks moved to other nodes
+    "aggregate_write",  # every rank writes its share between mpi4py barriers (node = "*")
+    "aggregate_read",
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def format_time(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def result_file_name(kind: str, job_id: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown acceptance kind {kind!r}")
+    if not _JOB_ID.match(job_id):
+        raise ValueError(f"bad Slurm job id {job_id!r}")
+    return f"{kind}-{job_id}{FILE_SUFFIX}"
+
+
+# ---- records ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Software/firmware versions one rank saw; None where not applicable (driver/CUDA/NCCL on CPU)."""
+
+    driver: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    torch: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"driver": self.driver, "cuda": self.cuda, "nccl": self.nccl, "torch": self.torch}
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """What one rank saw of its node. `gpus_seen` is what the framework reports (torch.cuda.device_count());
+    `gpus_bound` is the number of devices Slurm bound to the step (entries of CUDA_VISIBLE_DEVICES; None when
+    the variable is unset, which means nothing was bound, not zero GPUs); `devices_found` is the number of
+    GPU device files on the node matching `device_glob` (default /dev/nvidia[0-9]*), i.e. what the hardware
+    offers whatever Slurm declares (None when not probed)."""
+
+    job_id: str
+    kind: str
+    rank: int
+    local_rank: int
+    world_size: int
+    hostname: str
+    node: str  # SLURMD_NODENAME, the Slurm node name
+    step_id: str | None = None
+    gpu_model: str | None = None
+    gpu_uuid: str | None = None
+    versions: Versions = field(default_factory=Versions)
+    cuda_visible_devices: str | None = None
+    slurm_job_gpus: str | None = None
+    slurm_step_gpus: str | None = None
+    gpus_seen: int = 0
+    gpus_bound: int | None = None
+    devices_found: int | None = None
+    device_glob: str | None = None
+    declared_gres: str | None = None  # this node's GRES in the job's allocation (scontrol show job -d)
+    backend: str | None = None
+    device: str | None = None  # "cuda:0" or "cpu"
+    wrong: int = 0  # wrong elements this rank saw over the whole run
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """One message size of an all_reduce sweep. time_us: mean per-iteration time averaged over ranks (the
+    nccl-tests default, -a 1); time_us_max: the slowest rank. algbw = size / time; busbw = algbw * 2(n-1)/n."""
+
+    job_id: str
+    kind: str
+    size: int
+    count: int
+    dtype: str
+    iters: int
+    warmup: int
+    time_us: float
+    time_us_max: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int
+    world_size: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PairRecord:
+    """One node pair of a pairwise sweep. status: "ok", "timeout" (ran past the per-pair budget; figures are
+    then a lower bound computed from the budget) or "failed"."""
+
+    job_id: str
+    kind: str
+    nodes: tuple[str, str]
+    size: int
+    iters: int
+    time_us: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    wrong: int
+    status: str
+    step_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StorageRecord:
+    """One storage measurement. node: where it ran ("*" for an all-rank aggregate); for checkpoint_read,
+    write_node is where the file was written and node (= read_node) where it was restored."""
+
+    job_id: str
+    kind: str
+    metric: str
+    node: str
+    bytes: int
+    seconds: float
+    mbps: float
+    ok: bool = True
+    write_node: str | None = None
+    read_node: str | None = None
+    ranks: int | None = None
+    path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    kind: str
+    cluster: str | None
+    partition: str | None
+    nodes: tuple[str, ...]
+    started: datetime
+    finished: datetime
+    passed: bool
+    failed_nodes: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    world_size: int | None = None
+    backend: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    declared_gres: dict[str, str] = field(default_factory=dict)
+    node_gres: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """Everything one result file holds."""
+
+    path: str
+    job: JobRecord
+    ranks: tuple[RankRecord, ...] = ()
+    sweep: tuple[SweepRecord, ...] = ()
+    pairs: tuple[PairRecord, ...] = ()
+    storage: tuple[StorageRecord, ...] = ()
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    @property
+    def kind(self) -> str:
+        return self.job.kind
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.job.nodes
+
+    def node_passed(self, node: str) -> bool:
+        """Did this job pass *for this node*? A failed job that named its culprits (failed_nodes) passes the
+        others; a failed job that could not tell fails every node. Performance gates are not applied here."""
+        if node not in self.job.nodes:
+            return False
+        if node in self.job.failed_nodes:
+            return False
+        return self.job.passed or bool(self.job.failed_nodes)
+
+    def node_versions(self) -> dict[str, Versions]:
+        """Per node, the versions its lowest rank reported."""
+        out: dict[str, Versions] = {}
+        for rank in sorted(self.ranks, key=lambda r: r.rank):
+            out.setdefault(rank.node, rank.versions)
+        return out
+
+    def ranks_on(self, node: str) -> list[RankRecord]:
+        return [r for r in self.ranks if r.node == node]
+
+
+@dataclass(frozen=True)
+class ResultScan:
+    """What a lenient scan found: the readable jobs and every problem (file:line). A file with any problem
+    is still returned when its job line is readable, minus its bad lines, so a report can show both."""
+
+    jobs: list[JobResult]
+    problems: list[Problem]
+    bad_files: list[str] = field(default_factory=list)  # files with no usable job line
+
+
+# ---- writing ------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, Versions):
+        return value.as_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value
+
+
+def record_to_dict(record: JobRecord | RankRecord | SweepRecord | PairRecord | StorageRecord) -> dict[str, Any]:
+    rtype = _TYPE_OF[type(record)]
+    out: dict[str, Any] = {"schema": SCHEMA, "type": rtype}
+    for f in fields(record):
+        if f.name == "extra":
+            continue
+        out[f.name] = _plain(getattr(record, f.name))
+    for key, value in record.extra.items():
+        out.setdefault(key, _plain(value))
+    return out
+
+
+def dump_lines(result: JobResult) -> str:
+    records: list[Any] = [result.job, *result.ranks, *result.sweep, *result.pairs, *result.storage]
+    return "".join(json.dumps(record_to_dict(r), sort_keys=False) + "\n" for r in records)
+
+
+def write_result(results_dir: str | os.PathLike[str], result: JobResult) -> Path:
+    """Write atomically (temp file + rename in the same directory), so a reader never sees half a file."""
+    directory = Path(results_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / result_file_name(result.job.kind, result.job.job_id)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(dump_lines(result))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+# ---- reading ------------------------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    def __init__(self, message: str, field_name: str | None = None):
+        super().__init__(message)
+        self.field_name = field_name
+
+
+def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, required: bool = True,
+         default: Any = None) -> Any:
+    if key not in d or d[key] is None:
+        if required:
+            raise _Bad(f"missing required key {key!r}", key)
+        return default
+    value = d[key]
+    # bool is an int in Python; never accept it where a number is meant
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {value!r}", key)
+    if float in (kind if isinstance(kind, tuple) else (kind,)) and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, kind):
+        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {value!r}", key)
+    return value
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false",
+                        "list": "a list", "dict": "an object"}.get(k.__name__, k.__name__) for k in kinds)
+
+
+def _nonneg(d: Mapping[str, Any], key: str, kind: type, **kw: Any) -> Any:
+    value = _get(d, key, kind, **kw)
+    if value is not None and value < 0:
+        raise _Bad(f"{key!r} must be >= 0, got {value!r}", key)
+    return value
+
+
+def _str_list(d: Mapping[str, Any], key: str, required: bool = False) -> tuple[str, ...]:
+    value = _get(d, key, list, required=required, default=[])
+    if not all(isinstance(v, str) for v in value):
+        raise _Bad(f"{key!r} must be a list of strings", key)
+    return tuple(value)
+
+
+def _str_map(d: Mapping[str, Any], key: str) -> dict[str, str]:
+    value = _get(d, key, dict, required=False, default={})
+    if not all(isinstance(v, str) for v in value.values()):
+        raise _Bad(f"{key!r} must map names to strings", key)
+    return dict(value)
+
+
+def _time(d: Mapping[str, Any], key: str) -> datetime:
+    text = _get(d, key, str)
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise _Bad(f"{key!r} is not an ISO 8601 time: {text!r}", key) from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _extra(d: Mapping[str, Any], cls: type) -> dict[str, Any]:
+    known = {f.name for f in fields(cls)} | {"schema", "type"}
+    return {k: v for k, v in d.items() if k not in known}
+
+
+def _versions(d: Mapping[str, Any]) -> Versions:
+    value = _get(d, "versions", dict, required=False, default={})
+    for key in ("driver", "cuda", "nccl", "torch"):
+        if value.get(key) is not None and not isinstance(value[key], str):
+            raise _Bad(f"versions.{key} must be a string or null", f"versions.{key}")
+    return Versions(value.get("driver"), value.get("cuda"), value.get("nccl"), value.get("torch"))
+
+
+def _parse_job(d: Mapping[str, Any]) -> JobRecord:
+    return JobRecord(
+        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str),
+        cluster=_get(d, "cluster", str, required=False), partition=_get(d, "partition", str, required=False),
+        nodes=_str_list(d, "nodes", required=True), started=_time(d, "started"), finished=_time(d, "finished"),
+        passed=_get(d, "passed", bool), failed_nodes=_str_list(d, "failed_nodes"), reasons=_str_list(d, "reasons"),
+        world_size=_nonneg(d, "world_size", int, required=False), backend=_get(d, "backend", str, required=False),
+        params=dict(_get(d, "params", dict, required=False, default={})),
+        declared_gres=_str_map(d, "declared_gres"), node_gres=_str_map(d, "node_gres"),
+        extra=_extra(d, JobRecord),
+    )
+
+
+def _parse_rank(d: Mapping[str, Any]) -> RankRecord:
+    return RankRecord(
+        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), rank=_nonneg(d, "rank", int),
+        local_rank=_nonneg(d, "local_rank", int), world_size=_nonneg(d, "world_size", int),
+        hostname=_get(d, "hostname", str), node=_get(d, "node", str),
+        step_id=_get(d, "step_id", str, required=False), gpu_model=_get(d, "gpu_model", str, required=False),
+        gpu_uuid=_get(d, "gpu_uuid", str, required=False), versions=_versions(d),
+        cuda_visible_devices=_get(d, "cuda_visible_devices", str, required=False),
+        slurm_job_gpus=_get(d, "slurm_job_gpus", str, required=False),
+        slurm_step_gpus=_get(d, "slurm_step_gpus", str, required=False),
+        gpus_seen=_nonneg(d, "gpus_seen", int, required=False, default=0),
+        gpus_bound=_nonneg(d, "gpus_bound", int, required=False),
+        devices_found=_nonneg(d, "devices_found", int, required=False),
+        device_glob=_get(d, "device_glob", str, required=False),
+        declared_gres=_get(d, "declared_gres", str, required=False),
+        backend=_get(d, "backend", str, required=False), device=_get(d, "device", str, required=False),
+        wrong=_nonneg(d, "wrong", int, required=False, default=0), extra=_extra(d, RankRecord),
+    )
+
+
+def _parse_sweep(d: Mapping[str, Any]) -> SweepRecord:
+    return SweepRecord(
+        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), size=_nonneg(d, "size", int),
+        count=_nonneg(d, "count", int), dtype=_get(d, "dtype", str), iters=_nonneg(d, "iters", int),
+        warmup=_nonneg(d, "warmup", int), time_us=_nonneg(d, "time_us", float),
+        time_us_max=_nonneg(d, "time_us_max", float), algbw_gbps=_nonneg(d, "algbw_gbps", float),
+        busbw_gbps=_nonneg(d, "busbw_gbps", float), wrong=_nonneg(d, "wrong", int),
+        world_size=_nonneg(d, "world_size", int), extra=_extra(d, SweepRecord),
+    )
+
+
+def _parse_pair(d: Mapping[str, Any]) -> PairRecord:
+    nodes = _str_list(d, "nodes", required=True)
+    if len(nodes) != 2:
+        raise _Bad(f"'nodes' must name exactly 2 nodes, got {list(nodes)!r}", "nodes")
+    status = _get(d, "status", str)
+    if status not in ("ok", "timeout", "failed"):
+        raise _Bad(f"'status' must be ok, timeout or failed, got {status!r}", "status")
+    return PairRecord(
+        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), nodes=(nodes[0], nodes[1]),
+        size=_nonneg(d, "size", int), iters=_nonneg(d, "iters", int),
+        time_us=_nonneg(d, "time_us", float, required=False),
+        algbw_gbps=_nonneg(d, "algbw_gbps", float, required=False),
+        busbw_gbps=_nonneg(d, "busbw_gbps", float, required=False),
+        wrong=_nonneg(d, "wrong", int, required=False, default=0), status=status,
+        step_id=_get(d, "step_id", str, required=False), extra=_extra(d, PairRecord),
+    )
+
+
+def _parse_storage(d: Mapping[str, Any]) -> StorageRecord:
+    metric = _get(d, "metric", str)
+    if metric not in STORAGE_METRICS:
+        raise _Bad(f"unknown storage metric {metric!r} (known: {', '.join(STORAGE_METRICS)})", "metric")
+    return StorageRecord(
+        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), metric=metric, node=_get(d, "node", str),
+        bytes=_nonneg(d, "bytes", int), seconds=_nonneg(d, "seconds", float), mbps=_nonneg(d, "mbps", float),
+        ok=_get(d, "ok", bool, required=False, default=True),
+        write_node=_get(d, "write_node", str, required=False), read_node=_get(d, "read_node", str, required=False),
+        ranks=_nonneg(d, "ranks", int, required=False), path=_get(d, "path", str, required=False),
+        extra=_extra(d, StorageRecord),
+    )
+
+
+_AnyRecord = JobRecord | RankRecord | SweepRecord | PairRecord | StorageRecord
+_PARSERS: dict[str, Callable[[Mapping[str, Any]], _AnyRecord]] = {"job": _parse_job, "rank": _parse_rank, "sweep": _parse_sweep, "pair": _parse_pair,
+            "storage": _parse_storage}
+_TYPE_OF: dict[type, str] = {JobRecord: "job", RankRecord: "rank", SweepRecord: "sweep", PairRecord: "pair",
+                             StorageRecord: "storage"}
+
+
+def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Problem]]:
+    """Parse one file's text. Returns the result (None when no single valid job line) and every problem."""
+    problems: list[Problem] = []
+    jobs: list[tuple[int, JobRecord]] = []
+    others: list[tuple[int, _AnyRecord]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(Problem(path, lineno, f"not valid JSON: {exc.msg} (column {exc.colno})"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(Problem(path, lineno, "a result line must be a JSON object"))
+            continue
+        if obj.get("schema") != SCHEMA:
+            problems.append(Problem(path, lineno, f"unknown schema {obj.get('schema')!r} (expected {SCHEMA!r})",
+                                    "schema"))
+            continue
+        rtype = obj.get("type")
+        if rtype not in _PARSERS:
+            problems.append(Problem(path, lineno, f"unknown record type {rtype!r} (known: {', '.join(RECORD_TYPES)})",
+                                    "type"))
+            continue
+        try:
+            record = _PARSERS[rtype](obj)
+        except _Bad as exc:
+            problems.append(Problem(path, lineno, f"{rtype} record: {exc}", exc.field_name))
+            continue
+        if record.kind not in KINDS:
+            problems.append(Problem(path, lineno, f"unknown kind {record.kind!r} (known: {', '.join(KINDS)})", "kind"))
+            continue
+        if isinstance(record, JobRecord):
+            jobs.append((lineno, record))
+        else:
+            others.append((lineno, record))
+    if not jobs:
+        problems.append(Problem(path, None, "no valid 'job' line: the job record is missing or unreadable"))
+        return None, problems
+    if len(jobs) > 1:
+        problems.append(Problem(path, jobs[1][0], f"more than one 'job' line (first at line {jobs[0][0]})"))
+        return None, problems
+    job = jobs[0][1]
+    ranks: list[RankRecord] = []
+    sweep: list[SweepRecord] = []
+    pairs: list[PairRecord] = []
+    storage: list[StorageRecord] = []
+    for lineno, record in others:
+        if record.job_id != job.job_id or record.kind != job.kind:
+            problems.append(Problem(path, lineno, f"record is for job {record.job_id} ({record.kind}), "
+                                                  f"but the file's job line is {job.job_id} ({job.kind})", "job_id"))
+            continue
+        if isinstance(record, RankRecord):
+            ranks.append(record)
+        elif isinstance(record, SweepRecord):
+            sweep.append(record)
+        elif isinstance(record, PairRecord):
+            pairs.append(record)
+        elif isinstance(record, StorageRecord):
+            storage.append(record)
+    result = JobResult(path, job, tuple(ranks), tuple(sorted(sweep, key=lambda s: s.size)), tuple(pairs),
+                       tuple(storage))
+    return result, problems
+
+
+def result_files(results_dir: str | os.PathLike[str]) -> list[Path]:
+    """The result files in results_dir (not temp files), sorted by name."""
+    directory = Path(results_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.endswith(FILE_SUFFIX) and not p.name.startswith("."))
+
+
+def scan_results(
+    results_dir: str | os.PathLike[str], since: datetime | None = None, job: str | None = None
+) -> ResultScan:
+    """Lenient read: every readable job plus every problem found. `since` keeps jobs that finished at or after
+    it (a naive datetime is taken as UTC); `job` keeps one job id (all its kinds)."""
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=timezone.utc)
+    jobs: list[JobResult] = []
+    problems: list[Problem] = []
+    bad: list[str] = []
+    directory = Path(results_dir)
+    if not directory.exists():
+        return ResultScan([], [Problem(str(directory), None, "results directory does not exist")], [])
+    for path in result_files(directory):
+        match = _FILE_NAME.match(path.name)
+        if job is not None and (match is None or match.group(2) != job):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(Problem(str(path), None, f"cannot read: {exc}"))
+            bad.append(str(path))
+            continue
+        result, found = parse_result_text(text, str(path))
+        problems.extend(found)
+        if result is None:
+            bad.append(str(path))
+            continue
+        if match is None or (match.group(1), match.group(2)) != (result.kind, result.job_id):
+            problems.append(Problem(str(path), None, f"file name does not match its job line "
+                                                     f"({result_file_name(result.kind, result.job_id)})"))
+        if since is not None and result.job.finished < since:
+            continue
+        jobs.append(result)
+    jobs.sort(key=lambda r: (r.job.finished, r.job_id, r.kind))
+    return ResultScan(jobs, problems, bad)
+
+
+def load_results(
+    results_dir: str | os.PathLike[str], since: datetime | None = None, job: str | None = None
+) -> list[JobResult]:
+    """Strict read: the jobs, oldest first; raises InputError listing every bad line (file:line) if any."""
+    scan = scan_results(results_dir, since=since, job=job)
+    if scan.problems:
+        raise InputError(scan.problems)
+    return scan.jobs
+
+
+# ---- conveniences for readers (report, audit) ----------------------------------------------------------
+
+
+def last_pass_by_node(jobs: Iterable[JobResult], kinds: Sequence[str] = KINDS) -> dict[str, datetime]:
+    """Per node, when the most recent job of these kinds that passed for it finished (see node_passed)."""
+    out: dict[str, datetime] = {}
+    for result in jobs:
+        if result.kind not in kinds:
+            continue
+        for node in result.nodes:
+            if result.node_passed(node) and (node not in out or result.job.finished > out[node]):
+                out[node] = result.job.finished
+    return out
+
+
+def count_visible_devices(value: str | None) -> int | None:
+    """Devices listed in CUDA_VISIBLE_DEVICES-like text: None when unset (nothing bound), 0 for ""/"NoDevFiles"."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text or text in ("NoDevFiles", "-1"):
+        return 0
+    return len([item for item in text.split(",") if item.strip()])

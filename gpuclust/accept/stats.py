@@ -1,0 +1,234 @@
+"""The arithmetic of acceptance: nccl-tests' bandwidth figures, size sweeps, robust outliers, version drift.
+
+Pure functions, no torch: unit-tested against nccl-tests' own definitions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+# ---- nccl-tests figures ----------------------------------------------------------------------------
+# nccl-tests (src/common.cu, src/all_reduce.cu):
+#   algBw = (double)(count * typesize) / 1.0E9 / sec        (sec = time per iteration)
+#   busBw = algBw * (2 * (nranks - 1)) / nranks              (AllReduceGetBw)
+# i.e. GB/s with G = 1e9 bytes, and busbw is the per-link traffic of a ring all_reduce.
+
+
+def allreduce_bus_factor(nranks: int) -> float:
+    """2(n-1)/n, nccl-tests' all_reduce bus factor (0 for a single rank: no traffic)."""
+    if nranks < 1:
+        raise ValueError(f"nranks must be >= 1, got {nranks}")
+    return 2.0 * (nranks - 1) / nranks
+
+
+def algbw_gbps(size_bytes: int, seconds: float) -> float:
+    """Bytes per iteration / time per iteration, in GB/s (1e9). 0-time gives inf (nccl-tests prints inf too)."""
+    if seconds <= 0:
+        return math.inf
+    return size_bytes / 1.0e9 / seconds
+
+
+def busbw_gbps(size_bytes: int, seconds: float, nranks: int) -> float:
+    return algbw_gbps(size_bytes, seconds) * allreduce_bus_factor(nranks)
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
+    """min, min*f, ... up to and including max (nccl-tests -b/-e/-f); max is added if the steps skip it."""
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise ValueError(f"need 1 <= min ({min_bytes}) <= max ({max_bytes})")
+    if factor < 2:
+        raise ValueError(f"factor must be >= 2, got {factor}")
+    sizes = []
+    size = min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= factor
+    if sizes[-1] != max_bytes:
+        sizes.append(max_bytes)
+    return sizes
+
+
+def element_count(size_bytes: int, element_size: int) -> int:
+    """Elements in a message of size_bytes (rounded down, as nccl-tests does); 0 when smaller than one element."""
+    return size_bytes // element_size
+
+
+def expected_allreduce_value(index: int, nranks: int, period: int = 8) -> int:
+    """The input of rank r at element i is (r + 1) + (i % period); their sum over ranks is this integer.
+    Small integers are exact in every dtype the harness allows, so a wrong element is really wrong."""
+    return nranks * (nranks + 1) // 2 + nranks * (index % period)
+
+
+# ---- robust statistics ------------------------------------------------------------------------------
+
+MAD_SCALE = 1.4826  # MAD * 1.4826 estimates sigma for normal data
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("median of nothing")
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def mad(values: Sequence[float]) -> float:
+    """Median absolute deviation (unscaled)."""
+    centre = median(values)
+    return median([abs(v - centre) for v in values])
+
+
+@dataclass(frozen=True)
+class Outlier:
+    value: float
+    median: float
+    mad: float
+    z: float  # robust z: (median - value) / (1.4826 * max(MAD, floor)); positive = slower than the rest
+    drop: float  # 1 - value/median
+
+
+def low_outliers(
+    values: Mapping[K, float], *, z_threshold: float = 3.5, min_drop: float = 0.25, mad_floor: float = 0.05
+) -> dict[K, Outlier]:
+    """Keys whose value is far BELOW the others (slow is bad; fast is never an outlier).
+
+    Each key is judged against the median and MAD of the OTHER keys (leave-one-out): with 4 nodes, one slow
+    node would otherwise inflate the MAD it is measured with and hide itself. Needs at least 3 values. Both
+    must hold: robust z >= z_threshold, and value at least min_drop below that median (so tight, healthy
+    figures with a tiny MAD do not flag noise). The MAD is floored at mad_floor * median for the same
+    reason: with the other values identical the raw MAD is 0.
+    """
+    if len(values) < 3:
+        return {}
+    out: dict[K, Outlier] = {}
+    for key, value in values.items():
+        others = [v for k, v in values.items() if k != key]
+        centre = median(others)
+        if centre <= 0:
+            continue
+        spread = mad(others)
+        scale = MAD_SCALE * max(spread, mad_floor * centre)
+        z = (centre - value) / scale
+        drop = 1.0 - value / centre
+        if z >= z_threshold and drop >= min_drop:
+            out[key] = Outlier(value, centre, spread, z, drop)
+    return out
+
+
+@dataclass(frozen=True)
+class PairFigure:
+    nodes: tuple[str, str]
+    busbw_gbps: float | None  # None: the pair failed (counts as 0 for scoring)
+
+
+@dataclass(frozen=True)
+class PairAnalysis:
+    node_scores: dict[str, float]  # per node: median busbw of the pairs that share it
+    node_outliers: dict[str, Outlier]
+    link_outliers: dict[tuple[str, str], Outlier]  # slow pairs not explained by a slow node
+    enough_nodes: bool
+
+
+def analyse_pairs(
+    pairs: Iterable[PairFigure], *, z_threshold: float = 3.5, min_drop: float = 0.25
+) -> PairAnalysis:
+    """Name slow nodes from pairwise figures: each node's score is the median busbw over the pairs that share
+    it; a node is an outlier when its score is a low outlier (median/MAD of the other nodes' scores). With one slow
+    node X, every pair with X is slow, so X's median is low while any other node has only one slow pair out
+    of >= 2 and keeps a healthy median. Pairs still slow after removing outlier nodes are link outliers."""
+    figures = list(pairs)
+    per_node: dict[str, list[float]] = {}
+    for pair in figures:
+        value = pair.busbw_gbps if pair.busbw_gbps is not None else 0.0
+        for node in pair.nodes:
+            per_node.setdefault(node, []).append(value)
+    scores = {node: median(values) for node, values in per_node.items()}
+    enough = len(scores) >= 3
+    node_out = low_outliers(scores, z_threshold=z_threshold, min_drop=min_drop) if enough else {}
+    rest = {
+        tuple(p.nodes): (p.busbw_gbps if p.busbw_gbps is not None else 0.0)
+        for p in figures
+        if not (set(p.nodes) & set(node_out))
+    }
+    link_out = low_outliers(rest, z_threshold=z_threshold, min_drop=min_drop) if enough else {}
+    return PairAnalysis(scores, node_out, {(k[0], k[1]): v for k, v in link_out.items()}, enough)
+
+
+def round_robin_pairs(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Every unordered pair once, in rounds of disjoint pairs (circle method): n-1 rounds for even n, n for
+    odd n (one node sits out each round). Pairs in one round can run at the same time."""
+    items: list[str | None] = list(nodes)
+    if len(items) < 2:
+        return []
+    if len(items) % 2:
+        items.append(None)
+    n = len(items)
+    rounds: list[list[tuple[str, str]]] = []
+    for _ in range(n - 1):
+        this_round = []
+        for i in range(n // 2):
+            a, b = items[i], items[n - 1 - i]
+            if a is not None and b is not None:
+                this_round.append((a, b) if nodes.index(a) < nodes.index(b) else (b, a))
+        rounds.append(this_round)
+        items = [items[0], items[-1], *items[1:-1]]
+    return rounds
+
+
+# ---- history: baselines and version drift -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    field: str
+    before: str | None
+    after: str | None
+    since_job: str  # the job that last saw `before`
+
+
+def version_drift(
+    previous: Mapping[str, str | None] | None, current: Mapping[str, str | None], previous_job: str
+) -> list[Drift]:
+    """Fields whose value changed since the node's previous result (None -> None is no change; a field the
+    previous result did not know is not drift)."""
+    if previous is None:
+        return []
+    out = []
+    for name, value in current.items():
+        if name in previous and previous[name] != value:
+            out.append(Drift(name, previous[name], value, previous_job))
+    return out
+
+
+def fleet_odd_ones(per_node: Mapping[str, Mapping[str, str | None]]) -> dict[str, list[tuple[str, str | None, str | None]]]:
+    """Within one job: nodes whose version differs from the majority value of the job's nodes.
+    Returns node -> [(field, node's value, majority value)]. Ties (no strict majority) flag nobody."""
+    out: dict[str, list[tuple[str, str | None, str | None]]] = {}
+    if len(per_node) < 2:
+        return out
+    fields_seen = sorted({f for versions in per_node.values() for f in versions})
+    for name in fields_seen:
+        counts: dict[str | None, int] = {}
+        for versions in per_node.values():
+            counts[versions.get(name)] = counts.get(versions.get(name), 0) + 1
+        top = sorted(counts.items(), key=lambda kv: -kv[1])
+        if len(top) < 2 or top[0][1] == top[1][1]:
+            continue
+        majority = top[0][0]
+        for node, versions in per_node.items():
+            if versions.get(name) != majority:
+                out.setdefault(node, []).append((name, versions.get(name), majority))
+    return out
+
+
+def baseline(history: Sequence[float], min_runs: int = 3, window: int = 10) -> float | None:
+    """The node's own baseline: median of its last `window` figures, once it has at least `min_runs`."""
+    recent = list(history)[-window:]
+    if len(recent) < min_runs:
+        return None
+    return median(recent)

@@ -1,0 +1,126 @@
+"""`gpuclust accept submit`: turn (kind, partition, nodes, site config) into sbatch calls of the templates.
+
+The templates also work with a plain `sbatch`; this adds what the site config knows: the partition's GPUs
+(one rank per GPU for all_reduce: `--gres=gpu:TYPE:N --ntasks-per-node=N`), the results directory, the
+submitting interpreter (so jobs run the same gpuclust + torch as the caller), and a log path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuclust.accept import params as P
+from gpuclust.accept.results import KINDS
+from gpuclust.config.site import SiteConfig
+from gpuclust.config.values import parse_duration, parse_slurm_name
+from gpuclust.errors import InputError, UnsafeValueError
+from gpuclust.slurm.client import SlurmClient
+
+TEMPLATE_ENV = "GPUCLUST_TEMPLATE_DIR"
+_COMMENT_RE = re.compile(r"^[A-Za-z0-9_.,:=/@+ -]{0,200}$")
+_TIME_RE = re.compile(r"^[0-9:-]{1,16}$")
+
+
+def template_dir(explicit: str | None = None) -> Path:
+    """--template-dir, then $GPUCLUST_TEMPLATE_DIR, then the repo's sbatch_templates/ next to the package."""
+    candidates = [explicit, os.environ.get(TEMPLATE_ENV),
+                  str(Path(__file__).resolve().parent.parent.parent / "sbatch_templates")]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "allreduce.sbatch").is_file():
+            return Path(candidate)
+    raise InputError(f"sbatch templates not found (tried --template-dir, ${TEMPLATE_ENV}, {candidates[-1]})")
+
+
+@dataclass(frozen=True)
+class Submission:
+    kind: str
+    args: list[str]  # sbatch arguments, the template path last
+    env: dict[str, str] = field(default_factory=dict)  # laid over the caller's environment (--export=ALL)
+
+
+def parse_settings(items: list[str]) -> dict[str, str]:
+    """`--set ACCEPT_MAX_SIZE=64M` items -> validated {name: value}; only known template parameters."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in P.PARAMS:
+            known = ", ".join(sorted(P.PARAMS))
+            raise UnsafeValueError(f"--set {item!r}: expected NAME=VALUE with NAME one of {known}")
+        P.check_value(name, value)
+        out[name] = value
+    return out
+
+
+def build(
+    kind: str, config: SiteConfig, partition: str, nodes: int, *, gpus_per_node: int | None = None,
+    account: str | None = None, qos: str | None = None, time_limit: str | None = None, comment: str | None = None,
+    settings: Mapping[str, str] | None = None, python: str | None = None, templates: Path | None = None,
+) -> Submission:
+    if kind not in KINDS:
+        raise InputError(f"unknown acceptance kind {kind!r} (one of {', '.join(KINDS)}, or all)")
+    parse_slurm_name(partition)
+    if nodes < 1 or (kind == "pairwise" and nodes < 2) or (kind == "storage" and nodes < 2):
+        raise InputError(f"{kind} needs {'2 or more nodes' if kind != 'allreduce' else 'a positive node count'}, got {nodes}")
+    part = config.partitions.get(partition)
+    gpus = gpus_per_node if gpus_per_node is not None else (part.gpus_per_node if part else None) or 0
+    gpu_type = part.gpu_type if part else None
+    templates = templates or template_dir()
+    args = ["--parsable", f"--partition={partition}", f"--nodes={nodes}", f"--job-name=accept-{kind}",
+            "--export=ALL"]
+    results_dir = (settings or {}).get("ACCEPT_RESULTS_DIR") or config.results_dir
+    P.check_value("ACCEPT_RESULTS_DIR", results_dir)
+    log_dir = Path(results_dir) / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    args.append(f"--output={log_dir}/%x-%j.out")
+    if gpus > 0:
+        # all_reduce: one rank per GPU; the other kinds: one rank per node on one GPU
+        per_node = gpus if kind == "allreduce" else 1
+        typed = f"{gpu_type}:" if gpu_type else ""
+        args += [f"--gres=gpu:{typed}{per_node}", f"--ntasks-per-node={per_node}"]
+    else:
+        args.append("--ntasks-per-node=1")
+    if account:
+        args.append(f"--account={parse_slurm_name(account)}")
+    if qos:
+        args.append(f"--qos={parse_slurm_name(qos)}")
+    if time_limit:
+        if not _TIME_RE.match(time_limit):
+            raise UnsafeValueError(f"--time {time_limit!r}: use Slurm's [D-]HH:MM:SS or minutes")
+        args.append(f"--time={time_limit}")
+    if comment is not None:
+        if not _COMMENT_RE.match(comment):
+            raise UnsafeValueError(f"--comment {comment!r} has characters outside [A-Za-z0-9_.,:=/@+ -]")
+        args.append(f"--comment={comment}")
+    args.append(str(templates / f"{kind}.sbatch"))
+    env = {"ACCEPT_RESULTS_DIR": results_dir, "ACCEPT_PARTITION": partition,
+           "GPUCLUST_PYTHON": python or sys.executable}
+    env.update(settings or {})
+    P.check_value("GPUCLUST_PYTHON", env["GPUCLUST_PYTHON"])
+    return Submission(kind, args, env)
+
+
+def submit(client: SlurmClient, submission: Submission) -> str:
+    out = client.sbatch(submission.args, env=submission.env)
+    job_id = out.strip().splitlines()[-1].split(";")[0].strip() if out.strip() else ""
+    if not re.fullmatch(r"\d+", job_id):
+        raise InputError(f"sbatch --parsable printed {out!r}, not a job id")
+    return job_id
+
+
+def since_value(text: str) -> str:
+    """Validate --since early: a duration (24h, 7d) or an ISO date/time."""
+    try:
+        parse_duration(text)
+    except ValueError:
+        from datetime import datetime
+
+        try:
+            datetime.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"--since {text!r}: use a duration (24h, 7d) or a date/time (2026-12-01T08:00)") from None
+    return text
