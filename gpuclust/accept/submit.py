@@ -27,9 +27,11 @@ _TIME_RE = re.compile(r"^[0-9:-]{1,16}$")
 
 
 def template_dir(explicit: str | None = None) -> Path:
-    """--template-dir, then $GPUCLUST_TEMPLATE_DIR, then the repo's sbatch_templates/ next to the package."""
+    """--template-dir, then $GPUCLUST_TEMPLATE_DIR, then the repo's sbatch_templates/ next to the package
+    (a source checkout), then <prefix>/share/gpuclust/sbatch_templates (an installed wheel)."""
     candidates = [explicit, os.environ.get(TEMPLATE_ENV),
-                  str(Path(__file__).resolve().parent.parent.parent / "sbatch_templates")]
+                  str(Path(__file__).resolve().parent.parent.parent / "sbatch_templates"),
+                  str(Path(sys.prefix) / "share" / "gpuclust" / "sbatch_templates")]
     for candidate in candidates:
         if candidate and (Path(candidate) / "allreduce.sbatch").is_file():
             return Path(candidate)

@@ -2,9 +2,130 @@
 
 from __future__ import annotations
 
+import getpass
+from pathlib import Path
+
 import click
+
+from gpuclust.cli.context import AppContext, pass_app
+from gpuclust.cli.output import echo_json
+from gpuclust.errors import InputError, Problem
+from gpuclust.exitcodes import EXIT_NEGATIVE, EXIT_OK
+from gpuclust.policy.compile import compile_policy
+from gpuclust.policy.evaluate import Evaluator
+from gpuclust.policy.quotas import apply_plan, plan_from_slurm
+from gpuclust.policy.render import render_lua, write_lua
+from gpuclust.policy.sbatch import job_desc_from_options
 
 
 @click.group("policy")
 def group() -> None:
     """Submit policy: render job_submit.lua, check a job against it, plan sacctmgr quotas."""
+
+
+@group.command("render")
+@click.option("--out", "out", type=click.Path(dir_okay=False), help="Write job_submit.lua here (atomically) instead of stdout.")
+@pass_app
+def render(app: AppContext, out: str | None) -> None:
+    """Render the site config's policy as a Lua 5.1 job_submit.lua (data tables + the fixed engine)."""
+    policy = compile_policy(app.config)
+    if out:
+        write_lua(policy, out)
+        click.echo(f"wrote {out} ({len(policy.accounts)} accounts, {len(policy.partitions)} partitions, "
+                   f"{policy.rule_count} rules, fail_mode={policy.fail_mode}); then run: scontrol reconfigure", err=True)
+    else:
+        click.echo(render_lua(policy), nl=False)
+
+
+@group.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--user", "user", help="Submitting user name (default: the current user).")
+@click.option("--account", "account", help="Same as -A in the sbatch options (those win if both are given).")
+@click.option("--default-account", "default_account", help="The user's default account, used by Slurm when the job has no -A.")
+@click.option("--default-qos", "default_qos", help="The user's default QOS.")
+@click.option("--script", "script", type=click.Path(exists=True, dir_okay=False), help="Batch script whose #SBATCH lines are read.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict and the job_desc as JSON.")
+@click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
+@pass_app
+def check(app: AppContext, user: str | None, account: str | None, default_account: str | None,
+          default_qos: str | None, script: str | None, as_json: bool, sbatch_args: tuple[str, ...]) -> None:
+    """Decide a job exactly as the rendered job_submit.lua would: `policy check -- -A ml --gres=gpu:h100:2 ...`.
+
+    Exit 0 when accepted, 1 when rejected (the message is what sbatch would print).
+    """
+    args = list(sbatch_args)
+    if args and args[0] == "--":
+        args = args[1:]
+    if account:
+        args = ["--account", account, *args]
+    text = None
+    if script:
+        try:
+            text = Path(script).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(Problem(script, None, f"cannot read script: {exc}")) from None
+    job = job_desc_from_options(args, script=text, user=user or getpass.getuser(), default_account=default_account,
+                                default_qos=default_qos, source=script or "<command line>")
+    verdict = Evaluator(compile_policy(app.config)).submit(job)
+    if as_json:
+        echo_json({**verdict.as_dict(), "job_desc": job})
+    elif verdict.accepted:
+        click.echo(f"ACCEPT ({verdict.rule})")
+    else:
+        click.echo(f"REJECT [{verdict.rule}] rc={verdict.rc}: {verdict.message}")
+    raise SystemExit(EXIT_OK if verdict.accepted else EXIT_NEGATIVE)
+
+
+@group.group("quotas")
+def quotas() -> None:
+    """GPU quotas as QOS and association limits in slurmdbd (sacctmgr)."""
+
+
+def _print_plan_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@quotas.command("plan")
+@click.option("--json", "as_json", is_flag=True, help="Print the commands, reasons and warnings as JSON.")
+@pass_app
+def quotas_plan(app: AppContext, as_json: bool) -> None:
+    """Print the sacctmgr commands that bring slurmdbd's GPU limits in line with the config.
+
+    Prints nothing when in sync. Exit 0 when in sync, 1 when changes are pending.
+    """
+    plan = plan_from_slurm(app.config, app.slurm)
+    if as_json:
+        echo_json(plan.as_dict())
+    else:
+        _print_plan_warnings(plan.warnings)
+        for command in plan.commands:
+            click.echo(command.line)
+    raise SystemExit(EXIT_NEGATIVE if plan.commands else EXIT_OK)
+
+
+@quotas.command("apply")
+@click.option("--yes", is_flag=True, help="Apply without asking.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was applied as JSON.")
+@pass_app
+def quotas_apply(app: AppContext, yes: bool, as_json: bool) -> None:
+    """Run the quota plan in one `sacctmgr -i` session, then verify that nothing is left to change."""
+    plan = plan_from_slurm(app.config, app.slurm)
+    if not as_json:
+        _print_plan_warnings(plan.warnings)
+    if not plan.commands:
+        if as_json:
+            echo_json({"applied": [], "warnings": plan.warnings})
+        else:
+            click.echo("quotas already in line with the config", err=True)
+        return
+    if not yes:
+        for command in plan.commands:
+            click.echo(command.line)
+        if not click.confirm("apply these sacctmgr commands?", default=False, err=True):
+            raise SystemExit(EXIT_NEGATIVE)
+    result = apply_plan(app.config, app.slurm, plan)
+    if as_json:
+        echo_json({"applied": [c.argv for c in result.applied], "warnings": plan.warnings})
+    else:
+        for command in result.applied:
+            click.echo(f"applied: {command.line}")

@@ -109,6 +109,7 @@ POLICY = SectionSpec(
         Key("exempt_users", v.parse_name_list, "Users the policy never rejects."),
         Key("exempt_accounts", v.parse_name_list, "Accounts the policy never rejects."),
         Key("reject_untyped_gpu_where_typed_limits", v.parse_bool, "Reject untyped gpu requests on partitions/accounts with typed limits."),
+        Key("default_partition", v.parse_slurm_name, "The partition (Default=YES in slurm.conf) whose rules apply to jobs without -p."),
     ),
 )
 
@@ -176,6 +177,7 @@ class PolicyConfig:
     exempt_users: tuple[str, ...] = ()
     exempt_accounts: tuple[str, ...] = ()
     reject_untyped_gpu_where_typed_limits: bool = True
+    default_partition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,7 @@ def _policy(s: ParsedSection) -> PolicyConfig:
         exempt_users=s.get("exempt_users", ()),
         exempt_accounts=s.get("exempt_accounts", ()),
         reject_untyped_gpu_where_typed_limits=s.get("reject_untyped_gpu_where_typed_limits", True),
+        default_partition=s.get("default_partition"),
     )
 
 
@@ -337,6 +340,8 @@ def _cross_check(
         for name in acct.allowed_partitions or ():
             if name not in partitions:
                 unknown("partition", name, partitions, acct.line)
+    if policy_cfg.default_partition and policy_cfg.default_partition not in partitions:
+        unknown("partition", policy_cfg.default_partition, partitions, policy.line if policy else 0)
     if policy is not None:
         for name in policy_cfg.label_patterns:
             if name not in policy_cfg.required_labels:

@@ -1,0 +1,179 @@
+"""The site config's submit policy, compiled into plain data tables.
+
+One compiled form feeds both sides: `render.render_lua` writes it as Lua tables in front of the fixed engine
+(engine.lua), and `evaluate.Evaluator` reads the very same tables. Display strings (allowed lists, max_time)
+are computed here once, so the rejection messages of both sides are byte-identical.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gpuclust.config.site import GpuLimits, SiteConfig
+
+
+@dataclass(frozen=True)
+class LabelRule:
+    key: str
+    globs: tuple[str, ...]  # empty: any non-empty value
+    allowed: str  # for messages
+
+    @property
+    def any_value(self) -> bool:
+        return not self.globs
+
+    @property
+    def exact(self) -> frozenset[str]:
+        """Values without * or ?: matched by one set lookup instead of a pattern scan."""
+        return frozenset(g for g in self.globs if "*" not in g and "?" not in g)
+
+    @property
+    def pattern_globs(self) -> tuple[str, ...]:
+        return tuple(g for g in self.globs if "*" in g or "?" in g)
+
+    @property
+    def lua_patterns(self) -> tuple[bytes, ...]:
+        return tuple(glob_to_lua(g) for g in self.pattern_globs)
+
+    @property
+    def regexes(self) -> tuple[re.Pattern[bytes], ...]:
+        return tuple(glob_to_regex(g) for g in self.pattern_globs)
+
+
+@dataclass(frozen=True)
+class PartitionRule:
+    name: str
+    need_gpu: bool = False
+    need_typed_gpu: bool = False
+    need_wckey: bool = False
+    max_gpus: int | None = None
+    max_time_s: int | None = None
+    max_time_str: str | None = None
+    allowed_accounts: frozenset[str] | None = None
+    allowed_accounts_str: str = ""
+    typed_limits: bool = False  # its partition QOS has typed GPU limits
+
+
+@dataclass(frozen=True)
+class AccountRule:
+    name: str
+    allowed_partitions: frozenset[str] | None = None
+    allowed_partitions_str: str = ""
+    max_gpus: int | None = None
+    typed_limits: bool = False
+
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    source: str
+    fail_mode: str = "closed"
+    need_account: bool = False
+    default_partition: str | None = None
+    reject_untyped: bool = True
+    labels: tuple[LabelRule, ...] = ()
+    exempt_users: frozenset[str] = frozenset()
+    exempt_accounts: frozenset[str] = frozenset()
+    partitions: dict[str, PartitionRule] = field(default_factory=dict)
+    accounts: dict[str, AccountRule] = field(default_factory=dict)
+    qos_typed: frozenset[str] = frozenset()  # QOS names that carry typed GPU limits
+
+    @property
+    def rule_count(self) -> int:
+        """Rough size of the policy: one per active check (used by benchmarks and `render` output)."""
+        n = int(self.need_account) + len(self.labels) + int(self.reject_untyped)
+        for p in self.partitions.values():
+            n += sum(map(bool, (p.need_gpu, p.need_typed_gpu, p.need_wckey, p.max_gpus,
+                                p.max_time_s is not None, p.allowed_accounts is not None)))
+        for a in self.accounts.values():
+            n += sum(map(bool, (a.allowed_partitions is not None, a.max_gpus)))
+        return n
+
+
+def glob_to_lua(glob: str) -> bytes:
+    """`*` and `?` globs -> an anchored Lua pattern; every other non-alphanumeric ASCII byte is %-escaped.
+
+    Lua matches bytes, so `?` is one byte; glob_to_regex matches bytes too, keeping both sides identical.
+    """
+    out = [b"^"]
+    for byte in glob.encode("utf-8"):
+        ch = bytes([byte])
+        if ch == b"*":
+            out.append(b"%Z*")  # any bytes but NUL (Slurm strings are C strings)
+        elif ch == b"?":
+            out.append(b"%Z")
+        elif byte < 128 and not ch.isalnum():
+            out.append(b"%" + ch)
+        else:
+            out.append(ch)
+    out.append(b"$")
+    return b"".join(out)
+
+
+def glob_to_regex(glob: str) -> re.Pattern[bytes]:
+    parts = []
+    for byte in glob.encode("utf-8"):
+        if byte == ord("*"):
+            parts.append(b"[^\x00]*")
+        elif byte == ord("?"):
+            parts.append(b"[^\x00]")
+        else:
+            parts.append(re.escape(bytes([byte])))
+    return re.compile(b"".join(parts))
+
+
+def format_duration(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _typed(limits: GpuLimits) -> bool:
+    return bool(limits.gpu_limit_by_type or limits.max_gpus_per_user_by_type)
+
+
+def compile_policy(config: SiteConfig) -> CompiledPolicy:
+    pol = config.policy
+    qos_typed = frozenset(name for name, q in config.qos.items() if _typed(q.limits))
+    labels = tuple(
+        LabelRule(key, tuple(pol.label_patterns.get(key, ())), ", ".join(pol.label_patterns.get(key, ())) or "any value")
+        for key in pol.required_labels
+    )
+    partitions = {}
+    for name, p in config.partitions.items():
+        partitions[name] = PartitionRule(
+            name=name,
+            need_gpu=p.require_gpu,
+            need_typed_gpu=p.require_typed_gpu,
+            need_wckey=p.require_wckey,
+            max_gpus=p.max_gpus_per_job,
+            max_time_s=p.max_time_s,
+            max_time_str=format_duration(p.max_time_s) if p.max_time_s is not None else None,
+            allowed_accounts=frozenset(p.allowed_accounts) if p.allowed_accounts is not None else None,
+            allowed_accounts_str=", ".join(p.allowed_accounts or ()),
+            typed_limits=bool(p.qos and p.qos in qos_typed),
+        )
+    accounts = {}
+    for name, a in config.accounts.items():
+        accounts[name] = AccountRule(
+            name=name,
+            allowed_partitions=frozenset(a.allowed_partitions) if a.allowed_partitions is not None else None,
+            allowed_partitions_str=", ".join(a.allowed_partitions or ()),
+            max_gpus=a.limits.max_gpus_per_job,
+            typed_limits=_typed(a.limits),
+        )
+    return CompiledPolicy(
+        source=config.path.rsplit("/", 1)[-1],
+        fail_mode=pol.fail_mode,
+        need_account=pol.require_account,
+        default_partition=pol.default_partition,
+        reject_untyped=pol.reject_untyped_gpu_where_typed_limits,
+        labels=labels,
+        exempt_users=frozenset(pol.exempt_users),
+        exempt_accounts=frozenset(pol.exempt_accounts),
+        partitions=partitions,
+        accounts=accounts,
+        qos_typed=qos_typed,
+    )

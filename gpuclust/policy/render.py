@@ -1,0 +1,147 @@
+"""Render the compiled policy as Lua data tables in front of the fixed engine (engine.lua)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+from gpuclust.policy.compile import CompiledPolicy
+
+# Forbidden in the rendered file: per-job I/O or forking inside slurmctld, and loading modules. Matched as plain
+# substrings anywhere (code, comments, data), so a plain grep of the file agrees with the lint; data strings
+# that would contain one are escaped by lua_string.
+FORBIDDEN_WORDS = (b"io.", b"os.execute", b"popen", b"require")
+FORBIDDEN = (
+    re.compile(r"io\."),
+    re.compile(r"os\.execute"),
+    re.compile(r"popen"),
+    re.compile(r"require"),
+    re.compile(r"\b(?:dofile|loadfile|loadstring|load|module|package)\b\s*[\(\.\"']"),
+)
+
+# The slurm.* names the engine may touch: all exist in 22.05's job_submit/lua (a missing name is nil).
+SLURM_NAMES_22_05 = frozenset({
+    "SUCCESS", "ERROR", "FAILURE", "NO_VAL", "NO_VAL16", "NO_VAL8", "NO_VAL64", "INFINITE64", "INFINITE",
+    "ESLURM_ACCESS_DENIED", "ESLURM_ACCOUNTING_POLICY", "ESLURM_INVALID_ACCOUNT", "ESLURM_INVALID_LICENSES",
+    "ESLURM_INVALID_NODE_COUNT", "ESLURM_INVALID_TIME_LIMIT", "ESLURM_JOB_MISSING_SIZE_SPECIFICATION",
+    "ESLURM_MISSING_TIME_LIMIT", "log_user", "log_info", "log_verbose", "log_debug", "log_debug2", "log_debug3",
+    "log_debug4", "log_error", "error", "log", "user_msg", "time_str2mins", "jobs", "reservations",
+})
+
+
+def engine_source() -> str:
+    return resources.files("gpuclust.policy").joinpath("engine.lua").read_text(encoding="utf-8")
+
+
+def lua_string(value: str | bytes) -> str:
+    """A double-quoted Lua 5.1 literal; everything outside printable ASCII becomes a \\ddd escape."""
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    out = ['"']
+    for i, byte in enumerate(data):
+        ch = chr(byte)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= byte < 127 and not any(data.startswith(w, i) for w in FORBIDDEN_WORDS):
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03d}")
+    out.append('"')
+    return "".join(out)
+
+
+def _set(names: frozenset[str] | None) -> str:
+    if names is None:
+        return "nil"
+    return "{" + ", ".join(f"[{lua_string(n)}] = true" for n in sorted(names)) + "}"
+
+
+def _opt_num(value: int | None) -> str:
+    return "nil" if value is None else str(int(value))
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def render_tables(policy: CompiledPolicy) -> str:
+    lines = ["local POLICY = {"]
+    lines.append(f"  fail_mode = {lua_string(policy.fail_mode)},")
+    lines.append(f"  need_account = {_bool(policy.need_account)},")
+    dp = lua_string(policy.default_partition) if policy.default_partition else "nil"
+    lines.append(f"  default_partition = {dp},")
+    lines.append(f"  reject_untyped = {_bool(policy.reject_untyped)},")
+    lines.append(f"  exempt_users = {_set(policy.exempt_users)},")
+    lines.append(f"  exempt_accounts = {_set(policy.exempt_accounts)},")
+    lines.append(f"  qos_typed = {_set(policy.qos_typed)},")
+    lines.append(f"  has_qos_typed = {_bool(bool(policy.qos_typed))},")
+    lines.append("  labels = {")
+    for label in policy.labels:
+        pats = ", ".join(lua_string(p) for p in label.lua_patterns)
+        lines.append(f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, exact = {_set(label.exact)}, "
+                     f"patterns = {{{pats}}}, allowed = {lua_string(label.allowed)} }},")
+    lines.append("  },")
+    lines.append("  partitions = {")
+    for name in sorted(policy.partitions):
+        p = policy.partitions[name]
+        lines.append(
+            f"    [{lua_string(name)}] = {{ name = {lua_string(name)}, need_gpu = {_bool(p.need_gpu)}, "
+            f"need_typed_gpu = {_bool(p.need_typed_gpu)}, need_wckey = {_bool(p.need_wckey)}, "
+            f"max_gpus = {_opt_num(p.max_gpus)}, max_time_s = {_opt_num(p.max_time_s)}, "
+            f"max_time_str = {lua_string(p.max_time_str) if p.max_time_str else 'nil'}, "
+            f"allowed_accounts = {_set(p.allowed_accounts)}, allowed_accounts_str = {lua_string(p.allowed_accounts_str)}, "
+            f"typed_limits = {_bool(p.typed_limits)} }},"
+        )
+    lines.append("  },")
+    lines.append("  accounts = {")
+    for name in sorted(policy.accounts):
+        a = policy.accounts[name]
+        lines.append(
+            f"    [{lua_string(name)}] = {{ name = {lua_string(name)}, allowed_partitions = {_set(a.allowed_partitions)}, "
+            f"allowed_partitions_str = {lua_string(a.allowed_partitions_str)}, max_gpus = {_opt_num(a.max_gpus)}, "
+            f"typed_limits = {_bool(a.typed_limits)} }},"
+        )
+    lines.append("  },")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render_lua(policy: CompiledPolicy) -> str:
+    """The complete job_submit.lua. Deterministic (no dates, only the config's base name), so a committed
+    copy can be checked for staleness by re-rendering."""
+    header = (
+        "-- job_submit.lua generated by `gpuclust policy render` from " + _comment_safe(policy.source) + ".\n"
+        "-- Do not edit: change the site config's [policy], [partition], [account] and [qos] sections and re-render.\n"
+        f"-- Policy size: {len(policy.accounts)} accounts, {len(policy.partitions)} partitions, {policy.rule_count} rules; "
+        f"fail_mode={policy.fail_mode}.\n\n"
+    )
+    text = header + render_tables(policy) + "\n" + engine_source()
+    problems = lint(text)
+    if problems:  # a bug in gpuclust, never the user's input: tables are escaped literals
+        raise AssertionError("rendered job_submit.lua failed its lint: " + "; ".join(problems))
+    return text
+
+
+def _comment_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", text)
+
+
+def lint(text: str) -> list[str]:
+    """Problems that make a job_submit.lua unfit for slurmctld (see FORBIDDEN and SLURM_NAMES_22_05)."""
+    problems = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        for pattern in FORBIDDEN:
+            if pattern.search(line):
+                problems.append(f"line {lineno}: forbidden {pattern.pattern!r}")
+        for name in re.findall(r"\bslurm\.([A-Za-z_][A-Za-z0-9_]*)", line):
+            if name not in SLURM_NAMES_22_05:
+                problems.append(f"line {lineno}: slurm.{name} does not exist in Slurm 22.05 (it would read as nil)")
+    return problems
+
+
+def write_lua(policy: CompiledPolicy, out: str | Path) -> Path:
+    path = Path(out)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_lua(policy), encoding="utf-8")
+    tmp.replace(path)  # atomic: slurmctld never reads a half-written script
+    return path
