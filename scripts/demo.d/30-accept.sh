@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance: a 4-node all_reduce sweep and a storage run (checkpoint restored on another node) into the
+# Acceptance: a 4-node all_reduce sweep and a storage run on 4 nodes (checkpoint restored on another node) into the
 # site's results dir, then a real fault: node3's link throttled with tc tbf, and the pairwise sweep names it.
 set -euo pipefail
 cd "${GPUCLUST_REPO:-$(dirname "$0")/../..}"
@@ -9,9 +9,9 @@ common=(-p gpu --gpus-per-node 1 -A ml --comment "team=ml project=acceptance"
         --set "ACCEPT_GPU_DEVICE_GLOB=${SLURM_LAB_STATE}/dev/nvidia[0-9]*")
 wait_done() { for j in "$@"; do while squeue -h -j "$j" 2>/dev/null | grep -q .; do sleep 1; done; done; }
 
-echo "--- all_reduce on 4 nodes (8 B - 16 MiB) and storage on 2 nodes"
+echo "--- all_reduce (8 B - 16 MiB) and storage, each on 4 nodes"
 ar=$(gpuclust accept submit allreduce -N 4 "${common[@]}" --set ACCEPT_MAX_SIZE=16M --set ACCEPT_ITERS=3 --set ACCEPT_WARMUP=1 | awk '{print $2}')
-st=$(gpuclust accept submit storage -N 2 "${common[@]}" --set ACCEPT_CKPT_SIZE=16M --set ACCEPT_STAGE_SIZE=16M \
+st=$(gpuclust accept submit storage -N 4 "${common[@]}" --set ACCEPT_CKPT_SIZE=16M --set ACCEPT_STAGE_SIZE=16M \
      --set ACCEPT_AGG_SIZE=8M --set "ACCEPT_LOCAL_DIR=${SLURM_LAB_STATE}/nodes/%n/tmp" | awk '{print $2}')
 echo "jobs: allreduce $ar, storage $st"
 wait_done "$ar" "$st"
