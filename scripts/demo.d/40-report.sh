@@ -8,10 +8,17 @@ common=(-A ml -p gpu --gres=gpu:h100:1 -o /dev/null -e /dev/null -D /tmp --comme
 ok=$(sbatch --parsable "${common[@]}" -J "${tag}-ok" --wrap 'sleep 2')
 bad=$(sbatch --parsable "${common[@]}" -J "${tag}-train" --wrap 'sleep 1; exit 3')
 echo "submitted ${ok} (succeeds) and ${bad} (exits 3)"
-until sacct -n -X -j "${bad}" -o State | grep -q FAILED; do sleep 1; done
+wait_for() {  # SECONDS CMD...: poll CMD once a second; fail the demo rather than hang
+    local limit=$1; shift
+    for _ in $(seq "$limit"); do "$@" && return 0; sleep 1; done
+    echo "gave up after ${limit}s waiting for: $*" >&2; return 1
+}
+failed() { sacct -n -X -j "${bad}" -o State | grep -q FAILED; }
+wait_for 120 failed
 retry=$(sbatch --parsable "${common[@]}" -J "${tag}-train" --wrap 'sleep 1')
 echo "resubmitted ${bad} as ${retry}"
-until [ "$(sacct -a -n -X -j "${ok},${retry}" -o State | grep -c COMPLETED)" -ge 2 ]; do sleep 1; done
+both_completed() { [ "$(sacct -a -n -X -j "${ok},${retry}" -o State | grep -c COMPLETED)" -ge 2 ]; }
+wait_for 120 both_completed
 sleep 3  # sacct lags a few seconds behind a job's end
 
 out="${TMPDIR:-/tmp}/gpuclust-demo-report"
