@@ -12,13 +12,15 @@ import click
 
 from gpuclust.config import SiteConfig, load_config
 from gpuclust.slurm.client import CommandSlurmClient, SlurmClient
+from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
 
 
 @dataclass
 class AppContext:
     config_path: str | None = None
     client: SlurmClient | None = None
-    client_factory: Callable[[], SlurmClient] = field(default=CommandSlurmClient)
+    client_factory: Callable[..., SlurmClient] = field(default=CommandSlurmClient)
+    slurm_timeout: float = DEFAULT_TIMEOUT_S
     _config: SiteConfig | None = None
 
     @property
@@ -34,7 +36,7 @@ class AppContext:
     @property
     def slurm(self) -> SlurmClient:
         if self.client is None:
-            self.client = self.client_factory()
+            self.client = self.client_factory(timeout=self.slurm_timeout)
         return self.client
 
 

@@ -11,6 +11,7 @@ from gpuclust import __version__
 from gpuclust.cli.context import AppContext
 from gpuclust.errors import ConfigError, GpuclustError, InputError, SlurmError, UnsafeValueError
 from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM
+from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
 
 
 class CliError(click.ClickException):
@@ -44,9 +45,18 @@ class GpuclustGroup(click.Group):
     envvar="GPUCLUST_CONFIG",
     help="Site config (default: $GPUCLUST_CONFIG, then /etc/gpuclust/site.conf).",
 )
+@click.option(
+    "--slurm-timeout",
+    type=click.FloatRange(min=1),
+    envvar="GPUCLUST_SLURM_TIMEOUT",
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds each Slurm command may take before its process group is killed (keep it under a Nagios "
+    "check's own timeout: Slurm clients retry an unreadable slurm.conf for 60 s).",
+)
 @click.version_option(__version__, prog_name="gpuclust")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None) -> None:
+def cli(ctx: click.Context, config_path: str | None, slurm_timeout: float) -> None:
     """gpuclust: prove that a Slurm GPU cluster turns GPUs into useful work.
 
     Acceptance jobs (accept), submit policy (policy), accounting reports (report), partition audit (audit),
@@ -55,6 +65,7 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
     app = ctx.ensure_object(AppContext)
     if config_path:
         app.config_path = config_path
+    app.slurm_timeout = slurm_timeout
 
 
 def _register() -> None:

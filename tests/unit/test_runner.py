@@ -72,3 +72,28 @@ def test_env_is_per_call_and_pins_time_format(monkeypatch):
 def test_client_refuses_non_slurm_tools():
     with pytest.raises(ValueError):
         CommandSlurmClient().run("rm", ["-rf", "/"])
+
+
+def test_global_slurm_timeout_reaches_the_client(monkeypatch):
+    import click
+    from click.testing import CliRunner
+
+    from gpuclust.cli.context import AppContext
+    from gpuclust.cli.main import cli
+
+    seen = {}
+
+    @cli.command("probe-timeout", hidden=True)
+    @click.pass_obj
+    def probe(app: AppContext) -> None:
+        """Test-only: report the client's timeout."""
+        seen["timeout"] = app.slurm.timeout  # type: ignore[attr-defined]
+
+    try:
+        monkeypatch.setenv("GPUCLUST_SLURM_TIMEOUT", "7")
+        assert CliRunner().invoke(cli, ["probe-timeout"]).exit_code == 0
+        assert seen["timeout"] == 7
+        assert CliRunner().invoke(cli, ["--slurm-timeout", "3", "probe-timeout"]).exit_code == 0
+        assert seen["timeout"] == 3
+    finally:
+        del cli.commands["probe-timeout"]
