@@ -21,6 +21,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -221,10 +222,17 @@ def main() -> None:
                                 capture_output=True, text=True, check=True)
             runs[mode].append(json.loads(cp.stdout))
     best = {mode: min(r, key=lambda x: x["seconds"]) for mode, r in runs.items()}
+    # The machine is shared: medians over the repeats are the figures to quote; floor and full of one repeat
+    # run back to back, so each repeat's own ratio is also given.
+    median = {mode: {key: round(statistics.median(x[key] for x in r), 3) for key in r[0] if key != "rows"}
+              for mode, r in runs.items()}
     print(json.dumps({
         "rows": args.rows, "file_mb": round(data.stat().st_size / 1e6, 1), "cpus": os.cpu_count(),
         "floor": best["floor"], "full": best["full"],
         "ratio_full_over_floor": round(best["full"]["seconds"] / best["floor"]["seconds"], 2),
+        "median": median,
+        "ratio_median": round(median["full"]["seconds"] / median["floor"]["seconds"], 2),
+        "ratio_per_repeat": [round(f["seconds"] / fl["seconds"], 2) for fl, f in zip(runs["floor"], runs["full"], strict=True)],
         "all_runs": runs,
     }, indent=2))
 

@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -146,8 +148,62 @@ def _int(arr: pa.Array) -> pa.Array:
     return pc.cast(_empty_to_null(arr), pa.int64())
 
 
+def by_unique(func: Callable[[pa.Array], tuple[Any, ...]], text: pa.Array) -> tuple[Any, ...]:
+    """``func(text)`` for an element-wise vectorised parser, computed once per distinct value.
+
+    Most sacct fields (State, ExitCode, AllocTRES, NNodes, Elapsed) repeat a few values over millions of
+    rows; each output (a pyarrow array or a numpy mask) is taken back to the rows by the dictionary indices.
+    """
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    if text.null_count or len(text) == 0:
+        return func(text)
+    enc = pc.dictionary_encode(text)
+    if len(enc.dictionary) * 2 > len(text):
+        return func(text)
+    indices = enc.indices
+    idx_np = indices.to_numpy()
+    out: list[Any] = []
+    for value in func(enc.dictionary):
+        if isinstance(value, np.ndarray):
+            out.append(value[idx_np])
+        elif isinstance(value, dict):
+            out.append({k: pc.take(v, indices) for k, v in value.items()})
+        else:
+            out.append(pc.take(value, indices))
+    return tuple(out)
+
+
 def v_job_id(text: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray, np.ndarray]:
-    """-> ({job_base, array_task, array_pending, het_offset}, is_step, bad)."""
+    """-> ({job_base, array_task, array_pending, het_offset}, is_step, bad).
+
+    Most ids are plain numbers: those take a cheap all-digits test and a cast; only the others (arrays, het
+    components, steps, garbage) go through the full regex of `_v_job_id_regex`, and are put back in place.
+    """
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    plain = _mask(pc.match_substring_regex(text, r"^[0-9]+$"))
+    if len(text) < 10_000 or not plain.any():
+        return _v_job_id_regex(text)
+    other = ~plain
+    sub, sub_step, sub_bad = _v_job_id_regex(text.filter(pa.array(other)))
+    mask = pa.array(other)
+    n = len(text)
+    out = {
+        "job_base": pc.replace_with_mask(
+            pc.cast(pc.if_else(mask, pa.scalar(None, pa.string()), text), pa.int64()), mask, sub["job_base"]),
+        "array_task": pc.replace_with_mask(pa.nulls(n, pa.int64()), mask, sub["array_task"]),
+        "het_offset": pc.replace_with_mask(pa.nulls(n, pa.int64()), mask, sub["het_offset"]),
+        "array_pending": pc.replace_with_mask(pa.nulls(n, pa.string()), mask, sub["array_pending"]),
+    }
+    is_step = np.zeros(n, dtype=bool)
+    bad = np.zeros(n, dtype=bool)
+    is_step[other] = sub_step
+    bad[other] = sub_bad
+    return out, is_step, bad
+
+
+def _v_job_id_regex(text: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray, np.ndarray]:
     parts = pc.extract_regex(text, _JOB_ID)
     bad = _mask(pc.is_null(parts))
     out = {

@@ -84,26 +84,50 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     return pa.table(cols).to_pandas(strings_to_categorical=True)
 
 
+# The columns the metrics read; the rest (free text such as NodeList and AllocTRES, line numbers...) are
+# dropped before the pandas conversion, which is where most of the memory and time would go.
+USED_COLUMNS = (
+    "job_id", "job_base", "array_task", "het_offset", "job_name", "user", "account", "partition", "qos", "wckey",
+    "comment", "state", "exit_code", "exit_signal", "exit_code_known", "submit", "eligible", "start", "end",
+    "elapsed_s", "gpus", "gpu_type",
+)
+
+
 def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
     """One row per attempt (het components merged) with gpu_hours, cost, waits and the run key fields."""
-    df = to_frame(table)
+    table = table.select([c for c in table.column_names if c in USED_COLUMNS])
+    # job_id is (nearly) unique per row: as a categorical it would cost more than all other columns together.
+    # It stays a plain string; only its categorical sort order (first appearance) is kept, as an integer.
+    df = to_frame(table.drop_columns(["job_id"]))
+    job_id = table.column("job_id").combine_chunks()
+    df["job_id"] = job_id.to_pandas()
+    df["job_id_order"] = pc.dictionary_encode(job_id).indices.to_numpy(zero_copy_only=False)
     df = df[df["start"].notna() & df["end"].notna()].copy()
     part_type = {name: p.gpu_type for name, p in config.partitions.items() if p.gpu_type}
     gtype = df["gpu_type"].astype(object).where(df["gpu_type"].notna(), df["partition"].map(part_type))
     df["gpu_type_eff"] = gtype
     df["gpu_hours"] = df["elapsed_s"].astype(float) * df["gpus"].astype(float) / 3600.0
-    combos = df[["gpu_type_eff", "partition"]].drop_duplicates().reset_index(drop=True)
-    combos["price"] = [
-        config.price_per_gpu_hour(t if isinstance(t, str) else None, p if isinstance(p, str) else None)
-        for t, p in zip(combos["gpu_type_eff"], combos["partition"], strict=True)
-    ]
-    combos["price"] = combos["price"].astype(float)
-    df = df.merge(combos, how="left", on=["gpu_type_eff", "partition"])
+    # The price of each distinct (GPU type, partition) pair, taken to the rows by integer codes (a merge on
+    # the two string columns would hash a million rows twice).
+    t_codes, t_values = pd.factorize(df["gpu_type_eff"])
+    p_codes, p_values = pd.factorize(df["partition"])
+    width = len(p_values) + 1  # codes shifted by one: 0 is a missing value
+    pair = (t_codes.astype(np.int64) + 1) * width + (p_codes.astype(np.int64) + 1)
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    prices = pd.Series([
+        config.price_per_gpu_hour(_str_or_none(t_values, int(u) // width), _str_or_none(p_values, int(u) % width))
+        for u in uniq
+    ]).astype(float).to_numpy()
+    df = df.reset_index(drop=True)
+    df["price"] = prices[inverse.reshape(-1)]
     df["cost"] = df["gpu_hours"] * df["price"]
     df["unpriced_gpu_hours"] = np.where(df["price"].isna(), df["gpu_hours"], 0.0)
 
     het = df["het_offset"].notna()
     if het.any():
+        # Merged het leads carry a plain-string job_id, which made the whole column plain strings (so sorted
+        # as text) before job_id was taken out of the categoricals: no first-appearance order then.
+        df = df.drop(columns=["job_id_order"])
         h = df[het]
         keys = [h["job_base"], h["start"]]
         sums = h.groupby(keys, sort=False)[["gpu_hours", "gpus", "unpriced_gpu_hours"]].sum()
@@ -122,17 +146,44 @@ def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
     df["done"] = (df["state"] == "COMPLETED") & (exit_ok | ~df["exit_code_known"].astype(bool))
     df["wait_s"] = df["start"] - df["eligible"].fillna(df["submit"])
     df["hold_s"] = df["eligible"] - df["submit"]
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df["job_key_rank"] = key_rank(df["job_key"])
+    return df
+
+
+def _str_or_none(values: Any, shifted_code: int) -> str | None:
+    """values[code] for a factorize code shifted by +1 (0 = missing); None unless a string."""
+    value = values[shifted_code - 1] if shifted_code > 0 else None
+    return value if isinstance(value, str) else None
+
+
+def key_rank(keys: pd.Series) -> np.ndarray:
+    """Dense rank of each string in sorted (code point) order: sorting, grouping and matching on these
+    integers gives the same order and groups as on the strings, without string comparisons."""
+    if keys.isna().any():
+        raise ValueError("job keys must not be null")
+    arr = pa.array(keys.astype(object).to_numpy() if keys.dtype == object else keys, pa.large_string())
+    return np.asarray(pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy(), dtype=np.int64)
+
+
+def _with_key_rank(att: pd.DataFrame) -> pd.DataFrame:
+    """`att` with job_key replaced by its rank (the order and equality of the strings, as integers)."""
+    rank = att["job_key_rank"].to_numpy() if "job_key_rank" in att.columns else key_rank(att["job_key"])
+    return att.assign(job_key=rank)
 
 
 # ---- runs ----------------------------------------------------------------------------------------------
+
+
+_RUN_INPUTS = ("job_key", "job_key_rank", "start", "submit", "user", "account", "job_name", "array_task", "end", "done")
 
 
 def assign_runs(att: pd.DataFrame, retry_window_s: float) -> pd.Series:
     """Run id of every attempt (index-aligned with `att`)."""
     if att.empty:
         return pd.Series([], dtype="int64", index=att.index)
-    a = att.sort_values(["job_key", "start"], kind="stable")
+    att = _with_key_rank(att[[c for c in _RUN_INPUTS if c in att.columns]])
+    a = sort_stable(att, ["job_key", "start"])
     first = a.drop_duplicates("job_key", keep="first").set_index("job_key")
     last = a.drop_duplicates("job_key", keep="last").set_index("job_key")
     units = pd.DataFrame(
@@ -147,7 +198,7 @@ def assign_runs(att: pd.DataFrame, retry_window_s: float) -> pd.Series:
         }
     )
     units["submit"] = units["submit"].fillna(first["start"])
-    units = units.reset_index().sort_values(["user", "account", "name", "task", "submit", "job_key"], kind="stable")
+    units = sort_stable(units.reset_index(), ["user", "account", "name", "task", "submit", "job_key"])
     gid = units.groupby(["user", "account", "name", "task"], sort=False, dropna=False, observed=True).ngroup().to_numpy()
     submit = units["submit"].to_numpy(dtype=float)
     end = units["end"].to_numpy(dtype=float)
@@ -198,8 +249,13 @@ def _exact_runs(
     return ids, next_id
 
 
+_RUNS_FRAME_INPUTS = ("run", "start", "job_key", "job_key_rank", "account", "partition", "wckey", "user", "job_name",
+                      "job_id", "gpu_hours", "cost", "unpriced_gpu_hours", "end", "done", "comment")
+
+
 def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -> pd.DataFrame:
-    a = att.sort_values(["run", "start", "job_key"], kind="stable")
+    a = _with_key_rank(att[[c for c in _RUNS_FRAME_INPUTS if c in att.columns]])
+    a = sort_stable(a, ["run", "start", "job_key"])
     g = a.groupby("run", sort=True)
     first = a.drop_duplicates("run", keep="first").set_index("run")
     last = a.drop_duplicates("run", keep="last").set_index("run")
@@ -221,16 +277,78 @@ def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -
         }
     )
     runs["useful_gpu_hours"] = np.where(runs["completed"], last["gpu_hours"], 0.0)
-    runs["wckey"] = runs["wckey"].astype(object).where(runs["wckey"].astype(object).fillna("") != "", NONE_LABEL)
+    runs["wckey"] = _none_if_empty(runs["wckey"])
     for key, values in extract_labels(first["comment"], first["account"], labels, config).items():
         runs[f"label_{key}"] = values
     return runs
+
+
+def _none_if_empty(values: pd.Series) -> pd.Series:
+    """Object values with "" and missing as NONE_LABEL; for a categorical, decided once per category."""
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        return values.astype(object).where(values.astype(object).fillna("") != "", NONE_LABEL)
+    cats = values.cat.categories.astype(object).to_numpy()
+    # Code -1 (missing) takes the last entry.
+    mapped = np.array([*(NONE_LABEL if pd.isna(c) or c == "" else c for c in cats), NONE_LABEL], dtype=object)
+    return pd.Series(mapped[values.cat.codes.to_numpy()], index=values.index, dtype=object, name=values.name)
+
+
+def sort_stable(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """``frame.sort_values(by, kind="stable")`` as one numpy lexsort over integer/float keys.
+
+    Categoricals sort by their codes (category order, missing last), as pandas sorts them. Any other key
+    type, or a missing float, takes pandas' own sort.
+    """
+    keys: list[np.ndarray] = []
+    for col in by:
+        values = frame[col]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            codes = values.cat.codes.to_numpy().astype(np.int64)
+            keys.append(np.where(codes < 0, len(values.cat.categories), codes))
+        elif isinstance(values.dtype, np.dtype) and values.dtype.kind in "iu":
+            keys.append(values.to_numpy())
+        elif isinstance(values.dtype, np.dtype) and values.dtype.kind == "f" and not values.isna().any():
+            keys.append(values.to_numpy())
+        else:
+            return frame.sort_values(by, kind="stable")
+    if not keys or len(frame) == 0:
+        return frame.sort_values(by, kind="stable")
+    return frame.take(_lex_order(keys))
+
+
+def _lex_order(keys: list[np.ndarray]) -> np.ndarray:
+    """Stable lexicographic order of the rows (first key most significant). Integer-valued keys are packed
+    into as few int64 words as their ranges allow (63 bits each): one stable argsort, or a lexsort over a
+    couple of words, instead of a lexsort over every key."""
+    words: list[np.ndarray] = []
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    bits = 0
+    for key in keys:
+        if key.dtype.kind == "f" and not np.array_equal(key, np.floor(key)):
+            return np.lexsort(keys[::-1])
+        lo, hi = key.min(), key.max()
+        if abs(float(lo)) >= 2**62 or abs(float(hi)) >= 2**62:
+            return np.lexsort(keys[::-1])
+        shifted = (key - lo).astype(np.int64)
+        width = max(1, int(shifted.max()).bit_length())
+        if bits + width > 63:
+            words.append(packed)
+            packed = np.zeros(len(keys[0]), dtype=np.int64)
+            bits = 0
+        bits += width
+        packed = (packed << width) | shifted
+    words.append(packed)
+    if len(words) == 1:
+        return np.argsort(words[0], kind="stable")
+    return np.lexsort(words[::-1])
 
 
 def extract_labels(
     comment: pd.Series, account: pd.Series, keys: tuple[str, ...], config: SiteConfig
 ) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
+    if isinstance(comment.dtype, pd.CategoricalDtype) and isinstance(account.dtype, pd.CategoricalDtype):
+        return _labels_by_category(comment, account, keys, config)
     arr = pa.array(comment.astype(object).fillna("").to_numpy(), pa.string())
     for key in keys:
         found = pc.struct_field(pc.extract_regex(arr, rf"(?:^|[\s,;]){re.escape(key)}=(?P<v>[^\s,;]*)"), "v")
@@ -239,6 +357,35 @@ def extract_labels(
         missing = pd.isna(values) | (values == "")
         values = np.where(missing, fallback.to_numpy(dtype=object), values)
         out[key] = np.where(pd.isna(values), NONE_LABEL, values).astype(object)
+    return out
+
+
+def _labels_by_category(
+    comment: pd.Series, account: pd.Series, keys: tuple[str, ...], config: SiteConfig
+) -> dict[str, np.ndarray]:
+    """extract_labels computed once per distinct comment and account (a few thousand, not a million rows)."""
+    out: dict[str, np.ndarray] = {}
+    ccodes = comment.cat.codes.to_numpy()
+    acodes = account.cat.codes.to_numpy()
+    # Code -1 (missing) picks the last entry: "" for a comment (as fillna("")), None for an account.
+    texts = pa.array([*comment.cat.categories.astype(object), ""], pa.string())
+    acc_names: list[Any] = [*account.cat.categories.astype(object), None]
+    # One label per distinct (comment, account) pair, taken to the rows.
+    pair = (ccodes.astype(np.int64) + 1) * (len(acc_names) + 1) + (acodes.astype(np.int64) + 1)
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    u_comment = uniq // (len(acc_names) + 1) - 1
+    u_account = uniq % (len(acc_names) + 1) - 1
+    for key in keys:
+        found = pc.struct_field(pc.extract_regex(texts, rf"(?:^|[\s,;]){re.escape(key)}=(?P<v>[^\s,;]*)"), "v")
+        per_comment = found.to_numpy(zero_copy_only=False).astype(object)
+        by_account = {name: acc.labels.get(key) for name, acc in config.accounts.items()}
+        per_account = np.array([by_account.get(a) if isinstance(a, str) else None for a in acc_names], dtype=object)
+        values = per_comment[u_comment]
+        missing = pd.isna(values) | (values == "")
+        values = np.where(missing, per_account[u_account], values)
+        values = np.where(pd.isna(values), NONE_LABEL, values).astype(object)
+        out[key] = values[inverse]
     return out
 
 
@@ -307,7 +454,10 @@ def wait_table(att: pd.DataFrame, by: str, col: str = "wait_s") -> pd.DataFrame:
 
 
 def top_failures(att: pd.DataFrame, top: int) -> pd.DataFrame:
-    f = att[~att["done"]].sort_values(["gpu_hours", "end", "job_id"], ascending=[False, True, True], kind="stable").head(top)
+    # Ties are ordered as the job_id column always sorted: by first appearance while it was a categorical
+    # (job_id_order), as text once merged het leads had made it plain strings.
+    tie = "job_id_order" if "job_id_order" in att.columns else "job_id"
+    f = att[~att["done"]].sort_values(["gpu_hours", "end", tie], ascending=[False, True, True], kind="stable").head(top)
     known = f["exit_code_known"].astype(bool).to_numpy()
     text = (f["exit_code"].astype("Int64").astype(str) + ":" + f["exit_signal"].astype("Int64").astype(str)).to_numpy(dtype=object)
     exit_text = np.where(known, text, np.array([None] * len(f), dtype=object))

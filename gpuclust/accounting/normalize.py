@@ -6,8 +6,11 @@ returned as a Problem naming its line and field: never dropped silently.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +21,17 @@ from gpuclust.accounting.schema import PLAIN_STRING_COLUMNS, RAW_FIELDS, SCHEMA
 from gpuclust.errors import Problem
 
 MAX_PROBLEMS_LISTED = 1000  # a badly broken file still reports its count; the list is capped
+PARALLEL_MIN_ROWS = 20_000  # below this, threads cost more than they save
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+def run_parallel(tasks: Mapping[str, Callable[[], Any]], *, parallel: bool = True) -> dict[str, Any]:
+    """Run independent, GIL-releasing (pyarrow / numpy) tasks in a small thread pool; results by name."""
+    if not parallel or WORKERS == 1:
+        return {name: task() for name, task in tasks.items()}
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        futures = {name: pool.submit(task) for name, task in tasks.items()}
+        return {name: fut.result() for name, fut in futures.items()}
 
 
 @dataclass
@@ -39,6 +53,10 @@ class ParseResult:
         self.notes += [n for n in other.notes if n not in self.notes]
 
 
+def _bind(func: Callable[[pa.Array], Any], arg: pa.Array) -> Callable[[], Any]:
+    return lambda: func(arg)
+
+
 def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
 
@@ -58,19 +76,37 @@ def normalize(
     rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in RAW_FIELDS}
     bad: dict[str, np.ndarray] = {}
 
-    ids, is_step, bad["JobID"] = f.v_job_id(rawc["JobID"])
+    # The field parsers are independent and their pyarrow kernels release the GIL: run them side by side.
+    exit_all = n == 0 or bool(pc.all(exit_known).as_py())
+    tasks: dict[str, Callable[[], Any]] = {
+        "JobID": lambda: f.v_job_id(rawc["JobID"]),
+        "JobIDRaw": lambda: f.v_int(rawc["JobIDRaw"]),
+        "State": lambda: f.by_unique(f.v_state, rawc["State"]),
+        "ExitCode": lambda: (
+            f.by_unique(lambda t: f.v_exit_code(t, pa.array(np.ones(len(t), dtype=bool))), rawc["ExitCode"])
+            if exit_all
+            else f.v_exit_code(rawc["ExitCode"], exit_known)
+        ),
+        **{name: _bind(f.v_time, rawc[name]) for name in ("Submit", "Eligible", "Start", "End")},
+        "Elapsed": lambda: f.by_unique(f.v_elapsed, rawc["Elapsed"]),
+        "NNodes": lambda: f.by_unique(f.v_int, rawc["NNodes"]),
+        "AllocTRES": lambda: f.by_unique(f.v_alloc_tres, rawc["AllocTRES"]),
+    }
+    done = run_parallel(tasks, parallel=n >= PARALLEL_MIN_ROWS)
+
+    ids, is_step, bad["JobID"] = done["JobID"]
     columns.update(ids)
-    columns["job_id_raw"], bad["JobIDRaw"] = f.v_int(rawc["JobIDRaw"])
+    columns["job_id_raw"], bad["JobIDRaw"] = done["JobIDRaw"]
     for raw_name, col in PLAIN_STRING_COLUMNS.items():
         columns[col] = rawc[raw_name]
-    columns["state"], bad["State"] = f.v_state(rawc["State"])
-    columns["exit_code"], columns["exit_signal"], bad["ExitCode"] = f.v_exit_code(rawc["ExitCode"], exit_known)
+    columns["state"], bad["State"] = done["State"]
+    columns["exit_code"], columns["exit_signal"], bad["ExitCode"] = done["ExitCode"]
     columns["exit_code_known"] = exit_known
     for raw_name, col in (("Submit", "submit"), ("Eligible", "eligible"), ("Start", "start"), ("End", "end")):
-        columns[col], bad[raw_name] = f.v_time(rawc[raw_name])
-    columns["elapsed_s"], bad["Elapsed"] = f.v_elapsed(rawc["Elapsed"])
-    columns["nnodes"], bad["NNodes"] = f.v_int(rawc["NNodes"])
-    columns["gpus"], columns["gpu_type"], columns["mem_mb"], bad["AllocTRES"] = f.v_alloc_tres(rawc["AllocTRES"])
+        columns[col], bad[raw_name] = done[raw_name]
+    columns["elapsed_s"], bad["Elapsed"] = done["Elapsed"]
+    columns["nnodes"], bad["NNodes"] = done["NNodes"]
+    columns["gpus"], columns["gpu_type"], columns["mem_mb"], bad["AllocTRES"] = done["AllocTRES"]
     columns["line"] = pc.cast(lines, pa.int64())
 
     any_bad = np.zeros(n, dtype=bool)
@@ -95,7 +131,7 @@ def normalize(
     table = pa.table({name: columns[name] for name in SCHEMA.names}).cast(SCHEMA)
     if not keep.all():
         table = table.filter(pa.array(keep))
-    exit_all_known = bool(pc.all(exit_known).as_py()) if n else True
+    exit_all_known = exit_all
     return ParseResult(
         table=table,
         problems=problems,

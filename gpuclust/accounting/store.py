@@ -171,17 +171,34 @@ def latest_state(table: pa.Table) -> pa.Table:
     if table.num_rows == 0:
         return table
     order_cols = [c for c in ("fetched_at", "window") if c in table.column_names]
-    idx = np.arange(table.num_rows)
-    table = table.append_column("_i", pa.array(idx))
-    table = table.sort_by([*[(c, "ascending") for c in order_cols], ("_i", "ascending")])
-    start = pc.fill_null(pc.cast(table.column("start"), pa.int64()), -1).to_numpy()
-    raw = table.column("job_id_raw").to_numpy()
-    # Keep the last occurrence of each key: reverse, first occurrence wins.
+    n = table.num_rows
+    # Work on a permutation (the row order the keys are ranked in) instead of sorting the whole table twice:
+    # one filter of the original table gives the same rows in the same (original) order.
+    if order_cols:
+        keys_table = table.select(order_cols).append_column("_i", pa.array(np.arange(n)))
+        perm = pc.sort_indices(keys_table, sort_keys=[*[(c, "ascending") for c in order_cols], ("_i", "ascending")])
+        perm_np = perm.to_numpy()
+    else:
+        perm_np = None  # already in (_i) order
+    start_all = pc.fill_null(pc.cast(table.column("start"), pa.int64()), -1).to_numpy()
+    raw_all = table.column("job_id_raw").to_numpy()
+    start = start_all if perm_np is None else start_all[perm_np]
+    raw = raw_all if perm_np is None else raw_all[perm_np]
+    # Keep the last occurrence of each key: the last of its group in a stable sort of the keys.
     keys = (raw.astype(np.int64) << 32) + (start.astype(np.int64) + 1)  # JobIDRaw < 2**31, epochs < 2**32
-    _, first = np.unique(keys[::-1], return_index=True)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    last = np.ones(len(keys), dtype=bool)
+    last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
     keep = np.zeros(len(start), dtype=bool)
-    keep[len(start) - 1 - first] = True
-    started_ids = np.unique(raw[start != -1])
-    keep &= ~((start == -1) & np.isin(raw, started_ids))
-    kept = table.filter(pa.array(keep))
-    return kept.sort_by([("_i", "ascending")]).drop_columns(["_i"])
+    keep[order[last]] = True
+    pending = start == -1
+    if pending.any():
+        keep[pending] &= ~np.isin(raw[pending], raw[~pending])
+    if perm_np is not None:
+        keep_orig = np.empty(n, dtype=bool)
+        keep_orig[perm_np] = keep
+        keep = keep_orig
+    if keep.all():
+        return table
+    return table.filter(pa.array(keep))
