@@ -92,7 +92,11 @@ def parse_time_epoch(text: str) -> int | None:
         return None
     if not _TIME_RE.fullmatch(raw):
         raise SlurmOutputError(f"bad time {text!r}")
-    return int(datetime.strptime(raw, TIME_FORMAT).replace(tzinfo=timezone.utc).timestamp())
+    try:
+        parsed = datetime.strptime(raw, TIME_FORMAT)
+    except ValueError:  # right shape, impossible value (month 13, Feb 30)
+        raise SlurmOutputError(f"bad time {text!r}") from None
+    return int(parsed.replace(tzinfo=timezone.utc).timestamp())
 
 
 _ELAPSED = r"^(?:(?P<d>[0-9]+)-)?(?:(?P<h>[0-9]+):)?(?P<m>[0-9]+):(?P<s>[0-9]+)$"

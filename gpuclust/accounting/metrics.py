@@ -93,8 +93,17 @@ USED_COLUMNS = (
 )
 
 
+def allocated_mask(table: pa.Table) -> pa.ChunkedArray:
+    """Rows that got an allocation. sacct gives a job cancelled while pending Start = End = the cancel time,
+    but no allocation (AllocTRES empty, NodeList "None assigned", in text and JSON alike): it never started,
+    so it is no attempt, and its "queue wait" would be a fiction."""
+    alloc = table.column("alloc_tres")
+    return pc.fill_null(pc.greater(pc.utf8_length(alloc), 0), False)
+
+
 def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
     """One row per attempt (het components merged) with gpu_hours, cost, waits and the run key fields."""
+    table = table.filter(allocated_mask(table))
     table = table.select([c for c in table.column_names if c in USED_COLUMNS])
     # job_id is (nearly) unique per row: as a categorical it would cost more than all other columns together.
     # It stays a plain string; only its categorical sort order (first appearance) is kept, as an integer.

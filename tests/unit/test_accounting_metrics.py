@@ -58,8 +58,16 @@ def row(job_id: str, submit: int, start: int | None, end: int | None, *, state="
         "exit_signal": 0 if known else None, "exit_code_known": known, "submit": ts(submit),
         "eligible": ts(eligible if eligible is not None else submit), "start": ts(start), "end": ts(end),
         "elapsed_s": (end - start) if start is not None and end is not None else 0, "nnodes": 1,
-        "alloc_tres": "", "gpus": gpus, "gpu_type": gpu_type, "mem_mb": None,
+        # as sacct prints it: an allocation's TRES once the job started, nothing for one that never did
+        "alloc_tres": _alloc_tres(gpus, gpu_type) if start is not None else "", "gpus": gpus, "gpu_type": gpu_type, "mem_mb": None,
     }
+
+
+def _alloc_tres(gpus: int, gpu_type: str | None) -> str:
+    tres = "billing=1,cpu=1,mem=1G,node=1"
+    if gpus:
+        tres += f",gres/gpu={gpus}" + (f",gres/gpu:{gpu_type}={gpus}" if gpu_type else "")
+    return tres
 
 
 def report(rows, conf=CONF, period=PERIOD, **kw):

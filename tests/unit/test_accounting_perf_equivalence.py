@@ -97,7 +97,7 @@ def _mutate(data: bytes, seed: int) -> bytes:
         if len(f) == len(FETCH_FIELDS) and rng.random() < 0.05:
             k = rng.randrange(9)
             if k == 0:
-                f[11] = b"2026-12-01 00:00:00"  # (a month 13 crashes _repair: reported, not changed here)
+                f[11] = b"2026-12-01 00:00:00"  # (month 13 is covered by test_impossible_time_is_reported_with_its_line_not_a_crash)
             elif k == 1:
                 f[16] = b"cpu=1,gres/gpu:a100=2,gres/gpu:h100=4,gres/gpu=6,mem=3T"
             elif k == 2:

@@ -139,3 +139,20 @@ def test_fetch_argv_is_explicit_and_utc_windowed():
     assert f"--delimiter={FETCH_DELIMITER}" in args and "--parsable2" in args
     assert args[-1].startswith("JobID,JobIDRaw,JobName,")
     assert sacct_args(DAY, "json")[-1] == "--json"
+
+
+@pytest.mark.parametrize("name", ["lab-cancelled-pending.txt", "lab-cancelled-pending.json"])
+def test_job_cancelled_while_pending_is_no_attempt(name):
+    """Recorded on the lab: job 1 ran; jobs 2 and 3 were cancelled while pending (3 held by AssocGrpGRES).
+    sacct gives those Start = End = the cancel time but NodeList "None assigned" and no AllocTRES: they never
+    started, so they are neither attempts nor queue waits."""
+    from gpuclust.accounting.metrics import build_report
+    from gpuclust.accounting.pipeline import input_period, read_input
+    from gpuclust.config import load_config
+
+    result = read_input(str(DATA / name), "|")
+    assert result.problems == []
+    data = build_report(result.table, load_config(str(DATA / "site.conf")), input_period(result)).data
+    assert data["totals"]["attempts"] == 1
+    assert data["totals"]["runs"] == 1 and data["totals"]["completed"] == 1
+    assert [r["jobs"] for r in data["queue_wait"]["by_partition"]] == [1]

@@ -133,3 +133,21 @@ def test_any_name_or_comment_never_crashes_never_silently_drops(pairs, delimiter
         r["JobName"].startswith("\n") for r in rows
     ):
         assert result.rejected == 0 and result.table.num_rows == len(rows)
+
+
+@pytest.mark.parametrize("delimiter", ["|", FETCH_DELIMITER])
+def test_impossible_time_is_reported_with_its_line_not_a_crash(delimiter):
+    """A time of the right shape but an impossible value (month 13), also inside a record that needs
+    repair because its name holds the delimiter, is a located problem; the other rows survive."""
+    rows = [
+        dict(ROW, JobID="1", JobIDRaw="1"),
+        dict(ROW, JobID="2", JobIDRaw="2", Start="2026-13-01T00:00:00"),
+        dict(ROW, JobID="3", JobIDRaw="3", JobName="a|b", End="2026-02-30T00:00:00"),
+        dict(ROW, JobID="4", JobIDRaw="4"),
+    ]
+    result = parse_parsable(dump(rows, delimiter), delimiter)
+    kept = result.table.column("job_id").to_pylist()
+    assert "1" in kept and "4" in kept
+    reported_lines = {p.line for p in result.problems}
+    assert 3 in reported_lines and "2" not in kept
+    assert len(kept) + len(result.problems) == len(rows)
