@@ -9,14 +9,12 @@ was right, 1 otherwise; parameters come from ACCEPT_* variables (see gpuclust.ac
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuclust.accept import launch, stats
 from gpuclust.accept import results as R
 from gpuclust.accept.params import read_params
-from gpuclust.errors import GpuclustError
 
 PERIOD = 8
 PARAM_NAMES = [
@@ -182,12 +180,7 @@ def format_sweep(sweep: list[R.SweepRecord]) -> str:
 
 
 def entry() -> None:
-    try:
-        code = main()
-    except GpuclustError as exc:
-        print(f"gpuclust.accept.allreduce: {exc}", file=sys.stderr)
-        code = 2
-    raise SystemExit(code)
+    launch.run_program(main, "gpuclust.accept.allreduce")
 
 
 if __name__ == "__main__":

@@ -15,14 +15,15 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuclust.accept import results as R
 from gpuclust.accept.params import default_master_port, read_param
-from gpuclust.errors import InputError, SlurmError, UnsafeValueError
+from gpuclust.errors import GpuclustError, InputError, SlurmError, UnsafeValueError
+from gpuclust.exitcodes import EXIT_INPUT
 from gpuclust.slurm import hostlist
 from gpuclust.slurm.parse import parse_gres, parse_scontrol_oneliners, parse_scontrol_record
 
@@ -46,6 +47,18 @@ class TaskEnv:
     cluster: str | None
     job_nodes: tuple[str, ...]
     step_nodes: tuple[str, ...]
+
+
+def run_program(main: Callable[[], int], prog: str, *, also: tuple[type[Exception], ...] = ()) -> NoReturn:
+    """Entry point of an acceptance program run by a template: a library error (or one of `also`) becomes one
+    line on stderr and exit 2, so the job fails with a reason instead of a traceback."""
+    caught: tuple[type[Exception], ...] = (GpuclustError, *also)
+    try:
+        code = main()
+    except caught as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        code = EXIT_INPUT
+    raise SystemExit(code)
 
 
 def _int_env(env: Mapping[str, str], *names: str) -> int:

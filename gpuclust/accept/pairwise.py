@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from gpuclust.accept import results as R
 from gpuclust.accept.allreduce import count_wrong, fill_pattern, gather_ranks
 from gpuclust.accept.params import read_params
 from gpuclust.config.values import parse_abs_path, parse_slurm_name
-from gpuclust.errors import GpuclustError, InputError, UnsafeValueError
+from gpuclust.errors import InputError, UnsafeValueError
 from gpuclust.slurm import hostlist
 
 PARAM_NAMES = ["ACCEPT_BACKEND", "ACCEPT_PAIR_SIZE", "ACCEPT_PAIR_ITERS", "ACCEPT_PAIR_BUDGET",
@@ -257,15 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    try:
-        code = main()
-    except GpuclustError as exc:
-        print(f"gpuclust.accept.pairwise: {exc}", file=sys.stderr)
-        code = 2
-    except ValueError as exc:
-        print(f"gpuclust.accept.pairwise: {exc}", file=sys.stderr)
-        code = 2
-    raise SystemExit(code)
+    launch.run_program(main, "gpuclust.accept.pairwise", also=(ValueError,))
 
 
 if __name__ == "__main__":

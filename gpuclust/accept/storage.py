@@ -21,7 +21,6 @@ import gc
 import hashlib
 import os
 import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +30,7 @@ from gpuclust.accept import launch
 from gpuclust.accept import results as R
 from gpuclust.accept.allreduce import gather_ranks
 from gpuclust.accept.params import read_params
-from gpuclust.errors import GpuclustError, InputError
+from gpuclust.errors import InputError
 
 PARAM_NAMES = ["ACCEPT_STORAGE_TESTS", "ACCEPT_SHARED_DIR", "ACCEPT_LOCAL_DIR", "ACCEPT_STAGE_SRC",
                "ACCEPT_STAGE_SIZE", "ACCEPT_CKPT_SIZE", "ACCEPT_AGG_SIZE", "ACCEPT_GPU_DEVICE_GLOB"]
@@ -357,12 +356,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    try:
-        code = main()
-    except GpuclustError as exc:
-        print(f"gpuclust.accept.storage: {exc}", file=sys.stderr)
-        code = 2
-    raise SystemExit(code)
+    launch.run_program(main, "gpuclust.accept.storage")
 
 
 if __name__ == "__main__":
