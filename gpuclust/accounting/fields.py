@@ -237,7 +237,74 @@ def v_exit_code(text: pa.Array, known: pa.Array) -> tuple[pa.Array, pa.Array, np
     return code, sig, bad
 
 
+FIXED_TIME_MIN_ROWS = 10_000  # below this the kernels of the reference are as quick
+_TIME_DIGITS = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18)
+_TIME_PUNCT = ((4, ord("-")), (7, ord("-")), (10, ord("T")), (13, ord(":")), (16, ord(":")))
+_DAYS_IN_MONTH = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int32)
+_DAYS_BEFORE_MONTH = np.concatenate([[0], np.cumsum(_DAYS_IN_MONTH)[:-1]]).astype(np.int32)  # index 1 = Jan = 0
+_YEAR_LO, _YEAR_HI = 1970, 2200
+_LEAP = np.array([(y % 4 == 0 and y % 100 != 0) or y % 400 == 0 for y in range(_YEAR_LO, _YEAR_HI + 1)])
+_DAYS_BEFORE_YEAR = np.concatenate([[0], np.cumsum(365 + _LEAP.astype(np.int32))[:-1]]).astype(np.int32)
+
+
 def v_time(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """-> (timestamp[s, UTC] with nulls for unknown/bad, bad mask); the result of `_v_time_ref`.
+
+    Fast path: values of exactly ``YYYY-MM-DDTHH:MM:SS`` with a valid date and time (nearly all of them) are
+    read as fixed-width digits with numpy; every other row (Unknown, garbage, leap seconds, far years...)
+    goes through the reference kernels and is put back in place.
+    """
+    if isinstance(text, pa.ChunkedArray):
+        if text.num_chunks == 0:
+            return _v_time_ref(text)
+        parts = [v_time(chunk) for chunk in text.chunks]
+        return (pa.chunked_array([p[0] for p in parts], pa.timestamp("s", tz="UTC")),
+                np.concatenate([p[1] for p in parts]))
+    if len(text) < FIXED_TIME_MIN_ROWS or text.type != pa.string() or text.null_count:
+        return _v_time_ref(text)
+    n = len(text)
+    is_fixed = np.asarray(pc.equal(pc.binary_length(text), 19).to_numpy(zero_copy_only=False), dtype=bool)
+    fixed = np.flatnonzero(is_fixed)
+    if not len(fixed):
+        return _v_time_ref(text)
+    # The 19-byte values, filtered into one buffer, are a (rows, 19) byte matrix without any copy.
+    sel = text if len(fixed) == n else text.filter(pa.array(is_fixed))
+    first = int(np.frombuffer(sel.buffers()[1], dtype=np.int32)[sel.offset])
+    chars = np.frombuffer(sel.buffers()[2], dtype=np.uint8)[first : first + 19 * len(fixed)].reshape(-1, 19)
+    digits = chars[:, _TIME_DIGITS] - np.uint8(0x30)  # wraps below '0' to a large value
+    ok = (digits <= 9).all(axis=1)
+    for pos, char in _TIME_PUNCT:
+        ok &= chars[:, pos] == char
+    d = digits.astype(np.int32)
+    year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
+    month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
+    hour, minute, second = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
+    # Only plainly valid values are taken here; anything doubtful is left to the reference.
+    ok &= (year >= _YEAR_LO) & (year <= _YEAR_HI) & (month >= 1) & (month <= 12)
+    y = np.clip(year, _YEAR_LO, _YEAR_HI) - _YEAR_LO
+    m = np.clip(month, 0, 12)
+    leap_feb = (m > 2) & _LEAP[y]
+    ok &= (day >= 1) & (day <= _DAYS_IN_MONTH[m] + ((m == 2) & _LEAP[y])) & (hour <= 23) & (minute <= 59)
+    ok &= second <= 59
+    days = _DAYS_BEFORE_YEAR[y] + _DAYS_BEFORE_MONTH[m] + leap_feb + (day - 1)
+    epoch = days.astype(np.int64) * 86400 + (hour * 3600 + minute * 60 + second)
+    values = np.zeros(n, dtype=np.int64)
+    valid = np.zeros(n, dtype=bool)
+    values[fixed[ok]] = epoch[ok]
+    valid[fixed[ok]] = True
+    rest = ~valid
+    out = pa.Array.from_buffers(
+        pa.timestamp("s", tz="UTC"), n, [pa.array(valid).buffers()[1], pa.py_buffer(values)], null_count=int(rest.sum())
+    )
+    bad = np.zeros(n, dtype=bool)
+    if rest.any():
+        ref, ref_bad = _v_time_ref(text.filter(pa.array(rest)))
+        out = pc.replace_with_mask(out, pa.array(rest), ref)
+        bad[rest] = ref_bad
+    return out, bad
+
+
+def _v_time_ref(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
     unknown = pc.is_in(text, value_set=pa.array(sorted(UNKNOWN_TIMES)))
     parsed = pc.strptime(text, format=TIME_FORMAT, unit="s", error_is_null=True)
     # strptime accepts some things the scalar parser does not (leading spaces...): hold both to one rule.

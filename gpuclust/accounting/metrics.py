@@ -103,15 +103,19 @@ def allocated_mask(table: pa.Table) -> pa.ChunkedArray:
 
 def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
     """One row per attempt (het components merged) with gpu_hours, cost, waits and the run key fields."""
-    table = table.filter(allocated_mask(table))
-    table = table.select([c for c in table.column_names if c in USED_COLUMNS])
+    allocated = allocated_mask(table)
+    # Select before filtering: the unused free-text columns (NodeList, AllocTRES...) are never copied.
+    table = table.select([c for c in table.column_names if c in USED_COLUMNS]).filter(allocated)
     # job_id is (nearly) unique per row: as a categorical it would cost more than all other columns together.
     # It stays a plain string; only its categorical sort order (first appearance) is kept, as an integer.
     df = to_frame(table.drop_columns(["job_id"]))
     job_id = table.column("job_id").combine_chunks()
     df["job_id"] = job_id.to_pandas()
-    df["job_id_order"] = pc.dictionary_encode(job_id).indices.to_numpy(zero_copy_only=False)
     df = df[df["start"].notna() & df["end"].notna()].copy()
+    if not df["het_offset"].notna().any():
+        # Only used without het jobs (see below); hashing a million ids is not free. Same column, same place.
+        order = pc.dictionary_encode(job_id).indices.to_numpy(zero_copy_only=False)
+        df.insert(list(df.columns).index("job_id") + 1, "job_id_order", order[df.index.to_numpy()])
     part_type = {name: p.gpu_type for name, p in config.partitions.items() if p.gpu_type}
     gtype = df["gpu_type"].astype(object).where(df["gpu_type"].notna(), df["partition"].map(part_type))
     df["gpu_type_eff"] = gtype
@@ -135,8 +139,8 @@ def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
     het = df["het_offset"].notna()
     if het.any():
         # Merged het leads carry a plain-string job_id, which made the whole column plain strings (so sorted
-        # as text) before job_id was taken out of the categoricals: no first-appearance order then.
-        df = df.drop(columns=["job_id_order"])
+        # as text) before job_id was taken out of the categoricals: no first-appearance order then (the
+        # job_id_order column is not made at all).
         h = df[het]
         keys = [h["job_base"], h["start"]]
         sums = h.groupby(keys, sort=False)[["gpu_hours", "gpus", "unpriced_gpu_hours"]].sum()

@@ -4,7 +4,9 @@ Each optimisation keeps its reference next to it: pyarrow.csv tokenising of the 
 each line on the separator), joined records spliced back into that read (reference: merge them in afterwards),
 one parse per distinct value (reference: parse every row), field parsers in threads (reference: one after
 the other), labels per distinct comment (reference: per run), integer ranks for the job keys (reference: the
-strings), and the permutation-based latest_state (reference: the sort/filter/sort it replaced).
+strings), and the permutation-based latest_state (reference: the sort/filter/sort it replaced); second pass:
+the numpy fixed-width time parser (reference: strptime + shape regex), the blocked line scans (reference: one
+compare over the whole body) and the lazily made job_id_order (reference: made for every table).
 """
 
 from __future__ import annotations
@@ -59,12 +61,15 @@ def reference_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         m.setattr(text, "_read_lines", lambda *a, **k: None)
         m.setattr(fields, "by_unique", lambda func, arr: func(arr))
         m.setattr(normalize, "PARALLEL_MIN_ROWS", 10**12)
+        m.setattr(fields, "v_time", fields._v_time_ref)
         yield
 
 
 def _parse_both(data: bytes, delimiter: str, monkeypatch: pytest.MonkeyPatch):
     with monkeypatch.context() as m:
         m.setattr(normalize, "PARALLEL_MIN_ROWS", 0)  # threads even for small inputs
+        m.setattr(fields, "FIXED_TIME_MIN_ROWS", 0)  # the numpy time parser even for small inputs
+        m.setattr(text, "SCAN_BLOCK", 4096)  # many blocks in the line scans
         fast = text.parse_parsable(data, delimiter, "x")
     with reference_paths(monkeypatch):
         ref = text.parse_parsable(data, delimiter, "x")
@@ -323,3 +328,102 @@ def test_job_id_plain_number_path_equals_regex():
     for name in want[0]:
         assert got[0][name].equals(want[0][name]), name
     assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2])
+
+
+# ---- second pass: numpy time parser, blocked line scans, lazy job_id_order ------------------------------
+
+
+def _time_values(rng: random.Random, n: int) -> list[str]:
+    """Valid times (1970..2200, leap days), impossible ones (month 13, Feb 29 of 2100, 24:00, second 60),
+    years outside the fast range, unknowns, and valid strings with one byte changed."""
+    out: list[str] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.5:
+            out.append(pd.Timestamp(rng.randrange(0, 7_258_118_400), unit="s").strftime("%Y-%m-%dT%H:%M:%S"))
+        elif r < 0.8:
+            y = rng.choice([0, 1, 1900, 1969, 1970, 2000, 2024, 2100, 2200, 2201, 9999])
+            out.append(f"{y:04d}-{rng.randrange(0, 14):02d}-{rng.randrange(0, 33):02d}T"
+                       f"{rng.randrange(0, 25):02d}:{rng.randrange(0, 61):02d}:{rng.randrange(0, 62):02d}")
+        elif r < 0.9:
+            out.append(rng.choice(["", "(null)", "0", "N/A", "NONE", "None", "Unknown"]))
+        else:
+            chars = list("2026-02-28T23:59:59")
+            chars[rng.randrange(19)] = rng.choice(" xT:-/+9\x00é")
+            out.append("".join(chars))
+    return out
+
+
+def _assert_time_same(arr: pa.Array | pa.ChunkedArray) -> None:
+    got, got_bad = fields.v_time(arr)
+    want, want_bad = fields._v_time_ref(arr)
+    assert got.type == want.type
+    assert got.equals(want)
+    assert np.array_equal(got_bad, want_bad)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fixed_width_time_parser_equals_strptime(seed, monkeypatch):
+    monkeypatch.setattr(fields, "FIXED_TIME_MIN_ROWS", 0)
+    rng = random.Random(seed)
+    arr = pa.array(_time_values(rng, 20_000))
+    _assert_time_same(arr)
+    _assert_time_same(arr.slice(777, 12_345))
+    _assert_time_same(pa.chunked_array([arr.slice(0, 5000), arr.slice(5000, 3), arr.slice(5003)]))
+    valid = pa.array([pd.Timestamp(rng.randrange(0, 7_258_118_400), unit="s").strftime("%Y-%m-%dT%H:%M:%S")
+                      for _ in range(5000)])
+    _assert_time_same(valid)  # every row on the fast path
+    _assert_time_same(pa.array(["", "Unknown"] * 50))  # no row on it
+    _assert_time_same(pa.array([], pa.string()))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.one_of(st.text(alphabet="0123456789-T: x", min_size=19, max_size=19),
+                          st.datetimes().map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S")),
+                          st.text(max_size=21)), max_size=40))
+def test_fixed_width_time_parser_any_strings(values, monkeypatch):
+    monkeypatch.setattr(fields, "FIXED_TIME_MIN_ROWS", 0)
+    _assert_time_same(pa.array(values, pa.string()))
+
+
+@pytest.mark.parametrize("block", [1, 7, 4096, 1 << 22])
+def test_blocked_scans_equal_whole_buffer(generated, block, monkeypatch):
+    monkeypatch.setattr(text, "SCAN_BLOCK", block)
+    body = _mutate(generated, 6).replace(FETCH_DELIMITER.encode(), b"\x1d")
+    for data in (body[:3000] if block < 100 else body, b"", b"\n", b"\x1d", b"\x1d\n\n\x1d\x1d", b"ab\n" * 9):
+        buf = np.frombuffer(data, dtype=np.uint8)
+        for byte in (0x0A, 0x1D):
+            hits = np.flatnonzero(buf == byte)
+            assert np.array_equal(text._positions(buf, byte), hits)
+            nl = np.flatnonzero(buf == 0x0A)
+            bounds = np.concatenate([[0], nl + 1, [len(data)]]).astype(np.int64)
+            assert np.array_equal(text._counts_between(buf, byte, bounds), np.diff(np.searchsorted(hits, bounds)))
+
+
+def _attempts_frame_eager(table: pa.Table, config) -> pd.DataFrame:
+    """attempts_frame as it was before job_id_order was made lazily: computed for every table."""
+    table = table.filter(metrics.allocated_mask(table))
+    table = table.select([c for c in table.column_names if c in metrics.USED_COLUMNS])
+    job_id = table.column("job_id").combine_chunks()
+    order = pc.dictionary_encode(job_id).indices.to_numpy(zero_copy_only=False)
+    keep = table.column("start").is_valid().to_numpy(zero_copy_only=False) & \
+        table.column("end").is_valid().to_numpy(zero_copy_only=False)
+    return pd.DataFrame({"job_id": job_id.to_pandas()[keep].to_numpy(), "job_id_order": order[keep]})
+
+
+@pytest.mark.parametrize("with_het", [False, True])
+def test_lazy_job_id_order_same_column(generated, with_het):
+    data = generated if with_het else b"\n".join(
+        line for line in generated.split(b"\n") if not line.split(FETCH_DELIMITER.encode())[0].count(b"+"))
+    table = store.latest_state(text.parse_parsable(data, FETCH_DELIMITER).table)
+    config = parse_config(_bench().CONF)
+    att = metrics.attempts_frame(table, config)
+    if with_het:
+        assert "job_id_order" not in att.columns
+        return
+    cols = list(att.columns)
+    assert cols[cols.index("job_id") + 1] == "job_id_order"
+    want = _attempts_frame_eager(table, config)
+    assert att["job_id_order"].dtype == want["job_id_order"].dtype
+    assert att["job_id_order"].tolist() == want["job_id_order"].tolist()
+    assert att["job_id"].tolist() == want["job_id"].tolist()
