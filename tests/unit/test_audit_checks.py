@@ -3,7 +3,6 @@
 
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -17,27 +16,15 @@ from gpuclust.cli.main import cli
 from gpuclust.config import load_config
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.replay import ReplaySlurmClient
+from tests.unit.audit_replay import DATA, replay
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "audit"
 SITE_CONF = str(DATA / "site-lab.conf")
 NOW = datetime(2026, 12, 2, 13, 11, 9, tzinfo=timezone.utc)  # 2h after the recorded drains
 NODES = ["node1", "node2", "node3", "node4"]
 
 
-def read(scenario, name):
-    return (DATA / scenario / name).read_text()
 
 
-def replay(scenario):
-    c = ReplaySlurmClient()
-    c.add("scontrol", col.VERSION_ARGS, read(scenario, "scontrol_version.txt"))
-    c.add("scontrol", col.CONFIG_ARGS, read(scenario, "scontrol_show_config.txt"))
-    c.add("scontrol", col.PARTITION_ARGS, read(scenario, "scontrol_a_show_partition_o.txt"))
-    c.add("scontrol", col.NODE_TEXT_ARGS, read(scenario, "scontrol_d_show_node_o.txt"))
-    c.add("sinfo", col.NODE_SINFO_JSON_ARGS, read(scenario, "sinfo.json"))
-    c.add("sacctmgr", col.QOS_ARGS, read(scenario, "sacctmgr_show_qos.txt"))
-    c.add("sacctmgr", col.assoc_args(read(scenario, "cluster_name.txt").strip()), read(scenario, "sacctmgr_show_assoc.txt"))
-    return c
 
 
 def write_job(results_dir, job_id, kind, nodes, finished, passed=True, failed_nodes=(), reasons=(),
