@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from gpuclust.accept import launch
 from gpuclust.accept import results as R
-from gpuclust.errors import GpuclustError, InputError
+from gpuclust.errors import InputError
 from gpuclust.slurm import hostlist
 
 
@@ -47,8 +46,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except GpuclustError as exc:
-        print(f"gpuclust.accept.failed: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    launch.run_program(main, "gpuclust.accept.failed")
