@@ -94,14 +94,20 @@ def accounting_storage_tres(show_config: str) -> frozenset[str]:
     return frozenset()
 
 
+def _gpu_tres(untyped: int | None, by_type: dict[str, int]) -> dict[str, int]:
+    """{'gres/gpu': N, 'gres/gpu:h100': M} from an untyped limit and typed ones (types sorted)."""
+    tres: dict[str, int] = {}
+    if untyped is not None:
+        tres["gres/gpu"] = untyped
+    for gtype, n in sorted(by_type.items()):
+        tres[f"gres/gpu:{gtype}"] = n
+    return tres
+
+
 def _desired(limits: GpuLimits, *, qos: bool) -> dict[str, dict[str, int]]:
     """{sacctmgr field: {tres: value}} for one QOS or account association."""
     out: dict[str, dict[str, int]] = {}
-    grp: dict[str, int] = {}
-    if limits.gpu_limit is not None:
-        grp["gres/gpu"] = limits.gpu_limit
-    for gtype, n in sorted(limits.gpu_limit_by_type.items()):
-        grp[f"gres/gpu:{gtype}"] = n
+    grp = _gpu_tres(limits.gpu_limit, limits.gpu_limit_by_type)
     if grp:
         out["GrpTRES"] = grp
     if limits.gpu_hours_budget is not None:
@@ -109,11 +115,7 @@ def _desired(limits: GpuLimits, *, qos: bool) -> dict[str, dict[str, int]]:
     if limits.max_gpus_per_job is not None:
         out["MaxTRES"] = {"gres/gpu": limits.max_gpus_per_job}
     if qos:
-        per_user: dict[str, int] = {}
-        if limits.max_gpus_per_user is not None:
-            per_user["gres/gpu"] = limits.max_gpus_per_user
-        for gtype, n in sorted(limits.max_gpus_per_user_by_type.items()):
-            per_user[f"gres/gpu:{gtype}"] = n
+        per_user = _gpu_tres(limits.max_gpus_per_user, limits.max_gpus_per_user_by_type)
         if per_user:
             out["MaxTRESPerUser"] = per_user
     return out
