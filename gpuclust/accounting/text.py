@@ -12,6 +12,7 @@ ones.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -106,6 +107,28 @@ def _wanted(header: list[str]) -> list[str]:
     return [name for name in RAW_FIELDS if name in header]
 
 
+def _read_csv(
+    data: bytes, sep: bytes, header: list[str], wanted: list[str], kind: pa.DataType,
+    on_invalid: Callable[[object], str],
+) -> pa.Table:
+    """pyarrow.csv with sacct's rules: one-byte delimiter, no quoting or escaping, no newlines inside values,
+    the `wanted` columns only, read as `kind` (string or binary). Raises pa.ArrowInvalid."""
+    # Column names must be unique for pyarrow; ignored columns get placeholder names.
+    names = [name if name in RAW_FIELDS and header.index(name) == i else f"_ignored{i}" for i, name in enumerate(header)]
+    return pacsv.read_csv(
+        io.BytesIO(data),
+        read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
+        parse_options=pacsv.ParseOptions(
+            delimiter=sep.decode("latin-1"), quote_char=False, escape_char=False,
+            newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=on_invalid,
+        ),
+        convert_options=pacsv.ConvertOptions(
+            column_types={name: kind for name in wanted},
+            include_columns=wanted, strings_can_be_null=False, quoted_strings_can_be_null=False,
+        ),
+    )
+
+
 def _fast(body: bytes, sep: bytes, header: list[str], source: str) -> ParseResult | None:
     """pyarrow.csv over the whole body; None when any line is not a whole record."""
     if not body.strip(b"\n"):
@@ -117,22 +140,9 @@ def _fast(body: bytes, sep: bytes, header: list[str], source: str) -> ParseResul
         invalid.append(1)
         return "error"
 
-    # Column names must be unique for pyarrow; ignored columns get placeholder names.
-    names = [name if name in RAW_FIELDS and header.index(name) == i else f"_ignored{i}" for i, name in enumerate(header)]
     wanted = _wanted(header)
     try:
-        table = pacsv.read_csv(
-            io.BytesIO(body),
-            read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
-            parse_options=pacsv.ParseOptions(
-                delimiter=sep.decode("latin-1"), quote_char=False, escape_char=False,
-                newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=on_invalid,
-            ),
-            convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.string() for name in wanted},
-                include_columns=wanted, strings_can_be_null=False, quoted_strings_can_be_null=False,
-            ),
-        )
+        table = _read_csv(body, sep, header, wanted, pa.string(), on_invalid)
     except (pa.ArrowInvalid, UnicodeDecodeError):
         return None  # e.g. invalid UTF-8: the line-level pass decodes with replacement and reports
     if invalid:
@@ -400,23 +410,11 @@ def _read_lines(data: bytes, sep: bytes, header: list[str], wanted: list[str]) -
         invalid.append(1)
         return "skip"
 
-    names = [name if name in RAW_FIELDS and header.index(name) == i else f"_ignored{i}" for i, name in enumerate(header)]
     # Strings first (pyarrow checks UTF-8 in its worker threads); if some value is not UTF-8, read bytes and
     # decode each column as the reference path does (with replacement where needed).
     for kind in (pa.string(), pa.binary()):
         try:
-            table = pacsv.read_csv(
-                io.BytesIO(data),
-                read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
-                parse_options=pacsv.ParseOptions(
-                    delimiter=sep.decode("latin-1"), quote_char=False, escape_char=False,
-                    newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=on_invalid,
-                ),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={name: kind for name in wanted},
-                    include_columns=wanted, strings_can_be_null=False, quoted_strings_can_be_null=False,
-                ),
-            )
+            table = _read_csv(data, sep, header, wanted, kind, on_invalid)
         except pa.ArrowInvalid:
             continue
         if invalid:
