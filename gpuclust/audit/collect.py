@@ -13,6 +13,7 @@ from datetime import timezone
 from gpuclust.config.values import parse_slurm_name
 from gpuclust.errors import SlurmCommandError, SlurmError, SlurmOutputError
 from gpuclust.slurm.client import SlurmClient
+from gpuclust.slurm.parse import accounting_tres, parse_show_config
 
 from .records import (
     ASSOC_FORMAT,
@@ -21,13 +22,11 @@ from .records import (
     NodeRecord,
     PartitionRecord,
     QosRecord,
-    accounting_tres,
     parse_assocs,
     parse_nodes_json,
     parse_nodes_text,
     parse_partitions_text,
     parse_qos,
-    parse_show_config,
     parse_version,
 )
 

@@ -404,20 +404,6 @@ def parse_assocs(text: str) -> list[AssocRecord]:
 
 # ---- scontrol show config / version -----------------------------------------------------------------------
 
-def parse_show_config(text: str) -> dict[str, str]:
-    """`scontrol show config` `Key = value` lines -> dict (the header and plugin sections are skipped)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out.setdefault(key.strip(), value.strip())
-    return out
-
-
-def accounting_tres(config: Mapping[str, str]) -> frozenset[str]:
-    return frozenset(p.strip() for p in config.get("AccountingStorageTRES", "").split(",") if p.strip())
-
-
 def parse_version(text: str) -> tuple[int, int, int]:
     """`slurm 22.05.8` -> (22, 5, 8)."""
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)

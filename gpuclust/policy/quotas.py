@@ -25,7 +25,7 @@ from gpuclust.config.site import GpuLimits, SiteConfig
 from gpuclust.config.values import parse_slurm_name
 from gpuclust.errors import SlurmError
 from gpuclust.slurm.client import SlurmClient
-from gpuclust.slurm.parse import parse_parsable, parse_tres
+from gpuclust.slurm.parse import accounting_tres, parse_parsable, parse_show_config, parse_tres
 
 QOS_FORMAT = "format=Name,GrpTRES,GrpTRESMins,MaxTRES,MaxTRESPerUser"
 ASSOC_FORMAT = "format=Cluster,Account,User,Partition,GrpTRES,GrpTRESMins,MaxTRES"
@@ -81,17 +81,8 @@ def read_state(client: SlurmClient, cluster: str) -> SlurmQuotaState:
     return SlurmQuotaState(
         qos={row["Name"]: row for row in qos_rows},
         assocs=[row for row in assoc_rows if row.get("Cluster", cluster) == cluster],
-        accounting_tres=accounting_storage_tres(client.scontrol(["show", "config"])),
+        accounting_tres=accounting_tres(parse_show_config(client.scontrol(["show", "config"]))),
     )
-
-
-def accounting_storage_tres(show_config: str) -> frozenset[str]:
-    """AccountingStorageTRES from `scontrol show config` (lines `Key = value`)."""
-    for line in show_config.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "AccountingStorageTRES":
-            return frozenset(item.strip() for item in value.split(",") if item.strip())
-    return frozenset()
 
 
 def _gpu_tres(untyped: int | None, by_type: dict[str, int]) -> dict[str, int]:

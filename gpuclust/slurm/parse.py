@@ -166,6 +166,23 @@ def parse_scontrol_oneliners(text: str) -> list[dict[str, str]]:
     return [parse_scontrol_record(line) for line in text.splitlines() if line.strip() and "=" in line]
 
 
+# ---- scontrol show config --------------------------------------------------------------------------------
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """`scontrol show config` `Key = value` lines -> dict (the header and plugin sections are skipped)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def accounting_tres(config: Mapping[str, str]) -> frozenset[str]:
+    """The TRES slurmdbd accounts (AccountingStorageTRES): a typed limit on anything else is never enforced."""
+    return frozenset(p.strip() for p in config.get("AccountingStorageTRES", "").split(",") if p.strip())
+
+
 # ---- --parsable2 tables -----------------------------------------------------------------------------
 
 def parse_parsable(text: str, delimiter: str = "|") -> list[dict[str, str]]:

@@ -6,18 +6,17 @@ import pytest
 
 from gpuclust.audit import collect as col
 from gpuclust.audit.records import (
-    accounting_tres,
     parse_assocs,
     parse_nodes_json,
     parse_nodes_text,
     parse_partitions_text,
     parse_qos,
     parse_reason,
-    parse_show_config,
     parse_state,
     parse_version,
 )
 from gpuclust.errors import SlurmCommandError, SlurmOutputError
+from gpuclust.slurm.parse import accounting_tres, parse_show_config
 from gpuclust.slurm.replay import ReplaySlurmClient
 from tests.unit.audit_replay import SCENARIOS, read, replay
 

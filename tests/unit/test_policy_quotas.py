@@ -14,10 +14,10 @@ from gpuclust.errors import SlurmError
 from gpuclust.policy.quotas import (
     ASSOC_FORMAT,
     QOS_FORMAT,
-    accounting_storage_tres,
     apply_plan,
     plan_from_slurm,
 )
+from gpuclust.slurm.parse import accounting_tres, parse_show_config
 from gpuclust.slurm.replay import ReplaySlurmClient
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "policy"
@@ -59,7 +59,7 @@ class LabReplay(ReplaySlurmClient):
 
 
 def test_accounting_storage_tres():
-    tres = accounting_storage_tres((DATA / "scontrol-show-config.txt").read_text())
+    tres = accounting_tres(parse_show_config((DATA / "scontrol-show-config.txt").read_text()))
     assert {"gres/gpu", "gres/gpu:h100", "cpu"} <= tres
 
 
