@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from gpuclust.errors import SlurmOutputError
+from gpuclust.slurm.parse import parse_slurm_duration
+
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
@@ -92,14 +95,13 @@ def parse_duration(text: str) -> int:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", raw)
     if match:
         return int(float(match.group(1)) * _DURATION_UNITS.get(match.group(2) or "s", 1))
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", raw)
-    if match and ":" in raw:
-        days = int(match.group(1) or 0)
-        parts = [int(p) for p in match.group(2, 3, 4) if p is not None]
-        if len(parts) == 2:
-            parts = [0, *parts] if not match.group(1) else [*parts, 0]
-        hours, minutes, seconds = parts
-        return days * 86400 + hours * 3600 + minutes * 60 + seconds
+    if ":" in raw and re.fullmatch(r"[\d:\-]+", raw):
+        try:
+            seconds = parse_slurm_duration(raw)
+        except SlurmOutputError:
+            seconds = None
+        if seconds is not None and seconds >= 0:
+            return seconds
     raise ValueError(f"expected a duration like 30m, 24h, 7d or 2-00:00:00, got {text!r}")
 
 

@@ -224,6 +224,9 @@ def parse_slurm_duration(text: str | None) -> int | None:
     match = _DURATION.match(raw)
     if match:
         days, hours, minutes, seconds = match.groups()
+        if days is not None and hours is None:
+            # With days, two fields are hours:minutes (Slurm's "days-hours:minutes"), not minutes:seconds.
+            hours, minutes, seconds = minutes, seconds, "0"
         return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(float(seconds))
     match = re.fullmatch(r"(\d+)-(\d+)", raw)  # DD-HH
     if match:

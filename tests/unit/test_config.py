@@ -79,6 +79,9 @@ def test_values_reject_unsafe_names_and_parse_units(tmp_path):
     assert parse_duration("2-00:00:00") == 172800
     assert parse_duration("24h") == 86400
     assert parse_duration("90:00") == 5400
+    assert parse_duration("1-02:03") == 93780  # Slurm's days-hours:minutes
+    with pytest.raises(ValueError):
+        parse_duration("1:2.5")
     assert parse_size("64M") == 64 * 1024**2
 
 

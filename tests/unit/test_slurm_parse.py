@@ -74,7 +74,7 @@ def test_parsable_table_and_bad_line():
 
 @pytest.mark.parametrize(
     "text,seconds",
-    [("00:05", 5), ("01:02:03", 3723), ("2-01:00:00", 176400), ("05:00", 300), ("1-00:00", 86400),
+    [("00:05", 5), ("01:02:03", 3723), ("2-01:00:00", 176400), ("05:00", 300), ("1-00:00", 86400), ("1-02:03", 93780),
      ("UNLIMITED", -1), ("Partition_Limit", -1), ("Unknown", None), ("", None), ("2-12", 216000), ("30", 1800)],
 )
 def test_slurm_durations(text, seconds):
