@@ -69,7 +69,7 @@ def validate(doc: IniDocument, specs: tuple[SectionSpec, ...]) -> tuple[list[Par
     for section in doc.sections:
         spec = by_kind.get(section.kind)
         if spec is None:
-            problems.append(Problem(doc.path, section.line, f"unknown section kind [{section.kind}]" + _suggest(section.kind, list(by_kind))))
+            problems.append(Problem(doc.path, section.line, f"unknown section kind [{section.kind}]" + suggest(section.kind, list(by_kind))))
             continue
         if spec.named and not section.name:
             problems.append(Problem(doc.path, section.line, f"section [{spec.kind}] needs a name, e.g. [{spec.kind} NAME]"))
@@ -97,7 +97,7 @@ def _parse_section(path: str, section: Section, spec: SectionSpec, problems: lis
         if key is None:
             names = [k.name for k in spec.keys if not k.is_family]
             problems.append(
-                Problem(path, entry.line, f"unknown key {entry.key!r} in {section.title}" + _suggest(entry.key, names), entry.key)
+                Problem(path, entry.line, f"unknown key {entry.key!r} in {section.title}" + suggest(entry.key, names), entry.key)
             )
             continue
         if key.is_family:
@@ -123,6 +123,7 @@ def _check_name(name: str) -> None:
     parse_slurm_name(name)
 
 
-def _suggest(word: str, candidates: list[str]) -> str:
+def suggest(word: str, candidates: list[str]) -> str:
+    """'; did you mean 'x'?' for the close matches of word, or ''."""
     close = difflib.get_close_matches(word, candidates, n=2, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

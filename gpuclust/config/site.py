@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuclust.config import values as v
 from gpuclust.config.ini import parse_ini
-from gpuclust.config.schema import Key, ParsedSection, SectionSpec, validate
+from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.errors import ConfigError, Problem
 
 DEFAULT_CONFIG_PATH = "/etc/gpuclust/site.conf"
@@ -321,13 +321,10 @@ def _cross_check(
     policy_cfg: PolicyConfig,
 ) -> list[Problem]:
     """References between sections must resolve."""
-    import difflib
-
     problems: list[Problem] = []
 
     def unknown(kind: str, name: str, known: dict[str, Any], line: int) -> None:
-        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; add a [{kind} {name}] section"
+        hint = suggest(name, list(known)) or f"; add a [{kind} {name}] section"
         problems.append(Problem(path, line, f"unknown {kind} {name!r}{hint}"))
 
     for part in partitions.values():
