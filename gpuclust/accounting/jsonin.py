@@ -17,6 +17,7 @@ Steps are not read: ``jobs[].steps`` hold step records; each job is one allocati
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -201,10 +202,24 @@ def parse_json(data: bytes | str, source: str = "<input>") -> ParseResult:
     return result
 
 
-def parse_input(data: bytes, delimiter: str = "|", source: str = "<input>") -> ParseResult:
-    """Either form, told apart by the first non-blank byte (JSON starts with '{')."""
+def parse_input(
+    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>"
+) -> ParseResult:
+    """Either form, told apart by the first non-blank byte (JSON starts with '{'). `data` may be any buffer
+    (a memory-mapped file is read in place by the text parser)."""
     from gpuclust.accounting.text import parse_parsable
 
-    if data.lstrip()[:1] == b"{":
-        return parse_json(data, source)
+    if _first_byte(data) == b"{":
+        return parse_json(data if isinstance(data, bytes) else bytes(memoryview(data)), source)
     return parse_parsable(data, delimiter, source)
+
+
+def _first_byte(data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer) -> bytes:
+    """``data.lstrip()[:1]`` without copying the whole input."""
+    view = memoryview(data)
+    for start in range(0, len(view), 1 << 16):
+        head = bytes(view[start : start + (1 << 16)]).lstrip()
+        if head:
+            return head[:1]
+    return b""
+

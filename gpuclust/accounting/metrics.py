@@ -1,14 +1,20 @@
 """Metrics over normalized accounting rows: attempts, runs, queue wait, cost, sizing.
 
 The definitions (``DEFINITIONS``) are printed on the report page; this module implements them exactly.
-Everything is vectorised with pandas; the only Python loop is the resubmission matcher for the rare
-groups of same-named jobs that overlap in time (see ``_assign_runs``).
+
+A million rows must take well under a second, so the row-level work is numpy over integer codes: string
+columns become dictionary codes once, groups are sorts and ``reduceat``/``bincount`` over those codes, and
+strings are only looked at per distinct value. The results are pandas DataFrames (one per report table).
+The only Python loop is the resubmission matcher for the rare groups of same-named jobs that overlap in
+time (``_exact_runs``).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuclust.accounting import sorting
 from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import TIME_COLUMNS
 from gpuclust.config import SiteConfig
 
 GPU_MONTH_HOURS = 730.0  # 365 * 24 / 12: one GPU allocated for an average month
@@ -49,7 +55,8 @@ DEFINITIONS: dict[str, str] = {
     "cost_per_completed_run": "cost (all attempts, failed and retried included) / completed runs; null when 0.",
     "labels": "Report dimensions: account, wckey, and key=value pairs in --comment for the configured keys "
     "(site report_labels); a key missing from the comment takes the account's configured label, else '(none)'.",
-    "top_failures": "Attempts that ended in the period and are not COMPLETED 0:0, ranked by GPU-hours.",
+    "top_failures": "Attempts that ended in the period and are not COMPLETED 0:0, ranked by GPU-hours (then "
+    "earliest End, then input order).",
     "sizing": "effective unit cost = all cost / completed runs; useful ratio = useful / allocated GPU-hours; "
     "completed runs per GPU-month = completed runs / (GPU-hours / 730); required GPUs = target completed runs "
     "per month / completed runs per GPU-month.",
@@ -59,6 +66,7 @@ GROUP_COLUMNS = ("runs", "completed", "attempts", "retries", "gpu_hours", "usefu
                  "cost_per_completed_run", "unpriced_gpu_hours")
 WAIT_COLUMNS = ("jobs", "median_s", "p90_s", "max_s")
 NONE_LABEL = "(none)"
+PARALLEL_MIN_ATTEMPTS = 20_000  # below this a second thread costs more than it saves
 
 
 @dataclass
@@ -68,175 +76,279 @@ class Report:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
-# ---- frames --------------------------------------------------------------------------------------------
+# ---- columns as codes and numbers ----------------------------------------------------------------------
 
 
-def to_frame(table: pa.Table) -> pd.DataFrame:
-    """Arrow -> pandas with times as float epoch seconds (NaN = unknown), cheap to subtract and compare."""
-    cols = {}
-    for name in table.column_names:
-        col = table.column(name)
-        if name in TIME_COLUMNS or name == "fetched_at":
-            cols[name] = pc.cast(pc.cast(col, pa.int64()), pa.float64())
-        else:
-            cols[name] = col
-    # Categoricals make the many groupby/sort/take steps on string columns cheap.
-    return pa.table(cols).to_pandas(strings_to_categorical=True)
+@dataclass(frozen=True)
+class Coded:
+    """A string column as integer codes into `values` (distinct, in first-appearance order); the code
+    ``len(values)`` stands for null, so every code indexes a per-value array built by `per_value`."""
+
+    codes: np.ndarray
+    values: list[Any]
+
+    def take(self, rows: np.ndarray) -> Coded:
+        return Coded(self.codes[rows], self.values)
+
+    def per_value(self, func: Callable[[Any], Any], dtype: Any = object) -> np.ndarray:
+        """``func`` of each distinct value, then ``func(None)`` for null: index it with the codes."""
+        return np.array([*(func(v) for v in self.values), func(None)], dtype=dtype)
+
+    def strings(self, null: str = "") -> np.ndarray:
+        return self.per_value(lambda v: null if v is None else v)[self.codes]
+
+    def names(self, null: str = "") -> list[str]:
+        """One name per code (null -> `null`), for `_groups`."""
+        return [*(null if v is None else str(v) for v in self.values), null]
 
 
-# The columns the metrics read; the rest (free text such as NodeList and AllocTRES, line numbers...) are
-# dropped before the pandas conversion, which is where most of the memory and time would go.
-USED_COLUMNS = (
-    "job_id", "job_base", "array_task", "het_offset", "job_name", "user", "account", "partition", "qos", "wckey",
-    "comment", "state", "exit_code", "exit_signal", "exit_code_known", "submit", "eligible", "start", "end",
-    "elapsed_s", "gpus", "gpu_type",
-)
+def coded(col: pa.Array | pa.ChunkedArray) -> Coded:
+    """Dictionary codes of a string column (dictionary-encoded already, or plain)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    assert isinstance(col, pa.DictionaryArray)
+    values = col.dictionary.to_pylist()
+    indices = col.indices
+    codes = np.asarray((pc.fill_null(indices, len(values)) if indices.null_count else indices).to_numpy(
+        zero_copy_only=False))
+    if len(set(values)) != len(values) or None in values:
+        # A dictionary may repeat values (or hold a null): map each code to its first equal value.
+        first: dict[Any, int] = {}
+        unique: list[Any] = []
+        targets: list[int] = []
+        for value in values:
+            if value is not None and value not in first:
+                first[value] = len(unique)
+                unique.append(value)
+            targets.append(-1 if value is None else first[value])
+        remap = np.array([len(unique) if t < 0 else t for t in [*targets, -1]], dtype=np.int64)
+        codes, values = remap[codes], unique
+    return Coded(codes, values)
 
 
-def allocated_mask(table: pa.Table) -> pa.ChunkedArray:
+def _numbers(col: pa.Array | pa.ChunkedArray, null: float = np.nan) -> np.ndarray:
+    """A numeric or timestamp column as float64 (times: epoch seconds), `null` where missing."""
+    if pa.types.is_timestamp(col.type):
+        col = pc.cast(col, pa.int64())
+    if col.null_count and not np.isnan(null):
+        col = pc.fill_null(col, null)
+    # pyarrow gives float64 with NaN for an integer column with nulls.
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _ints(col: pa.Array | pa.ChunkedArray, null: int) -> np.ndarray:
+    if col.null_count:
+        col = pc.fill_null(col, null)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def allocated_mask(table: pa.Table) -> np.ndarray:
     """Rows that got an allocation. sacct gives a job cancelled while pending Start = End = the cancel time,
     but no allocation (AllocTRES empty, NodeList "None assigned", in text and JSON alike): it never started,
     so it is no attempt, and its "queue wait" would be a fiction."""
-    alloc = table.column("alloc_tres")
-    return pc.fill_null(pc.greater(pc.utf8_length(alloc), 0), False)
+    col = table.column("alloc_tres")
+    if pa.types.is_dictionary(col.type):
+        tres = coded(col)
+        return tres.per_value(lambda v: bool(v), dtype=bool)[tres.codes]
+    return np.asarray(pc.fill_null(pc.greater(pc.binary_length(col), 0), False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
-    """One row per attempt (het components merged) with gpu_hours, cost, waits and the run key fields."""
-    allocated = allocated_mask(table)
-    # Select before filtering: the unused free-text columns (NodeList, AllocTRES...) are never copied.
-    table = table.select([c for c in table.column_names if c in USED_COLUMNS]).filter(allocated)
-    # job_id is (nearly) unique per row: as a categorical it would cost more than all other columns together.
-    # It stays a plain string; only its categorical sort order (first appearance) is kept, as an integer.
-    df = to_frame(table.drop_columns(["job_id"]))
-    job_id = table.column("job_id").combine_chunks()
-    df["job_id"] = job_id.to_pandas()
-    df = df[df["start"].notna() & df["end"].notna()].copy()
-    if not df["het_offset"].notna().any():
-        # Only used without het jobs (see below); hashing a million ids is not free. Same column, same place.
-        order = pc.dictionary_encode(job_id).indices.to_numpy(zero_copy_only=False)
-        df.insert(list(df.columns).index("job_id") + 1, "job_id_order", order[df.index.to_numpy()])
-    part_type = {name: p.gpu_type for name, p in config.partitions.items() if p.gpu_type}
-    gtype = df["gpu_type"].astype(object).where(df["gpu_type"].notna(), df["partition"].map(part_type))
-    df["gpu_type_eff"] = gtype
-    df["gpu_hours"] = df["elapsed_s"].astype(float) * df["gpus"].astype(float) / 3600.0
-    # The price of each distinct (GPU type, partition) pair, taken to the rows by integer codes (a merge on
-    # the two string columns would hash a million rows twice).
-    t_codes, t_values = pd.factorize(df["gpu_type_eff"])
-    p_codes, p_values = pd.factorize(df["partition"])
-    width = len(p_values) + 1  # codes shifted by one: 0 is a missing value
-    pair = (t_codes.astype(np.int64) + 1) * width + (p_codes.astype(np.int64) + 1)
-    uniq, inverse = np.unique(pair, return_inverse=True)
-    prices = pd.Series([
-        config.price_per_gpu_hour(_str_or_none(t_values, int(u) // width), _str_or_none(p_values, int(u) % width))
-        for u in uniq
-    ]).astype(float).to_numpy()
-    df = df.reset_index(drop=True)
-    df["price"] = prices[inverse.reshape(-1)]
-    df["cost"] = df["gpu_hours"] * df["price"]
-    df["unpriced_gpu_hours"] = np.where(df["price"].isna(), df["gpu_hours"], 0.0)
-
-    het = df["het_offset"].notna()
-    if het.any():
-        # Merged het leads carry a plain-string job_id, which made the whole column plain strings (so sorted
-        # as text) before job_id was taken out of the categoricals: no first-appearance order then (the
-        # job_id_order column is not made at all).
-        h = df[het]
-        keys = [h["job_base"], h["start"]]
-        sums = h.groupby(keys, sort=False)[["gpu_hours", "gpus", "unpriced_gpu_hours"]].sum()
-        cost = h.groupby(keys, sort=False)["cost"].sum(min_count=1)
-        lead = h.sort_values("het_offset", kind="stable").drop_duplicates(["job_base", "start"]).copy()
-        idx = pd.MultiIndex.from_arrays([lead["job_base"], lead["start"]])
-        for col in ("gpu_hours", "gpus", "unpriced_gpu_hours"):
-            lead[col] = sums[col].reindex(idx).to_numpy()
-        lead["cost"] = cost.reindex(idx).to_numpy()
-        lead["job_id"] = lead["job_base"].astype("int64").astype(str)
-        df = pd.concat([df[~het], lead])
-
-    # Rule (a): the JobID without a het suffix identifies the requeued executions of one job.
-    df["job_key"] = df["job_id"].astype(str)
-    exit_ok = (df["exit_code"] == 0) & (df["exit_signal"] == 0)
-    df["done"] = (df["state"] == "COMPLETED") & (exit_ok | ~df["exit_code_known"].astype(bool))
-    df["wait_s"] = df["start"] - df["eligible"].fillna(df["submit"])
-    df["hold_s"] = df["eligible"] - df["submit"]
-    df = df.reset_index(drop=True)
-    df["job_key_rank"] = key_rank(df["job_key"])
-    return df
+# ---- attempts ------------------------------------------------------------------------------------------
 
 
-def _str_or_none(values: Any, shifted_code: int) -> str | None:
-    """values[code] for a factorize code shifted by +1 (0 = missing); None unless a string."""
-    value = values[shifted_code - 1] if shifted_code > 0 else None
-    return value if isinstance(value, str) else None
+@dataclass
+class Attempts:
+    """One entry per attempt (het components merged), as parallel numpy arrays; `row` is the table row of
+    the attempt (for a het job: component +0). String columns are read from `table` on demand, as codes,
+    only for the attempts that need them (`codes`)."""
+
+    table: pa.Table
+    row: np.ndarray
+    key: np.ndarray  # the JobID as an integer: rows of one JobID share it (rule a)
+    array_task: np.ndarray  # -1 = not an array task
+    submit: np.ndarray
+    eligible: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    gpu_hours: np.ndarray
+    cost: np.ndarray  # NaN where unpriced
+    unpriced_gpu_hours: np.ndarray
+    done: np.ndarray
+    het_lead: np.ndarray  # True for a merged het job
+    coded_columns: dict[str, Coded] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def codes(self, name: str, at: np.ndarray | None = None) -> Coded:
+        """String column `name` as codes, for the attempts `at` (all when None)."""
+        column = self.coded_columns.get(name)
+        if column is None:  # (two threads may both compute it: harmless)
+            column = self.coded_columns[name] = coded(self.table.column(name))
+        return column.take(self.row if at is None else self.row[at])
+
+    def wait_s(self, at: np.ndarray) -> np.ndarray:
+        eligible = self.eligible[at]
+        return self.start[at] - np.where(np.isnan(eligible), self.submit[at], eligible)
+
+    def hold_s(self, at: np.ndarray) -> np.ndarray:
+        return self.eligible[at] - self.submit[at]
 
 
-def key_rank(keys: pd.Series) -> np.ndarray:
-    """Dense rank of each string in sorted (code point) order: sorting, grouping and matching on these
-    integers gives the same order and groups as on the strings, without string comparisons."""
-    if keys.isna().any():
-        raise ValueError("job keys must not be null")
-    arr = pa.array(keys.astype(object).to_numpy() if keys.dtype == object else keys, pa.large_string())
-    return np.asarray(pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy(), dtype=np.int64)
+def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
+    """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded)."""
+    start_all = _numbers(table.column("start"))
+    end_all = _numbers(table.column("end"))
+    rows = np.flatnonzero(allocated_mask(table) & ~np.isnan(start_all) & ~np.isnan(end_all))
+    partition_all = coded(table.column("partition"))
+    gtype_all = coded(table.column("gpu_type"))
+
+    # The price of each (GPU type, partition) pair: the row's own type, else the partition's configured type.
+    partitions: list[str | None] = [*partition_all.values, None]
+    prices = np.empty((len(gtype_all.values) + 1, len(partitions)), dtype=np.float64)
+    for t, own_type in enumerate([*gtype_all.values, None]):
+        for p, part in enumerate(partitions):
+            price = config.price_per_gpu_hour(own_type or config.partition_gpu_type(part), part)
+            prices[t, p] = np.nan if price is None else price
+    elapsed_all = _numbers(table.column("elapsed_s"), 0.0)
+    gpus_all = _numbers(table.column("gpus"), 0.0)
+    job_base_all = _ints(table.column("job_base"), 0)
+
+    def money(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """gpu_hours, cost (NaN = unpriced) and unpriced GPU-hours of the rows `at`."""
+        gpu_hours = elapsed_all[at] * gpus_all[at] / 3600.0
+        price = prices[gtype_all.codes[at], partition_all.codes[at]]
+        return gpu_hours, gpu_hours * price, np.where(np.isnan(price), gpu_hours, 0.0)
+
+    # Het jobs (few): the components of one execution become one attempt, component +0.
+    het_offset_all = _ints(table.column("het_offset"), -1)
+    het_rows = rows[het_offset_all[rows] >= 0]
+    merged: tuple[np.ndarray, ...] | None = None
+    if len(het_rows):
+        lead, sums = _merge_het(job_base_all[het_rows], het_offset_all[het_rows], start_all[het_rows],
+                                *money(het_rows))
+        lead_rows = het_rows[lead]
+        keep = np.ones(len(rows), dtype=bool)  # rows is sorted (flatnonzero): positions by searchsorted
+        keep[np.searchsorted(rows, het_rows)] = False
+        keep[np.searchsorted(rows, lead_rows)] = True
+        rows = rows[keep]
+        merged = (np.searchsorted(rows, lead_rows), *sums)
+
+    gpu_hours, cost, unpriced = money(rows)
+    het_lead = np.zeros(len(rows), dtype=bool)
+    if merged is not None:
+        at, hours_sum, cost_sum, unpriced_sum = merged
+        gpu_hours[at], cost[at], unpriced[at], het_lead[at] = hours_sum, cost_sum, unpriced_sum, True
+
+    def ints(name: str, null: int) -> np.ndarray:
+        return _ints(table.column(name), null)[rows]
+
+    state = coded(table.column("state"))
+    completed_state = state.per_value(lambda v: v == "COMPLETED", dtype=bool)[state.codes[rows]]
+    exit_known = np.asarray(pc.fill_null(table.column("exit_code_known"), True).to_numpy(zero_copy_only=False),
+                            dtype=bool)[rows]
+    exit_ok = (ints("exit_code", -1) == 0) & (ints("exit_signal", -1) == 0)
+    array_task = ints("array_task", -1)
+    return Attempts(
+        table=table, row=rows, key=_job_key(job_base_all[rows], array_task), array_task=array_task,
+        submit=_numbers(table.column("submit"))[rows], eligible=_numbers(table.column("eligible"))[rows],
+        start=start_all[rows], end=end_all[rows], gpu_hours=gpu_hours, cost=cost, unpriced_gpu_hours=unpriced,
+        done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
+        coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state},
+    )
 
 
-def _with_key_rank(att: pd.DataFrame) -> pd.DataFrame:
-    """`att` with job_key replaced by its rank (the order and equality of the strings, as integers)."""
-    rank = att["job_key_rank"].to_numpy() if "job_key_rank" in att.columns else key_rank(att["job_key"])
-    return att.assign(job_key=rank)
+def _job_key(job_base: np.ndarray, array_task: np.ndarray) -> np.ndarray:
+    """The JobID (``base``, ``base_task``; array_task -1 = none) as one integer, as dense as the ranges
+    allow, so that sorting by it is cheap."""
+    if len(job_base) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return (job_base - int(job_base.min())) * (int(array_task.max()) + 2) + (array_task + 1)
+
+
+def _merge_het(
+    job_base: np.ndarray, het_offset: np.ndarray, start: np.ndarray, gpu_hours: np.ndarray, cost: np.ndarray,
+    unpriced: np.ndarray,
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Het components: one execution = same leader id and Start. Returns the index of each execution's
+    component +0 (the lowest offset; its JobID key is already the leader's, a het component being no array
+    task) and the execution's summed GPU-hours, cost (NaN when no component is priced) and unpriced hours."""
+    order = sorting.lex_order([job_base, start, het_offset])
+    starts = sorting.group_starts([job_base[order], start[order]])
+    priced = ~np.isnan(cost[order])
+    cost_sum = np.add.reduceat(np.where(priced, cost[order], 0.0), starts)
+    any_priced = np.add.reduceat(priced.astype(np.int64), starts) > 0
+    sums = (np.add.reduceat(gpu_hours[order], starts), np.where(any_priced, cost_sum, np.nan),
+            np.add.reduceat(unpriced[order], starts))
+    return order[starts], sums
 
 
 # ---- runs ----------------------------------------------------------------------------------------------
 
 
-_RUN_INPUTS = ("job_key", "job_key_rank", "start", "submit", "user", "account", "job_name", "array_task", "end", "done")
+def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
+    """Run id of every attempt: the index of the run's first unit (a JobID's attempts; units are numbered
+    in JobID order), so the ids follow the input order and later steps read their arrays sequentially."""
+    n = len(att)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    # Units: the attempts of one JobID (rule a), in Start order.
+    order, first_i = sorting.group_order(att.key, [att.start])
+    m = len(first_i)
+    sizes = np.diff(np.r_[first_i, n])
+    first, last = order[first_i], order[first_i + sizes - 1]
+    if m == n:  # no requeued job: every unit is one attempt
+        unit_submit = np.where(np.isnan(att.submit[first]), att.start[first], att.submit[first])
+    else:
+        # Earliest known Submit of the unit (pandas min skips NaN), else its first Start.
+        submit_sorted = att.submit[order]
+        any_submit = np.add.reduceat((~np.isnan(submit_sorted)).astype(np.int64), first_i) > 0
+        unit_submit = np.where(any_submit, np.fmin.reduceat(submit_sorted, first_i), att.start[first])
+    unit_run = np.arange(m, dtype=np.int64)
 
-
-def assign_runs(att: pd.DataFrame, retry_window_s: float) -> pd.Series:
-    """Run id of every attempt (index-aligned with `att`)."""
-    if att.empty:
-        return pd.Series([], dtype="int64", index=att.index)
-    att = _with_key_rank(att[[c for c in _RUN_INPUTS if c in att.columns]])
-    a = sort_stable(att, ["job_key", "start"])
-    first = a.drop_duplicates("job_key", keep="first").set_index("job_key")
-    last = a.drop_duplicates("job_key", keep="last").set_index("job_key")
-    units = pd.DataFrame(
-        {
-            "submit": a.groupby("job_key", sort=True)["submit"].min(),
-            "user": first["user"],
-            "account": first["account"],
-            "name": first["job_name"],
-            "task": first["array_task"].fillna(-1),
-            "end": last["end"],
-            "done": last["done"],
-        }
-    )
-    units["submit"] = units["submit"].fillna(first["start"])
-    units = sort_stable(units.reset_index(), ["user", "account", "name", "task", "submit", "job_key"])
-    gid = units.groupby(["user", "account", "name", "task"], sort=False, dropna=False, observed=True).ngroup().to_numpy()
-    submit = units["submit"].to_numpy(dtype=float)
-    end = units["end"].to_numpy(dtype=float)
-    done = units["done"].to_numpy(dtype=bool)
-    n = len(units)
-    same = np.zeros(n, dtype=bool)
-    same[1:] = gid[1:] == gid[:-1]
-    prev_end = np.r_[np.nan, end[:-1]]
-    prev_done = np.r_[True, done[:-1]]
-    cont = same & ~prev_done & (submit > prev_end) & (submit - prev_end <= retry_window_s)
-    # Overlap: a unit submitted before an earlier unit of its group ended. There the previous unit need not
-    # be the run's latest attempt, so those groups go through the exact matcher.
-    grp_max_end = pd.Series(end).groupby(gid).cummax().to_numpy()
-    prev_max = np.r_[np.nan, grp_max_end[:-1]]
-    overlap_unit = same & (submit <= prev_max)
-    run = np.cumsum(~cont)
-    if overlap_unit.any():
-        bad_groups = np.unique(gid[overlap_unit])
-        next_id = int(run.max()) + 1
-        for g in bad_groups:
-            idx = np.flatnonzero(gid == g)
-            ids, next_id = _exact_runs(submit[idx], end[idx], done[idx], retry_window_s, next_id)
-            run[idx] = ids
-    unit_run = pd.Series(run, index=units["job_key"].to_numpy())
-    return att["job_key"].map(unit_run).astype("int64")
+    # Resubmission groups: same user, account, name and array task index (-1 when none).
+    group = sorting.group_ids([att.codes("user", first).codes, att.codes("account", first).codes,
+                               att.codes("job_name", first).codes, att.array_task[first]])
+    # A unit alone in its group is a run of its own: only the groups of several units are chained.
+    g_order, g_starts, g_sizes = sorting.sorted_groups(group)
+    multi = np.repeat(g_sizes > 1, g_sizes)
+    if multi.any():
+        units_grouped = g_order[multi]
+        gid = np.repeat(np.arange(int((g_sizes > 1).sum())), g_sizes[g_sizes > 1])
+        # Within each group: by Submit, then JobID.
+        ordered = sorting.lex_order([gid, unit_submit[units_grouped], att.key[first[units_grouped]]])
+        units = units_grouped[ordered]
+        submit = unit_submit[units]
+        end = att.end[last[units]]
+        done = att.done[last[units]]
+        k = len(units)
+        same = np.zeros(k, dtype=bool)
+        same[1:] = gid[1:] == gid[:-1]
+        prev_end = np.r_[np.nan, end[:-1]]
+        prev_done = np.r_[True, done[:-1]]
+        with np.errstate(invalid="ignore"):
+            cont = same & ~prev_done & (submit > prev_end) & (submit - prev_end <= retry_window_s)
+            # Overlap: a unit submitted before an earlier unit of its group ended. There the previous unit
+            # need not be the run's latest attempt, so those groups go through the exact matcher.
+            latest_end = pd.Series(end).groupby(gid).cummax().to_numpy()
+            overlap = same & (submit <= np.r_[np.nan, latest_end[:-1]])
+        chain = np.cumsum(~cont) - 1  # chain number of each unit; each chain is one run
+        if overlap.any():
+            gstart = np.flatnonzero(~same)
+            next_id = int(chain.max()) + 1
+            for g in np.unique(gid[overlap]).tolist():
+                lo, hi = int(gstart[g]), int(gstart[g + 1]) if g + 1 < len(gstart) else k
+                chain[lo:hi], next_id = _exact_runs(submit[lo:hi], end[lo:hi], done[lo:hi], retry_window_s, next_id)
+        # A run is named by its first unit (the first in Submit order of its chain).
+        chains, head_at = np.unique(chain, return_index=True)
+        heads = np.zeros(int(chains.max()) + 1, dtype=np.int64)
+        heads[chains] = units[head_at]
+        unit_run[units] = heads[chain]
+    runs = np.empty(n, dtype=np.int64)
+    runs[order] = np.repeat(unit_run, sizes)
+    return runs
 
 
 def _exact_runs(
@@ -262,231 +374,279 @@ def _exact_runs(
     return ids, next_id
 
 
-_RUNS_FRAME_INPUTS = ("run", "start", "job_key", "job_key_rank", "account", "partition", "wckey", "user", "job_name",
-                      "job_id", "gpu_hours", "cost", "unpriced_gpu_hours", "end", "done", "comment")
+@dataclass
+class Runs:
+    """One entry per run: the attempt indices of its first and last attempts, and its sums."""
+
+    first: np.ndarray
+    last: np.ndarray
+    attempts: np.ndarray
+    gpu_hours: np.ndarray
+    cost: np.ndarray  # NaN when no attempt was priced
+    unpriced_gpu_hours: np.ndarray
+    completed: np.ndarray
+    useful_gpu_hours: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.first)
 
 
-def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -> pd.DataFrame:
-    a = _with_key_rank(att[[c for c in _RUNS_FRAME_INPUTS if c in att.columns]])
-    a = sort_stable(a, ["run", "start", "job_key"])
-    g = a.groupby("run", sort=True)
-    first = a.drop_duplicates("run", keep="first").set_index("run")
-    last = a.drop_duplicates("run", keep="last").set_index("run")
-    runs = pd.DataFrame(
-        {
-            "account": first["account"],
-            "partition": first["partition"],
-            "wckey": first["wckey"],
-            "user": first["user"],
-            "job_name": first["job_name"],
-            "first_job_id": first["job_id"],
-            "last_job_id": last["job_id"],
-            "attempts": g.size(),
-            "gpu_hours": g["gpu_hours"].sum(),
-            "cost": g["cost"].sum(min_count=1),
-            "unpriced_gpu_hours": g["unpriced_gpu_hours"].sum(),
-            "end": last["end"],
-            "completed": last["done"],
-        }
-    )
-    runs["useful_gpu_hours"] = np.where(runs["completed"], last["gpu_hours"], 0.0)
-    runs["wckey"] = _none_if_empty(runs["wckey"])
-    for key, values in extract_labels(first["comment"], first["account"], labels, config).items():
-        runs[f"label_{key}"] = values
-    return runs
+def runs_of(att: Attempts, run: np.ndarray) -> Runs:
+    """The runs of the attempts (`run`: each attempt's run id, below len(att)); attempts of a run ordered
+    by Start. Most runs are one attempt: those are taken as they are, only the others are sorted."""
+    n = len(run)
+    alone = np.bincount(run, minlength=n)[run] == 1 if n else np.zeros(0, dtype=bool)
+    single = np.flatnonzero(alone)
+    parts = [Runs(
+        first=single, last=single, attempts=np.ones(len(single), dtype=np.int64), gpu_hours=att.gpu_hours[single],
+        cost=att.cost[single], unpriced_gpu_hours=att.unpriced_gpu_hours[single], completed=att.done[single],
+        useful_gpu_hours=np.where(att.done[single], att.gpu_hours[single], 0.0), end=att.end[single],
+    )]
+    shared = np.flatnonzero(~alone)
+    if len(shared):
+        order, starts = sorting.group_order(run[shared], [att.start[shared], att.key[shared]])
+        order = shared[order]
+        k = len(order)
+        first = order[starts]
+        last = order[np.r_[starts[1:], k] - 1]
+        cost = att.cost[order]
+        priced = ~np.isnan(cost)
+        any_priced = np.add.reduceat(priced.astype(np.int64), starts) > 0
+        completed = att.done[last]
+        parts.append(Runs(
+            first=first, last=last, attempts=np.diff(np.r_[starts, k]).astype(np.int64),
+            gpu_hours=np.add.reduceat(att.gpu_hours[order], starts),
+            cost=np.where(any_priced, np.add.reduceat(np.where(priced, cost, 0.0), starts), np.nan),
+            unpriced_gpu_hours=np.add.reduceat(att.unpriced_gpu_hours[order], starts), completed=completed,
+            useful_gpu_hours=np.where(completed, att.gpu_hours[last], 0.0), end=att.end[last],
+        ))
+    return Runs(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in Runs.__dataclass_fields__})
 
 
-def _none_if_empty(values: pd.Series) -> pd.Series:
-    """Object values with "" and missing as NONE_LABEL; for a categorical, decided once per category."""
-    if not isinstance(values.dtype, pd.CategoricalDtype):
-        return values.astype(object).where(values.astype(object).fillna("") != "", NONE_LABEL)
-    cats = values.cat.categories.astype(object).to_numpy()
-    # Code -1 (missing) takes the last entry.
-    mapped = np.array([*(NONE_LABEL if pd.isna(c) or c == "" else c for c in cats), NONE_LABEL], dtype=object)
-    return pd.Series(mapped[values.cat.codes.to_numpy()], index=values.index, dtype=object, name=values.name)
+# ---- labels --------------------------------------------------------------------------------------------
 
 
-def sort_stable(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """``frame.sort_values(by, kind="stable")`` as one numpy lexsort over integer/float keys.
-
-    Categoricals sort by their codes (category order, missing last), as pandas sorts them. Any other key
-    type, or a missing float, takes pandas' own sort.
-    """
-    keys: list[np.ndarray] = []
-    for col in by:
-        values = frame[col]
-        if isinstance(values.dtype, pd.CategoricalDtype):
-            codes = values.cat.codes.to_numpy().astype(np.int64)
-            keys.append(np.where(codes < 0, len(values.cat.categories), codes))
-        elif isinstance(values.dtype, np.dtype) and values.dtype.kind in "iu":
-            keys.append(values.to_numpy())
-        elif isinstance(values.dtype, np.dtype) and values.dtype.kind == "f" and not values.isna().any():
-            keys.append(values.to_numpy())
-        else:
-            return frame.sort_values(by, kind="stable")
-    if not keys or len(frame) == 0:
-        return frame.sort_values(by, kind="stable")
-    return frame.take(_lex_order(keys))
-
-
-def _lex_order(keys: list[np.ndarray]) -> np.ndarray:
-    """Stable lexicographic order of the rows (first key most significant). Integer-valued keys are packed
-    into as few int64 words as their ranges allow (63 bits each): one stable argsort, or a lexsort over a
-    couple of words, instead of a lexsort over every key."""
-    words: list[np.ndarray] = []
-    packed = np.zeros(len(keys[0]), dtype=np.int64)
-    bits = 0
+def label_names(
+    comment: Coded, account: Coded, keys: Sequence[str], config: SiteConfig
+) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """Per row (of the given codes) and label key: the key's value in the comment, else the account's
+    configured label, else NONE_LABEL; computed once per distinct comment and account."""
+    comments = pa.array(comment.names(), pa.string())
+    accounts: list[Any] = [*account.values, None]
+    out: dict[str, tuple[np.ndarray, list[str]]] = {}
+    width = len(accounts)
+    # One value per distinct (comment, account) pair; each row gets the index of its pair.
+    inverse, uniq = sorting.factorize(comment.codes.astype(np.int64) * width + account.codes)
     for key in keys:
-        if key.dtype.kind == "f" and not np.array_equal(key, np.floor(key)):
-            return np.lexsort(keys[::-1])
-        lo, hi = key.min(), key.max()
-        if abs(float(lo)) >= 2**62 or abs(float(hi)) >= 2**62:
-            return np.lexsort(keys[::-1])
-        shifted = (key - lo).astype(np.int64)
-        width = max(1, int(shifted.max()).bit_length())
-        if bits + width > 63:
-            words.append(packed)
-            packed = np.zeros(len(keys[0]), dtype=np.int64)
-            bits = 0
-        bits += width
-        packed = (packed << width) | shifted
-    words.append(packed)
-    if len(words) == 1:
-        return np.argsort(words[0], kind="stable")
-    return np.lexsort(words[::-1])
-
-
-def extract_labels(
-    comment: pd.Series, account: pd.Series, keys: tuple[str, ...], config: SiteConfig
-) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    if isinstance(comment.dtype, pd.CategoricalDtype) and isinstance(account.dtype, pd.CategoricalDtype):
-        return _labels_by_category(comment, account, keys, config)
-    arr = pa.array(comment.astype(object).fillna("").to_numpy(), pa.string())
-    for key in keys:
-        found = pc.struct_field(pc.extract_regex(arr, rf"(?:^|[\s,;]){re.escape(key)}=(?P<v>[^\s,;]*)"), "v")
-        values = found.to_numpy(zero_copy_only=False).astype(object)
-        fallback = account.astype(object).map({name: acc.labels.get(key) for name, acc in config.accounts.items()})
-        missing = pd.isna(values) | (values == "")
-        values = np.where(missing, fallback.to_numpy(dtype=object), values)
-        out[key] = np.where(pd.isna(values), NONE_LABEL, values).astype(object)
-    return out
-
-
-def _labels_by_category(
-    comment: pd.Series, account: pd.Series, keys: tuple[str, ...], config: SiteConfig
-) -> dict[str, np.ndarray]:
-    """extract_labels computed once per distinct comment and account (a few thousand, not a million rows)."""
-    out: dict[str, np.ndarray] = {}
-    ccodes = comment.cat.codes.to_numpy()
-    acodes = account.cat.codes.to_numpy()
-    # Code -1 (missing) picks the last entry: "" for a comment (as fillna("")), None for an account.
-    texts = pa.array([*comment.cat.categories.astype(object), ""], pa.string())
-    acc_names: list[Any] = [*account.cat.categories.astype(object), None]
-    # One label per distinct (comment, account) pair, taken to the rows.
-    pair = (ccodes.astype(np.int64) + 1) * (len(acc_names) + 1) + (acodes.astype(np.int64) + 1)
-    uniq, inverse = np.unique(pair, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    u_comment = uniq // (len(acc_names) + 1) - 1
-    u_account = uniq % (len(acc_names) + 1) - 1
-    for key in keys:
-        found = pc.struct_field(pc.extract_regex(texts, rf"(?:^|[\s,;]){re.escape(key)}=(?P<v>[^\s,;]*)"), "v")
-        per_comment = found.to_numpy(zero_copy_only=False).astype(object)
+        found = pc.struct_field(pc.extract_regex(comments, rf"(?:^|[\s,;]){re.escape(key)}=(?P<v>[^\s,;]*)"), "v")
+        per_comment = found.to_pylist()
         by_account = {name: acc.labels.get(key) for name, acc in config.accounts.items()}
-        per_account = np.array([by_account.get(a) if isinstance(a, str) else None for a in acc_names], dtype=object)
-        values = per_comment[u_comment]
-        missing = pd.isna(values) | (values == "")
-        values = np.where(missing, per_account[u_account], values)
-        values = np.where(pd.isna(values), NONE_LABEL, values).astype(object)
-        out[key] = values[inverse]
+        per_account = [by_account.get(a) if isinstance(a, str) else None for a in accounts]
+        values = []
+        for p in uniq.tolist():
+            value = per_comment[p // width] or per_account[p % width]
+            values.append(value if value else NONE_LABEL)
+        out[key] = (inverse, values)
     return out
 
 
 # ---- tables --------------------------------------------------------------------------------------------
 
 
-def _num(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
+def _groups(codes: np.ndarray, names: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """Rows given as `codes` into `names` (names may repeat): the sorted distinct names, and each row's
+    index into them. Work per distinct name, then one integer take."""
+    distinct = sorted(set(names))
+    at = {name: i for i, name in enumerate(distinct)}
+    remap = np.array([at[name] for name in names], dtype=np.int64)
+    return distinct, remap[codes] if len(codes) else np.zeros(0, dtype=np.int64)
 
 
-def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
-    cols = ["runs", "completed", "attempts", "gpu_hours", "useful_gpu_hours", "cost", "unpriced_gpu_hours"]
-    if runs.empty:
+SUM_FIELDS = ("runs", "completed", "attempts", "gpu_hours", "useful_gpu_hours", "unpriced_gpu_hours", "cost", "priced")
+
+
+def run_sums(runs: Runs, ids: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """Per id (0..k-1) of the runs: the SUM_FIELDS (cost summed over priced runs; priced = their count)."""
+    priced = ~np.isnan(runs.cost)
+    weights = {
+        "completed": runs.completed, "attempts": runs.attempts, "gpu_hours": runs.gpu_hours,
+        "useful_gpu_hours": runs.useful_gpu_hours, "unpriced_gpu_hours": runs.unpriced_gpu_hours,
+        "cost": np.where(priced, runs.cost, 0.0), "priced": priced,
+    }
+    out: dict[str, np.ndarray] = {"runs": np.bincount(ids, minlength=k).astype(np.float64)}
+    out.update({name: np.bincount(ids, weights=w, minlength=k) for name, w in weights.items()})
+    return out
+
+
+def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[str], name: str) -> pd.DataFrame:
+    """Per group name (entry i of `sums` belongs to names[codes[i]]): the GROUP_COLUMNS, sorted by name."""
+    if len(codes) == 0 or not sums["runs"].sum():
         return pd.DataFrame(columns=[name, *GROUP_COLUMNS])
-    r = runs.assign(runs=1, completed=runs["completed"].astype(int))
-    g = r.groupby(by, sort=False, dropna=False, observed=True)
-    out = g[[c for c in cols if c != "cost"]].sum()
-    out["cost"] = g["cost"].sum(min_count=1)
-    out = out.reset_index().rename(columns={by: name})
-    out[name] = out[name].astype(object).fillna("").astype(str)
-    out = out.sort_values(name, kind="stable").reset_index(drop=True)
-    return _finish_group(out, name)
-
-
-def _finish_group(out: pd.DataFrame, name: str) -> pd.DataFrame:
-    out["retries"] = out["attempts"] - out["runs"]
-    out["cost_per_completed_run"] = np.where(out["completed"] > 0, out["cost"] / out["completed"].where(out["completed"] > 0, 1), np.nan)
+    labels, gidx = _groups(codes, names)
+    k = len(labels)
+    total = {field: np.bincount(gidx, weights=sums[field], minlength=k) for field in SUM_FIELDS}
+    count = np.rint(total["runs"]).astype(np.int64)
+    completed = np.rint(total["completed"]).astype(np.int64)
+    attempts_n = np.rint(total["attempts"]).astype(np.int64)
+    cost = np.where(total["priced"] > 0, total["cost"], np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_run = np.where(completed > 0, cost / np.maximum(completed, 1), np.nan)
+    present = count > 0
+    out = pd.DataFrame({
+        name: [label for label, p in zip(labels, present, strict=True) if p],
+        "runs": count[present],
+        "completed": completed[present],
+        "attempts": attempts_n[present],
+        "retries": (attempts_n - count)[present],
+        "gpu_hours": total["gpu_hours"][present],
+        "useful_gpu_hours": total["useful_gpu_hours"][present],
+        "cost": cost[present],
+        "cost_per_completed_run": per_run[present],
+        "unpriced_gpu_hours": total["unpriced_gpu_hours"][present],
+    })
     for col in ("gpu_hours", "useful_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
         out[col] = out[col].astype(float).round(9)
-    return out[[name, *GROUP_COLUMNS]]
+    return out
 
 
-def totals(runs: pd.DataFrame) -> dict[str, Any]:
-    completed = int(runs["completed"].sum()) if len(runs) else 0
-    cost = _num(runs["cost"].sum(min_count=1)) if len(runs) else None
-    attempts = int(runs["attempts"].sum()) if len(runs) else 0
+def totals(runs: Runs) -> dict[str, Any]:
+    sums = _raw_sums(runs)
+    completed, cost = sums["completed"], sums["cost"]
+    attempts_n = int(runs.attempts.sum())
     return {
         "runs": len(runs),
         "completed": completed,
-        "attempts": attempts,
-        "retries": attempts - len(runs),
-        "gpu_hours": round(float(runs["gpu_hours"].sum()), 9) if len(runs) else 0.0,
-        "useful_gpu_hours": round(float(runs["useful_gpu_hours"].sum()), 9) if len(runs) else 0.0,
+        "attempts": attempts_n,
+        "retries": attempts_n - len(runs),
+        "gpu_hours": round(sums["gpu_hours"], 9),
+        "useful_gpu_hours": round(sums["useful_gpu_hours"], 9),
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
-        "unpriced_gpu_hours": round(float(runs["unpriced_gpu_hours"].sum()), 9) if len(runs) else 0.0,
+        "unpriced_gpu_hours": round(float(runs.unpriced_gpu_hours.sum()), 9),
     }
 
 
-def wait_table(att: pd.DataFrame, by: str, col: str = "wait_s") -> pd.DataFrame:
-    d = att[[by, col]].dropna(subset=[col])
-    if d.empty:
-        return pd.DataFrame(columns=[by, *WAIT_COLUMNS])
-    g = d.groupby(by, sort=False, observed=True)[col]
-    out = pd.DataFrame(
-        {"jobs": g.size(), "median_s": g.quantile(0.5), "p90_s": g.quantile(0.9), "max_s": g.max()}
-    ).reset_index()
-    out[by] = out[by].astype(object).fillna("").astype(str)
-    out = out.sort_values(by, kind="stable").reset_index(drop=True)
+def _raw_sums(runs: Runs) -> dict[str, Any]:
+    """Unrounded totals, so ratios are not computed from rounded figures."""
+    priced = ~np.isnan(runs.cost)
+    return {
+        "completed": int(runs.completed.sum()),
+        "gpu_hours": float(runs.gpu_hours.sum()),
+        "useful_gpu_hours": float(runs.useful_gpu_hours.sum()),
+        "cost": float(runs.cost[priced].sum()) if priced.any() else None,
+    }
+
+
+def _quantile_sorted(values: np.ndarray, lo: np.ndarray, size: np.ndarray, q: float) -> np.ndarray:
+    """Linear-interpolated quantile (as pandas) of each group values[lo:lo+size] (sorted within)."""
+    pos = q * (size - 1)
+    below = np.floor(pos).astype(np.int64)
+    frac = pos - below
+    above = np.minimum(below + 1, size - 1)
+    a, b = values[lo + below], values[lo + above]
+    return a + (b - a) * frac
+
+
+@dataclass(frozen=True)
+class KnownValues:
+    """The known (non-NaN) values of a column: their rows, and the values as integers where all are whole
+    numbers of a moderate range (times in seconds always are), for packed sorting."""
+
+    rows: np.ndarray
+    values: np.ndarray
+    as_int: np.ndarray | None
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> KnownValues:
+        rows = np.flatnonzero(~np.isnan(values))
+        known = values[rows]
+        as_int = None
+        if len(known) and np.abs(known).max() < 2**52:
+            ints = known.astype(np.int64)
+            if (ints == known).all():
+                as_int = ints - ints.min()
+        return cls(rows, known, as_int)
+
+
+def _sorted_by_group(groups: np.ndarray, k: int, values: KnownValues) -> np.ndarray:
+    """The values sorted by (group, value): one np.sort of packed integers where they fit, else a lexsort."""
+    if values.as_int is not None:
+        width = max(1, int(values.as_int.max()).bit_length())
+        if width + max(1, k.bit_length()) <= 63:
+            packed = groups.astype(np.int64)
+            packed <<= width
+            packed |= values.as_int
+            packed.sort()
+            packed &= (1 << width) - 1
+            out = packed.astype(np.float64)
+            out += float(values.values.min())
+            return out
+    return values.values[np.lexsort((values.values, groups))]
+
+
+def wait_table(codes: Coded, values: KnownValues, name: str) -> pd.DataFrame:
+    """jobs, median, p90 and max of the known values per group (codes: of every row, known or not)."""
+    if len(values.rows) == 0:
+        return pd.DataFrame(columns=[name, *WAIT_COLUMNS])
+    labels, gidx = _groups(codes.codes[values.rows], codes.names())
+    size = np.bincount(gidx, minlength=len(labels)).astype(np.int64)
+    v_sorted = _sorted_by_group(gidx, len(labels), values)
+    present = size > 0
+    lo = np.r_[0, np.cumsum(size)[:-1]][present]
+    size = size[present]
+    out = pd.DataFrame({
+        name: [label for label, p in zip(labels, present, strict=True) if p],
+        "jobs": size,
+        "median_s": _quantile_sorted(v_sorted, lo, size, 0.5),
+        "p90_s": _quantile_sorted(v_sorted, lo, size, 0.9),
+        "max_s": v_sorted[lo + size - 1],
+    })
     for c in ("median_s", "p90_s", "max_s"):
         out[c] = out[c].astype(float).round(3)
     return out
 
 
-def top_failures(att: pd.DataFrame, top: int) -> pd.DataFrame:
-    # Ties are ordered as the job_id column always sorted: by first appearance while it was a categorical
-    # (job_id_order), as text once merged het leads had made it plain strings.
-    tie = "job_id_order" if "job_id_order" in att.columns else "job_id"
-    f = att[~att["done"]].sort_values(["gpu_hours", "end", tie], ascending=[False, True, True], kind="stable").head(top)
-    known = f["exit_code_known"].astype(bool).to_numpy()
-    text = (f["exit_code"].astype("Int64").astype(str) + ":" + f["exit_signal"].astype("Int64").astype(str)).to_numpy(dtype=object)
-    exit_text = np.where(known, text, np.array([None] * len(f), dtype=object))
+def wait_tables(att: Attempts, started: np.ndarray) -> dict[str, pd.DataFrame]:
+    """queue_wait_by_* and hold_by_* (partition, account, qos) over the attempts `started`."""
+    waits = {"queue_wait": KnownValues.of(att.wait_s(started)), "hold": KnownValues.of(att.hold_s(started))}
+    tables: dict[str, pd.DataFrame] = {}
+    for dim in ("partition", "account", "qos"):
+        codes = att.codes(dim, started)
+        for col, values in waits.items():
+            tables[f"{col}_by_{dim}"] = wait_table(codes, values, dim)
+    return tables
+
+
+def top_failures(att: Attempts, chosen: np.ndarray, top: int) -> pd.DataFrame:
+    """Attempts in `chosen` that are not done, by GPU-hours (then earliest End, then input order)."""
+    cand = chosen[~att.done[chosen]]
+    if len(cand) > top:
+        # Only the top GPU-hours can make the list: sort just those (ties at the cut included).
+        cut = np.partition(att.gpu_hours[cand], len(cand) - top)[len(cand) - top]
+        cand = cand[att.gpu_hours[cand] >= cut]
+    order = np.lexsort((att.row[cand], att.end[cand], -att.gpu_hours[cand]))
+    pick = cand[order[:top]]
+    rows = pa.array(att.row[pick])
+    table = att.table
+
+    def values(name: str) -> list[Any]:
+        return table.column(name).take(rows).to_pylist()
+
+    job_id = [str(b) if lead else str(j) for j, b, lead in
+              zip(values("job_id"), values("job_base"), att.het_lead[pick], strict=True)]
+    exit_text = [f"{c}:{s}" if k is not False and c is not None else None for c, s, k in
+                 zip(values("exit_code"), values("exit_signal"), values("exit_code_known"), strict=True)]
     return pd.DataFrame(
         {
-            "job_id": f["job_id"].astype(str),
-            "user": f["user"],
-            "account": f["account"],
-            "partition": f["partition"],
-            "job_name": f["job_name"],
-            "state": f["state"],
-            "exit_code": exit_text,
-            "gpu_hours": f["gpu_hours"].round(9),
-            "cost": f["cost"].round(9),
+            "job_id": pd.Series(job_id, dtype=object),
+            **{name: pd.Series([v or "" for v in values(name)], dtype=object)
+               for name in ("user", "account", "partition", "job_name", "state")},
+            "exit_code": pd.Series(exit_text, dtype=object),
+            "gpu_hours": np.round(att.gpu_hours[pick], 9),
+            "cost": np.round(att.cost[pick], 9),
         }
-    ).reset_index(drop=True)
+    )
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -511,6 +671,42 @@ def _plain(value: Any) -> Any:
 # ---- the report ----------------------------------------------------------------------------------------
 
 
+def run_tables(att: Attempts, config: SiteConfig, period: Period) -> tuple[dict[str, pd.DataFrame], Runs]:
+    """runs_by_account, _partition, _wckey and _label_<key> over the runs attributed to `period`, and
+    those runs."""
+    run = assign_runs(att, float(config.retry_window_s))
+    runs = runs_of(att, run)
+    in_period = np.flatnonzero((runs.end >= period.start_epoch) & (runs.end < period.end_epoch))
+    runs_p = Runs(**{name: value[in_period] for name, value in runs.__dict__.items()})
+    first = runs_p.first  # attempt index of each run's first attempt: its account, partition, labels
+
+    labels = tuple(config.report_labels)
+    account, partition, wckey = att.codes("account", first), att.codes("partition", first), att.codes("wckey", first)
+    label_values = label_names(att.codes("comment", first), account, labels, config)
+    dims: dict[str, tuple[np.ndarray, list[str]]] = {
+        "account": (account.codes, account.names()),
+        "partition": (partition.codes, partition.names()),
+        "wckey": (wckey.codes, [v or NONE_LABEL for v in [*wckey.values, None]]),
+        **{f"label_{key}": label_values[key] for key in labels},
+    }
+    # Sum per combination of the grouping codes first (few of them), then per group of each dimension.
+    # (The label dimensions share one code array, the (comment, account) pair: it counts once.)
+    code_arrays = list({id(codes): (codes, len(names)) for codes, names in dims.values()}.values())
+    if math.prod(size + 1 for _, size in code_arrays) < 2**62:
+        combo = np.zeros(len(first), dtype=np.int64)
+        for codes, size in code_arrays:
+            combo = combo * (size + 1) + codes  # mixed radix: exact, as the product fits
+    else:
+        combo = np.arange(len(first), dtype=np.int64)
+    combo_id, combo_keys = sorting.factorize(combo)
+    sums = run_sums(runs_p, combo_id, len(combo_keys))
+    representative = np.zeros(len(combo_keys), dtype=np.int64)
+    representative[combo_id] = np.arange(len(combo_id))
+    tables = {f"runs_by_{dim}": group_table(sums, codes[representative], names, dim.removeprefix("label_"))
+              for dim, (codes, names) in dims.items()}
+    return tables, runs_p
+
+
 def build_report(
     table: pa.Table,
     config: SiteConfig,
@@ -520,28 +716,28 @@ def build_report(
     top: int = DEFAULT_TOP,
     input_info: dict[str, Any] | None = None,
 ) -> Report:
-    att = attempts_frame(table, config)
-    att["run"] = assign_runs(att, float(config.retry_window_s))
-    labels = tuple(config.report_labels)
-    runs = runs_frame(att, labels, config) if len(att) else pd.DataFrame(
-        columns=["account", "partition", "wckey", "attempts", "gpu_hours", "cost", "unpriced_gpu_hours", "end",
-                 "completed", "useful_gpu_hours", *[f"label_{k}" for k in labels]]
-    )
+    att = attempts(table, config)
     lo, hi = float(period.start_epoch), float(period.end_epoch)
-    runs_p = runs[(runs["end"] >= lo) & (runs["end"] < hi)]
-    started_p = att[(att["start"] >= lo) & (att["start"] < hi)]
-    ended_p = att[(att["end"] >= lo) & (att["end"] < hi)]
+    started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
+    ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
+    # The waits and the runs are independent, and numpy releases the GIL in its sorts and gathers: the two
+    # halves run on two cores.
+    if len(att) < PARALLEL_MIN_ATTEMPTS:
+        waits = wait_tables(att, started_p)
+        run_part, runs_p = run_tables(att, config, period)
+    else:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            waits_future = pool.submit(wait_tables, att, started_p)
+            run_part, runs_p = run_tables(att, config, period)
+            waits = waits_future.result()
 
+    labels = tuple(config.report_labels)
     tables: dict[str, pd.DataFrame] = {}
     for dim in ("partition", "account", "qos"):
-        tables[f"queue_wait_by_{dim}"] = wait_table(started_p, dim)
-        tables[f"hold_by_{dim}"] = wait_table(started_p, dim, "hold_s")
-    tables["runs_by_account"] = group_table(runs_p, "account", "account")
-    tables["runs_by_partition"] = group_table(runs_p, "partition", "partition")
-    tables["runs_by_wckey"] = group_table(runs_p, "wckey", "wckey")
-    for key in labels:
-        tables[f"runs_by_label_{key}"] = group_table(runs_p, f"label_{key}", key)
-    tables["top_failures"] = top_failures(ended_p, top)
+        tables[f"queue_wait_by_{dim}"] = waits[f"queue_wait_by_{dim}"]
+        tables[f"hold_by_{dim}"] = waits[f"hold_by_{dim}"]
+    tables.update(run_part)
+    tables["top_failures"] = top_failures(att, ended_p, top)
 
     tot = totals(runs_p)
     tables["totals"] = pd.DataFrame([tot])
@@ -565,16 +761,6 @@ def build_report(
     data["input"]["attempts_in_period"] = int(len(ended_p))
     tables["sizing"] = pd.DataFrame([data["sizing"]])
     return Report(period, data, tables)
-
-
-def _raw_sums(runs: pd.DataFrame) -> dict[str, Any]:
-    """Unrounded totals, so ratios are not computed from rounded figures."""
-    return {
-        "completed": int(runs["completed"].sum()) if len(runs) else 0,
-        "gpu_hours": float(runs["gpu_hours"].sum()) if len(runs) else 0.0,
-        "useful_gpu_hours": float(runs["useful_gpu_hours"].sum()) if len(runs) else 0.0,
-        "cost": _num(runs["cost"].sum(min_count=1)) if len(runs) else None,
-    }
 
 
 def sizing(tot: dict[str, Any], period: Period, target: float | None, target_source: str) -> dict[str, Any]:

@@ -45,7 +45,10 @@ class ParseResult:
     notes: list[str] = field(default_factory=list)
 
     def extend(self, other: ParseResult) -> None:
-        self.table = pa.concat_tables([self.table, other.table])
+        tables = [self.table, other.table]
+        if not tables[0].schema.equals(tables[1].schema):  # e.g. dictionary-encoded text and plain JSON
+            tables = [t.cast(SCHEMA) for t in tables]
+        self.table = pa.concat_tables(tables)
         self.problems += other.problems[: max(0, MAX_PROBLEMS_LISTED - len(self.problems))]
         self.rejected += other.rejected
         self.steps_dropped += other.steps_dropped
@@ -71,9 +74,27 @@ def normalize(
 ) -> ParseResult:
     """`raw` maps each name of RAW_FIELDS (optional ones may be missing) to a string array."""
     n = len(lines)
-    columns: dict[str, pa.Array] = {}
     blank = pa.array([""] * n, pa.string()) if n else pa.array([], pa.string())
     rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in RAW_FIELDS}
+    columns, bad, is_step, exit_all = parse_fields(rawc, exit_known)
+    columns["line"] = pc.cast(lines, pa.int64())
+
+    result = finish(
+        n, columns, bad, is_step, lambda name, i: rawc[name][i].as_py(),
+        lines.to_numpy(zero_copy_only=False), source, extra_problems,
+    )
+    result.table = result.table.cast(SCHEMA)
+    result.exit_codes_known = exit_all
+    return result
+
+
+def parse_fields(
+    rawc: Mapping[str, pa.Array], exit_known: pa.Array
+) -> tuple[dict[str, pa.Array], dict[str, np.ndarray], np.ndarray, bool]:
+    """Every field of `rawc` (one string array per RAW_FIELDS name) parsed: (the SCHEMA columns but `line`,
+    the bad mask of each raw field, the step mask, whether every exit code is known)."""
+    n = len(exit_known)
+    columns: dict[str, pa.Array] = {}
     bad: dict[str, np.ndarray] = {}
 
     # The field parsers are independent and their pyarrow kernels release the GIL: run them side by side.
@@ -107,36 +128,67 @@ def normalize(
     columns["elapsed_s"], bad["Elapsed"] = done["Elapsed"]
     columns["nnodes"], bad["NNodes"] = done["NNodes"]
     columns["gpus"], columns["gpu_type"], columns["mem_mb"], bad["AllocTRES"] = done["AllocTRES"]
-    columns["line"] = pc.cast(lines, pa.int64())
+    return columns, bad, is_step, exit_all
 
+
+def finish(
+    n: int,
+    columns: Mapping[str, pa.Array | pa.ChunkedArray],
+    bad: Mapping[str, np.ndarray | None],
+    is_step: np.ndarray,
+    raw_value: Callable[[str, int], Any],
+    line_values: np.ndarray,
+    source: str,
+    extra_problems: list[Problem] | None = None,
+    dropped: np.ndarray | None = None,
+) -> ParseResult:
+    """The rows of `columns` (every SCHEMA column, `n` rows) less the bad ones and the steps, with one
+    Problem per bad row (its first bad field, in the order of `bad`) after `extra_problems`.
+
+    `bad` maps each raw field to its mask of rows that could not be parsed (None: none); `raw_value(name, i)`
+    is the text of field `name` in row i, for the message. `dropped` rows are no records at all (left out,
+    never reported). String columns may be dictionary-encoded; every other column is cast to its SCHEMA
+    type."""
+    masks = {name: mask for name, mask in bad.items() if mask is not None and mask.any()}
     any_bad = np.zeros(n, dtype=bool)
-    for mask in bad.values():
+    for mask in masks.values():
         any_bad |= mask
     # A step row is dropped on purpose (it is not an allocation record), but only when its id parsed.
-    step = is_step & ~bad["JobID"]
+    job_bad = masks.get("JobID")
+    step = is_step & ~job_bad if job_bad is not None else is_step
+    if dropped is not None:
+        any_bad &= ~dropped
+        step = step & ~dropped
     keep = ~any_bad & ~step
+    if dropped is not None:
+        keep &= ~dropped
 
     problems: list[Problem] = list(extra_problems or [])
     rejected = len(problems)
     bad_idx = np.flatnonzero(any_bad & ~step)
     rejected += len(bad_idx)
-    line_values = lines.to_numpy(zero_copy_only=False)
     for i in bad_idx[: max(0, MAX_PROBLEMS_LISTED - len(problems))]:
-        for name, mask in bad.items():
+        for name, mask in masks.items():
             if mask[i]:
-                value = rawc[name][int(i)].as_py()
+                value = raw_value(name, int(i))
                 problems.append(Problem(source, int(line_values[i]), f"cannot parse {name} {value!r}", name))
                 break
 
-    table = pa.table({name: columns[name] for name in SCHEMA.names}).cast(SCHEMA)
+    specs = []
+    arrays = []
+    for spec in SCHEMA:
+        col = columns[spec.name]
+        if not pa.types.is_dictionary(col.type) and col.type != spec.type:
+            col = col.cast(spec.type)
+        specs.append(pa.field(spec.name, col.type))
+        arrays.append(col)
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(specs))
     if not keep.all():
         table = table.filter(pa.array(keep))
-    exit_all_known = exit_all
     return ParseResult(
         table=table,
         problems=problems,
         rejected=rejected,
         steps_dropped=int(step.sum()),
         source=source,
-        exit_codes_known=exit_all_known,
     )

@@ -71,9 +71,25 @@ def fetch(
 
 
 def read_input(path: str, delimiter: str = "|") -> ParseResult:
+    """Parse an input file (sacct --parsable2 text or --json). A large file is memory-mapped, not copied: the
+    text reader tokenises it in place."""
+    import mmap
+    import os
+
+    from gpuclust.accounting import text
+
+    data: bytes | mmap.mmap
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
+        with Path(path).open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            # Small files are simply read; an empty file cannot be mapped.
+            if size < max(1, text.MMAP_MIN_BYTES):
+                data = fh.read()
+            else:
+                populate = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page at once, not one fault each
+                data = (mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+                        if populate else mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+    except (OSError, ValueError) as exc:
         raise InputError(Problem(path, None, f"cannot read: {exc}")) from None
     return parse_input(data, delimiter, path)
 

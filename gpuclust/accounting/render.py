@@ -6,17 +6,17 @@ Every file is written to a temporary name in the output directory and renamed in
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from gpuclust.accounting import svgplot
 from gpuclust.accounting.metrics import Report
 from gpuclust.cli.output import to_json
 from gpuclust.errors import InputError
@@ -127,75 +127,38 @@ def render_prom(report: Report) -> str:
 # ---- HTML ---------------------------------------------------------------------------------------------
 
 
-def _png(draw: Callable[[Any], None], height: float = 3.2) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, height), dpi=90)
-    try:
-        draw(ax)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-    finally:
-        plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _plots(report: Report) -> list[tuple[str, str | None]]:
-    t = report.tables
+def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
+    """The report's four charts as (title, inline SVG), or (title, None) when the table is empty."""
     plots: list[tuple[str, str | None]] = []
 
-    qw = t["queue_wait_by_partition"]
+    qw = tables["queue_wait_by_partition"]
     if len(qw):
-        def draw_wait(ax: Any) -> None:
-            x = range(len(qw))
-            w = 0.27
-            ax.bar([i - w for i in x], qw["median_s"], w, label="median")
-            ax.bar(list(x), qw["p90_s"], w, label="p90")
-            ax.bar([i + w for i in x], qw["max_s"], w, label="max")
-            ax.set_xticks(list(x), [str(p) for p in qw["partition"]])
-            ax.set_ylabel("seconds")
-            ax.set_title("Queue wait per partition")
-            ax.legend()
-
-        plots.append(("Queue wait per partition", _png(draw_wait)))
+        series = [(label, qw[col].tolist()) for label, col in (("median", "median_s"), ("p90", "p90_s"),
+                                                                ("max", "max_s"))]
+        plots.append(("Queue wait per partition", svgplot.bar_chart(
+            "Queue wait per partition", qw["partition"].tolist(), series, y_label="seconds")))
     else:
         plots.append(("Queue wait per partition", None))
 
-    ra = t["runs_by_account"]
+    ra = tables["runs_by_account"]
     if len(ra):
-        def draw_hours(ax: Any) -> None:
-            x = range(len(ra))
-            ax.bar([i - 0.2 for i in x], ra["gpu_hours"], 0.4, label="allocated GPU-hours")
-            ax.bar([i + 0.2 for i in x], ra["useful_gpu_hours"], 0.4, label="useful GPU-hours")
-            ax.set_xticks(list(x), [str(a) for a in ra["account"]])
-            ax.set_ylabel("GPU-hours")
-            ax.set_title("GPU-hours by account")
-            ax.legend()
-
-        def draw_cost(ax: Any) -> None:
-            vals = ra["cost_per_completed_run"].fillna(0.0)
-            ax.bar([str(a) for a in ra["account"]], vals)
-            ax.set_ylabel("cost")
-            ax.set_title("Cost per completed run by account (0 = no completed run)")
-
-        plots.append(("GPU-hours by account", _png(draw_hours)))
-        plots.append(("Cost per completed run", _png(draw_cost)))
+        accounts = ra["account"].tolist()
+        hours = [("allocated GPU-hours", ra["gpu_hours"].tolist()),
+                 ("useful GPU-hours", ra["useful_gpu_hours"].tolist())]
+        plots.append(("GPU-hours by account", svgplot.bar_chart(
+            "GPU-hours by account", accounts, hours, y_label="GPU-hours")))
+        cost = ra["cost_per_completed_run"].fillna(0.0).tolist()
+        plots.append(("Cost per completed run", svgplot.bar_chart(
+            "Cost per completed run by account", accounts, [("cost per completed run", cost)], y_label="cost",
+            subtitle="(0 = no completed run)")))
     else:
         plots += [("GPU-hours by account", None), ("Cost per completed run", None)]
 
-    tf = t["top_failures"].head(15)
+    tf = tables["top_failures"].head(15)
     if len(tf):
-        def draw_fail(ax: Any) -> None:
-            labels = [f"{j} {s}" for j, s in zip(tf["job_id"], tf["state"], strict=True)][::-1]
-            ax.barh(labels, list(tf["gpu_hours"])[::-1])
-            ax.set_xlabel("GPU-hours")
-            ax.set_title("Top failures by GPU-hours")
-
-        plots.append(("Top failures", _png(draw_fail, height=max(2.5, 0.3 * len(tf) + 1))))
+        labels = [f"{j} {s}" for j, s in zip(tf["job_id"], tf["state"], strict=True)]
+        plots.append(("Top failures", svgplot.hbar_chart(
+            "Top failures by GPU-hours", labels, tf["gpu_hours"].tolist(), x_label="GPU-hours")))
     else:
         plots.append(("Top failures", None))
     return plots
@@ -216,7 +179,8 @@ def render_html(report: Report) -> str:
         f"<title>gpuclust accounting report {e(d['period']['start'])} to {e(d['period']['end'])}</title>",
         "<style>body{font-family:sans-serif;margin:2em;max-width:70em}table.t{border-collapse:collapse;margin:.5em 0 1.5em}"
         "table.t td,table.t th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
-        "table.t th{background:#eee}dt{font-weight:bold;margin-top:.4em}.note{background:#fff4d6;padding:.5em}</style>",
+        "table.t th{background:#eee}dt{font-weight:bold;margin-top:.4em}.note{background:#fff4d6;padding:.5em}"
+        "svg.chart{display:block;max-width:100%;height:auto}</style>",
         "</head><body>",
         "<h1>GPU accounting report</h1>",
         f"<p>Period: <b>{e(d['period']['start'])}</b> to <b>{e(d['period']['end'])}</b> (end exclusive).</p>",
@@ -229,9 +193,9 @@ def render_html(report: Report) -> str:
                      "counted; see report.json input.problems.</p>")
     parts.append("<h2>Totals</h2>" + _table_html(report.tables["totals"]))
     parts.append("<h2>Sizing</h2>" + _table_html(report.tables["sizing"]))
-    for title, png in _plots(report):
+    for title, svg in _plots(report.tables):
         parts.append(f"<h2>{e(title)}</h2>")
-        parts.append(f"<img alt='{e(title)}' src='data:image/png;base64,{png}'>" if png else "<p><em>no data</em></p>")
+        parts.append(svg if svg else "<p><em>no data</em></p>")
     for name, frame in report.tables.items():
         if name in ("totals", "sizing"):
             continue

@@ -5,6 +5,10 @@ table*: one string column per sacct field below (``RAW_FIELDS``), plus the recor
 its exit code is known. ``gpuclust.accounting.normalize`` turns that into the typed table described by
 ``SCHEMA``; it is the only place field values are interpreted, so both paths give identical figures.
 
+String columns may come dictionary-encoded (``dictionary<int32, string>``, the same values): the text front
+end reads the repetitive ones that way, and the metrics group on the codes. ``table.cast(SCHEMA)`` gives
+the plain form (the store writes that).
+
 One row = one job *allocation* record (steps such as ``123.batch``, ``123.0`` are dropped while parsing;
 with ``sacct -D`` each earlier execution of a requeued job is its own row, in state REQUEUED).
 

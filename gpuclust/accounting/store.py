@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gpuclust.accounting import sorting
 from gpuclust.accounting.schema import SCHEMA, STORE_SCHEMA, UTC_SECONDS
 from gpuclust.errors import GpuclustError, InputError
 
@@ -174,27 +175,40 @@ def latest_state(table: pa.Table) -> pa.Table:
     n = table.num_rows
     # Work on a permutation (the row order the keys are ranked in) instead of sorting the whole table twice:
     # one filter of the original table gives the same rows in the same (original) order.
+    perm_np: np.ndarray | None = None
     if order_cols:
         keys_table = table.select(order_cols).append_column("_i", pa.array(np.arange(n)))
-        perm = pc.sort_indices(keys_table, sort_keys=[*[(c, "ascending") for c in order_cols], ("_i", "ascending")])
-        perm_np = perm.to_numpy()
-    else:
-        perm_np = None  # already in (_i) order
-    start_all = pc.fill_null(pc.cast(table.column("start"), pa.int64()), -1).to_numpy()
-    raw_all = table.column("job_id_raw").to_numpy()
+        perm_np = pc.sort_indices(
+            keys_table, sort_keys=[*[(c, "ascending") for c in order_cols], ("_i", "ascending")]
+        ).to_numpy()
+    start_col = pc.cast(table.column("start"), pa.int64())
+    start_all = (pc.fill_null(start_col, -1) if start_col.null_count else start_col).to_numpy()
+    raw_all = np.asarray(table.column("job_id_raw").to_numpy(), dtype=np.int64)
     start = start_all if perm_np is None else start_all[perm_np]
     raw = raw_all if perm_np is None else raw_all[perm_np]
-    # Keep the last occurrence of each key: the last of its group in a stable sort of the keys.
-    keys = (raw.astype(np.int64) << 32) + (start.astype(np.int64) + 1)  # JobIDRaw < 2**31, epochs < 2**32
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    last = np.ones(len(keys), dtype=bool)
-    last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
-    keep = np.zeros(len(start), dtype=bool)
-    keep[order[last]] = True
+    # Keep the last occurrence of each key: the last of its group in a stable sort by the keys (sacct's rows
+    # come in id order, so that sort is usually none at all).
     pending = start == -1
+    # Start as a compact key (0 = never started): a narrow key packs with JobIDRaw into one sort word.
+    start_key = start - (int(start[~pending].min()) - 1) if not pending.all() else start
     if pending.any():
-        keep[pending] &= ~np.isin(raw[pending], raw[~pending])
+        start_key[pending] = 0
+    order = sorting.lex_perm([raw, start_key])
+    sorted_raw = raw if order is None else raw[order]
+    sorted_start = start if order is None else start[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = (sorted_raw[1:] != sorted_raw[:-1]) | (sorted_start[1:] != sorted_start[:-1])
+    if order is None:
+        keep = last
+    else:
+        keep = np.zeros(n, dtype=bool)
+        keep[order[last]] = True
+    if pending.any():
+        started_ids = np.sort(raw[~pending])
+        at = np.searchsorted(started_ids, raw[pending])
+        started = started_ids[np.minimum(at, max(len(started_ids) - 1, 0))] == raw[pending] if len(started_ids) \
+            else np.zeros(int(pending.sum()), dtype=bool)
+        keep[pending] &= ~started
     if perm_np is not None:
         keep_orig = np.empty(n, dtype=bool)
         keep_orig[perm_np] = keep

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from xml.etree import ElementTree
 
 from click.testing import CliRunner
 
@@ -44,8 +45,12 @@ def test_build_writes_every_output_with_contract_keys(tmp_path):
                for f in data["top_failures"])
     assert "required_gpus" in data["sizing"]
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4
-    assert not re.search(r"(src|href)=['\"]https?:", html)  # self-contained
+    charts = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+    assert len(charts) == 4 and html.count("<svg") == 4  # four inline SVG charts
+    for chart in charts:
+        ElementTree.fromstring(chart)  # each one is well-formed standalone XML
+    assert "data:image" not in html and "<img" not in html
+    assert not re.search(r"""\b(src|href)\s*=\s*['"]?(https?:|//)""", html)  # self-contained
     assert "Metric definitions" in html and "Start - Eligible" in html
     assert "acct-flaky" in html and "<script" not in html
     prom = (out / "gpuclust.prom").read_text()

@@ -57,6 +57,7 @@ def _bench():  # the benchmark's generator: arrays, requeues, het jobs, odd name
 def reference_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every optimisation off: the code paths the optimised ones must agree with."""
     with monkeypatch.context() as m:
+        m.setattr(text, "FAST_READER", False)  # the direct reader: tests/unit/test_accounting_ingest_fast.py
         m.setattr(text, "_read_spliced", lambda *a, **k: None)
         m.setattr(text, "_read_lines", lambda *a, **k: None)
         m.setattr(fields, "by_unique", lambda func, arr: func(arr))
@@ -66,7 +67,10 @@ def reference_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _parse_both(data: bytes, delimiter: str, monkeypatch: pytest.MonkeyPatch):
+    """(the optimised reference path, the reference path with every optimisation off). The direct reader
+    (text.FAST_READER) is off in both: it is compared with them in test_accounting_ingest_fast.py."""
     with monkeypatch.context() as m:
+        m.setattr(text, "FAST_READER", False)
         m.setattr(normalize, "PARALLEL_MIN_ROWS", 0)  # threads even for small inputs
         m.setattr(fields, "FIXED_TIME_MIN_ROWS", 0)  # the numpy time parser even for small inputs
         m.setattr(text, "SCAN_BLOCK", 4096)  # many blocks in the line scans
@@ -242,36 +246,9 @@ def test_latest_state_same_as_reference(generated, with_store_columns, monkeypat
     assert got.equals(want)
 
 
-def test_key_rank_orders_and_groups_like_the_strings():
-    keys = ["10", "9", "100_2", "100_10", "5+0", "é1", "Z", "10", "", "a b", "9"]
-    rank = metrics.key_rank(pd.Series(keys, dtype=object))
-    by_rank = sorted(range(len(keys)), key=lambda i: (rank[i], i))
-    by_text = sorted(range(len(keys)), key=lambda i: (keys[i], i))
-    assert by_rank == by_text
-    assert all((rank[i] == rank[j]) == (keys[i] == keys[j]) for i in range(len(keys)) for j in range(len(keys)))
-    assert np.array_equal(metrics.key_rank(pd.Series(keys, dtype="string")), rank)
-
-
-def test_labels_by_category_same_as_per_row():
-    config = parse_config("[site]\ncluster_name = t\n[account ml]\nlabels = team=ml, model=m0\n[account bio]\n")
-    comments = ["team=a project=p1", "", None, "project=p2;model=", "team=b,model=m9", "x=1", "team= project=p1"]
-    accounts = ["ml", "bio", "ml", None, "chem", "ml", "bio"]
-    rng = random.Random(2)
-    idx = [rng.randrange(len(comments)) for _ in range(300)]
-    comment = pd.Series([comments[i] for i in idx], dtype=object)
-    account = pd.Series([accounts[(i * 7 + j) % len(accounts)] for j, i in enumerate(idx)], dtype=object)
-    keys = ("team", "project", "model")
-    want = metrics.extract_labels(comment, account, keys, config)
-    got = metrics.extract_labels(comment.astype("category"), account.astype("category"), keys, config)
-    assert set(got) == set(want)
-    for key in keys:
-        assert got[key].tolist() == want[key].tolist()
-
-
 @pytest.mark.parametrize("with_het", [False, True])
-def test_top_failures_ties_keep_the_categorical_order(with_het):
-    """Equal GPU-hours and End: the original ordered job_id as a categorical (first appearance), or as text
-    once a merged het job had turned the column into plain strings. The integer job_id_order keeps that."""
+def test_top_failures_ties_keep_the_input_order(with_het):
+    """Equal GPU-hours and End: input order decides, with or without het jobs in the table."""
     from gpuclust.accounting.period import Period
 
     ids = ["30", "100", "20"]
@@ -282,33 +259,7 @@ def test_top_failures_ties_keep_the_categorical_order(with_het):
     config = parse_config("[site]\ncluster_name = t\n")
     start = pd.Timestamp("2026-12-02", tz="UTC").to_pydatetime()
     report = metrics.build_report(table, config, Period(start, start + pd.Timedelta(days=1)))
-    got = [r["job_id"] for r in report.data["top_failures"]]
-    assert got == (sorted(ids) if with_het else ids)
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_sort_stable_equals_pandas_sort_values(seed):
-    rng = np.random.default_rng(seed)
-    n = 2000
-    cats = pd.Categorical(rng.choice(["b", "a", "c", None], n), categories=["c", "b", "a"])
-    frame = pd.DataFrame({
-        "cat": cats,
-        "small": rng.integers(-3, 3, n),
-        "epoch": rng.integers(0, 50, n).astype(float) + 1.79e9,
-        "task": rng.choice([-1.0, 0.0, 1.0, 7.0], n),
-        "big": rng.integers(-2**62, 2**62, n) if seed % 2 else rng.integers(0, 5, n),
-        "frac": rng.choice([0.5, 1.0, 1.5], n),
-        "nan": rng.choice([np.nan, 1.0, 2.0], n),
-        "text": rng.choice(["x", "y"], n),
-        "wide": rng.integers(0, 2**40, n) // rng.choice([1, 2**38], n),  # many ties, a 40-bit range
-        "wide2": rng.integers(0, 2**35, n) // rng.choice([1, 2**33], n),
-    }, index=rng.permutation(n) + 10)
-    for by in (["cat", "small"], ["small", "epoch", "task"], ["cat", "task", "epoch", "big"], ["frac", "small"],
-               ["nan", "small"], ["text", "small"], ["epoch"], ["wide", "wide2", "small"],
-               ["cat", "wide", "epoch", "wide2", "task"]):
-        got = metrics.sort_stable(frame, by)
-        want = frame.sort_values(by, kind="stable")
-        assert got.index.tolist() == want.index.tolist(), by
+    assert [r["job_id"] for r in report.data["top_failures"]] == ids
 
 
 @pytest.mark.parametrize("data", [b"", b"a\x1f|\x1eb", b"\n" * 10, b"x\x1f|\x1e\n" * 5000,
@@ -398,32 +349,3 @@ def test_blocked_scans_equal_whole_buffer(generated, block, monkeypatch):
             nl = np.flatnonzero(buf == 0x0A)
             bounds = np.concatenate([[0], nl + 1, [len(data)]]).astype(np.int64)
             assert np.array_equal(text._counts_between(buf, byte, bounds), np.diff(np.searchsorted(hits, bounds)))
-
-
-def _attempts_frame_eager(table: pa.Table, config) -> pd.DataFrame:
-    """attempts_frame as it was before job_id_order was made lazily: computed for every table."""
-    table = table.filter(metrics.allocated_mask(table))
-    table = table.select([c for c in table.column_names if c in metrics.USED_COLUMNS])
-    job_id = table.column("job_id").combine_chunks()
-    order = pc.dictionary_encode(job_id).indices.to_numpy(zero_copy_only=False)
-    keep = table.column("start").is_valid().to_numpy(zero_copy_only=False) & \
-        table.column("end").is_valid().to_numpy(zero_copy_only=False)
-    return pd.DataFrame({"job_id": job_id.to_pandas()[keep].to_numpy(), "job_id_order": order[keep]})
-
-
-@pytest.mark.parametrize("with_het", [False, True])
-def test_lazy_job_id_order_same_column(generated, with_het):
-    data = generated if with_het else b"\n".join(
-        line for line in generated.split(b"\n") if not line.split(FETCH_DELIMITER.encode())[0].count(b"+"))
-    table = store.latest_state(text.parse_parsable(data, FETCH_DELIMITER).table)
-    config = parse_config(_bench().CONF)
-    att = metrics.attempts_frame(table, config)
-    if with_het:
-        assert "job_id_order" not in att.columns
-        return
-    cols = list(att.columns)
-    assert cols[cols.index("job_id") + 1] == "job_id_order"
-    want = _attempts_frame_eager(table, config)
-    assert att["job_id_order"].dtype == want["job_id_order"].dtype
-    assert att["job_id_order"].tolist() == want["job_id_order"].tolist()
-    assert att["job_id"].tolist() == want["job_id"].tolist()

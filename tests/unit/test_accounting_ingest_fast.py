@@ -1,0 +1,496 @@
+"""The direct text reader (gpuclust.accounting.text: pyarrow.csv over the input split on the delimiter's first
+byte, no delimiter swap) gives exactly the reference's result, or hands the input to the reference.
+
+Every comparison: ``direct.table.cast(SCHEMA)`` equals the reference table, and the problems, rejected rows,
+dropped steps, exit-code verdict and notes are the same. The reference is the pre-existing path with every
+optimisation off (``reference_paths``). The direct reader runs strict (an unexpected error is raised, not
+hidden by its fallback) and, where it says so, with many small pieces, chunks, groups and blocks, so that
+records broken over lines fall on piece and chunk boundaries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import random
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuclust.accounting import fields, normalize, pipeline, text
+from gpuclust.accounting.jsonin import parse_input
+from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
+from tests.unit.test_accounting_perf_equivalence import ROW, _bench, _mutate, dump, reference_paths
+
+D = FETCH_DELIMITER.encode()
+# String columns the direct reader dictionary-encodes (the others keep exactly their SCHEMA type).
+DICT_COLUMNS = {"job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",
+                "state_raw", "alloc_tres", "gpu_type"}
+
+
+@contextlib.contextmanager
+def small_pieces(monkeypatch: pytest.MonkeyPatch, pieces: int = 7, read_block: int | None = 1 << 12) -> Iterator[None]:
+    """Many pieces, chunks, groups and SWAR blocks (READ_BLOCK must exceed the longest line)."""
+    with monkeypatch.context() as m:
+        m.setattr(text, "PIECES", pieces)
+        m.setattr(text, "MIN_PIECE_BYTES", 1)
+        if read_block:
+            m.setattr(text, "READ_BLOCK", read_block)
+        m.setattr(text, "GROUP_ROWS", 5)
+        m.setattr(fields, "SWAR_BLOCK_ROWS", 3)
+        yield
+
+
+def parse_direct(data, delimiter: str, monkeypatch: pytest.MonkeyPatch, *, workers: int = 2):
+    with monkeypatch.context() as m:
+        m.setattr(text, "FAST_READER", True)
+        m.setattr(text, "DIRECT_STRICT", True)
+        m.setattr(normalize, "WORKERS", workers)
+        result = text.parse_parsable(data, delimiter, "x")
+        return result, text.last_reader
+
+
+def parse_reference(data, delimiter: str, monkeypatch: pytest.MonkeyPatch):
+    with reference_paths(monkeypatch):
+        return text.parse_parsable(bytes(data), delimiter, "x")
+
+
+def assert_same(direct, ref) -> None:
+    assert ref.table.schema.equals(SCHEMA)
+    assert direct.table.num_rows == ref.table.num_rows
+    assert direct.table.cast(SCHEMA).equals(ref.table)
+    assert [str(p) for p in direct.problems] == [str(p) for p in ref.problems]
+    assert (direct.rejected, direct.steps_dropped, direct.exit_codes_known, direct.notes) == (
+        ref.rejected, ref.steps_dropped, ref.exit_codes_known, ref.notes)
+    assert_types(direct.table)
+
+
+def assert_types(table: pa.Table) -> None:
+    assert table.column_names == SCHEMA.names
+    for field in table.schema:
+        if pa.types.is_dictionary(field.type):
+            assert field.name in DICT_COLUMNS, field.name
+            assert field.type == pa.dictionary(pa.int32(), pa.string())
+            for chunk in table.column(field.name).chunks:
+                values = chunk.dictionary.to_pylist()
+                assert len(set(values)) == len(values), field.name  # distinct values only
+                assert None not in values
+        else:
+            assert field.type == SCHEMA.field(field.name).type, field.name
+
+
+def check(data: bytes, delimiter: str, monkeypatch: pytest.MonkeyPatch, *, expect: str | None = "direct",
+          pieces: bool = False, read_block: int | None = 1 << 12):
+    """Direct (with the given piece setup) vs reference; `expect`: the path the direct call must take."""
+    if pieces:
+        with small_pieces(monkeypatch, read_block=read_block):
+            direct, path = parse_direct(data, delimiter, monkeypatch)
+    else:
+        direct, path = parse_direct(data, delimiter, monkeypatch)
+    ref = parse_reference(data, delimiter, monkeypatch)
+    if expect:
+        assert path == expect
+    assert_same(direct, ref)
+    return direct
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    path = tmp_path_factory.mktemp("bench") / "sacct.txt"
+    _bench().generate(path, 4000, seed=23)
+    return path.read_bytes()
+
+
+def _header_and_rows(data: bytes) -> tuple[bytes, list[bytes]]:
+    lines = data.split(b"\n")
+    return lines[0], lines[1:]
+
+
+# ---- whole dumps ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|"])
+def test_generated_dump(generated, delimiter, pieces, monkeypatch):
+    data = generated if delimiter == FETCH_DELIMITER else generated.replace(D, b"|")
+    result = check(data, delimiter, monkeypatch, pieces=pieces)
+    assert result.table.num_rows > 3000
+    assert pa.types.is_dictionary(result.table.schema.field("job_name").type)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|"])
+def test_mutated_dump(generated, delimiter, seed, monkeypatch):
+    """Bad values, steps, blank lines, invalid UTF-8 in names, multi-line comments, short records; a \\r
+    (pyarrow ends a line there, the reference does not) sends the input to the reference."""
+    data = _mutate(generated, seed)
+    if delimiter != FETCH_DELIMITER:
+        data = data.replace(D, b"|")
+    has_cr = b"\r" in data.split(b"\n", 1)[1]
+    ref_path = check(data, delimiter, monkeypatch, expect="reference" if has_cr else "direct", pieces=True)
+    assert ref_path.rejected > 0
+    without_cr = data.replace(b"\r", b"")
+    check(without_cr, delimiter, monkeypatch, pieces=True)
+    check(without_cr, delimiter, monkeypatch, pieces=False)
+
+
+def _more_mutations(data: bytes, seed: int, delimiter: bytes) -> bytes:
+    """Odd lines of every kind the line-level pass knows, spread over the dump (no \\r)."""
+    rng = random.Random(seed)
+    header, rows = _header_and_rows(data)
+    out = [header]
+    for line in rows:
+        f = line.split(delimiter)
+        if len(f) == len(FETCH_FIELDS) and rng.random() < 0.06:
+            k = rng.randrange(12)
+            if k == 0:
+                f[2] = b"stray\x1fsep"  # a lone first byte of the delimiter: pyarrow sees one field too many
+            elif k == 1:
+                f[2] = b"has" + delimiter + b"delim"  # the whole delimiter: a record with a field too many
+            elif k == 2:
+                f[3] = b"multi\n\nline"  # a blank line inside a record
+            elif k == 3:
+                f[2] = b"\n"
+            elif k == 4:
+                f = f[:3]  # a short record: joined with the following (good) lines
+            elif k == 5:
+                f[13] = b"Unknown"
+            elif k == 6:
+                f[11] = b"2026-02-30T00:00:00"
+            elif k == 7:
+                f[16] = b"cpu=1,,mem=2G"
+            elif k == 8:
+                f[0] += b".extern"
+            elif k == 9:
+                f[2] = b"\xc3(\xff"  # invalid UTF-8 in a whole line
+            elif k == 10:
+                f[15] = b"1-02:03:04"
+            elif k == 11:
+                out.append(b"   ")  # a line of spaces: blank
+            line = delimiter.join(f)
+        out.append(line)
+    return b"\n".join(out)
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|"])
+def test_more_mutations(generated, delimiter, seed, monkeypatch):
+    data = generated if delimiter == FETCH_DELIMITER else generated.replace(D, b"|")
+    data = _more_mutations(data, seed, delimiter.encode())
+    check(data, delimiter, monkeypatch, pieces=True)
+    check(data, delimiter, monkeypatch)
+
+
+def test_every_record_broken_and_many_pieces(generated, monkeypatch):
+    """Every record spans two lines: each piece boundary falls inside a record or between two."""
+    header, rows = _header_and_rows(generated)
+    broken = [r.replace(D + b"train-", D + b"tr\nain-", 1) for r in rows]
+    data = b"\n".join([header, *broken])
+    for pieces in (2, 13, 50):
+        with small_pieces(monkeypatch, pieces=pieces):
+            direct, path = parse_direct(data, FETCH_DELIMITER, monkeypatch)
+        assert path == "direct"
+        assert_same(direct, parse_reference(data, FETCH_DELIMITER, monkeypatch))
+
+
+def test_one_worker(generated, monkeypatch):
+    with small_pieces(monkeypatch):
+        direct, path = parse_direct(_more_mutations(generated, 8, D), FETCH_DELIMITER, monkeypatch, workers=1)
+    assert path == "direct"
+    assert_same(direct, parse_reference(_more_mutations(generated, 8, D), FETCH_DELIMITER, monkeypatch))
+
+
+# ---- blank lines: a record of empty fields in the reference's single pass, skipped in its line pass ----------
+
+
+def _clean(generated: bytes) -> bytes:
+    """Only whole records (no name with a newline or the delimiter)."""
+    header, rows = _header_and_rows(generated)
+    return b"\n".join([header, *(r for r in rows if r.count(D) == len(FETCH_FIELDS) - 1)]) + b"\n"
+
+
+def test_blank_lines_in_a_clean_dump_are_empty_records(generated, monkeypatch):
+    header, rows = _header_and_rows(_clean(generated))
+    data = b"\n".join([header, *rows[:50], b"", *rows[50:100], b"", b""])
+    result = check(data, FETCH_DELIMITER, monkeypatch, pieces=True)
+    assert any("cannot parse JobID ''" in str(p) for p in result.problems)
+
+
+@pytest.mark.parametrize("other", [b"short line", b"bad\xffutf8" + D + b"x"])
+def test_blank_lines_with_an_odd_line_or_invalid_utf8_are_skipped(generated, other, monkeypatch):
+    header, rows = _header_and_rows(_clean(generated))
+    if other.startswith(b"bad"):  # invalid UTF-8 inside a whole record
+        fields_ = rows[10].split(D)
+        fields_[2] = b"bad\xffname"
+        rows[10] = D.join(fields_)
+        other = rows[11]
+    data = b"\n".join([header, *rows[:50], b"", other, *rows[50:100], b""])
+    result = check(data, FETCH_DELIMITER, monkeypatch, pieces=True)
+    assert not any("cannot parse JobID ''" in str(p) for p in result.problems)
+
+
+def test_double_spaced_dump(generated, monkeypatch):
+    """A blank line after every line (broken records included); with too many, the reference reads it."""
+    header, rows = _header_and_rows(generated)
+    data = header + b"\n" + b"\n\n".join(rows)
+    check(data, FETCH_DELIMITER, monkeypatch, pieces=True)
+    check(_clean(generated).replace(b"\n", b"\n\n"), FETCH_DELIMITER, monkeypatch)
+    monkeypatch.setattr(text, "MAX_BLANK_CANDIDATES", 10)
+    check(data, FETCH_DELIMITER, monkeypatch, expect="reference")
+
+
+def test_line_of_separator_bytes_next_to_blank_lines_goes_to_the_reference(generated, monkeypatch):
+    header, rows = _header_and_rows(_clean(generated))
+    only_d0 = b"\x1f" * (len(FETCH_FIELDS) - 1)  # pyarrow reads it as the blank line reads
+    data = b"\n".join([header, *rows[:20], b"", b"short", only_d0, *rows[20:40], b""])
+    check(data, FETCH_DELIMITER, monkeypatch, expect="reference")
+    # With no blank line around, the same line is a plain short record.
+    data = b"\n".join([header, *rows[:20], only_d0, *rows[20:40], b""])
+    check(data, FETCH_DELIMITER, monkeypatch, expect="reference")
+
+
+def test_pipe_line_of_empty_fields_is_a_record(generated, monkeypatch):
+    header, rows = _header_and_rows(_clean(generated).replace(D, b"|"))
+    data = b"\n".join([header, *rows[:20], b"|" * (len(FETCH_FIELDS) - 1), *rows[20:40], b""])
+    result = check(data, "|", monkeypatch)
+    assert result.rejected == 1
+
+
+# ---- edges ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [b"", b"\n", b"\n\n\n", b" \n", b"\x1f\n", b"x"])
+def test_tiny_bodies(body, monkeypatch):
+    data = D.join(f.encode() for f in FETCH_FIELDS) + b"\n" + body
+    direct, _ = parse_direct(data, FETCH_DELIMITER, monkeypatch)
+    assert_same(direct, parse_reference(data, FETCH_DELIMITER, monkeypatch))
+
+
+def test_header_only_and_last_line_without_newline(generated, monkeypatch):
+    header, rows = _header_and_rows(_clean(generated))
+    parse_direct(header, FETCH_DELIMITER, monkeypatch)  # no body: the reference's empty result
+    assert_same(parse_direct(header, FETCH_DELIMITER, monkeypatch)[0],
+                parse_reference(header, FETCH_DELIMITER, monkeypatch))
+    data = b"\n".join([header, *rows[:30]]).rstrip(b"\n")
+    check(data, FETCH_DELIMITER, monkeypatch, pieces=True)
+    broken_last = data + b"\nabc" + D + b"def"
+    check(broken_last, FETCH_DELIMITER, monkeypatch, pieces=True)
+
+
+def test_carriage_return_and_byte_order_mark_go_to_the_reference(generated, monkeypatch):
+    clean = _clean(generated)
+    header, rows = _header_and_rows(clean)
+    check(clean.replace(b"\n", b"\r\n"), FETCH_DELIMITER, monkeypatch, expect="reference")
+    check(b"\n".join([header, b"\xef\xbb\xbf" + rows[0], *rows[1:]]), FETCH_DELIMITER, monkeypatch,
+          expect="reference")
+    # A byte-order mark starting a line further in: never the start of a piece.
+    data = b"\n".join([header, *rows[:10], b"\xef\xbb\xbf" + rows[10], *rows[11:60]])
+    check(data, FETCH_DELIMITER, monkeypatch, pieces=True, expect=None)
+
+
+def test_invalid_utf8_in_a_broken_line_falls_back_quietly(generated, monkeypatch):
+    """pyarrow decodes a line it cannot split strictly; invalid UTF-8 there fails its read (the reference then
+    runs) without an 'unraisable' error on stderr."""
+    header, rows = _header_and_rows(_clean(generated))
+    data = b"\n".join([header, *rows[:10], b"short\xff line", *rows[10:20], b""])
+    seen: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    check(data, FETCH_DELIMITER, monkeypatch, expect="reference")
+    assert seen == []
+
+
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|", ";", "\t", "#|", "::", "¦", " \t"])
+def test_delimiters(generated, delimiter, monkeypatch):
+    data = _clean(generated).replace(D, delimiter.encode())
+    # Not split on directly: a first byte that recurs in the delimiter, a non-ASCII one (pyarrow), a delimiter
+    # of only blanks (a line of it would be blank for one path and not the other).
+    expect = "reference" if delimiter in ("::", "¦", " \t") else "direct"
+    check(data, delimiter, monkeypatch, expect=expect, pieces=True)
+    check(_more_mutations(data, 9, delimiter.encode()), delimiter, monkeypatch, expect=expect, pieces=True)
+
+
+def test_other_field_orders_ignored_and_missing_fields(monkeypatch):
+    rows = [dict(ROW, JobID=str(100 + i), JobIDRaw=str(100 + i), JobName=n, Comment=c, WCKey="w")
+            for i, (n, c) in enumerate([("a", "x"), ("b\nc", "y"), ("d|e", "z|q"), ("", ""), ("f", "g\nh")] * 5)]
+    orders = [
+        ("Cluster", *RAW_FIELDS),  # an ignored first column
+        tuple(reversed(RAW_FIELDS)),  # JobID last (with a prefix), NNodes first
+        tuple(f for f in RAW_FIELDS if f not in ("WCKey", "Comment")),  # optional fields absent
+        (*RAW_FIELDS, "JobName", "Extra"),  # a repeated name and an extra column
+    ]
+    for order in orders:
+        for delimiter in (FETCH_DELIMITER, "|"):
+            lines = [delimiter.join(order)] + [delimiter.join(dict(r, Cluster="c1", Extra="e").get(f, "") for f in order)
+                                               for r in rows]
+            data = ("\n".join(lines) + "\n").encode()
+            check(data, delimiter, monkeypatch, pieces=True)
+            check(data, delimiter, monkeypatch)
+
+
+def test_record_swallows_good_lines(generated, monkeypatch):
+    """A short line is joined with the following whole lines until it has every field (then reported)."""
+    header, rows = _header_and_rows(_clean(generated))
+    data = b"\n".join([header, *rows[:10], b"1" + D + b"2", *rows[10:40], b""])
+    result = check(data, FETCH_DELIMITER, monkeypatch, pieces=True)
+    assert result.rejected >= 1
+    with_ignored = b"\n".join([header + D + b"Extra", *(r + D + b"e" for r in rows[:10]), b"1" + D + b"2",
+                               *(r + D + b"e" for r in rows[10:40]), b""])
+    check(with_ignored, FETCH_DELIMITER, monkeypatch, expect=None)  # cannot rebuild the line: either path, same result
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview, pa.py_buffer, "mmap"])
+def test_input_buffers(generated, kind, tmp_path, monkeypatch):
+    data = _more_mutations(generated, 10, D)
+    ref = parse_reference(data, FETCH_DELIMITER, monkeypatch)
+    if kind == "mmap":
+        path = tmp_path / "d.txt"
+        path.write_bytes(data)
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            direct, where = parse_direct(mm, FETCH_DELIMITER, monkeypatch)
+            assert_same(direct, ref)
+            del direct
+    else:
+        direct, where = parse_direct(kind(data), FETCH_DELIMITER, monkeypatch)
+        assert_same(direct, ref)
+    assert where == "direct"
+    assert_same(parse_input(kind(data) if kind != "mmap" else data, FETCH_DELIMITER, "x"), ref)
+
+
+@pytest.mark.parametrize("mmap_from", [0, 1 << 40])
+def test_read_input_maps_or_reads(generated, tmp_path, mmap_from, monkeypatch):
+    path = tmp_path / "dump.txt"
+    path.write_bytes(generated)
+    monkeypatch.setattr(text, "MMAP_MIN_BYTES", mmap_from)
+    got = pipeline.read_input(str(path), FETCH_DELIMITER)
+    ref = parse_reference(generated, FETCH_DELIMITER, monkeypatch)
+    assert got.table.cast(SCHEMA).equals(ref.table.cast(SCHEMA).cast(SCHEMA))
+    assert [str(p).replace(str(path), "x") for p in got.problems] == [str(p) for p in ref.problems]
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(Exception, match="empty input"):
+        pipeline.read_input(str(empty), FETCH_DELIMITER)
+
+
+# ---- property: any names and comments ---------------------------------------------------------------------------
+
+_free_text = st.lists(
+    st.one_of(st.sampled_from(list("|\n\"' ,;=:\x1f\x1e\x1d\x1c\t") + ["\x1f|\x1e", "é", "名", "\ufeff", "team=ml", "\n\n"]),
+              st.characters(blacklist_categories=("Cs",), blacklist_characters="\r")),
+    max_size=10,
+).map("".join)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pairs=st.lists(st.tuples(_free_text, _free_text), min_size=1, max_size=12),
+       delimiter=st.sampled_from([FETCH_DELIMITER, "|", ";"]), pieces=st.sampled_from([0, 1, 2, 5]),
+       tail=st.sampled_from([b"\n", b"", b"\n\n"]))
+def test_any_names_same_result(monkeypatch, pairs, delimiter, pieces, tail):
+    rows = [dict(ROW, JobID=str(1000 + i), JobIDRaw=str(1000 + i), JobName=n, Comment=c)
+            for i, (n, c) in enumerate(pairs)]
+    data = dump(rows, delimiter).rstrip(b"\n") + tail
+    with monkeypatch.context() as m:
+        if pieces:
+            m.setattr(text, "PIECES", pieces)
+            m.setattr(text, "MIN_PIECE_BYTES", 1)
+            m.setattr(text, "GROUP_ROWS", 2)
+            m.setattr(fields, "SWAR_BLOCK_ROWS", 2)
+        direct, _ = parse_direct(data, delimiter, monkeypatch)
+    assert_same(direct, parse_reference(data, delimiter, monkeypatch))
+
+
+# ---- the fixed-width parsers ------------------------------------------------------------------------------------
+
+_time_text = st.one_of(
+    st.text(alphabet="0123456789-T: x", min_size=19, max_size=19),
+    st.datetimes().map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S")),
+    st.builds(lambda y, mo, d, h, mi, s: f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}",
+              st.integers(1995, 2105), st.integers(0, 13), st.integers(0, 32), st.integers(0, 25),
+              st.integers(0, 61), st.integers(0, 61)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_time_text, min_size=1, max_size=40), prefix=st.sampled_from([b"", b"|\x1e", b"|", b"abcdefgh"]))
+def test_fixed_times_agree_with_the_reference(values, prefix):
+    raw = [prefix + v.encode() for v in values]
+    ok_len = [len(r) == len(prefix) + 19 for r in raw]
+    rows = [r for r, ok in zip(raw, ok_len, strict=True) if ok]
+    if not rows:
+        return
+    epoch, ok = fields.fixed_times(np.frombuffer(b"".join(rows), dtype=np.uint8), 0, len(rows), prefix)
+    ref, bad = fields._v_time_ref(pa.array([r[len(prefix):].decode() for r in rows]))
+    ref_values = ref.cast(pa.int64()).to_pylist()
+    for i in np.flatnonzero(ok):
+        assert not bad[i] and ref_values[i] == epoch[i]
+    # Every plain valid time of 2000..2099 takes the fast path.
+    for i, r in enumerate(rows):
+        v = r[len(prefix):].decode()
+        if not bad[i] and ref_values[i] is not None and v.startswith("20") and v[10] == "T":
+            year, month, day = int(v[:4]), int(v[5:7]), int(v[8:10])
+            hour, minute, second = int(v[11:13]), int(v[14:16]), int(v[17:19])
+            import calendar
+            plain = (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1] and hour < 24
+                     and minute < 60 and second < 60)
+            assert ok[i] or not plain, v
+    wrong = b"".join(b"x" * len(prefix) + r[len(prefix):] for r in rows)
+    if prefix:
+        assert not fields.fixed_times(np.frombuffer(wrong, dtype=np.uint8), 0, len(rows), prefix)[1].any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.text(alphabet="0123456789:x-", min_size=8, max_size=8), min_size=1, max_size=30))
+def test_fixed_clock_agrees_with_v_elapsed(values):
+    secs, ok = fields.fixed_clock(np.frombuffer("".join(values).encode(), dtype=np.uint8), 0, len(values), b"")
+    ref, bad = fields.v_elapsed(pa.array(values))
+    for i in np.flatnonzero(ok):
+        assert not bad[i] and ref[i].as_py() == secs[i]
+    for i, v in enumerate(values):
+        if v[2] == v[5] == ":" and (v[:2] + v[3:5] + v[6:]).isdigit():
+            assert ok[i]
+
+
+_job_text = st.one_of(
+    st.text(alphabet="0123456789_+.[]-x", max_size=18),
+    st.builds(lambda a, b: f"{a}_{b}", st.integers(0, 10**12), st.integers(0, 10**8)),
+    st.integers(0, 10**17).map(str),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_job_text, min_size=1, max_size=40), lead=st.integers(0, 18))
+def test_job_ids_swar_agrees_with_the_regex(values, lead):
+    raw = pa.array(["9" * lead] + values, pa.string()).cast(pa.binary())  # a first value of any length
+    data = np.frombuffer(raw.buffers()[2], dtype=np.uint8) if raw.buffers()[2] is not None else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int32)[: len(raw) + 1]
+    base, task, has_task, ok = fields.job_ids_swar(data, offsets)
+    ids, step, bad = fields._v_job_id_regex(raw.cast(pa.string()))
+    for i in np.flatnonzero(ok):
+        assert not bad[i] and not step[i]
+        assert ids["het_offset"][i].as_py() is None and ids["array_pending"][i].as_py() is None
+        assert base[i] == ids["job_base"][i].as_py()
+        assert (task[i] if has_task[i] else None) == ids["array_task"][i].as_py()
+
+
+def test_rows_equal():
+    a = np.frombuffer(b"abcdefghijklmnopqrstu" * 3, dtype=np.uint8)
+    b = np.frombuffer(b"abcdefghijklmnopqrstu" + b"abcdefghijklmnopqrstX" + b"Xbcdefghijklmnopqrstu", dtype=np.uint8)
+    assert fields.rows_equal(a, 0, b, 0, 3, 21).tolist() == [True, False, False]
+
+
+def test_json_input_still_detected(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_bytes(b'  \n {"jobs": []}')
+    assert pipeline.read_input(str(path)).table.num_rows == 0
+
+
+def test_extend_mixes_dictionary_and_plain_tables(generated, monkeypatch):
+    direct, _ = parse_direct(_clean(generated), FETCH_DELIMITER, monkeypatch)
+    plain = parse_reference(_clean(generated), FETCH_DELIMITER, monkeypatch)
+    direct.extend(plain)
+    assert direct.table.num_rows == 2 * plain.table.num_rows
+    assert direct.table.cast(SCHEMA).equals(pa.concat_tables([plain.table, plain.table]))
