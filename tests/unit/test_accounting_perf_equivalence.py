@@ -1,12 +1,14 @@
-"""The optimised accounting paths give exactly the results of the reference paths they replace.
+"""The optimised paths of the reference text reader give exactly the results of the plain paths they replace.
+
+(The direct reader is tested against the reference in test_accounting_ingest_fast.py, the numpy metrics
+against the pandas oracle in test_accounting_metrics_equivalence.py.)
 
 Each optimisation keeps its reference next to it: pyarrow.csv tokenising of the whole lines (reference: split
 each line on the separator), joined records spliced back into that read (reference: merge them in afterwards),
 one parse per distinct value (reference: parse every row), field parsers in threads (reference: one after
-the other), labels per distinct comment (reference: per run), integer ranks for the job keys (reference: the
-strings), and the permutation-based latest_state (reference: the sort/filter/sort it replaced); second pass:
-the numpy fixed-width time parser (reference: strptime + shape regex), the blocked line scans (reference: one
-compare over the whole body) and the lazily made job_id_order (reference: made for every table).
+the other), the permutation-based latest_state (reference: the sort/filter/sort it replaced), the numpy
+fixed-width time parser (reference: strptime + shape regex) and the blocked line scans (reference: one
+compare over the whole body). Top failures tied on GPU-hours and End keep the input order.
 """
 
 from __future__ import annotations
