@@ -94,9 +94,6 @@ class Coded:
         """``func`` of each distinct value, then ``func(None)`` for null: index it with the codes."""
         return np.array([*(func(v) for v in self.values), func(None)], dtype=dtype)
 
-    def strings(self, null: str = "") -> np.ndarray:
-        return self.per_value(lambda v: null if v is None else v)[self.codes]
-
     def names(self, null: str = "") -> list[str]:
         """One name per code (null -> `null`), for `_groups`."""
         return [*(null if v is None else str(v) for v in self.values), null]
@@ -311,15 +308,14 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
     # Resubmission groups: same user, account, name and array task index (-1 when none).
     group = sorting.group_ids([att.codes("user", first).codes, att.codes("account", first).codes,
                                att.codes("job_name", first).codes, att.array_task[first]])
-    # A unit alone in its group is a run of its own: only the groups of several units are chained.
-    g_order, g_starts, g_sizes = sorting.sorted_groups(group)
+    # In each group the units by Submit, then JobID. A unit alone in its group is a run of its own: only the
+    # groups of several units are chained.
+    g_order, g_starts = sorting.group_order(group, [unit_submit, att.key[first]])
+    g_sizes = np.diff(np.r_[g_starts, m])
     multi = np.repeat(g_sizes > 1, g_sizes)
     if multi.any():
-        units_grouped = g_order[multi]
+        units = g_order[multi]
         gid = np.repeat(np.arange(int((g_sizes > 1).sum())), g_sizes[g_sizes > 1])
-        # Within each group: by Submit, then JobID.
-        ordered = sorting.lex_order([gid, unit_submit[units_grouped], att.key[first[units_grouped]]])
-        units = units_grouped[ordered]
         submit = unit_submit[units]
         end = att.end[last[units]]
         done = att.done[last[units]]
@@ -731,15 +727,30 @@ def build_report(
             run_part, runs_p = run_tables(att, config, period)
             waits = waits_future.result()
 
-    labels = tuple(config.report_labels)
     tables: dict[str, pd.DataFrame] = {}
     for dim in ("partition", "account", "qos"):
         tables[f"queue_wait_by_{dim}"] = waits[f"queue_wait_by_{dim}"]
         tables[f"hold_by_{dim}"] = waits[f"hold_by_{dim}"]
     tables.update(run_part)
     tables["top_failures"] = top_failures(att, ended_p, top)
+    return assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
+                           target=target, input_info=input_info)
 
-    tot = totals(runs_p)
+
+def assemble_report(
+    period: Period,
+    config: SiteConfig,
+    tables: dict[str, pd.DataFrame],
+    tot: dict[str, Any],
+    raw_sums: dict[str, Any],
+    attempts_in_period: int,
+    *,
+    target: float | None = None,
+    input_info: dict[str, Any] | None = None,
+) -> Report:
+    """The Report from its computed tables (waits, runs by group, top failures) and the period's totals:
+    report.json's layout, and the totals and sizing tables."""
+    labels = tuple(config.report_labels)
     tables["totals"] = pd.DataFrame([tot])
     data: dict[str, Any] = {
         "period": period.as_dict(),
@@ -753,12 +764,12 @@ def build_report(
         },
         "totals": tot,
         "top_failures": records(tables["top_failures"]),
-        "sizing": sizing(_raw_sums(runs_p), period, target if target is not None else config.target_completed_runs_per_month,
+        "sizing": sizing(raw_sums, period, target if target is not None else config.target_completed_runs_per_month,
                          "--target" if target is not None else "site target_completed_runs_per_month"),
         "input": dict(input_info or {}),
         "definitions": DEFINITIONS,
     }
-    data["input"]["attempts_in_period"] = int(len(ended_p))
+    data["input"]["attempts_in_period"] = int(attempts_in_period)
     tables["sizing"] = pd.DataFrame([data["sizing"]])
     return Report(period, data, tables)
 

@@ -171,16 +171,9 @@ def group_ids(keys: Sequence[np.ndarray]) -> np.ndarray:
             packed |= digit
         return packed
     order = lex_order(keys)
-    ids_sorted = np.cumsum(np.isin(np.arange(len(order)), group_starts([k[order] for k in keys]))) - 1
+    new_group = np.zeros(len(order), dtype=np.int64)
+    new_group[group_starts([k[order] for k in keys])] = 1
+    ids_sorted = np.cumsum(new_group) - 1
     ids = np.empty(len(order), dtype=np.int64)
     ids[order] = ids_sorted
     return ids
-
-
-def sorted_groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows sorted (stably) by an integer key: (order, group start positions in that order, group sizes)."""
-    n = len(key)
-    perm = lex_perm([key])
-    order = np.arange(n, dtype=np.int64) if perm is None else perm
-    starts = group_starts([key if perm is None else key[perm]])
-    return order, starts, np.diff(np.r_[starts, n])

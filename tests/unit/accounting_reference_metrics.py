@@ -1,7 +1,7 @@
 """The pandas implementation of the accounting metrics that gpuclust.accounting.metrics replaced, kept as
 the oracle for tests/unit/test_accounting_metrics_equivalence.py (row-by-row pandas grouping, the JobID as
-a string, every group table over all runs). Its shared, non-computational pieces (definitions, sizing, the
-exact resubmission matcher, JSON records) are imported from the module under test.
+a string, every group table over all runs). Its shared, non-computational pieces (the report's assembly from its
+tables, the exact resubmission matcher) are imported from the module under test.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting.metrics import (  # noqa: F401  (re-exported names the oracle shares)
+from gpuclust.accounting.metrics import (
     DEFAULT_TOP,
-    DEFINITIONS,
     GROUP_COLUMNS,
     WAIT_COLUMNS,
     Report,
     _exact_runs,
-    records,
-    sizing,
+    assemble_report,
 )
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.schema import TIME_COLUMNS
@@ -465,28 +463,8 @@ def build_report(
         tables[f"runs_by_label_{key}"] = group_table(runs_p, f"label_{key}", key)
     tables["top_failures"] = top_failures(ended_p, top)
 
-    tot = totals(runs_p)
-    tables["totals"] = pd.DataFrame([tot])
-    data: dict[str, Any] = {
-        "period": period.as_dict(),
-        "queue_wait": {f"by_{d}": records(tables[f"queue_wait_by_{d}"]) for d in ("partition", "account", "qos")},
-        "hold": {f"by_{d}": records(tables[f"hold_by_{d}"]) for d in ("partition", "account", "qos")},
-        "runs": {
-            "by_account": records(tables["runs_by_account"]),
-            "by_partition": records(tables["runs_by_partition"]),
-            "by_wckey": records(tables["runs_by_wckey"]),
-            "by_label": {key: records(tables[f"runs_by_label_{key}"]) for key in labels},
-        },
-        "totals": tot,
-        "top_failures": records(tables["top_failures"]),
-        "sizing": sizing(_raw_sums(runs_p), period, target if target is not None else config.target_completed_runs_per_month,
-                         "--target" if target is not None else "site target_completed_runs_per_month"),
-        "input": dict(input_info or {}),
-        "definitions": DEFINITIONS,
-    }
-    data["input"]["attempts_in_period"] = int(len(ended_p))
-    tables["sizing"] = pd.DataFrame([data["sizing"]])
-    return Report(period, data, tables)
+    return assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
+                           target=target, input_info=input_info)
 
 
 def _raw_sums(runs: pd.DataFrame) -> dict[str, Any]:

@@ -30,22 +30,9 @@ from hypothesis import strategies as st
 from gpuclust.accounting import fields, metrics, normalize, store, text
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
 from gpuclust.config import parse_config
+from tests.unit.test_accounting_text import ROW, dump
 
 REPO = Path(__file__).resolve().parents[2]
-
-ROW = {
-    "JobID": "100", "JobIDRaw": "100", "JobName": "train", "User": "alice", "Account": "ml", "Partition": "gpu",
-    "QOS": "normal", "State": "COMPLETED", "ExitCode": "0:0", "Submit": "2026-12-02T10:00:00",
-    "Eligible": "2026-12-02T10:00:00", "Start": "2026-12-02T10:00:05", "End": "2026-12-02T11:00:05",
-    "Elapsed": "01:00:00", "AllocTRES": "billing=8,cpu=8,gres/gpu=2,gres/gpu:h100=2,mem=64G,node=1",
-    "NNodes": "1", "NodeList": "node1", "WCKey": "", "Comment": "team=ml project=x",
-}
-
-
-def dump(rows: list[dict[str, str]], delimiter: str) -> bytes:
-    lines = [delimiter.join(FETCH_FIELDS)] + [delimiter.join(r[f] for f in FETCH_FIELDS) for r in rows]
-    return ("\n".join(lines) + "\n").encode("utf-8")
-
 
 def _bench():  # the benchmark's generator: arrays, requeues, het jobs, odd names with newlines and `|`
     spec = importlib.util.spec_from_file_location("accounting_bench", REPO / "benchmarks" / "accounting_bench.py")
