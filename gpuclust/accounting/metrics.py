@@ -125,20 +125,43 @@ def coded(col: pa.Array | pa.ChunkedArray) -> Coded:
     return Coded(codes, values)
 
 
-def _numbers(col: pa.Array | pa.ChunkedArray, null: float = np.nan) -> np.ndarray:
-    """A numeric or timestamp column as float64 (times: epoch seconds), `null` where missing."""
-    if pa.types.is_timestamp(col.type):
-        col = pc.cast(col, pa.int64())
-    if col.null_count and not np.isnan(null):
-        col = pc.fill_null(col, null)
-    # pyarrow gives float64 with NaN for an integer column with nulls.
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+def _numbers(col: pa.Array | pa.ChunkedArray, null: float = np.nan, rows: np.ndarray | None = None) -> np.ndarray:
+    """A numeric or timestamp column as float64 (times: epoch seconds), `null` where missing; only the
+    `rows` given (all when None)."""
+    return _values(col, np.float64, null, rows)
 
 
-def _ints(col: pa.Array | pa.ChunkedArray, null: int) -> np.ndarray:
+def _ints(col: pa.Array | pa.ChunkedArray, null: int, rows: np.ndarray | None = None) -> np.ndarray:
+    return _values(col, np.int64, null, rows)
+
+
+_BUFFER_TYPES = {pa.int64(): np.int64, pa.float64(): np.float64}
+
+
+def _values(col: pa.Array | pa.ChunkedArray, dtype: Any, null: Any, rows: np.ndarray | None) -> np.ndarray:
+    """Column values as `dtype` (at `rows`), `null` where missing. Read straight from the Arrow buffers:
+    the rows are taken before any conversion, and no filled copy of the whole column is made."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    kind = np.int64 if pa.types.is_timestamp(col.type) else _BUFFER_TYPES.get(col.type)
+    if kind is None or len(col) == 0:  # (bool, int32...: the general way)
+        if pa.types.is_timestamp(col.type):
+            col = pc.cast(col, pa.int64())
+        if col.null_count:
+            col = pc.fill_null(col.cast(pa.float64()) if np.dtype(dtype).kind == "f" else col, null)
+        out = np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype)
+        return out if rows is None else out[rows]
+    data = np.frombuffer(col.buffers()[1], dtype=kind)[col.offset : col.offset + len(col)]
+    picked = data if rows is None else data[rows]
+    fresh = rows is not None or picked.dtype != np.dtype(dtype)
+    out = picked.astype(dtype, copy=False)
     if col.null_count:
-        col = pc.fill_null(col, null)
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+        if not fresh:
+            out = out.copy()
+        bits = np.unpackbits(np.frombuffer(col.buffers()[0], dtype=np.uint8), bitorder="little")
+        valid = bits[col.offset : col.offset + len(col)].view(bool)
+        out[~(valid if rows is None else valid[rows])] = null
+    return out
 
 
 def allocated_mask(table: pa.Table) -> np.ndarray:
@@ -187,11 +210,17 @@ class Attempts:
         return column.take(self.row if at is None else self.row[at])
 
     def wait_s(self, at: np.ndarray) -> np.ndarray:
-        eligible = self.eligible[at]
-        return self.start[at] - np.where(np.isnan(eligible), self.submit[at], eligible)
+        since = self.eligible[at]  # (in place from here: fresh arrays are costly)
+        unknown = np.isnan(since)
+        if unknown.any():
+            since[unknown] = self.submit[at[unknown]]
+        np.subtract(self.start[at], since, out=since)
+        return since
 
     def hold_s(self, at: np.ndarray) -> np.ndarray:
-        return self.eligible[at] - self.submit[at]
+        hold = self.eligible[at]
+        hold -= self.submit[at]
+        return hold
 
 
 def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
@@ -215,9 +244,16 @@ def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
 
     def money(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """gpu_hours, cost (NaN = unpriced) and unpriced GPU-hours of the rows `at`."""
-        gpu_hours = elapsed_all[at] * gpus_all[at] / 3600.0
-        price = prices[gtype_all.codes[at], partition_all.codes[at]]
-        return gpu_hours, gpu_hours * price, np.where(np.isnan(price), gpu_hours, 0.0)
+        gpu_hours = elapsed_all[at]
+        gpu_hours *= gpus_all[at]
+        gpu_hours /= 3600.0
+        pair = gtype_all.codes[at].astype(np.int64)
+        pair *= prices.shape[1]
+        pair += partition_all.codes[at]
+        price = prices.ravel()[pair]
+        unpriced = np.where(np.isnan(price), gpu_hours, 0.0)
+        price *= gpu_hours
+        return gpu_hours, price, unpriced
 
     # Het jobs (few): the components of one execution become one attempt, component +0.
     het_offset_all = _ints(table.column("het_offset"), -1)
@@ -240,7 +276,7 @@ def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
         gpu_hours[at], cost[at], unpriced[at], het_lead[at] = hours_sum, cost_sum, unpriced_sum, True
 
     def ints(name: str, null: int) -> np.ndarray:
-        return _ints(table.column(name), null)[rows]
+        return _ints(table.column(name), null, rows)
 
     state = coded(table.column("state"))
     completed_state = state.per_value(lambda v: v == "COMPLETED", dtype=bool)[state.codes[rows]]
@@ -250,7 +286,7 @@ def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
     array_task = ints("array_task", -1)
     return Attempts(
         table=table, row=rows, key=_job_key(job_base_all[rows], array_task), array_task=array_task,
-        submit=_numbers(table.column("submit"))[rows], eligible=_numbers(table.column("eligible"))[rows],
+        submit=_numbers(table.column("submit"), rows=rows), eligible=_numbers(table.column("eligible"), rows=rows),
         start=start_all[rows], end=end_all[rows], gpu_hours=gpu_hours, cost=cost, unpriced_gpu_hours=unpriced,
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
         coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state},
@@ -262,7 +298,11 @@ def _job_key(job_base: np.ndarray, array_task: np.ndarray) -> np.ndarray:
     allow, so that sorting by it is cheap."""
     if len(job_base) == 0:
         return np.zeros(0, dtype=np.int64)
-    return (job_base - int(job_base.min())) * (int(array_task.max()) + 2) + (array_task + 1)
+    key = job_base - int(job_base.min())  # (in place from here: fresh arrays are costly)
+    key *= int(array_task.max()) + 2
+    key += array_task
+    key += 1
+    return key
 
 
 def _merge_het(
@@ -534,39 +574,44 @@ def _raw_sums(runs: Runs) -> dict[str, Any]:
     }
 
 
-def _quantile_sorted(values: np.ndarray, lo: np.ndarray, size: np.ndarray, q: float) -> np.ndarray:
-    """Linear-interpolated quantile (as pandas) of each group values[lo:lo+size] (sorted within)."""
+def _quantile_sorted(value_at: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, size: np.ndarray,
+                     q: float) -> np.ndarray:
+    """Linear-interpolated quantile (as pandas) of each group [lo, lo + size) of values sorted within their
+    groups; `value_at(positions)` reads them."""
     pos = q * (size - 1)
     below = np.floor(pos).astype(np.int64)
     frac = pos - below
     above = np.minimum(below + 1, size - 1)
-    a, b = values[lo + below], values[lo + above]
+    a, b = value_at(lo + below), value_at(lo + above)
     return a + (b - a) * frac
 
 
 @dataclass(frozen=True)
 class KnownValues:
-    """The known (non-NaN) values of a column: their rows, and the values as integers where all are whole
-    numbers of a moderate range (times in seconds always are), for packed sorting."""
+    """The known (non-NaN) values of a column: their rows (None: every row), and the values as integers
+    where all are whole numbers of a moderate range (times in seconds always are), for packed sorting."""
 
-    rows: np.ndarray
+    rows: np.ndarray | None
     values: np.ndarray
     as_int: np.ndarray | None
 
     @classmethod
     def of(cls, values: np.ndarray) -> KnownValues:
-        rows = np.flatnonzero(~np.isnan(values))
-        known = values[rows]
+        unknown = np.isnan(values)
+        rows = np.flatnonzero(~unknown) if unknown.any() else None
+        known = values if rows is None else values[rows]
         as_int = None
         if len(known) and np.abs(known).max() < 2**52:
             ints = known.astype(np.int64)
             if (ints == known).all():
-                as_int = ints - ints.min()
+                ints -= ints.min()
+                as_int = ints
         return cls(rows, known, as_int)
 
 
-def _sorted_by_group(groups: np.ndarray, k: int, values: KnownValues) -> np.ndarray:
-    """The values sorted by (group, value): one np.sort of packed integers where they fit, else a lexsort."""
+def _sorted_by_group(groups: np.ndarray, k: int, values: KnownValues) -> Callable[[np.ndarray], np.ndarray]:
+    """The values sorted by (group, value), as a reader of positions: one np.sort of packed integers where
+    they fit (only the positions read are unpacked), else a lexsort."""
     if values.as_int is not None:
         width = max(1, int(values.as_int.max()).bit_length())
         if width + max(1, k.bit_length()) <= 63:
@@ -574,29 +619,29 @@ def _sorted_by_group(groups: np.ndarray, k: int, values: KnownValues) -> np.ndar
             packed <<= width
             packed |= values.as_int
             packed.sort()
-            packed &= (1 << width) - 1
-            out = packed.astype(np.float64)
-            out += float(values.values.min())
-            return out
-    return values.values[np.lexsort((values.values, groups))]
+            base = float(values.values.min())
+            mask = (1 << width) - 1
+            return lambda at: (packed[at] & mask).astype(np.float64) + base
+    ordered = values.values[np.lexsort((values.values, groups))]
+    return lambda at: ordered[at]
 
 
-def wait_table(codes: Coded, values: KnownValues, name: str) -> pd.DataFrame:
-    """jobs, median, p90 and max of the known values per group (codes: of every row, known or not)."""
-    if len(values.rows) == 0:
+def wait_table(labels: list[str], gidx: np.ndarray, values: KnownValues, name: str) -> pd.DataFrame:
+    """jobs, median, p90 and max of the known values per group (`gidx`: each known value's index into the
+    sorted `labels`)."""
+    if len(values.values) == 0:
         return pd.DataFrame(columns=[name, *WAIT_COLUMNS])
-    labels, gidx = _groups(codes.codes[values.rows], codes.names())
     size = np.bincount(gidx, minlength=len(labels)).astype(np.int64)
-    v_sorted = _sorted_by_group(gidx, len(labels), values)
+    value_at = _sorted_by_group(gidx, len(labels), values)
     present = size > 0
     lo = np.r_[0, np.cumsum(size)[:-1]][present]
     size = size[present]
     out = pd.DataFrame({
         name: [label for label, p in zip(labels, present, strict=True) if p],
         "jobs": size,
-        "median_s": _quantile_sorted(v_sorted, lo, size, 0.5),
-        "p90_s": _quantile_sorted(v_sorted, lo, size, 0.9),
-        "max_s": v_sorted[lo + size - 1],
+        "median_s": _quantile_sorted(value_at, lo, size, 0.5),
+        "p90_s": _quantile_sorted(value_at, lo, size, 0.9),
+        "max_s": value_at(lo + size - 1),
     })
     for c in ("median_s", "p90_s", "max_s"):
         out[c] = out[c].astype(float).round(3)
@@ -609,8 +654,10 @@ def wait_tables(att: Attempts, started: np.ndarray) -> dict[str, pd.DataFrame]:
     tables: dict[str, pd.DataFrame] = {}
     for dim in ("partition", "account", "qos"):
         codes = att.codes(dim, started)
+        labels, gidx = _groups(codes.codes, codes.names())  # of every started attempt, once for both
         for col, values in waits.items():
-            tables[f"{col}_by_{dim}"] = wait_table(codes, values, dim)
+            tables[f"{col}_by_{dim}"] = wait_table(labels, gidx if values.rows is None else gidx[values.rows],
+                                                   values, dim)
     return tables
 
 
@@ -672,8 +719,8 @@ def run_tables(att: Attempts, config: SiteConfig, period: Period) -> tuple[dict[
     those runs."""
     run = assign_runs(att, float(config.retry_window_s))
     runs = runs_of(att, run)
-    in_period = np.flatnonzero((runs.end >= period.start_epoch) & (runs.end < period.end_epoch))
-    runs_p = Runs(**{name: value[in_period] for name, value in runs.__dict__.items()})
+    in_period = (runs.end >= period.start_epoch) & (runs.end < period.end_epoch)
+    runs_p = runs if in_period.all() else Runs(**{name: value[in_period] for name, value in runs.__dict__.items()})
     first = runs_p.first  # attempt index of each run's first attempt: its account, partition, labels
 
     labels = tuple(config.report_labels)

@@ -169,8 +169,40 @@ def latest_state(table: pa.Table) -> pa.Table:
 
     A row that never started (pending) is dropped when a later fetch shows the same JobIDRaw started.
     """
-    if table.num_rows == 0:
+    n = table.num_rows
+    if n == 0:
         return table
+    raw = np.asarray(table.column("job_id_raw").to_numpy(), dtype=np.int64)
+    # Only rows whose JobIDRaw occurs more than once can be dropped (requeued executions, a job seen by
+    # several windows): the others are kept without sorting them (JobIDRaw is not in row order: array tasks
+    # get theirs when they start).
+    rows = _shared_ids(raw)
+    if rows is not None and len(rows) == 0:
+        return table
+    sub = table if rows is None else table.take(pa.array(rows))
+    keep_sub = _latest_mask(sub, raw if rows is None else raw[rows])
+    if rows is None:
+        keep = keep_sub
+    else:
+        keep = np.ones(n, dtype=bool)
+        keep[rows] = keep_sub
+    if keep.all():
+        return table
+    return table.filter(pa.array(keep))
+
+
+def _shared_ids(raw: np.ndarray) -> np.ndarray | None:
+    """The rows whose value occurs more than once (in row order); None when the values' range is too wide
+    for a count table."""
+    lo, hi = int(raw.min()), int(raw.max())
+    if hi - lo >= max(4 * len(raw), 1 << 16):
+        return None
+    counts = np.bincount(raw - lo)
+    return np.flatnonzero(counts[raw - lo] > 1)
+
+
+def _latest_mask(table: pa.Table, raw_all: np.ndarray) -> np.ndarray:
+    """Which rows of `table` latest_state keeps (`raw_all`: its JobIDRaw)."""
     order_cols = [c for c in ("fetched_at", "window") if c in table.column_names]
     n = table.num_rows
     # Work on a permutation (the row order the keys are ranked in) instead of sorting the whole table twice:
@@ -183,14 +215,12 @@ def latest_state(table: pa.Table) -> pa.Table:
         ).to_numpy()
     start_col = pc.cast(table.column("start"), pa.int64())
     start_all = (pc.fill_null(start_col, -1) if start_col.null_count else start_col).to_numpy()
-    raw_all = np.asarray(table.column("job_id_raw").to_numpy(), dtype=np.int64)
     start = start_all if perm_np is None else start_all[perm_np]
     raw = raw_all if perm_np is None else raw_all[perm_np]
-    # Keep the last occurrence of each key: the last of its group in a stable sort by the keys (sacct's rows
-    # come in id order, so that sort is usually none at all).
+    # Keep the last occurrence of each key: the last of its group in a stable sort by the keys.
     pending = start == -1
     # Start as a compact key (0 = never started): a narrow key packs with JobIDRaw into one sort word.
-    start_key = start - (int(start[~pending].min()) - 1) if not pending.all() else start
+    start_key = start - (int(start[~pending].min()) - 1) if not pending.all() else start.copy()
     if pending.any():
         start_key[pending] = 0
     order = sorting.lex_perm([raw, start_key])
@@ -213,6 +243,4 @@ def latest_state(table: pa.Table) -> pa.Table:
         keep_orig = np.empty(n, dtype=bool)
         keep_orig[perm_np] = keep
         keep = keep_orig
-    if keep.all():
-        return table
-    return table.filter(pa.array(keep))
+    return keep
