@@ -198,6 +198,13 @@ class Attempts:
     done: np.ndarray
     het_lead: np.ndarray  # True for a merged het job
     coded_columns: dict[str, Coded] = field(default_factory=dict)
+    pricing: Callable[[], None] | None = None  # while gpu_hours, cost and unpriced_gpu_hours are not computed
+
+    def price(self) -> None:
+        """Compute gpu_hours, cost and unpriced_gpu_hours, where attempts(priced=False) left them."""
+        if self.pricing is not None:
+            self.pricing()
+            self.pricing = None
 
     def __len__(self) -> int:
         return len(self.row)
@@ -223,8 +230,10 @@ class Attempts:
         return hold
 
 
-def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
-    """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded)."""
+def attempts(table: pa.Table, config: SiteConfig, *, priced: bool = True) -> Attempts:
+    """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded). With
+    `priced` False, GPU-hours and cost are left to `Attempts.price` (another thread may compute them while
+    the runs are assigned, which needs neither)."""
     start_all = _numbers(table.column("start"))
     end_all = _numbers(table.column("end"))
     rows = np.flatnonzero(allocated_mask(table) & ~np.isnan(start_all) & ~np.isnan(end_all))
@@ -238,14 +247,12 @@ def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
         for p, part in enumerate(partitions):
             price = config.price_per_gpu_hour(own_type or config.partition_gpu_type(part), part)
             prices[t, p] = np.nan if price is None else price
-    elapsed_all = _numbers(table.column("elapsed_s"), 0.0)
-    gpus_all = _numbers(table.column("gpus"), 0.0)
     job_base_all = _ints(table.column("job_base"), 0)
 
     def money(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """gpu_hours, cost (NaN = unpriced) and unpriced GPU-hours of the rows `at`."""
-        gpu_hours = elapsed_all[at]
-        gpu_hours *= gpus_all[at]
+        gpu_hours = _numbers(table.column("elapsed_s"), 0.0, rows=at)
+        gpu_hours *= _numbers(table.column("gpus"), 0.0, rows=at)
         gpu_hours /= 3600.0
         pair = gtype_all.codes[at].astype(np.int64)
         pair *= prices.shape[1]
@@ -269,11 +276,16 @@ def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
         rows = rows[keep]
         merged = (np.searchsorted(rows, lead_rows), *sums)
 
-    gpu_hours, cost, unpriced = money(rows)
     het_lead = np.zeros(len(rows), dtype=bool)
     if merged is not None:
-        at, hours_sum, cost_sum, unpriced_sum = merged
-        gpu_hours[at], cost[at], unpriced[at], het_lead[at] = hours_sum, cost_sum, unpriced_sum, True
+        het_lead[merged[0]] = True
+
+    def pricing() -> None:
+        gpu_hours, cost, unpriced = money(rows)
+        if merged is not None:
+            at, hours_sum, cost_sum, unpriced_sum = merged
+            gpu_hours[at], cost[at], unpriced[at] = hours_sum, cost_sum, unpriced_sum
+        att.gpu_hours, att.cost, att.unpriced_gpu_hours = gpu_hours, cost, unpriced
 
     def ints(name: str, null: int) -> np.ndarray:
         return _ints(table.column(name), null, rows)
@@ -284,13 +296,17 @@ def attempts(table: pa.Table, config: SiteConfig) -> Attempts:
                             dtype=bool)[rows]
     exit_ok = (ints("exit_code", -1) == 0) & (ints("exit_signal", -1) == 0)
     array_task = ints("array_task", -1)
-    return Attempts(
+    unset = np.zeros(0)
+    att = Attempts(
         table=table, row=rows, key=_job_key(job_base_all[rows], array_task), array_task=array_task,
         submit=_numbers(table.column("submit"), rows=rows), eligible=_numbers(table.column("eligible"), rows=rows),
-        start=start_all[rows], end=end_all[rows], gpu_hours=gpu_hours, cost=cost, unpriced_gpu_hours=unpriced,
+        start=start_all[rows], end=end_all[rows], gpu_hours=unset, cost=unset, unpriced_gpu_hours=unset,
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
-        coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state},
+        coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state}, pricing=pricing,
     )
+    if priced:
+        att.price()
+    return att
 
 
 def _job_key(job_base: np.ndarray, array_task: np.ndarray) -> np.ndarray:
@@ -714,10 +730,15 @@ def _plain(value: Any) -> Any:
 # ---- the report ----------------------------------------------------------------------------------------
 
 
-def run_tables(att: Attempts, config: SiteConfig, period: Period) -> tuple[dict[str, pd.DataFrame], Runs]:
+def run_tables(
+    att: Attempts, config: SiteConfig, period: Period, priced: Callable[[], Any] | None = None
+) -> tuple[dict[str, pd.DataFrame], Runs]:
     """runs_by_account, _partition, _wckey and _label_<key> over the runs attributed to `period`, and
-    those runs."""
+    those runs. `priced()`, when given, returns once `att` is priced (by another thread)."""
     run = assign_runs(att, float(config.retry_window_s))
+    if priced is not None:
+        priced()
+    att.price()
     runs = runs_of(att, run)
     in_period = (runs.end >= period.start_epoch) & (runs.end < period.end_epoch)
     runs_p = runs if in_period.all() else Runs(**{name: value[in_period] for name, value in runs.__dict__.items()})
@@ -759,27 +780,32 @@ def build_report(
     top: int = DEFAULT_TOP,
     input_info: dict[str, Any] | None = None,
 ) -> Report:
-    att = attempts(table, config)
+    att = attempts(table, config, priced=False)
     lo, hi = float(period.start_epoch), float(period.end_epoch)
     started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
     ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
-    # The waits and the runs are independent, and numpy releases the GIL in its sorts and gathers: the two
-    # halves run on two cores.
+    # Pricing, the waits and the top failures need no runs, and numpy releases the GIL in its sorts and
+    # gathers: they run on a second core (in that order) while this thread assigns the runs.
     if len(att) < PARALLEL_MIN_ATTEMPTS:
+        att.price()
         waits = wait_tables(att, started_p)
         run_part, runs_p = run_tables(att, config, period)
+        top_table = top_failures(att, ended_p, top)
     else:
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            priced = pool.submit(att.price)
             waits_future = pool.submit(wait_tables, att, started_p)
-            run_part, runs_p = run_tables(att, config, period)
+            top_future = pool.submit(top_failures, att, ended_p, top)
+            run_part, runs_p = run_tables(att, config, period, priced.result)
             waits = waits_future.result()
+            top_table = top_future.result()
 
     tables: dict[str, pd.DataFrame] = {}
     for dim in ("partition", "account", "qos"):
         tables[f"queue_wait_by_{dim}"] = waits[f"queue_wait_by_{dim}"]
         tables[f"hold_by_{dim}"] = waits[f"hold_by_{dim}"]
     tables.update(run_part)
-    tables["top_failures"] = top_failures(att, ended_p, top)
+    tables["top_failures"] = top_table
     return assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
                            target=target, input_info=input_info)
 

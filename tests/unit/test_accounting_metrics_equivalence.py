@@ -97,7 +97,10 @@ def generated_table(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
 
 
 @pytest.mark.parametrize("days", [(0, 30), (3, 4), (10, 17), (40, 41)])
-def test_generated_input_same_figures(generated_table, days):
+@pytest.mark.parametrize("threaded", [False, True])
+def test_generated_input_same_figures(generated_table, days, threaded, monkeypatch):
+    if threaded:  # pricing, waits and top failures on the second thread, as for a large input
+        monkeypatch.setattr(metrics, "PARALLEL_MIN_ATTEMPTS", 0)
     period = Period(T0 + timedelta(days=days[0]), T0 + timedelta(days=days[1]))
     data = assert_same_report(generated_table, CONF, period)
     assert days[0] >= 30 or data["totals"]["runs"] > 0
