@@ -9,7 +9,8 @@ in a fresh child process (so peak RSS is its own):
 * floor: pyarrow.csv reading the same file, every column as a string (split on the delimiter's first byte;
   quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
 * full: ingest (`pipeline.read_input`: read, parse, normalise) and the full report (dedupe, runs, waits,
-  cost, sizing) written as html, csv, json and prom.
+  cost, sizing) written as html, csv, json and prom, in a process set up as `gpuclust report build` sets
+  up its own (`memory.keep_freed_memory`: freed arrays are reused, not faulted in again).
 
 Both time only their own work: the imports (pyarrow; gpuclust, pandas, numpy) happen before the clock starts.
 
@@ -173,6 +174,7 @@ def child_floor(path: str) -> dict:
 
 
 def child_full(path: str, out: str) -> dict:
+    from gpuclust.accounting.memory import keep_freed_memory
     from gpuclust.accounting.metrics import build_report
     from gpuclust.accounting.pipeline import input_period, read_input
     from gpuclust.accounting.render import write_report
@@ -180,6 +182,7 @@ def child_full(path: str, out: str) -> dict:
     from gpuclust.accounting.store import latest_state
     from gpuclust.config import parse_config
 
+    keep_freed_memory()  # as `gpuclust report build` does first
     config = parse_config(CONF)
     t = time.perf_counter()
     parsed = read_input(path, FETCH_DELIMITER)  # what `gpuclust report build --input` calls

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gpuclust.accounting import pipeline
+from gpuclust.accounting import memory, pipeline
 from gpuclust.accounting.fetch import VIA
 from gpuclust.accounting.period import PERIODS, resolve_period
 from gpuclust.accounting.render import parse_formats, write_report
@@ -49,6 +49,7 @@ def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name
     Re-fetching a window replaces its days in one atomic swap (default period: yesterday).
     """
     config = app.config
+    memory.keep_freed_memory()
     period = resolve_period(since, until, period_name, config.timezone) or resolve_period(
         None, None, "yesterday", config.timezone)
     assert period is not None
@@ -95,6 +96,7 @@ def build_cmd(app: AppContext, since: str | None, until: str | None, period_name
     Reads the store (fetch first) or --input. Rows that cannot be parsed are listed with their line numbers.
     """
     config = app.config
+    memory.keep_freed_memory()
     fmts = parse_formats(formats)
     period = resolve_period(since, until, period_name, config.timezone)
     if period is None and not input_path:

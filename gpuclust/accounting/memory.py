@@ -1,0 +1,53 @@
+"""Memory settings of a process that runs the accounting pipeline.
+
+A million-row report allocates and frees arrays of a few to a few hundred MB. glibc hands each freed one
+back to the kernel (munmap, or a trim of the heap), and the next array is faulted in page by page again:
+on small VMs those page faults cost more than the arithmetic on the array. So the pipeline's process
+keeps freed memory for reuse: glibc serves large blocks from its heap and does not trim it, and pyarrow
+allocates from the same heap (its default mimalloc pool keeps its own pages apart, where numpy cannot
+reuse them). The memory is returned when the process ends, which for the report command is at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+# mallopt(3) parameters (glibc malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
+_M_MMAP_THRESHOLD = -3
+
+SETTINGS = {
+    _M_MMAP_THRESHOLD: 256 << 20,  # blocks up to this size come from the heap (and are reused there)
+    _M_TRIM_THRESHOLD: 1 << 30,  # free memory at the heap's top is kept up to this much
+    _M_TOP_PAD: 64 << 20,  # the heap grows in steps of this much
+}
+
+_applied: bool | None = None
+
+
+def keep_freed_memory() -> bool:
+    """Apply the settings above to this process (once; later calls do nothing). False where the C library
+    is not glibc, or pyarrow's pool cannot be changed: then nothing is changed."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        if not libc.gnu_get_libc_version:  # glibc only: other C libraries lack mallopt's parameters
+            return False
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    if not all(mallopt(param, value) == 1 for param, value in SETTINGS.items()):
+        return False
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    _applied = True
+    return True
