@@ -364,9 +364,10 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
     # Resubmission groups: same user, account, name and array task index (-1 when none).
     group = sorting.group_ids([att.codes("user", first).codes, att.codes("account", first).codes,
                                att.codes("job_name", first).codes, att.array_task[first]])
-    # In each group the units by Submit, then JobID. A unit alone in its group is a run of its own: only the
-    # groups of several units are chained.
-    g_order, g_starts = sorting.group_order(group, [unit_submit, att.key[first]])
+    # In each group the units by Submit, then JobID: the units are numbered in JobID order and the sort is
+    # stable, so Submit alone orders them. A unit alone in its group is a run of its own: only the groups of
+    # several units are chained.
+    g_order, g_starts = sorting.group_order(group, [unit_submit])
     g_sizes = np.diff(np.r_[g_starts, m])
     multi = np.repeat(g_sizes > 1, g_sizes)
     if multi.any():

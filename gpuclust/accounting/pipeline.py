@@ -86,9 +86,9 @@ def read_input(path: str, delimiter: str = "|") -> ParseResult:
             if size < max(1, text.MMAP_MIN_BYTES):
                 data = fh.read()
             else:
-                populate = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page at once, not one fault each
-                data = (mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
-                        if populate else mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+                # (Not MAP_POPULATE: mapping every page up front, on one thread, measured 0.1-0.2 s slower
+                # on a 300 MB file than letting the reading threads fault their own pieces in.)
+                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:
         raise InputError(Problem(path, None, f"cannot read: {exc}")) from None
     return parse_input(data, delimiter, path)
