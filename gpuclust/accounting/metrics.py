@@ -66,7 +66,7 @@ GROUP_COLUMNS = ("runs", "completed", "attempts", "retries", "gpu_hours", "usefu
                  "cost_per_completed_run", "unpriced_gpu_hours")
 WAIT_COLUMNS = ("jobs", "median_s", "p90_s", "max_s")
 NONE_LABEL = "(none)"
-PARALLEL_MIN_ATTEMPTS = 20_000  # below this a second thread costs more than it saves
+PARALLEL_MIN_ATTEMPTS = 20_000  # rows; below this a second thread costs more than it saves
 
 
 @dataclass
@@ -230,10 +230,12 @@ class Attempts:
         return hold
 
 
-def attempts(table: pa.Table, config: SiteConfig, *, priced: bool = True) -> Attempts:
+def attempts(
+    table: pa.Table, config: SiteConfig, *, priced: bool = True, pool: ThreadPoolExecutor | None = None
+) -> Attempts:
     """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded). With
     `priced` False, GPU-hours and cost are left to `Attempts.price` (another thread may compute them while
-    the runs are assigned, which needs neither)."""
+    the runs are assigned, which needs neither). A `pool` takes the time columns meanwhile."""
     start_all = _numbers(table.column("start"))
     end_all = _numbers(table.column("end"))
     rows = np.flatnonzero(allocated_mask(table) & ~np.isnan(start_all) & ~np.isnan(end_all))
@@ -290,17 +292,23 @@ def attempts(table: pa.Table, config: SiteConfig, *, priced: bool = True) -> Att
     def ints(name: str, null: int) -> np.ndarray:
         return _ints(table.column(name), null, rows)
 
+    def times() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return (_numbers(table.column("submit"), rows=rows), _numbers(table.column("eligible"), rows=rows),
+                start_all[rows], end_all[rows])
+
+    times_future = pool.submit(times) if pool is not None else None
     state = coded(table.column("state"))
     completed_state = state.per_value(lambda v: v == "COMPLETED", dtype=bool)[state.codes[rows]]
     exit_known = np.asarray(pc.fill_null(table.column("exit_code_known"), True).to_numpy(zero_copy_only=False),
                             dtype=bool)[rows]
     exit_ok = (ints("exit_code", -1) == 0) & (ints("exit_signal", -1) == 0)
     array_task = ints("array_task", -1)
+    key = _job_key(job_base_all[rows], array_task)
+    submit, eligible, start, end = times() if times_future is None else times_future.result()
     unset = np.zeros(0)
     att = Attempts(
-        table=table, row=rows, key=_job_key(job_base_all[rows], array_task), array_task=array_task,
-        submit=_numbers(table.column("submit"), rows=rows), eligible=_numbers(table.column("eligible"), rows=rows),
-        start=start_all[rows], end=end_all[rows], gpu_hours=unset, cost=unset, unpriced_gpu_hours=unset,
+        table=table, row=rows, key=key, array_task=array_task, submit=submit, eligible=eligible,
+        start=start, end=end, gpu_hours=unset, cost=unset, unpriced_gpu_hours=unset,
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
         coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state}, pricing=pricing,
     )
@@ -781,19 +789,22 @@ def build_report(
     top: int = DEFAULT_TOP,
     input_info: dict[str, Any] | None = None,
 ) -> Report:
-    att = attempts(table, config, priced=False)
     lo, hi = float(period.start_epoch), float(period.end_epoch)
-    started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
-    ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
-    # Pricing, the waits and the top failures need no runs, and numpy releases the GIL in its sorts and
-    # gathers: they run on a second core (in that order) while this thread assigns the runs.
-    if len(att) < PARALLEL_MIN_ATTEMPTS:
-        att.price()
+    if table.num_rows < PARALLEL_MIN_ATTEMPTS:
+        att = attempts(table, config)
+        started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
+        ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
         waits = wait_tables(att, started_p)
         run_part, runs_p = run_tables(att, config, period)
         top_table = top_failures(att, ended_p, top)
     else:
+        # numpy releases the GIL in its sorts, gathers and arithmetic, so a second core takes what needs no
+        # runs: the time columns, then pricing, the waits and the top failures, while this thread assigns
+        # the runs.
         with ThreadPoolExecutor(max_workers=1) as pool:
+            att = attempts(table, config, priced=False, pool=pool)
+            started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
+            ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
             priced = pool.submit(att.price)
             waits_future = pool.submit(wait_tables, att, started_p)
             top_future = pool.submit(top_failures, att, ended_p, top)
