@@ -1417,44 +1417,19 @@ class _Merge:
 
     def splice(self, chunks: list[pa.Array], extra: pa.Array) -> pa.Array:
         """The good rows' values (binary `chunks`, in order) and the extra records' ones (`extra`, in the order
-        given), as one binary array in final order; built in numpy memory."""
-        extra = extra.cast(pa.binary())
-        if self.n_e:
-            extra = extra.take(pa.array(self.e_order))
-        e_data, e_offsets = _parts(extra) if len(extra) else (np.zeros(0, dtype=np.uint8), np.zeros(1, np.int32))
-        parts = [_parts(chunk) for chunk in chunks]
-        lengths = np.empty(self.size, dtype=np.int64)  # (np.empty: reused heap memory, not fresh pages)
-        g_lengths = np.concatenate([np.diff(offsets) for _, offsets in parts]) if parts else \
-            np.zeros(0, dtype=np.int64)
-        self.place(lengths, 0, g_lengths)
-        if self.n_e:
-            lengths[self.at] = np.diff(e_offsets)
-        offsets = np.empty(self.size + 1, dtype=np.int64)
-        offsets[0] = 0
-        np.cumsum(lengths, out=offsets[1:])
-        if offsets[-1] >= 1 << 31:
+        given), as one binary array in final order: one concatenation, then one take when records go in
+        between."""
+        parts = [chunk if chunk.type == pa.binary() else chunk.cast(pa.binary()) for chunk in chunks]
+        parts.append(extra.cast(pa.binary()))
+        if sum(int(_parts(part)[1][-1] - _parts(part)[1][0]) for part in parts if len(part)) >= 1 << 31:
             raise _Fallback("values too long for one binary array")
-        pieces: list[np.ndarray] = []
-        k = 0
-        start = 0
-        for data, offs in parts:
-            end = start + len(offs) - 1
-            prev = start
-            while k < self.n_e and int(self.g_before[k]) < end:
-                before = max(int(self.g_before[k]), start)
-                if before > prev:
-                    pieces.append(data[int(offs[prev - start]) : int(offs[before - start])])
-                pieces.append(e_data[int(e_offsets[k]) : int(e_offsets[k + 1])])
-                prev = before
-                k += 1
-            if end > prev:
-                pieces.append(data[int(offs[prev - start]) : int(offs[end - start])])
-            start = end
-        if k < self.n_e:
-            pieces.append(e_data[int(e_offsets[k]) :])
-        data_out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
-        return pa.Array.from_buffers(pa.binary(), self.size, [None, pa.py_buffer(offsets.astype(np.int32)),
-                                                               pa.py_buffer(data_out)])
+        whole = pa.concat_arrays(parts)
+        if not self.n_e:
+            return whole
+        source = np.empty(self.size, dtype=np.int64)  # final row -> index into [good rows, extra records]
+        source[self.g_mask] = np.arange(self.n_g)
+        source[self.at] = self.n_g + self.e_order
+        return whole.take(pa.array(source))
 
     def source(self, i: int) -> int:
         """Final row i as an index into [good rows, extra records]."""
