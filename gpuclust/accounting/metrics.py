@@ -209,12 +209,15 @@ class Attempts:
     def __len__(self) -> int:
         return len(self.row)
 
-    def codes(self, name: str, at: np.ndarray | None = None) -> Coded:
-        """String column `name` as codes, for the attempts `at` (all when None)."""
+    def codes(self, name: str, at: np.ndarray | None = None, *, rows: np.ndarray | None = None) -> Coded:
+        """String column `name` as codes, for the attempts `at` (all when None), or for the table's `rows`
+        (``self.row[at]``, taken once for several columns)."""
         column = self.coded_columns.get(name)
         if column is None:  # (two threads may both compute it: harmless)
             column = self.coded_columns[name] = coded(self.table.column(name))
-        return column.take(self.row if at is None else self.row[at])
+        if rows is None:
+            rows = self.row if at is None else self.row[at]
+        return column.take(rows)
 
     def wait_s(self, at: np.ndarray) -> np.ndarray:
         since = self.eligible[at]  # (in place from here: fresh arrays are costly)
@@ -370,8 +373,9 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
     unit_run = np.arange(m, dtype=np.int64)
 
     # Resubmission groups: same user, account, name and array task index (-1 when none).
-    group = sorting.group_ids([att.codes("user", first).codes, att.codes("account", first).codes,
-                               att.codes("job_name", first).codes, att.array_task[first]])
+    first_rows = att.row[first]
+    group = _combined([*(att.codes(name, rows=first_rows) for name in ("user", "account", "job_name"))],
+                      att.array_task[first])
     # In each group the units by Submit, then JobID: the units are numbered in JobID order and the sort is
     # stable, so Submit alone orders them. A unit alone in its group is a run of its own: only the groups of
     # several units are chained.
@@ -410,6 +414,24 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
     runs = np.empty(n, dtype=np.int64)
     runs[order] = np.repeat(unit_run, sizes)
     return runs
+
+
+def _combined(columns: Sequence[Coded], extra: np.ndarray) -> np.ndarray:
+    """One integer per distinct combination of the coded columns and `extra` (an integer >= -1): the codes
+    packed into one word (their range is known: 0..len(values)), else dense ids from a sort."""
+    low = int(extra.min()) if len(extra) else 0
+    widths = [max(1, len(c.values).bit_length()) for c in columns]
+    extra_width = max(1, (int(extra.max()) - low).bit_length()) if len(extra) else 1
+    if sum(widths) + extra_width > 62 or low < -1:
+        return sorting.group_ids([*(c.codes for c in columns), extra])
+    packed = columns[0].codes.astype(np.int64)
+    for column, width in zip(columns[1:], widths[1:], strict=True):
+        packed <<= width
+        packed |= column.codes
+    packed <<= extra_width
+    packed += extra
+    packed -= low
+    return packed
 
 
 def _exact_runs(
@@ -754,8 +776,9 @@ def run_tables(
     first = runs_p.first  # attempt index of each run's first attempt: its account, partition, labels
 
     labels = tuple(config.report_labels)
-    account, partition, wckey = att.codes("account", first), att.codes("partition", first), att.codes("wckey", first)
-    label_values = label_names(att.codes("comment", first), account, labels, config)
+    first_rows = att.row[first]
+    account, partition, wckey = (att.codes(name, rows=first_rows) for name in ("account", "partition", "wckey"))
+    label_values = label_names(att.codes("comment", rows=first_rows), account, labels, config)
     dims: dict[str, tuple[np.ndarray, list[str]]] = {
         "account": (account.codes, account.names()),
         "partition": (partition.codes, partition.names()),
