@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -762,13 +762,14 @@ def _plain(value: Any) -> Any:
 
 
 def run_tables(
-    att: Attempts, config: SiteConfig, period: Period, priced: Callable[[], Any] | None = None
+    att: Attempts, config: SiteConfig, period: Period, runs_assigned: Callable[[], Any] | None = None
 ) -> tuple[dict[str, pd.DataFrame], Runs]:
     """runs_by_account, _partition, _wckey and _label_<key> over the runs attributed to `period`, and
-    those runs. `priced()`, when given, returns once `att` is priced (by another thread)."""
+    those runs. `runs_assigned()`, when given, is called once the runs are assigned, and returns once `att`
+    is priced (by another thread)."""
     run = assign_runs(att, float(config.retry_window_s))
-    if priced is not None:
-        priced()
+    if runs_assigned is not None:
+        runs_assigned()
     att.price()
     runs = runs_of(att, run)
     in_period = (runs.end >= period.start_epoch) & (runs.end < period.end_epoch)
@@ -822,16 +823,23 @@ def build_report(
         top_table = top_failures(att, ended_p, top)
     else:
         # numpy releases the GIL in its sorts, gathers and arithmetic, so a second core takes what needs no
-        # runs: the time columns, then pricing, the waits and the top failures, while this thread assigns
-        # the runs.
+        # runs: the time columns, pricing and the top failures while this thread assigns the runs (the
+        # memory-bound run assignment is quickest alone), then the waits while it sums the runs.
         with ThreadPoolExecutor(max_workers=1) as pool:
             att = attempts(table, config, priced=False, pool=pool)
             started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
             ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
             priced = pool.submit(att.price)
-            waits_future = pool.submit(wait_tables, att, started_p)
             top_future = pool.submit(top_failures, att, ended_p, top)
-            run_part, runs_p = run_tables(att, config, period, priced.result)
+            waits_future: Future[dict[str, pd.DataFrame]] | None = None
+
+            def runs_assigned() -> None:
+                nonlocal waits_future
+                waits_future = pool.submit(wait_tables, att, started_p)
+                priced.result()
+
+            run_part, runs_p = run_tables(att, config, period, runs_assigned)
+            assert waits_future is not None
             waits = waits_future.result()
             top_table = top_future.result()
 
