@@ -152,6 +152,14 @@ def _mask(arr: pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def valid_mask(arr: pa.Array) -> np.ndarray:
+    """Which values of an array are not null, from its validity bitmap (no compute kernel)."""
+    if not arr.null_count:
+        return np.ones(len(arr), dtype=bool)
+    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little")[arr.offset : arr.offset + len(arr)].astype(bool)
+
+
 def _int(arr: pa.Array) -> pa.Array:
     return pc.cast(_empty_to_null(arr), pa.int64())
 

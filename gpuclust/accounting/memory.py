@@ -39,8 +39,7 @@ def keep_freed_memory() -> bool:
     try:
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
-        if not libc.gnu_get_libc_version:  # glibc only: other C libraries lack mallopt's parameters
-            return False
+        libc.gnu_get_libc_version  # noqa: B018 (glibc only: other C libraries lack mallopt's parameters)
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting import sorting
+from gpuclust.accounting import fields, sorting
 from gpuclust.accounting.period import Period
 from gpuclust.config import SiteConfig
 
@@ -158,8 +158,7 @@ def _values(col: pa.Array | pa.ChunkedArray, dtype: Any, null: Any, rows: np.nda
     if col.null_count:
         if not fresh:
             out = out.copy()
-        bits = np.unpackbits(np.frombuffer(col.buffers()[0], dtype=np.uint8), bitorder="little")
-        valid = bits[col.offset : col.offset + len(col)].view(bool)
+        valid = fields.valid_mask(col)
         out[~(valid if rows is None else valid[rows])] = null
     return out
 
@@ -201,7 +200,7 @@ class Attempts:
     pricing: Callable[[], None] | None = None  # while gpu_hours, cost and unpriced_gpu_hours are not computed
 
     def price(self) -> None:
-        """Compute gpu_hours, cost and unpriced_gpu_hours, where attempts(priced=False) left them."""
+        """Compute gpu_hours, cost and unpriced_gpu_hours, where attempts(pool=...) left them."""
         if self.pricing is not None:
             self.pricing()
             self.pricing = None
@@ -233,12 +232,10 @@ class Attempts:
         return hold
 
 
-def attempts(
-    table: pa.Table, config: SiteConfig, *, priced: bool = True, pool: ThreadPoolExecutor | None = None
-) -> Attempts:
-    """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded). With
-    `priced` False, GPU-hours and cost are left to `Attempts.price` (another thread may compute them while
-    the runs are assigned, which needs neither). A `pool` takes the time columns meanwhile."""
+def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | None = None) -> Attempts:
+    """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded). With a
+    `pool`, its thread takes the time columns meanwhile, and GPU-hours and cost are left to `Attempts.price`
+    (for that thread to compute while the runs are assigned, which needs neither)."""
     start_all = _numbers(table.column("start"))
     end_all = _numbers(table.column("end"))
     rows = np.flatnonzero(allocated_mask(table) & ~np.isnan(start_all) & ~np.isnan(end_all))
@@ -315,7 +312,7 @@ def attempts(
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
         coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state}, pricing=pricing,
     )
-    if priced:
+    if pool is None:
         att.price()
     return att
 
@@ -374,8 +371,8 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
 
     # Resubmission groups: same user, account, name and array task index (-1 when none).
     first_rows = att.row[first]
-    group = _combined([*(att.codes(name, rows=first_rows) for name in ("user", "account", "job_name"))],
-                      att.array_task[first])
+    names = [att.codes(name, rows=first_rows).codes for name in ("user", "account", "job_name")]
+    group = sorting.group_ids([*names, att.array_task[first]])
     # In each group the units by Submit, then JobID: the units are numbered in JobID order and the sort is
     # stable, so Submit alone orders them. A unit alone in its group is a run of its own: only the groups of
     # several units are chained.
@@ -414,24 +411,6 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
     runs = np.empty(n, dtype=np.int64)
     runs[order] = np.repeat(unit_run, sizes)
     return runs
-
-
-def _combined(columns: Sequence[Coded], extra: np.ndarray) -> np.ndarray:
-    """One integer per distinct combination of the coded columns and `extra` (an integer >= -1): the codes
-    packed into one word (their range is known: 0..len(values)), else dense ids from a sort."""
-    low = int(extra.min()) if len(extra) else 0
-    widths = [max(1, len(c.values).bit_length()) for c in columns]
-    extra_width = max(1, (int(extra.max()) - low).bit_length()) if len(extra) else 1
-    if sum(widths) + extra_width > 62 or low < -1:
-        return sorting.group_ids([*(c.codes for c in columns), extra])
-    packed = columns[0].codes.astype(np.int64)
-    for column, width in zip(columns[1:], widths[1:], strict=True):
-        packed <<= width
-        packed |= column.codes
-    packed <<= extra_width
-    packed += extra
-    packed -= low
-    return packed
 
 
 def _exact_runs(
@@ -826,7 +805,7 @@ def build_report(
         # runs: the time columns, pricing and the top failures while this thread assigns the runs (the
         # memory-bound run assignment is quickest alone), then the waits while it sums the runs.
         with ThreadPoolExecutor(max_workers=1) as pool:
-            att = attempts(table, config, priced=False, pool=pool)
+            att = attempts(table, config, pool)
             started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
             ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
             priced = pool.submit(att.price)

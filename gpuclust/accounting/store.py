@@ -174,31 +174,17 @@ def latest_state(table: pa.Table) -> pa.Table:
         return table
     raw = np.asarray(table.column("job_id_raw").to_numpy(), dtype=np.int64)
     # Only rows whose JobIDRaw occurs more than once can be dropped (requeued executions, a job seen by
-    # several windows): the others are kept without sorting them (JobIDRaw is not in row order: array tasks
-    # get theirs when they start).
-    rows = _shared_ids(raw)
-    if rows is not None and len(rows) == 0:
+    # several windows): only those are sorted (JobIDRaw is not in row order: array tasks get theirs when they
+    # start). Its range usually allows a count table, so finding them takes no sort either.
+    ids, _ = sorting.factorize(raw)
+    rows = np.flatnonzero(np.bincount(ids)[ids] > 1)
+    if len(rows) == 0:
         return table
-    sub = table if rows is None else table.take(pa.array(rows))
-    keep_sub = _latest_mask(sub, raw if rows is None else raw[rows])
-    if rows is None:
-        keep = keep_sub
-    else:
-        keep = np.ones(n, dtype=bool)
-        keep[rows] = keep_sub
+    keep = np.ones(n, dtype=bool)
+    keep[rows] = _latest_mask(table.take(pa.array(rows)), raw[rows])
     if keep.all():
         return table
     return table.filter(pa.array(keep))
-
-
-def _shared_ids(raw: np.ndarray) -> np.ndarray | None:
-    """The rows whose value occurs more than once (in row order); None when the values' range is too wide
-    for a count table."""
-    lo, hi = int(raw.min()), int(raw.max())
-    if hi - lo >= max(4 * len(raw), 1 << 16):
-        return None
-    counts = np.bincount(raw - lo)
-    return np.flatnonzero(counts[raw - lo] > 1)
 
 
 def _latest_mask(table: pa.Table, raw_all: np.ndarray) -> np.ndarray:

@@ -1111,9 +1111,9 @@ class _Direct:
             sub, sub_step, sub_bad = fields._v_job_id_regex(text.take(pa.array(rest)))
             base[rest] = _ints(sub["job_base"])
             task[rest] = _ints(sub["array_task"])
-            has_task[rest] = _valid(sub["array_task"])
+            has_task[rest] = fields.valid_mask(sub["array_task"])
             het[rest] = _ints(sub["het_offset"])
-            has_het[rest] = _valid(sub["het_offset"])
+            has_het[rest] = fields.valid_mask(sub["het_offset"])
             is_step[rest] = sub_step
             bad[rest] = sub_bad
             if sub["array_pending"].null_count < len(rest):
@@ -1215,7 +1215,7 @@ class _Direct:
                 out["utf8"] &= utf8
                 ref, ref_bad = reference(text)
                 values[f][rows] = _ints(ref)
-                valid[f][rows] = _valid(ref)  # type: ignore[index]
+                valid[f][rows] = fields.valid_mask(ref)  # type: ignore[index]
                 if ref_bad.any():
                     bad = np.zeros(self.n_g, dtype=bool)
                     bad[rows] = ref_bad
@@ -1249,7 +1249,7 @@ class _Direct:
             if e_arr is not None and e_bad is not None:
                 m.place_e(values, _ints(e_arr))
                 if valid is not None:
-                    m.place_e(valid, _valid(e_arr))
+                    m.place_e(valid, fields.valid_mask(e_arr))
                 if bad is not None:
                     m.place_e(bad, e_bad)
             out["columns"][_FIXED_COLUMNS[name]] = _nullable(values, valid, kind)
@@ -1421,7 +1421,8 @@ class _Merge:
         between."""
         parts = [chunk if chunk.type == pa.binary() else chunk.cast(pa.binary()) for chunk in chunks]
         parts.append(extra.cast(pa.binary()))
-        if sum(int(_parts(part)[1][-1] - _parts(part)[1][0]) for part in parts if len(part)) >= 1 << 31:
+        offsets = [_parts(part)[1] for part in parts if len(part)]
+        if sum(int(o[-1] - o[0]) for o in offsets) >= 1 << 31:
             raise _Fallback("values too long for one binary array")
         whole = pa.concat_arrays(parts)
         if not self.n_e:
@@ -1448,13 +1449,6 @@ def _ints(arr: pa.Array) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr)]
 
 
-def _valid(arr: pa.Array) -> np.ndarray:
-    if not arr.null_count:
-        return np.ones(len(arr), dtype=bool)
-    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
-    return np.unpackbits(bits, bitorder="little")[arr.offset : arr.offset + len(arr)].astype(bool)
-
-
 def _starts_with(arr: pa.Array, prefix: bytes) -> np.ndarray:
     """Whether each value of a binary array starts with `prefix`."""
     return fields._mask(pc.starts_with(arr, pattern=prefix))
@@ -1474,7 +1468,7 @@ def _lookup(values: pa.Array, rows: np.ndarray) -> pa.Array:
     kind = values.type
     filled = np.asarray(pc.fill_null(values, 0).to_numpy(zero_copy_only=False))
     out = np.take(filled, rows)
-    return _nullable(out, np.take(_valid(values), rows) if values.null_count else None, kind)
+    return _nullable(out, np.take(fields.valid_mask(values), rows) if values.null_count else None, kind)
 
 
 def _row_mask(per_value: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
@@ -1486,5 +1480,5 @@ def _encoded(values: pa.Array, rows: np.ndarray) -> pa.Array:
     enc = pc.dictionary_encode(values)
     idx = enc.indices
     codes = np.take(np.asarray(pc.fill_null(idx, 0).to_numpy(zero_copy_only=False), dtype=np.int32), rows)
-    valid = np.take(_valid(idx), rows) if idx.null_count else None
+    valid = np.take(fields.valid_mask(idx), rows) if idx.null_count else None
     return pa.DictionaryArray.from_arrays(_nullable(codes, valid, pa.int32()), enc.dictionary)
