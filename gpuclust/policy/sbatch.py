@@ -1,16 +1,28 @@
-"""sbatch options (command line or #SBATCH lines) -> the job_desc fields slurmctld hands job_submit.lua.
+"""sbatch command line / batch script -> the job_desc fields slurmctld hands job_submit.lua, read as sbatch reads them.
 
-The mapping follows what 22.05's sbatch sends, probed on the lab (tests/data/policy/jobdesc-probe.json):
-GPU options arrive with a `gres:` prefix (`--gres=gpu:h100:2` -> gres and tres_per_node `gres:gpu:h100:2`,
-`--gpus=3` -> tres_per_job `gres:gpu:3`), unset numbers arrive as NO_VAL sentinels, `-t` in minutes.
-Only the fields the policy reads are produced; other options are parsed (so their values are skipped) and ignored.
+Grammar (checked against the real sbatch, tests/data/policy/sbatch-grammar-<version>.json):
+- the option table is sbatch's own getopt_long table, recorded per Slurm version by probing the binary
+  (gpuclust/policy/sbatch_options/<version>.json, tests/data/policy/record_sbatch_options.py);
+- glibc getopt_long with "+" ordering: short clusters (`-HN2`, `-N 2`), `--opt=value` / `--opt value` for required
+  arguments, optional arguments only with `=`, unique prefixes of long options (ambiguous -> refused, unless every
+  match is an alias), `--` ends the options, and the first non-option is the script: what follows is its arguments;
+- #SBATCH (and #SLURM) lines, at column 0, read until the first line that is not blank and not a comment, split the
+  way sbatch's get_argument splits (quotes, backslash, `#` starts a comment); script options first, then the
+  command line's, so the command line wins;
+- the script is handled as bytes: sbatch's own refusals (empty, no #!, NUL, DOS line breaks) are reported with the
+  line, and a non-UTF-8 byte is just a byte (values are decoded per option, invalid bytes replaced).
+Values of the options the policy reads are checked as sbatch checks them (node counts, task counts, time, GPU
+specifications); other options are taken with their arity and not interpreted.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from gpuclust.errors import InputError, Problem
@@ -18,28 +30,256 @@ from gpuclust.errors import InputError, Problem
 NO_VAL = 4294967294
 NO_VAL16 = 65534
 INFINITE = 4294967295
-
-# option -> job_desc field, for options copied verbatim.
-_STRING_FIELDS = {
-    "account": "account", "partition": "partition", "qos": "qos", "comment": "comment", "wckey": "wckey",
-    "job-name": "name",
-}
-_SHORT = {"A": "account", "p": "partition", "q": "qos", "J": "job-name", "N": "nodes", "n": "ntasks", "t": "time"}
-# Long options (and the short letters) that take a value, so "--opt VALUE" skips VALUE.
-_VALUE_LONG = frozenset({
-    "account", "partition", "qos", "comment", "wckey", "job-name", "nodes", "ntasks", "ntasks-per-node",
-    "sockets-per-node", "time", "gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket",
-    "output", "error", "input", "chdir", "nodelist", "exclude", "constraint", "dependency", "array", "begin",
-    "mem", "mem-per-cpu", "mem-per-gpu", "cpus-per-task", "cpus-per-gpu", "licenses", "mail-type", "mail-user",
-    "reservation", "time-min", "export", "signal", "distribution", "nice", "priority", "gres-flags", "wrap",
-    "cores-per-socket", "threads-per-core", "ntasks-per-core", "ntasks-per-socket", "ntasks-per-gpu",
-    "tmp", "uid", "gid", "cluster", "clusters", "deadline", "delay-boot", "open-mode", "profile", "propagate",
-    "switches", "wait-all-nodes", "batch", "mcs-label", "network", "kill-on-invalid-dep", "acctg-freq",
-    "cpu-freq", "extra-node-info", "hint", "mem-bind", "cpu-bind", "prefer", "tres-per-task",
-})
-_VALUE_SHORT = frozenset("ApqJNntoeiDwxCdaMLcSmbBk") - {"k"}
-
+DEFAULT_VERSION = "22.05"
+_TABLES = Path(__file__).resolve().parent / "sbatch_options"
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+class SbatchRefusal(InputError):
+    """sbatch (or its option table) would refuse this command line or script: exit 2, naming the option."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# option tables
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    version: str
+    has_arg: Mapping[str, str]          # long name -> none/required/optional
+    key: Mapping[str, str]              # long name -> canonical name (aliases share one)
+    short: Mapping[str, tuple[str, str | None]]  # letter -> (has_arg, long name)
+
+
+def known_versions() -> list[str]:
+    return sorted(p.stem for p in _TABLES.glob("*.json"))
+
+
+def version_key(version: str) -> str:
+    """'22.05.8' / 'slurm-wlm 22.05.8' / '22.05' -> '22.05' (the recorded table for that release)."""
+    m = re.search(r"(\d+)\.(\d+)", version)
+    if not m:
+        raise InputError(Problem("--slurm-version", None, f"not a Slurm version: {version!r}"))
+    key = f"{int(m.group(1)):02d}.{int(m.group(2)):02d}"
+    if key not in known_versions():
+        raise InputError(Problem("--slurm-version", None,
+                                 f"no recorded sbatch option table for Slurm {key} (have {', '.join(known_versions())})"))
+    return key
+
+
+@lru_cache(maxsize=None)
+def option_table(version: str = DEFAULT_VERSION) -> OptionTable:
+    key = version_key(version)
+    data = json.loads((_TABLES / f"{key}.json").read_text(encoding="utf-8"))
+    has_arg = {o["name"]: o["has_arg"] for o in data["long"]}
+    canon: dict[str, str] = {}
+    for o in data["long"]:
+        group = sorted({o["name"], *o["aliases"]})
+        canon[o["name"]] = group[0]
+    # the letter and its long option are one getopt val
+    short = {s["letter"]: (s["has_arg"], s["long"]) for s in data["short"]}
+    return OptionTable(key, has_arg, canon, short)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# getopt_long ("+" ordering), as glibc does it
+
+
+@dataclass
+class Parsed:
+    options: list[tuple[str, str | None, str]] = field(default_factory=list)  # (long name or -X, value, where)
+    operands: list[str] = field(default_factory=list)                         # script and its arguments
+    stop: int = 0                                                              # index of the first non-option
+
+
+def getopt(args: Sequence[str], table: OptionTable, where: Callable[[int], str]) -> Parsed:
+    """Parse like glibc getopt_long(argc, argv, "+...", longopts): stops at the first non-option or after `--`."""
+    out = Parsed()
+    i = 0
+    n = len(args)
+    while i < n:
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        loc = where(i)
+        if arg.startswith("--"):
+            body = arg[2:]
+            name, eq, value = body.partition("=")
+            if name in table.has_arg:
+                full = name
+            else:
+                matches = [o for o in table.has_arg if o.startswith(name)]
+                if not matches:
+                    raise SbatchRefusal(Problem(loc, None, f"unrecognized option '--{body}'"))
+                kinds = {(table.key[m], table.has_arg[m]) for m in matches}
+                if len(kinds) > 1:
+                    raise SbatchRefusal(Problem(loc, None, f"option '--{body}' is ambiguous; possibilities: "
+                                                           + " ".join(f"'--{m}'" for m in sorted(matches))))
+                full = sorted(matches)[0]
+            kind = table.has_arg[full]
+            i += 1
+            if kind == "none":
+                if eq:
+                    raise SbatchRefusal(Problem(loc, None, f"option '--{full}' doesn't allow an argument"))
+                out.options.append((table.key[full], None, loc))
+            elif kind == "optional":
+                out.options.append((table.key[full], value if eq else None, loc))
+            else:
+                if not eq:
+                    if i >= n:
+                        raise SbatchRefusal(Problem(loc, None, f"option '--{full}' requires an argument"))
+                    value = args[i]
+                    i += 1
+                out.options.append((table.key[full], value, loc))
+            continue
+        # a cluster of short options
+        j = 1
+        i += 1
+        while j < len(arg):
+            letter = arg[j]
+            j += 1
+            if letter not in table.short:
+                raise SbatchRefusal(Problem(loc, None, f"invalid option -- '{letter}'"))
+            kind, long_name = table.short[letter]
+            name = table.key[long_name] if long_name else "-" + letter
+            if kind == "none":
+                out.options.append((name, None, loc))
+                continue
+            rest = arg[j:]
+            if kind == "optional":
+                out.options.append((name, rest or None, loc))
+            elif rest:
+                out.options.append((name, rest, loc))
+            else:
+                if i >= n:
+                    raise SbatchRefusal(Problem(loc, None, f"option requires an argument -- '{letter}'"))
+                out.options.append((name, args[i], loc))
+                i += 1
+            break
+    out.stop = i
+    out.operands = list(args[i:])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# batch scripts
+
+
+def _isspace(ch: str) -> bool:
+    return ch in " \t\n\v\f\r"
+
+
+def check_script_bytes(data: bytes, source: str) -> None:
+    """sbatch's own checks on a batch script (_get_script_buffer), with the line of the offending byte."""
+    if not data:
+        raise SbatchRefusal(Problem(source, None, "Batch script is empty!"))
+    if all(_isspace(chr(b)) for b in data):
+        raise SbatchRefusal(Problem(source, None, "Batch script contains only whitespace!"))
+    if not data.startswith(b"#!"):
+        raise SbatchRefusal(Problem(source, 1, "This does not look like a batch script. The first line must start "
+                                               "with #! followed by the path to an interpreter."))
+    if b"\0" in data:
+        line = data[: data.index(b"\0")].count(b"\n") + 1
+        raise SbatchRefusal(Problem(source, line, "the Slurm controller does not allow scripts that contain a NUL "
+                                                  "character"))
+    if b"\r\n" in data:
+        line = data[: data.index(b"\r\n")].count(b"\n") + 1
+        raise SbatchRefusal(Problem(source, line, "Batch script contains DOS line breaks (\\r\\n) instead of "
+                                                  "expected UNIX line breaks (\\n)"))
+
+
+def _get_argument(line: str, pos: int, source: str, lineno: int) -> tuple[str | None, int]:
+    """sbatch's get_argument(): the next word from pos, or None (end of line, or a word that copied nothing)."""
+    n = len(line)
+    while pos < n and _isspace(line[pos]):
+        pos += 1
+    for sep in ("packjob", "hetjob"):
+        end = pos + len(sep)
+        if line[pos:end].lower() == sep and (end == n or _isspace(line[end])):
+            raise SbatchRefusal(Problem(source, lineno, "heterogeneous job (hetjob separator): policy check "
+                                                        "judges one job; check each component on its own"))
+    if pos < n and line[pos] == ":":
+        raise SbatchRefusal(Problem(source, lineno, f"Unexpected `:` in [{line}]"))
+    if pos >= n:
+        return None, pos
+    chars: list[str] = []
+    quoted = False
+    q_char = ""
+    escape = False
+    while pos < n and (quoted or not _isspace(line[pos])) and line[pos] != "\n":
+        ch = line[pos]
+        if escape:
+            escape = False
+        elif ch == "\\":
+            escape = True
+            pos += 1
+            continue
+        elif quoted:
+            if ch == q_char:
+                quoted = False
+                pos += 1
+                continue
+        elif ch in "\"'":
+            quoted = True
+            q_char = ch
+            pos += 1
+            continue
+        elif ch == "#":
+            break
+        chars.append(ch)
+        pos += 1
+    if quoted:
+        raise SbatchRefusal(Problem(source, lineno, f"Unmatched `{q_char}` in [{line}]"))
+    return ("".join(chars) if chars else None), pos
+
+
+def script_words(data: bytes | str, source: str = "<script>") -> list[tuple[str, int]]:
+    """The #SBATCH words of a batch script with their line numbers (sbatch stops at the first command line).
+
+    Works on bytes (a str is encoded as UTF-8); each word is decoded as UTF-8 with invalid bytes replaced.
+    """
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    text = raw.decode("latin-1")  # one char per byte: sbatch's char-by-char view
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    words: list[tuple[str, int]] = []
+    for lineno, line in enumerate(lines, start=1):
+        if line.startswith("#SBATCH"):
+            pos = len("#SBATCH")
+        elif line.startswith("#SLURM"):
+            pos = len("#SLURM")
+        else:
+            stripped = line.lstrip(" \t\n\v\f\r")
+            if stripped and not stripped.startswith("#"):
+                break
+            continue
+        while True:
+            word, pos = _get_argument(line, pos, source, lineno)
+            if word is None:
+                break
+            words.append((word.encode("latin-1").decode("utf-8", "replace"), lineno))
+    return words
+
+
+def script_options(text: bytes | str, source: str = "<script>") -> list[str]:
+    """The #SBATCH option words of a batch script (without line numbers)."""
+    return [w for w, _ in script_words(text, source)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# values
+
+
+def _strtol(text: str) -> tuple[int | None, str]:
+    """C strtol(base 10): (value or None when no digits, leftover)."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?\d+)", text)
+    if not m:
+        return None, text
+    return int(m.group(1)), text[m.end():]
 
 
 def slurm_time_minutes(text: str) -> int:
@@ -66,131 +306,394 @@ def slurm_time_minutes(text: str) -> int:
     return (seconds + 59) // 60
 
 
-def _gres_items(value: str) -> str:
-    """`gpu:h100:2,shard:1` -> `gres:gpu:h100:2,gres:shard:1` (22.05 prefixes every item)."""
-    items = [item for item in value.split(",") if item]
-    return ",".join(item if item.startswith("gres:") else "gres:" + item for item in items)
+def _parse_int(name: str, value: str, positive: bool, loc: str) -> int:
+    """proc_args.c parse_int: the whole string a base-10 long, >= 0 (> 0 when positive)."""
+    num, rest = _strtol(value)
+    if num is None or rest != "" or num < 0 or (positive and num <= 0) or num >= 2**63 - 1:
+        raise SbatchRefusal(Problem(loc, None, f'Invalid numeric value "{value}" for --{name}.'))
+    return num & 0xFFFFFFFF if num > 2**31 - 1 else num
 
 
-def parse_options(args: Sequence[str], source: str = "<command line>") -> dict[str, str | None]:
-    """sbatch argv -> {long option name: value} (flags -> None). Later options win, as in sbatch."""
-    opts: dict[str, str | None] = {}
-    i = 0
-    args = list(args)
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
+def _str_to_nodes(text: str) -> tuple[int, str]:
+    num, rest = _strtol(text)
+    if num is None:
+        return -1, text
+    if rest[:1] in ("k", "K"):
+        num *= 1024
+        rest = rest[1:]
+    if rest[:1] in ("m", "M"):
+        num *= 1024 * 1024
+        rest = rest[1:]
+    return num, rest
+
+
+def _node_count(value: str, loc: str) -> tuple[int, int]:
+    """proc_args.c verify_node_count: N or MIN-MAX; max 0 = unset."""
+    if "-" in value:
+        lo_s, _, hi_s = value.partition("-")
+        lo, rest = _str_to_nodes(lo_s)
+        if rest.strip(" \t\n\v\f\r"):
+            raise SbatchRefusal(Problem(loc, None, f'"{lo_s}" is not a valid node count'))
+        lo = 1 if lo < 0 else lo
+        hi, rest = _str_to_nodes(hi_s)
+        if rest.strip(" \t\n\v\f\r"):
+            raise SbatchRefusal(Problem(loc, None, f'"{hi_s}" is not a valid node count'))
+    else:
+        lo, rest = _str_to_nodes(value)
+        if rest.strip(" \t\n\v\f\r") or lo < 0:
+            raise SbatchRefusal(Problem(loc, None, f'"{value}" is not a valid node count'))
+        hi = lo
+    if hi != 0 and hi < lo:
+        raise SbatchRefusal(Problem(loc, None, f"Maximum node count {hi} is less than minimum node count {lo}"))
+    return lo, hi
+
+
+_SUFFIX = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+def _gres_number(tok: str) -> int | None:
+    """gres.c _is_valid_number: strtoull + one size suffix; None when it is not a count."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?)(\d*)", tok)
+    assert m is not None
+    if not m.group(2):
+        value, rest = 0, tok
+    else:
+        value, rest = int(m.group(2)), tok[m.end():]
+        if m.group(1) == "-":
+            value = (-value) % 2**64
+    if value >= 2**64 - 1:
+        return None
+    mult = _SUFFIX.get(rest.lower())
+    if mult is None:
+        return None
+    return (value * mult) % 2**64
+
+
+@dataclass(frozen=True)
+class GresItem:
+    name: str
+    type: str | None
+    count: int
+
+
+def parse_gres_list(spec: str, loc: str, gres_names: frozenset[str]) -> list[GresItem]:
+    """gres.c _get_next_gres over a `gres:NAME[:TYPE][:COUNT],...` string (count 0 items are dropped)."""
+    items: list[GresItem] = []
+    rest = spec
+    while rest:
+        at = rest.find("gres:")
+        if at < 0:
             break
-        if arg.startswith("--"):
-            name, sep, value = arg[2:].partition("=")
-            if not sep and name in _VALUE_LONG:
-                if i >= len(args):
-                    raise InputError(Problem(source, None, f"option --{name} needs a value"))
-                value = args[i]
-                i += 1
-            opts[name] = value if (sep or name in _VALUE_LONG) else None
-        elif arg.startswith("-") and len(arg) > 1:
-            letter = arg[1]
-            name = _SHORT.get(letter, letter)
-            if letter in _VALUE_SHORT:
-                value = arg[2:]
-                if value.startswith("="):
-                    value = value[1:]
-                if not value:
-                    if i >= len(args):
-                        raise InputError(Problem(source, None, f"option -{letter} needs a value"))
-                    value = args[i]
-                    i += 1
-                opts[name] = value
+        rest = rest[at + 5:]
+        token, _, rest = rest.partition(",")
+        if not token:
+            continue
+        name, sep, tail = token.partition(":")
+        gtype: str | None
+        if sep:
+            first, sep2, second = tail.partition(":")
+            if sep2:
+                if not first or not second:
+                    raise SbatchRefusal(Problem(loc, None, "Invalid generic resource (gres) specification"))
+                gtype, count = first, _gres_number(second)
+                if count is None:
+                    raise SbatchRefusal(Problem(loc, None, "Invalid generic resource (gres) specification"))
+            elif not first:
+                raise SbatchRefusal(Problem(loc, None, "Invalid generic resource (gres) specification"))
             else:
-                opts[name] = None
+                count = _gres_number(first)
+                gtype = None if count is not None else first
+                count = 1 if count is None else count
         else:
-            break  # the script argument: sbatch stops reading options here
-    return opts
+            gtype, count = None, 1
+        if count == 0:
+            continue
+        if name not in gres_names:
+            raise SbatchRefusal(Problem(loc, None, "Invalid generic resource (gres) specification "
+                                                   f"(no GRES named {name!r} on this cluster)"))
+        items.append(GresItem(name, gtype, count))
+    return items
 
 
-def script_options(text: str, source: str = "<script>") -> list[str]:
-    """The #SBATCH option words of a batch script (sbatch stops at the first command line)."""
-    words: list[str] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if lineno == 1 and stripped.startswith("#!"):
+# ---------------------------------------------------------------------------------------------------------------
+# options -> job_desc
+
+
+@dataclass
+class _Opts:
+    loc: dict[str, str] = field(default_factory=dict)
+    strings: dict[str, str] = field(default_factory=dict)
+    min_nodes: int = 1
+    max_nodes: int = 0
+    nodes_set: bool = False
+    ntasks: int = 1
+    ntasks_set: bool = False
+    ints: dict[str, int] = field(default_factory=dict)
+    extra_set: bool = False
+    wrap: str | None = None
+
+
+_STRING_FIELDS = {"account": "account", "partition": "partition", "qos": "qos", "comment": "comment",
+                  "wckey": "wckey", "job-name": "name"}
+_INT_FIELDS = {"ntasks-per-node": ("ntasks_per_node", True), "tasks-per-node": ("ntasks_per_node", True),
+               "ntasks-per-socket": ("ntasks_per_socket", True), "sockets-per-node": ("sockets_per_node", True),
+               "cores-per-socket": ("cores_per_socket", True), "threads-per-core": ("threads_per_core", True),
+               "cpus-per-task": ("cpus_per_task", True), "cpus-per-gpu": ("cpus_per_gpu", True),
+               "ntasks-per-gpu": ("ntasks_per_gpu", True), "ntasks-per-tres": ("ntasks_per_tres", True)}
+_GPU_FIELDS = {"gpus": "tres_per_job", "gpus-per-node": "tres_per_node", "gpus-per-task": "tres_per_task",
+               "gpus-per-socket": "tres_per_socket"}
+
+
+def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
+    opts.loc[name] = loc
+    if name in _STRING_FIELDS and value is not None:
+        opts.strings[name] = value
+    elif name == "nodes" and value is not None:
+        opts.min_nodes, opts.max_nodes = _node_count(value, loc)
+        opts.nodes_set = True
+    elif name == "ntasks" and value is not None:
+        opts.ntasks = _parse_int("ntasks", value, True, loc)
+        opts.ntasks_set = True
+    elif name in _INT_FIELDS and value is not None:
+        key, positive = _INT_FIELDS[name]
+        opts.ints[key] = _parse_int(name, value, positive, loc)
+    elif name == "extra-node-info" and value is not None:
+        parts = value.split(":")
+        if not 1 <= len(parts) <= 3:
+            raise SbatchRefusal(Problem(loc, None, "Invalid --extra-node-info specification"))
+        for key, part in zip(("sockets_per_node", "cores_per_socket", "threads_per_core"), parts):
+            num, rest = _strtol(part)
+            if part in ("*", ""):
+                continue
+            if num is None or rest or num <= 0:
+                raise SbatchRefusal(Problem(loc, None, "Invalid --extra-node-info specification"))
+            opts.ints[key] = num
+        opts.extra_set = True
+    elif name == "time" and value is not None:
+        try:
+            opts.ints["time_limit"] = slurm_time_minutes(value)
+        except ValueError:
+            raise SbatchRefusal(Problem(loc, None, "Invalid --time specification")) from None
+    elif name == "time-min" and value is not None:
+        try:
+            opts.ints["time_min"] = slurm_time_minutes(value)
+        except ValueError:
+            raise SbatchRefusal(Problem(loc, None, "Invalid --time-min specification")) from None
+    elif name == "gres" and value is not None:
+        opts.strings["gres"] = value
+    elif name in _GPU_FIELDS and value is not None:
+        opts.strings[name] = value
+    elif name == "mem-per-gpu" and value is not None:
+        num, rest = _strtol(value)
+        mult = {"": 1, "m": 1, "k": 0, "g": 1024, "t": 1024**2}.get(rest.lower())
+        if num is None or num < 0 or mult is None:
+            raise SbatchRefusal(Problem(loc, None, "invalid --mem-per-gpu argument"))
+        opts.ints["mem_per_gpu"] = num * mult if mult else (num + 1023) // 1024
+    elif name == "wrap" and value is not None:
+        opts.wrap = value
+
+
+def _prefix(value: str) -> str:
+    """sbatch's gres_prepend_tres_type: every comma item gets `gres:` unless it already has it."""
+    return ",".join(item if item.startswith("gres:") else "gres:" + item for item in value.split(","))
+
+
+def _xfmt_tres(value: str | None) -> str | None:
+    """slurm_opt.c xfmt_tres: `gres:gpu:` + each comma item of a --gpus* value (empty -> unset)."""
+    if not value:
+        return None
+    return ",".join("gres:gpu:" + item for item in value.split(","))
+
+
+def _build(opts: _Opts, gres_names: frozenset[str]) -> dict[str, Any]:
+    ints = opts.ints
+    # _opt_verify
+    if ints.get("ntasks_per_node", 0) > 0 and not opts.ntasks_set and (
+            opts.max_nodes == 0 or opts.min_nodes == opts.max_nodes):
+        opts.ntasks = opts.min_nodes * ints["ntasks_per_node"]
+        opts.ntasks_set = True
+    if (opts.nodes_set or opts.extra_set) and (opts.min_nodes == opts.max_nodes or opts.max_nodes == 0) \
+            and not opts.ntasks_set:
+        ntasks = max(opts.min_nodes, 1)
+        for key in ("sockets_per_node", "cores_per_socket", "threads_per_core"):
+            if key in ints:
+                ntasks *= ints[key]
+                opts.ntasks_set = True
+        opts.ntasks = ntasks
+    elif opts.nodes_set and opts.ntasks_set:
+        if opts.ntasks < opts.max_nodes:
+            opts.max_nodes = opts.ntasks
+        if opts.ntasks < opts.min_nodes:
+            opts.min_nodes = opts.max_nodes = opts.ntasks
+    job: dict[str, Any] = {
+        "min_nodes": NO_VAL, "max_nodes": NO_VAL, "num_tasks": NO_VAL, "ntasks_per_node": NO_VAL16,
+        "sockets_per_node": NO_VAL16, "ntasks_per_socket": NO_VAL16, "cores_per_socket": NO_VAL16,
+        "threads_per_core": NO_VAL16, "cpus_per_task": NO_VAL16, "ntasks_per_tres": NO_VAL16,
+        "time_limit": NO_VAL, "time_min": NO_VAL,
+    }
+    for opt, fld in _STRING_FIELDS.items():
+        if opt in opts.strings:
+            job[fld] = opts.strings[opt]
+    # slurm_opt_create_job_desc
+    if opts.ntasks_set:
+        job["num_tasks"] = opts.ntasks
+    if opts.nodes_set:
+        job["min_nodes"] = opts.min_nodes
+        if opts.max_nodes:
+            job["max_nodes"] = opts.max_nodes
+    for key in ("sockets_per_node", "cores_per_socket", "threads_per_core", "ntasks_per_node", "ntasks_per_socket",
+                "cpus_per_task", "time_limit", "time_min"):
+        if key in ints:
+            job[key] = ints[key]
+    if "ntasks_per_tres" in ints:
+        job["ntasks_per_tres"] = ints["ntasks_per_tres"]
+    elif "ntasks_per_gpu" in ints:
+        job["ntasks_per_tres"] = ints["ntasks_per_gpu"]
+    if "cpus_per_gpu" in ints:
+        job["cpus_per_tres"] = f"gres:gpu:{ints['cpus_per_gpu']}"
+    if "mem_per_gpu" in ints:
+        job["mem_per_tres"] = f"gres:gpu:{ints['mem_per_gpu']}"
+    job["tres_per_job"] = _xfmt_tres(opts.strings.get("gpus"))
+    per_node = _xfmt_tres(opts.strings.get("gpus-per-node"))
+    gres = opts.strings.get("gres")
+    if gres is not None and gres.lower() != "none":
+        gres = _prefix(gres)
+        per_node = f"{per_node},{gres}" if per_node else gres
+    job["tres_per_node"] = per_node
+    job["gres"] = per_node  # in 22.05 job_desc.gres is tres_per_node
+    job["tres_per_socket"] = _xfmt_tres(opts.strings.get("gpus-per-socket"))
+    job["tres_per_task"] = _xfmt_tres(opts.strings.get("gpus-per-task"))
+    _validate_gres(job, opts, gres_names)
+    return job
+
+
+def _validate_gres(job: dict[str, Any], opts: _Opts, gres_names: frozenset[str]) -> None:
+    """The part of gres_job_state_validate that sbatch runs before sending (what it refuses, num_tasks it sets)."""
+    where = {"tres_per_job": "gpus", "tres_per_node": "gres" if "gres" in opts.strings else "gpus-per-node",
+             "tres_per_socket": "gpus-per-socket", "tres_per_task": "gpus-per-task"}
+    typed: dict[str, set[bool]] = {}
+    per_job_gpus = None
+    for fld in ("cpus_per_tres", "tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task",
+                "mem_per_tres"):
+        spec = job.get(fld)
+        if not spec:
             continue
-        if not stripped:
-            continue
-        if not stripped.startswith("#"):
-            break
-        if stripped.startswith("#SBATCH"):
-            body = stripped[len("#SBATCH"):]
-            try:
-                words += shlex.split(body, comments=True)
-            except ValueError as exc:
-                raise InputError(Problem(source, lineno, f"cannot split #SBATCH line: {exc}")) from None
-    return words
+        opt = where.get(fld, fld.replace("_per_tres", "-per-gpu").replace("_", "-"))
+        loc = opts.loc.get(opt, f"--{opt}")
+        items = parse_gres_list(spec, loc, gres_names)
+        if fld.startswith("tres_per"):
+            for item in items:
+                typed.setdefault(item.name, set()).add(item.type is not None)
+            if fld == "tres_per_job":
+                per_job_gpus = sum(i.count for i in items if i.name == "gpu")
+    for name, kinds in typed.items():
+        if len(kinds) > 1:
+            raise SbatchRefusal(Problem("<options>", None, f"Invalid GRES specification for {name} (with and without "
+                                                         "type identification)"))
+    if per_job_gpus is not None and job["min_nodes"] != NO_VAL and per_job_gpus < job["min_nodes"]:
+        raise SbatchRefusal(Problem(opts.loc.get("gpus", "--gpus"), None,
+                                    "Failed to validate job spec, --gpus < -N"))
+    # num_tasks that gres_job_state_validate derives for per-task / per-GPU requests
+    if (job["tres_per_task"] or job["ntasks_per_tres"] != NO_VAL16) and job["num_tasks"] == NO_VAL \
+            and job["min_nodes"] != NO_VAL and job["min_nodes"] == job["max_nodes"]:
+        if job["ntasks_per_tres"] != NO_VAL16:
+            job["num_tasks"] = job["min_nodes"] * job["ntasks_per_tres"]
+        elif job["ntasks_per_node"] != NO_VAL16:
+            job["num_tasks"] = job["min_nodes"] * job["ntasks_per_node"]
+        elif job["cpus_per_task"] == NO_VAL16:
+            job["num_tasks"] = job["min_nodes"]
+    if job["ntasks_per_tres"] != NO_VAL16 and job["num_tasks"] == NO_VAL and per_job_gpus:
+        job["num_tasks"] = per_job_gpus * job["ntasks_per_tres"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the whole command
+
+
+@dataclass
+class SbatchRequest:
+    job_desc: dict[str, Any]
+    script_path: str | None
+    script_args: list[str]
+
+
+def read_sbatch(
+    args: Sequence[str],
+    *,
+    script: bytes | str | None = None,
+    read_file: Callable[[str], bytes] | None = None,
+    stdin: bytes | None = None,
+    version: str = DEFAULT_VERSION,
+    gres_names: frozenset[str] = frozenset({"gpu"}),
+    source: str = "<command line>",
+) -> SbatchRequest:
+    """Read `sbatch ARGS` as sbatch does.
+
+    script: the batch script's text (overrides reading the operand); read_file: how to read a script operand;
+    stdin: the script when there is no operand and no --wrap (None: judge the options alone, no script needed).
+    """
+    table = option_table(version)
+    args = list(args)
+    if ":" in args:
+        idx = args.index(":")
+        raise SbatchRefusal(Problem(f"{source}: argument {idx + 1}", None,
+                                    "heterogeneous job (':'): policy check judges one job; check each component"))
+    parsed = getopt(args, table, lambda i: f"{source}: argument {i + 1} ({args[i]!r})")
+    wrap = [v for name, v, _ in parsed.options if name == "wrap"]
+    script_path = parsed.operands[0] if parsed.operands else None
+    if wrap and parsed.operands:
+        raise SbatchRefusal(Problem(source, None, "Script arguments not permitted with --wrap option"))
+    body: bytes | None
+    script_name = "<script>"
+    if wrap:
+        body = None
+    elif script is not None:
+        body = script.encode("utf-8", "surrogateescape") if isinstance(script, str) else script
+        script_name = script_path or "<script>"
+    elif script_path is not None:
+        if read_file is None:
+            def read_file(path: str) -> bytes:
+                return Path(path).read_bytes()
+        try:
+            body = read_file(script_path)
+        except OSError as exc:
+            raise SbatchRefusal(Problem(script_path, None, f"Unable to open file {script_path}: "
+                                                           f"{exc.strerror or exc}")) from None
+        script_name = script_path
+    else:
+        body = stdin
+        script_name = "<stdin>"
+    opts = _Opts()
+    if body is not None:
+        check_script_bytes(body, script_name)
+        words = script_words(body, script_name)
+        words_only = [w for w, _ in words]
+        sparsed = getopt(words_only, table, lambda i: f"{script_name}:{words[i][1]}")
+        if sparsed.operands:
+            bad = sparsed.stop
+            raise SbatchRefusal(Problem(script_name, words[bad][1],
+                                        f"Invalid directive found in batch script: {words_only[bad]}"))
+        for name, value, loc in sparsed.options:
+            _apply(opts, name, value, loc)
+    for name, value, loc in parsed.options:
+        _apply(opts, name, value, loc)
+    job = _build(opts, gres_names)
+    return SbatchRequest(job, script_path, parsed.operands[1:])
 
 
 def job_desc_from_options(
     args: Sequence[str],
     *,
-    script: str | None = None,
+    script: bytes | str | None = None,
     user: str | None = None,
     default_account: str | None = None,
     default_qos: str | None = None,
     source: str = "<command line>",
+    version: str = DEFAULT_VERSION,
+    read_file: Callable[[str], bytes] | None = None,
 ) -> dict[str, Any]:
-    """The job_desc slurmctld would give job_submit.lua for `sbatch ARGS [SCRIPT]`.
-
-    Command-line options override the script's #SBATCH lines, as in sbatch.
-    """
-    opts = parse_options(script_options(script, source) if script else [], source)
-    opts.update(parse_options(args, source))
-    job: dict[str, Any] = {
-        "user_name": user, "default_account": default_account, "default_qos": default_qos,
-        "min_nodes": NO_VAL, "max_nodes": NO_VAL, "num_tasks": NO_VAL, "ntasks_per_node": NO_VAL16,
-        "sockets_per_node": NO_VAL16, "time_limit": NO_VAL,
-    }
-    problems: list[Problem] = []
-
-    def number(name: str, text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            problems.append(Problem(source, None, f"--{name}: expected a number, got {text!r}"))
-            return NO_VAL
-        return value
-
-    for opt, field in _STRING_FIELDS.items():
-        if opts.get(opt) is not None:
-            job[field] = opts[opt]
-    if opts.get("nodes") is not None:
-        lo, _, hi = str(opts["nodes"]).partition("-")
-        job["min_nodes"] = number("nodes", lo)
-        job["max_nodes"] = number("nodes", hi) if hi else job["min_nodes"]
-    if opts.get("ntasks") is not None:
-        job["num_tasks"] = number("ntasks", str(opts["ntasks"]))
-    if opts.get("ntasks-per-node") is not None:
-        job["ntasks_per_node"] = number("ntasks-per-node", str(opts["ntasks-per-node"]))
-    if opts.get("sockets-per-node") is not None:
-        job["sockets_per_node"] = number("sockets-per-node", str(opts["sockets-per-node"]))
-    if opts.get("time") is not None:
-        try:
-            job["time_limit"] = slurm_time_minutes(str(opts["time"]))
-        except ValueError as exc:
-            problems.append(Problem(source, None, f"--time: {exc}"))
-    # sbatch fills num_tasks itself from --ntasks-per-node x --nodes (probed).
-    if job["num_tasks"] == NO_VAL and job["ntasks_per_node"] != NO_VAL16 and job["min_nodes"] != NO_VAL:
-        job["num_tasks"] = job["ntasks_per_node"] * job["min_nodes"]
-    per_node: list[str] = []
-    if opts.get("gres") and str(opts["gres"]).lower() != "none":
-        per_node.append(_gres_items(str(opts["gres"])))
-    if opts.get("gpus-per-node"):
-        per_node.append("gres:gpu:" + str(opts["gpus-per-node"]))
-    if per_node:  # in 22.05 `gres` is an alias of tres_per_node
-        job["tres_per_node"] = job["gres"] = ",".join(per_node)
-    for opt, field in (("gpus", "tres_per_job"), ("gpus-per-task", "tres_per_task"), ("gpus-per-socket", "tres_per_socket")):
-        if opts.get(opt):
-            job[field] = "gres:gpu:" + str(opts[opt])
-    if problems:
-        raise InputError(problems)
+    """The job_desc slurmctld would give job_submit.lua for `sbatch ARGS [SCRIPT]` (command line over script)."""
+    request = read_sbatch(args, script=script, read_file=read_file, version=version, source=source)
+    job = request.job_desc
+    job.update({"user_name": user, "default_account": default_account, "default_qos": default_qos})
     return job
