@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from pathlib import Path
 
 import click
@@ -15,7 +16,7 @@ from gpuclust.policy.compile import compile_policy
 from gpuclust.policy.evaluate import Evaluator
 from gpuclust.policy.quotas import apply_plan, plan_from_slurm
 from gpuclust.policy.render import render_lua, write_lua
-from gpuclust.policy.sbatch import job_desc_from_options
+from gpuclust.policy.sbatch import DEFAULT_VERSION, job_desc_from_options
 
 
 @click.group("policy")
@@ -44,13 +45,19 @@ def render(app: AppContext, out: str | None) -> None:
 @click.option("--default-qos", "default_qos", help="The user's default QOS.")
 @click.option("--script", "script", type=click.Path(exists=True, dir_okay=False), help="Batch script whose #SBATCH lines are read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and the job_desc as JSON.")
+@click.option("--slurm-version", "slurm_version", default=None,
+              help="Read the options with this Slurm release's sbatch table (default: env GPUCLUST_SLURM_VERSION, "
+                   "else 22.05).")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 @pass_app
 def check(app: AppContext, user: str | None, account: str | None, default_account: str | None,
-          default_qos: str | None, script: str | None, as_json: bool, sbatch_args: tuple[str, ...]) -> None:
+          default_qos: str | None, script: str | None, as_json: bool, slurm_version: str | None,
+          sbatch_args: tuple[str, ...]) -> None:
     """Decide a job exactly as the rendered job_submit.lua would: `policy check -- -A ml --gres=gpu:h100:2 ...`.
 
-    Exit 0 when accepted, 1 when rejected (the message is what sbatch would print).
+    The options are read exactly as sbatch reads them (its recorded getopt_long table, #SBATCH lines of --script or
+    of the script operand). Exit 0 when accepted, 1 when rejected (the message is what sbatch would print), 2 when
+    sbatch itself would refuse the command line or script (the message names the option or the script line).
     """
     args = list(sbatch_args)
     if args and args[0] == "--":
@@ -60,11 +67,12 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
     text = None
     if script:
         try:
-            text = Path(script).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = Path(script).read_bytes()
+        except OSError as exc:
             raise InputError(Problem(script, None, f"cannot read script: {exc}")) from None
+    version = slurm_version or os.environ.get("GPUCLUST_SLURM_VERSION") or DEFAULT_VERSION
     job = job_desc_from_options(args, script=text, user=user or getpass.getuser(), default_account=default_account,
-                                default_qos=default_qos, source=script or "<command line>")
+                                default_qos=default_qos, version=version, script_source=script)
     verdict = Evaluator(compile_policy(app.config)).submit(job)
     if as_json:
         echo_json({**verdict.as_dict(), "job_desc": job})

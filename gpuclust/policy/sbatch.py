@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ def version_key(version: str) -> str:
     return key
 
 
-@lru_cache(maxsize=None)
+@cache
 def option_table(version: str = DEFAULT_VERSION) -> OptionTable:
     key = version_key(version)
     data = json.loads((_TABLES / f"{key}.json").read_text(encoding="utf-8"))
@@ -461,7 +461,7 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         parts = value.split(":")
         if not 1 <= len(parts) <= 3:
             raise SbatchRefusal(Problem(loc, None, "Invalid --extra-node-info specification"))
-        for key, part in zip(("sockets_per_node", "cores_per_socket", "threads_per_core"), parts):
+        for key, part in zip(("sockets_per_node", "cores_per_socket", "threads_per_core"), parts, strict=False):
             num, rest = _strtol(part)
             if part in ("*", ""):
                 continue
@@ -626,6 +626,7 @@ def read_sbatch(
     version: str = DEFAULT_VERSION,
     gres_names: frozenset[str] = frozenset({"gpu"}),
     source: str = "<command line>",
+    script_source: str | None = None,
 ) -> SbatchRequest:
     """Read `sbatch ARGS` as sbatch does.
 
@@ -649,7 +650,7 @@ def read_sbatch(
         body = None
     elif script is not None:
         body = script.encode("utf-8", "surrogateescape") if isinstance(script, str) else script
-        script_name = script_path or "<script>"
+        script_name = script_source or script_path or "<script>"
     elif script_path is not None:
         if read_file is None:
             def read_file(path: str) -> bytes:
@@ -691,9 +692,11 @@ def job_desc_from_options(
     source: str = "<command line>",
     version: str = DEFAULT_VERSION,
     read_file: Callable[[str], bytes] | None = None,
+    script_source: str | None = None,
 ) -> dict[str, Any]:
     """The job_desc slurmctld would give job_submit.lua for `sbatch ARGS [SCRIPT]` (command line over script)."""
-    request = read_sbatch(args, script=script, read_file=read_file, version=version, source=source)
+    request = read_sbatch(args, script=script, read_file=read_file, version=version, source=source,
+                          script_source=script_source)
     job = request.job_desc
     job.update({"user_name": user, "default_account": default_account, "default_qos": default_qos})
     return job
