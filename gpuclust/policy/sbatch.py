@@ -191,7 +191,8 @@ def check_script_bytes(data: bytes, source: str) -> None:
                                                   "expected UNIX line breaks (\\n)"))
 
 
-def _get_argument(line: str, pos: int, source: str, lineno: int) -> tuple[str | None, int]:
+def _get_argument(line: str, pos: int, source: str, lineno: int,
+                  escaped_space: bool = False) -> tuple[str | None, int]:
     """sbatch's get_argument(): the next word from pos, or None (end of line, or a word that copied nothing)."""
     n = len(line)
     while pos < n and _isspace(line[pos]):
@@ -214,8 +215,12 @@ def _get_argument(line: str, pos: int, source: str, lineno: int) -> tuple[str | 
         if escape:
             escape = False
         elif ch == "\\":
-            escape = True
             pos += 1
+            if escaped_space and pos < n and line[pos] == " ":
+                chars.append(" ")
+                pos += 1
+                continue
+            escape = True
             continue
         elif quoted:
             if ch == q_char:
@@ -236,7 +241,8 @@ def _get_argument(line: str, pos: int, source: str, lineno: int) -> tuple[str | 
     return ("".join(chars) if chars else None), pos
 
 
-def script_words(data: bytes | str, source: str = "<script>") -> list[tuple[str, int]]:
+def script_words(data: bytes | str, source: str = "<script>",
+                 escaped_space: bool = False) -> list[tuple[str, int]]:
     """The #SBATCH words of a batch script with their line numbers (sbatch stops at the first command line).
 
     Works on bytes (a str is encoded as UTF-8); each word is decoded as UTF-8 with invalid bytes replaced.
@@ -258,7 +264,7 @@ def script_words(data: bytes | str, source: str = "<script>") -> list[tuple[str,
                 break
             continue
         while True:
-            word, pos = _get_argument(line, pos, source, lineno)
+            word, pos = _get_argument(line, pos, source, lineno, escaped_space)
             if word is None:
                 break
             words.append((word.encode("latin-1").decode("utf-8", "replace"), lineno))
@@ -381,15 +387,28 @@ def parse_gres_list(spec: str, loc: str, gres_names: frozenset[str]) -> list[Gre
     items: list[GresItem] = []
     rest = spec
     while rest:
-        at = rest.find("gres:")
-        if at < 0:
+        hits = [at for at in (rest.find("gres:"), rest.find("gres/")) if at >= 0]
+        if not hits:
             break
-        rest = rest[at + 5:]
+        rest = rest[min(hits) + 5:]
         token, _, rest = rest.partition(",")
         if not token:
             continue
-        name, sep, tail = token.partition(":")
         gtype: str | None
+        if "=" in token:  # 24.11 tres_per_task form: NAME[:TYPE]=COUNT
+            name_type, _, count_s = token.partition("=")
+            name, _, type_s = name_type.partition(":")
+            count = _gres_number(count_s)
+            if count is None or not name:
+                raise SbatchRefusal(Problem(loc, None, "Invalid generic resource (gres) specification"))
+            if count == 0:
+                continue
+            if name not in gres_names:
+                raise SbatchRefusal(Problem(loc, None, "Invalid generic resource (gres) specification "
+                                                       f"(no GRES named {name!r} on this cluster)"))
+            items.append(GresItem(name, type_s or None, count))
+            continue
+        name, sep, tail = token.partition(":")
         if sep:
             first, sep2, second = tail.partition(":")
             if sep2:
@@ -483,6 +502,8 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.strings["gres"] = value
     elif name in _GPU_FIELDS and value is not None:
         opts.strings[name] = value
+    elif name == "tres-per-task" and value is not None:
+        opts.strings[name] = value
     elif name == "mem-per-gpu" and value is not None:
         num, rest = _strtol(value)
         mult = {"": 1, "m": 1, "k": 0, "g": 1024, "t": 1024**2}.get(rest.lower())
@@ -493,22 +514,57 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.wrap = value
 
 
-def _prefix(value: str) -> str:
-    """sbatch's gres_prepend_tres_type: every comma item gets `gres:` unless it already has it."""
-    return ",".join(item if item.startswith("gres:") else "gres:" + item for item in value.split(","))
+@dataclass(frozen=True)
+class Profile:
+    """How one Slurm release builds job_desc from the options (probed: sbatch-grammar-<version>.json)."""
+    gres_prefix: str            # 22.05 `gres:`, 24.11+ `gres/`
+    tres_per_task_eq: bool      # 24.11+: tres_per_task is `cpu=4,gres/gpu:h100=1`
+    ntasks_from_per_node: bool  # 22.05: --ntasks-per-node x -N sets num_tasks
+    escaped_space: bool         # 24.11+: `\ ` in an #SBATCH line is a space inside the word (22.05 ends the word)
 
 
-def _xfmt_tres(value: str | None) -> str | None:
-    """slurm_opt.c xfmt_tres: `gres:gpu:` + each comma item of a --gpus* value (empty -> unset)."""
+def profile(version: str) -> Profile:
+    major = int(version_key(version).split(".")[0])
+    if major >= 23:
+        return Profile("gres/", True, False, True)
+    return Profile("gres:", False, True, False)
+
+
+def _prefix(value: str, pre: str) -> str:
+    """sbatch's gres_prepend_tres_type: every comma item gets the gres prefix unless it already has one."""
+    return ",".join(item if item.startswith(("gres:", "gres/")) else pre + item for item in value.split(","))
+
+
+def _xfmt_tres(value: str | None, pre: str) -> str | None:
+    """slurm_opt.c xfmt_tres: `<prefix>gpu:` + each comma item of a --gpus* value (empty -> unset)."""
     if not value:
         return None
-    return ",".join("gres:gpu:" + item for item in value.split(","))
+    return ",".join(pre + "gpu:" + item for item in value.split(","))
 
 
-def _build(opts: _Opts, gres_names: frozenset[str]) -> dict[str, Any]:
+def _update_tres_per_task(cnt: int, name: str, current: str | None) -> str | None:
+    """slurm_opt.c slurm_option_update_tres_per_task (24.11): put `name=cnt` first, or replace its count."""
+    if not current or name.lower() not in current.lower():
+        if cnt:
+            return f"{name}={cnt},{current}" if current else f"{name}={cnt}"
+        return current
+    at = current.lower().index(name.lower())
+    prefix = current[:at].rstrip(",") or None
+    tail = current[at:]
+    suffix = tail.split(",", 1)[1] if "," in tail else None
+    parts = [p for p in (prefix, f"{name}={cnt}" if cnt else None, suffix) if p]
+    return ",".join(parts) or None
+
+
+def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile) -> dict[str, Any]:
     ints = opts.ints
+    pre = prof.gres_prefix
     # _opt_verify
-    if ints.get("ntasks_per_node", 0) > 0 and not opts.ntasks_set and (
+    if "cpus_per_task" in ints and "cpus_per_gpu" in ints:
+        raise SbatchRefusal(Problem(opts.loc.get("cpus-per-gpu", "--cpus-per-gpu"), None,
+                                    "--cpus-per-task, --tres-per-task=cpu:#, and --cpus-per-gpu are mutually "
+                                    "exclusive"))
+    if prof.ntasks_from_per_node and ints.get("ntasks_per_node", 0) > 0 and not opts.ntasks_set and (
             opts.max_nodes == 0 or opts.min_nodes == opts.max_nodes):
         opts.ntasks = opts.min_nodes * ints["ntasks_per_node"]
         opts.ntasks_set = True
@@ -541,6 +597,11 @@ def _build(opts: _Opts, gres_names: frozenset[str]) -> dict[str, Any]:
         job["min_nodes"] = opts.min_nodes
         if opts.max_nodes:
             job["max_nodes"] = opts.max_nodes
+    elif opts.ntasks_set and opts.ntasks == 0:
+        job["min_nodes"] = 0
+    elif not prof.ntasks_from_per_node and opts.ntasks_set and "ntasks_per_node" in ints:
+        per = ints["ntasks_per_node"]
+        job["min_nodes"] = -(-opts.ntasks // per)
     for key in ("sockets_per_node", "cores_per_socket", "threads_per_core", "ntasks_per_node", "ntasks_per_socket",
                 "cpus_per_task", "time_limit", "time_min"):
         if key in ints:
@@ -550,21 +611,51 @@ def _build(opts: _Opts, gres_names: frozenset[str]) -> dict[str, Any]:
     elif "ntasks_per_gpu" in ints:
         job["ntasks_per_tres"] = ints["ntasks_per_gpu"]
     if "cpus_per_gpu" in ints:
-        job["cpus_per_tres"] = f"gres:gpu:{ints['cpus_per_gpu']}"
+        job["cpus_per_tres"] = f"{pre}gpu:{ints['cpus_per_gpu']}"
     if "mem_per_gpu" in ints:
-        job["mem_per_tres"] = f"gres:gpu:{ints['mem_per_gpu']}"
-    job["tres_per_job"] = _xfmt_tres(opts.strings.get("gpus"))
-    per_node = _xfmt_tres(opts.strings.get("gpus-per-node"))
+        job["mem_per_tres"] = f"{pre}gpu:{ints['mem_per_gpu']}"
+    job["tres_per_job"] = _xfmt_tres(opts.strings.get("gpus"), pre)
+    per_node = _xfmt_tres(opts.strings.get("gpus-per-node"), pre)
     gres = opts.strings.get("gres")
     if gres is not None and gres.lower() != "none":
-        gres = _prefix(gres)
+        gres = _prefix(gres, pre)
         per_node = f"{per_node},{gres}" if per_node else gres
     job["tres_per_node"] = per_node
-    job["gres"] = per_node  # in 22.05 job_desc.gres is tres_per_node
-    job["tres_per_socket"] = _xfmt_tres(opts.strings.get("gpus-per-socket"))
-    job["tres_per_task"] = _xfmt_tres(opts.strings.get("gpus-per-task"))
+    job["gres"] = per_node  # job_desc.gres reads as tres_per_node (22.05 and 24.11 alike)
+    job["tres_per_socket"] = _xfmt_tres(opts.strings.get("gpus-per-socket"), pre)
+    if prof.tres_per_task_eq:
+        job["tres_per_task"] = _tres_per_task_24(opts)
+    else:
+        job["tres_per_task"] = _xfmt_tres(opts.strings.get("gpus-per-task"), pre)
     _validate_gres(job, opts, gres_names)
     return job
+
+
+def _tres_per_task_24(opts: _Opts) -> str | None:
+    """24.11's tres_per_task: --tres-per-task (gres: -> gres/), then --gpus-per-task and -c folded in as NAME=N."""
+    tpt = opts.strings.get("tres-per-task")
+    if tpt:
+        tpt = tpt.replace("gres:", "gres/")
+    gpt = opts.strings.get("gpus-per-task")
+    if gpt:
+        name = "gres/gpu"
+        num = gpt
+        for sep in (":", "="):
+            if sep in gpt:
+                gtype, _, num = gpt.partition(sep)
+                name += ":" + gtype
+                break
+        cnt, _ = _strtol(num)
+        if tpt and name.lower() in tpt.lower():
+            raise SbatchRefusal(Problem(opts.loc.get("gpus-per-task", "--gpus-per-task"), None,
+                                        f"You can not have --tres-per-task={name}= and --gpus-per-task"))
+        tpt = _update_tres_per_task(cnt or 0, name, tpt)
+    if "cpus_per_task" in opts.ints:
+        if tpt and "cpu=" in tpt.lower() and "tres-per-task" in opts.loc:
+            raise SbatchRefusal(Problem(opts.loc.get("cpus-per-task", "--cpus-per-task"), None,
+                                        "You can not have --tres-per-task=cpu= and --cpus-per-task"))
+        tpt = _update_tres_per_task(opts.ints["cpus_per_task"], "cpu", tpt)
+    return tpt or None
 
 
 def _validate_gres(job: dict[str, Any], opts: _Opts, gres_names: frozenset[str]) -> None:
@@ -667,7 +758,7 @@ def read_sbatch(
     opts = _Opts()
     if body is not None:
         check_script_bytes(body, script_name)
-        words = script_words(body, script_name)
+        words = script_words(body, script_name, profile(version).escaped_space)
         words_only = [w for w, _ in words]
         sparsed = getopt(words_only, table, lambda i: f"{script_name}:{words[i][1]}")
         if sparsed.operands:
@@ -678,7 +769,7 @@ def read_sbatch(
             _apply(opts, name, value, loc)
     for name, value, loc in parsed.options:
         _apply(opts, name, value, loc)
-    job = _build(opts, gres_names)
+    job = _build(opts, gres_names, profile(version))
     return SbatchRequest(job, script_path, parsed.operands[1:])
 
 

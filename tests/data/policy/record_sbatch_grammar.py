@@ -133,6 +133,17 @@ CASES: list[dict] = [
     {"args": [], "script": "   \n"},
     {"args": [], "script": S + "#SBATCH -G 2\n#SBATCH hetjob\n#SBATCH -G 4\n"},
     {"args": ["-G", "1", ":", "-G", "2"]},
+    # forms that differ between releases (24.11: gres/ prefix, tres_per_task with cpu=)
+    {"args": ["--gpus-per-task=h100:1", "-n", "2"]},
+    {"args": ["--gpus-per-task=1", "-c", "4", "-n", "2"]},
+    {"args": ["-c", "4", "-n", "2"]},
+    {"args": ["--tres-per-task=gres/gpu:1", "-n", "2"]},
+    {"args": ["--tres-per-task=gres:gpu:1", "-n", "2"]},
+    {"args": ["--ntasks-per-node=4", "-n", "8"]},
+    {"args": ["--ntasks-per-node=4", "-N", "2-4"]},
+    {"args": ["--cpus-per-gpu=2", "-c", "2", "--gpus=1"]},
+    {"args": ["--gpus-per-task=2", "-N", "2"]},
+    {"args": [], "script": S + "#SBATCH --comment=a\\ b -G 1\n#SBATCH --wckey=c\\d\n"},
 ]
 
 
