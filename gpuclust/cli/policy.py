@@ -16,7 +16,7 @@ from gpuclust.policy.compile import compile_policy
 from gpuclust.policy.evaluate import Evaluator
 from gpuclust.policy.quotas import apply_plan, plan_from_slurm
 from gpuclust.policy.render import render_lua, write_lua
-from gpuclust.policy.sbatch import DEFAULT_VERSION, job_desc_from_options
+from gpuclust.policy.sbatch import DEFAULT_VERSION, job_desc_from_options, table_for
 
 
 @click.group("policy")
@@ -38,6 +38,15 @@ def render(app: AppContext, out: str | None) -> None:
         click.echo(render_lua(policy), nl=False)
 
 
+def _detect_version(app: AppContext) -> str:
+    """The Slurm release of the sbatch on this machine (its recorded table), or the default when there is none."""
+    try:
+        out = app.slurm.sbatch(["--version"], timeout=10)
+    except Exception:  # noqa: BLE001 - no usable sbatch here: policy check also works offline
+        return DEFAULT_VERSION
+    return table_for(out) if out.strip() else DEFAULT_VERSION
+
+
 @group.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--user", "user", help="Submitting user name (default: the current user).")
 @click.option("--account", "account", help="Same as -A in the sbatch options (those win if both are given).")
@@ -46,8 +55,8 @@ def render(app: AppContext, out: str | None) -> None:
 @click.option("--script", "script", type=click.Path(exists=True, dir_okay=False), help="Batch script whose #SBATCH lines are read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and the job_desc as JSON.")
 @click.option("--slurm-version", "slurm_version", default=None,
-              help="Read the options with this Slurm release's sbatch table (default: env GPUCLUST_SLURM_VERSION, "
-                   "else 22.05).")
+              help="Read the options as this Slurm release's sbatch does (default: env GPUCLUST_SLURM_VERSION, else the "
+                   "local `sbatch --version`, else 22.05).")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 @pass_app
 def check(app: AppContext, user: str | None, account: str | None, default_account: str | None,
@@ -70,7 +79,7 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
             text = Path(script).read_bytes()
         except OSError as exc:
             raise InputError(Problem(script, None, f"cannot read script: {exc}")) from None
-    version = slurm_version or os.environ.get("GPUCLUST_SLURM_VERSION") or DEFAULT_VERSION
+    version = slurm_version or os.environ.get("GPUCLUST_SLURM_VERSION") or _detect_version(app)
     job = job_desc_from_options(args, script=text, user=user or getpass.getuser(), default_account=default_account,
                                 default_qos=default_qos, version=version, script_source=script)
     verdict = Evaluator(compile_policy(app.config)).submit(job)

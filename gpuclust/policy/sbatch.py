@@ -67,6 +67,17 @@ def version_key(version: str) -> str:
     return key
 
 
+def table_for(detected: str) -> str:
+    """The recorded table to use for a detected release: its own, else the newest older one, else the oldest."""
+    m = re.search(r"(\d+)\.(\d+)", detected)
+    have = known_versions()
+    if not m:
+        return DEFAULT_VERSION
+    want = (int(m.group(1)), int(m.group(2)))
+    older = [v for v in have if tuple(int(x) for x in v.split(".")) <= want]
+    return older[-1] if older else have[0]
+
+
 @cache
 def option_table(version: str = DEFAULT_VERSION) -> OptionTable:
     key = version_key(version)
