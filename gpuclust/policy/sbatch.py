@@ -523,6 +523,13 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.ints["mem_per_gpu"] = num * mult if mult else (num + 1023) // 1024
     elif name == "wrap" and value is not None:
         opts.wrap = value
+    elif name == "nodelist" and value is not None:
+        opts.strings["nodelist"] = value
+        opts.strings.pop("nodefile", None)
+    elif name == "nodefile" and value is not None:
+        opts.strings["nodefile"] = value
+    elif name == "hint" and value is not None:
+        opts.strings["hint"] = value
 
 
 @dataclass(frozen=True)
@@ -567,9 +574,37 @@ def _update_tres_per_task(cnt: int, name: str, current: str | None) -> str | Non
     return ",".join(parts) or None
 
 
-def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile) -> dict[str, Any]:
+def _count_hosts(expr: str, loc: str) -> int:
+    """Distinct hosts in a Slurm hostlist expression (`node[1-4],gpu7`)."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError  # noqa: PLC0415
+
+    try:
+        return len(NodeSet(expr.replace("\n", ",").replace(" ", ",").strip(",")))
+    except NodeSetParseError as exc:
+        raise SbatchRefusal(Problem(loc, None, f"invalid hostlist {expr!r}: {exc}")) from None
+
+
+def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
+           read_file: Callable[[str], bytes] | None = None) -> dict[str, Any]:
     ints = opts.ints
     pre = prof.gres_prefix
+    if opts.strings.get("hint", "").lower() == "nomultithread" and "threads_per_core" not in ints:
+        ints["threads_per_core"] = 1
+        opts.extra_set = True
+    hosts = opts.strings.get("nodelist")
+    if "nodefile" in opts.strings:
+        path = opts.strings["nodefile"]
+        loc = opts.loc.get("nodefile", "--nodefile")
+        try:
+            hosts = (read_file or (lambda p: Path(p).read_bytes()))(path).decode("utf-8", "replace")
+        except OSError:
+            raise SbatchRefusal(Problem(loc, None, "Invalid --nodefile node file")) from None
+        if not hosts.strip():
+            raise SbatchRefusal(Problem(loc, None, "Hostlist is empty! Invalid --nodefile node file"))
+    if hosts and hosts.strip():
+        count = _count_hosts(hosts, opts.loc.get("nodelist", opts.loc.get("nodefile", "--nodelist")))
+        opts.min_nodes = max(count, opts.min_nodes) if opts.nodes_set else count
+        opts.nodes_set = True
     # _opt_verify
     if "cpus_per_task" in ints and "cpus_per_gpu" in ints:
         raise SbatchRefusal(Problem(opts.loc.get("cpus-per-gpu", "--cpus-per-gpu"), None,
@@ -692,6 +727,12 @@ def _validate_gres(job: dict[str, Any], opts: _Opts, gres_names: frozenset[str])
         if len(kinds) > 1:
             raise SbatchRefusal(Problem("<options>", None, f"Invalid GRES specification for {name} (with and without "
                                                          "type identification)"))
+    if job["tres_per_socket"] and job["sockets_per_node"] == NO_VAL16:
+        raise SbatchRefusal(Problem(opts.loc.get("gpus-per-socket", "--gpus-per-socket"), None,
+                                    "--gpus-per-socket option requires --sockets-per-node specification"))
+    if job.get("mem_per_tres") and not typed.get("gpu"):
+        raise SbatchRefusal(Problem(opts.loc.get("mem-per-gpu", "--mem-per-gpu"), None,
+                                    f"Requested mem_per_tres={job['mem_per_tres']} but did not request any GPU."))
     if per_job_gpus is not None and job["min_nodes"] != NO_VAL and per_job_gpus < job["min_nodes"]:
         raise SbatchRefusal(Problem(opts.loc.get("gpus", "--gpus"), None,
                                     "Failed to validate job spec, --gpus < -N"))
@@ -780,7 +821,7 @@ def read_sbatch(
             _apply(opts, name, value, loc)
     for name, value, loc in parsed.options:
         _apply(opts, name, value, loc)
-    job = _build(opts, gres_names, profile(version))
+    job = _build(opts, gres_names, profile(version), read_file)
     return SbatchRequest(job, script_path, parsed.operands[1:])
 
 

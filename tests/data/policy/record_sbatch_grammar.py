@@ -146,6 +146,36 @@ CASES: list[dict] = [
     {"args": [], "script": S + "#SBATCH --comment=a\\ b -G 1\n#SBATCH --wckey=c\\d\n"},
 ]
 
+# One case per option of the table with a value valid on the lab, then `-N 2` to show parsing went on after it
+# (`--wait` is left out: it blocks on the held job; -M/--cluster(s) leave the local cluster).
+SAMPLES = {
+    "account": "ml", "acctg-freq": "task=30", "array": "0-3", "batch": "h100", "bb": "x", "begin": "now+60",
+    "chdir": "/tmp", "cluster-constraint": "x", "comment": "c", "constraint": "h100", "container": "/tmp",
+    "context": "x", "core-spec": "1", "cores-per-socket": "2", "cpu-freq": "high", "cpus-per-gpu": "2",
+    "cpus-per-task": "2", "deadline": "now+3600", "delay-boot": "5", "dependency": "singleton",
+    "distribution": "block", "error": "/dev/null", "exclude": "node4", "export": "ALL", "export-file": "/dev/null",
+    "extra-node-info": "2:2:1", "gid": "0", "gpu-bind": "closest", "gpu-freq": "high", "gpus": "4",
+    "gpus-per-node": "2", "gpus-per-socket": "1", "gpus-per-task": "1", "gres": "gpu:h100:2",
+    "gres-flags": "enforce-binding", "hint": "nomultithread", "input": "/dev/null", "job-name": "j",
+    "kill-on-invalid-dep": "yes", "licenses": "x", "mail-type": "END", "mail-user": "root", "mcs-label": "x",
+    "mem": "1000", "mem-bind": "local", "mem-per-cpu": "100", "mem-per-gpu": "1000", "mincpus": "1",
+    "network": "x", "nodefile": "/dev/null", "nodelist": "node1", "nodes": "3", "ntasks": "4",
+    "ntasks-per-core": "1", "ntasks-per-gpu": "1", "ntasks-per-node": "2", "ntasks-per-socket": "1",
+    "ntasks-per-tres": "1", "open-mode": "append", "output": "/dev/null", "partition": "gpu", "power": "x",
+    "prefer": "h100", "priority": "10", "profile": "none", "qos": "normal", "reservation": "x",
+    "signal": "USR1@60", "sockets-per-node": "2", "switches": "1", "tasks-per-node": "2", "thread-spec": "1",
+    "threads-per-core": "1", "time": "10", "time-min": "5", "tmp": "100", "uid": "0", "wait-all-nodes": "1",
+    "wckey": "w", "tres-per-task": "gres/gpu:1", "tres-bind": "gres/gpu:closest", "segment": "1",
+    "oom-kill-step": "1", "mem-per-tres": "x", "cpus-per-tres": "x",
+}
+FLAGS = ["contiguous", "exclusive", "get-user-env", "hold", "ignore-pbs", "nice", "no-kill", "no-requeue",
+         "overcommit", "oversubscribe", "parsable", "quiet", "reboot", "requeue", "spread-job", "test-only",
+         "use-min-nodes", "verbose", "spread-segments", "x11"]
+for _name, _value in SAMPLES.items():
+    CASES.append({"args": [f"--{_name}={_value}", "-N", "2"]})
+for _name in FLAGS:
+    CASES.append({"args": [f"--{_name}", "-N", "2"]})
+
 
 def _fields(text: str) -> dict | None:
     for line in text.splitlines():
@@ -174,6 +204,8 @@ def run_case(case: dict) -> dict:
         queued = re.search(r"Submitted batch job (\d+)", out)
         if queued:
             subprocess.run(["scancel", queued.group(1)], check=False)
+        elif cp.returncode == 0:  # --quiet hides the job id (and the probe's line): cancel what is pending in the lab
+            subprocess.run(["scancel", "--state=PENDING", "--user=root"], check=False)
         lines = [ln for ln in err.splitlines() if "PROBE " not in ln and "Try \"sbatch --help\"" not in ln]
         return {
             "argv": full,
@@ -182,7 +214,7 @@ def run_case(case: dict) -> dict:
             "rc": cp.returncode,
             "stderr": lines,
             "job_desc": _fields(err),
-            "queued": bool(queued),
+            "queued": cp.returncode == 0,
         }
 
 
