@@ -39,7 +39,13 @@ def render(app: AppContext, out: str | None) -> None:
 
 
 def _detect_version(app: AppContext) -> str:
-    """The Slurm release of the sbatch on this machine (its recorded table), or the default when there is none."""
+    """The Slurm release of the sbatch on this machine (its recorded table), or the default when there is none.
+
+    Only asked when SLURM_CONF is set: sbatch reads slurm.conf before anything else, and without it a client
+    falls back to a DNS SRV lookup.
+    """
+    if not os.environ.get("SLURM_CONF"):
+        return DEFAULT_VERSION
     try:
         out = app.slurm.sbatch(["--version"], timeout=10)
     except Exception:  # noqa: BLE001 - no usable sbatch here: policy check also works offline

@@ -6,9 +6,13 @@ naming the option or the script line).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuclust.cli.main import cli
 from gpuclust.errors import InputError
 from gpuclust.policy.sbatch import option_table, read_sbatch
 
@@ -70,3 +74,22 @@ LINE = st.one_of(
 def test_scripts_never_crash(lines, junk, shebang):
     body = ("#!/bin/bash\n" if shebang else "") + "\n".join(lines) + "\n"
     _check([], body.encode("utf-8", "surrogatepass") + junk)
+
+
+# --- the CLI: exit codes only 0/1/2, never a traceback -------------------------------------------------------
+
+SITE = str(Path(__file__).resolve().parent.parent.parent / "site.example.conf")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ARGV, st.lists(LINE, max_size=5), st.binary(max_size=3))
+def test_cli_exit_codes(tmp_path, argv, lines, junk):
+    script = tmp_path / "job.sh"
+    script.write_bytes(("#!/bin/bash\n" + "\n".join(lines) + "\n").encode("utf-8", "surrogatepass") + junk)
+    res = CliRunner().invoke(cli, ["--config", SITE, "policy", "check", "--user", "alice", "--script", str(script),
+                                   "--", *argv])
+    assert res.exit_code in (0, 1, 2), (res.exit_code, res.output, res.exception)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    if res.exit_code == 2:
+        assert "Error:" in res.output and ("argument" in res.output or "job.sh" in res.output
+                                           or "--" in res.output), res.output
