@@ -539,10 +539,13 @@ class Profile:
     tres_per_task_eq: bool      # 24.11+: tres_per_task is `cpu=4,gres/gpu:h100=1`
     ntasks_from_per_node: bool  # 22.05: --ntasks-per-node x -N sets num_tasks
     escaped_space: bool         # 24.11+: `\ ` in an #SBATCH line is a space inside the word (22.05 ends the word)
+    gpus_per_node_vs_gres: bool = False  # 26.05: --gpus-per-node and --gres=gpu are mutually exclusive
 
 
 def profile(version: str) -> Profile:
     major = int(version_key(version).split(".")[0])
+    if major >= 26:
+        return Profile("gres/", True, False, True, True)
     if major >= 23:
         return Profile("gres/", True, False, True)
     return Profile("gres:", False, True, False)
@@ -660,6 +663,11 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
         job["cpus_per_tres"] = f"{pre}gpu:{ints['cpus_per_gpu']}"
     if "mem_per_gpu" in ints:
         job["mem_per_tres"] = f"{pre}gpu:{ints['mem_per_gpu']}"
+    if prof.gpus_per_node_vs_gres and opts.strings.get("gpus-per-node") and any(
+            item.split(":")[0].removeprefix("gres/").removeprefix("gres:") == "gpu"
+            for item in (opts.strings.get("gres") or "").split(",")):
+        raise SbatchRefusal(Problem(opts.loc.get("gres", "--gres"), None,
+                                    "--gpus-per-node and --gres=gpu are mutually exclusive."))
     job["tres_per_job"] = _xfmt_tres(opts.strings.get("gpus"), pre)
     per_node = _xfmt_tres(opts.strings.get("gpus-per-node"), pre)
     gres = opts.strings.get("gres")
