@@ -540,14 +540,15 @@ class Profile:
     ntasks_from_per_node: bool  # 22.05: --ntasks-per-node x -N sets num_tasks
     escaped_space: bool         # 24.11+: `\ ` in an #SBATCH line is a space inside the word (22.05 ends the word)
     gpus_per_node_vs_gres: bool = False  # 26.05: --gpus-per-node and --gres=gpu are mutually exclusive
+    cpus_per_gpu_needs_gpu: bool = False  # 24.11+: --cpus-per-gpu without any GPU request is refused
 
 
 def profile(version: str) -> Profile:
     major = int(version_key(version).split(".")[0])
     if major >= 26:
-        return Profile("gres/", True, False, True, True)
+        return Profile("gres/", True, False, True, True, True)
     if major >= 23:
-        return Profile("gres/", True, False, True)
+        return Profile("gres/", True, False, True, False, True)
     return Profile("gres:", False, True, False)
 
 
@@ -681,7 +682,7 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
         job["tres_per_task"] = _tres_per_task_24(opts)
     else:
         job["tres_per_task"] = _xfmt_tres(opts.strings.get("gpus-per-task"), pre)
-    _validate_gres(job, opts, gres_names)
+    _validate_gres(job, opts, gres_names, prof)
     return job
 
 
@@ -712,7 +713,7 @@ def _tres_per_task_24(opts: _Opts) -> str | None:
     return tpt or None
 
 
-def _validate_gres(job: dict[str, Any], opts: _Opts, gres_names: frozenset[str]) -> None:
+def _validate_gres(job: dict[str, Any], opts: _Opts, gres_names: frozenset[str], prof: Profile) -> None:
     """The part of gres_job_state_validate that sbatch runs before sending (what it refuses, num_tasks it sets)."""
     where = {"tres_per_job": "gpus", "tres_per_node": "gres" if "gres" in opts.strings else "gpus-per-node",
              "tres_per_socket": "gpus-per-socket", "tres_per_task": "gpus-per-task"}
@@ -738,6 +739,9 @@ def _validate_gres(job: dict[str, Any], opts: _Opts, gres_names: frozenset[str])
     if job["tres_per_socket"] and job["sockets_per_node"] == NO_VAL16:
         raise SbatchRefusal(Problem(opts.loc.get("gpus-per-socket", "--gpus-per-socket"), None,
                                     "--gpus-per-socket option requires --sockets-per-node specification"))
+    if prof.cpus_per_gpu_needs_gpu and job.get("cpus_per_tres") and not typed.get("gpu"):
+        raise SbatchRefusal(Problem(opts.loc.get("cpus-per-gpu", "--cpus-per-gpu"), None,
+                                    f"Requested cpus_per_tres={job['cpus_per_tres']} but did not request any GPU."))
     if job.get("mem_per_tres") and not typed.get("gpu"):
         raise SbatchRefusal(Problem(opts.loc.get("mem-per-gpu", "--mem-per-gpu"), None,
                                     f"Requested mem_per_tres={job['mem_per_tres']} but did not request any GPU."))

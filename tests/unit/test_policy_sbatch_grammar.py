@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuclust.policy.sbatch import SbatchRefusal, read_sbatch
+from gpuclust.policy.sbatch import SbatchRefusal, known_versions, read_sbatch
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "policy"
 TABLES = sorted(DATA.glob("sbatch-grammar-*.json"))
@@ -40,6 +40,8 @@ def _bytes_view(value):
 
 @pytest.mark.parametrize("version,case", list(_cases()))
 def test_replay(version, case):
+    if ".".join(version.split(".")[:2]) not in known_versions():
+        pytest.skip(f"no recorded sbatch option table for {version}")
     files = {}
     if case["script"] is not None:
         files["job.sh"] = case["script"].encode(case["script_encoding"])
