@@ -47,3 +47,34 @@ def test_bad_values_are_input_errors():
         job_desc_from_options(["-N", "many"])
     with pytest.raises(InputError):
         job_desc_from_options(["-A"])
+
+
+def test_script_bytes_are_read_per_line_not_rejected():
+    from gpuclust.policy.sbatch import SbatchRefusal, read_sbatch
+
+    body = b"#!/bin/bash\n# caf\xe9 \xff\n#SBATCH -A ml --comment=\xe9t\xe9\n#SBATCH -G 2\nsrun true\n"
+    job = read_sbatch([], script=body).job_desc
+    assert job["account"] == "ml" and job["tres_per_job"] == "gres:gpu:2" and job["comment"] == "\ufffdt\ufffd"
+    for bad, line in ((b"#!/bin/sh\n#SBATCH -A ml\n\0\n", 3), (b"#!/bin/sh\n#SBATCH -A ml\r\n", 2),
+                      (b"#!/bin/sh\n\n#SBATCH --comment='x\n", 3), (b"#!/bin/sh\n#SBATCH -A ml stray\n", 2)):
+        with pytest.raises(SbatchRefusal) as exc:
+            read_sbatch([], script=bad, script_source="job.sh")
+        assert exc.value.problems[0].line == line and exc.value.problems[0].file == "job.sh", exc.value
+
+
+def test_issue_13_grammar_cases():
+    from gpuclust.policy.sbatch import SbatchRefusal, read_sbatch
+
+    assert read_sbatch(["-G", "64", "-A", "ml"]).job_desc["tres_per_job"] == "gres:gpu:64"
+    assert read_sbatch(["-A", "ml"], script="#!/bin/sh\n#SBATCH -G 64\n").job_desc["tres_per_job"] == "gres:gpu:64"
+    assert read_sbatch(["--gpus-per-n=4"]).job_desc["tres_per_node"] == "gres:gpu:4"
+    assert read_sbatch(["--gpus-per-t=1", "-n", "2"], version="24.11").job_desc["tres_per_task"] == "gres/gpu=1"
+    job = read_sbatch(["--gres=gpu:h100:4", "-N", "4-64"]).job_desc
+    assert (job["min_nodes"], job["max_nodes"]) == (4, 64)
+    for args in (["--frobnicate", "yes", "-A", "ml"], ["--acc=physics"], ["--gres=gpu:h100:-1"], ["-N", "4-2"]):
+        with pytest.raises(SbatchRefusal) as exc:
+            read_sbatch(args)
+        assert args[0] in str(exc.value) or args[0].split("=")[0] in str(exc.value)
+    with pytest.raises(SbatchRefusal) as exc:  # --gres takes "-A" as its value; "ml" is then a stray word
+        read_sbatch([], script="#!/bin/sh\n#SBATCH --gres\n#SBATCH -A ml\n", script_source="job.sh")
+    assert exc.value.problems[0].line == 3
