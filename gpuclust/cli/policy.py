@@ -53,6 +53,22 @@ def _detect_version(app: AppContext) -> str:
     return table_for(out) if out.strip() else DEFAULT_VERSION
 
 
+def _detect_gres(app: AppContext) -> frozenset[str]:
+    """GresTypes of the local cluster (scontrol show config), or {gpu} offline."""
+    if not os.environ.get("SLURM_CONF"):
+        return frozenset({"gpu"})
+    try:
+        out = app.slurm.scontrol(["show", "config"], timeout=10)
+    except Exception:  # noqa: BLE001 - no usable scontrol here: policy check also works offline
+        return frozenset({"gpu"})
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "GresTypes":
+            names = frozenset(v.strip() for v in value.split(",") if v.strip() and v.strip() != "(null)")
+            return names or frozenset({"gpu"})
+    return frozenset({"gpu"})
+
+
 @group.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--user", "user", help="Submitting user name (default: the current user).")
 @click.option("--account", "account", help="Same as -A in the sbatch options (those win if both are given).")
@@ -63,11 +79,14 @@ def _detect_version(app: AppContext) -> str:
 @click.option("--slurm-version", "slurm_version", default=None,
               help="Read the options as this Slurm release's sbatch does (default: env GPUCLUST_SLURM_VERSION, else the "
                    "local `sbatch --version`, else 22.05).")
+@click.option("--gres-types", "gres_types", default=None,
+              help="GRES names the cluster defines, comma-separated (default: GresTypes from scontrol when SLURM_CONF "
+                   "is set, else gpu). sbatch refuses a --gres naming any other.")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 @pass_app
 def check(app: AppContext, user: str | None, account: str | None, default_account: str | None,
           default_qos: str | None, script: str | None, as_json: bool, slurm_version: str | None,
-          sbatch_args: tuple[str, ...]) -> None:
+          gres_types: str | None, sbatch_args: tuple[str, ...]) -> None:
     """Decide a job exactly as the rendered job_submit.lua would: `policy check -- -A ml --gres=gpu:h100:2 ...`.
 
     The options are read exactly as sbatch reads them (its recorded getopt_long table, #SBATCH lines of --script or
@@ -86,8 +105,9 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
         except OSError as exc:
             raise InputError(Problem(script, None, f"cannot read script: {exc}")) from None
     version = slurm_version or os.environ.get("GPUCLUST_SLURM_VERSION") or _detect_version(app)
+    names = frozenset(n.strip() for n in gres_types.split(",") if n.strip()) if gres_types else _detect_gres(app)
     job = job_desc_from_options(args, script=text, user=user or getpass.getuser(), default_account=default_account,
-                                default_qos=default_qos, version=version, script_source=script)
+                                default_qos=default_qos, version=version, script_source=script, gres_names=names)
     verdict = Evaluator(compile_policy(app.config)).submit(job)
     if as_json:
         echo_json({**verdict.as_dict(), "job_desc": job})

@@ -848,10 +848,11 @@ def job_desc_from_options(
     version: str = DEFAULT_VERSION,
     read_file: Callable[[str], bytes] | None = None,
     script_source: str | None = None,
+    gres_names: frozenset[str] = frozenset({"gpu"}),
 ) -> dict[str, Any]:
     """The job_desc slurmctld would give job_submit.lua for `sbatch ARGS [SCRIPT]` (command line over script)."""
     request = read_sbatch(args, script=script, read_file=read_file, version=version, source=source,
-                          script_source=script_source)
+                          script_source=script_source, gres_names=gres_names)
     job = request.job_desc
     job.update({"user_name": user, "default_account": default_account, "default_qos": default_qos})
     return job
