@@ -370,3 +370,31 @@ def test_modify_table_slurmctld_equals_twin(slurm_lab, recorded_policy, lab_conf
             assert upd.returncode != 0, (row, upd.stdout, upd.stderr)
     finally:
         run_cmd(["scancel", job], check=False)
+
+
+def test_installing_on_the_live_lab_never_breaks_slurmctld(slurm_lab, lab_config, tmp_path):
+    """24.11's slurmctld exits on `scontrol reconfigure` with a script that fails to load: `render --out` onto the
+    live path validates first, and a broken script (gpuclust's installer or `slurm-lab policy`) is refused."""
+    from gpuclust.errors import InputError
+    from gpuclust.policy.install import install_lua
+
+    live = Path(slurm_lab["job_submit_lua"])
+    try:
+        run_cmd([*GPUCLUST, "--config", str(lab_config), "policy", "render", "--out", str(live)])
+        run_cmd(["scontrol", "reconfigure"])
+        installed = live.read_text()
+        with pytest.raises(InputError):
+            install_lua("function slurm_job_submit(", live)
+        bad = tmp_path / "bad.lua"
+        bad.write_text("function slurm_job_submit(j) return 0 end\nreturn 0\n")  # no slurm_job_modify
+        cp = run_cmd([str(SLURM_LAB), "--name", slurm_lab.name, "policy", str(bad)], check=False, timeout=60)
+        assert cp.returncode != 0 and "slurm_job_modify" in cp.stderr
+        assert live.read_text() == installed
+        assert sorted(p.name for p in live.parent.iterdir() if "job_submit" in p.name) == ["job_submit.lua"]
+        run_cmd(["scontrol", "reconfigure"])
+        time.sleep(1)
+        assert "UP" in run_cmd(["scontrol", "ping"]).stdout
+        cp = _sbatch(["-A", "physics", "--gres=gpu:h100:4", "-N", "2-4", "--comment", "team=physics project=x"])
+        assert cp.returncode != 0 and "[partition_max_gpus]" in cp.stderr  # the new policy is live
+    finally:
+        run_cmd([str(SLURM_LAB), "--name", slurm_lab.name, "policy", "default"], timeout=60)
