@@ -48,6 +48,7 @@ class PartitionRule:
     need_typed_gpu: bool = False
     need_wckey: bool = False
     max_gpus: int | None = None
+    gpus_per_node: int | None = None  # what an --exclusive job gets on each node
     max_time_s: int | None = None
     max_time_str: str | None = None
     allowed_accounts: frozenset[str] | None = None
@@ -149,6 +150,7 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
             need_typed_gpu=p.require_typed_gpu,
             need_wckey=p.require_wckey,
             max_gpus=p.max_gpus_per_job,
+            gpus_per_node=p.gpus_per_node,
             max_time_s=p.max_time_s,
             max_time_str=format_duration(p.max_time_s) if p.max_time_s is not None else None,
             allowed_accounts=frozenset(p.allowed_accounts) if p.allowed_accounts is not None else None,

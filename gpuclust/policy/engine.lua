@@ -10,6 +10,7 @@ local P = POLICY
 local NO_VAL = 4294967294
 local NO_VAL16 = 65534
 local NO_VAL64 = 18446744073709551614
+local INFINITE = 4294967295
 local SAT = 1000000000 -- GPU counts saturate here, so arithmetic stays exact in doubles
 
 -- Return codes. Only a few ESLURM_* names exist in 22.05's `slurm` table (ESLURM_INVALID_GRES does not,
@@ -21,7 +22,7 @@ local RC_INVALID_TIME_LIMIT = 2051 -- slurm.ESLURM_INVALID_TIME_LIMIT
 local RC_INVALID_GRES = 2072 -- ESLURM_INVALID_GRES (no slurm.* name in 22.05)
 
 local sfind, ssub, sgsub, sformat, sgmatch = string.find, string.sub, string.gsub, string.format, string.gmatch
-local mfloor, tostring, type, pcall, setmetatable = math.floor, tostring, type, pcall, setmetatable
+local mfloor, mceil, tostring, type, pcall, setmetatable = math.floor, math.ceil, tostring, type, pcall, setmetatable
 
 local NAME = "^[A-Za-z0-9_%.%-]+$"
 local DIGITS = "^[0-9]+$"
@@ -60,85 +61,183 @@ local function to_count(digits)
   return c
 end
 
--- Adds the GPUs of one field value to (total, untyped); returns total, untyped, and the offending item when the
--- value is malformed. Items: [gres:|gres/]gpu[:type][:count], comma-separated; other GRES names are ignored.
+local function reject(rc, rule, msg)
+  return rc, rule, "gpuclust policy [" .. rule .. "]: " .. msg
+end
+
+-- The one GPU tokenizer: every form a supported slurmctld hands job_submit.lua, in tres_per_job/node/socket/task
+-- and gres (probed; see tests/data/policy/README.md):
+--   22.05        gres:gpu:h100:2  gres:gpu:2  gres:gpu  gres:gpu:h100
+--   24.11/26.05  gres/gpu:h100:2  gres/gpu:2  gres/gpu=1  gres/gpu:h100=1  cpu=4 (tres_per_task carries cpus)
+--   bare         gpu:h100:2  gpu:2  gpu=2  gpu  (modify requests, other clients)
+-- Items are comma-separated. Items of other GRES (shard, mps) or other TRES kinds (cpu=4, license/x=1) are skipped
+-- once their name is well formed. Returns the GPU count, its untyped part and the offending item (nil if fine).
 -- No tables are built per item: this runs for every job.
-local function add_gpus(v, mult, total, untyped)
-  if v == nil then return total, untyped, nil end
-  if type(v) ~= "string" then return total, untyped, "(not a string)" end
+local function scan_gpus(v)
+  if v == nil then return 0, 0, nil end
+  if type(v) ~= "string" then return 0, 0, "(not a string)" end
+  local total, untyped = 0, 0
   for item in sgmatch(v, "[^,]+") do
     local rest = item
-    local prefix = ssub(rest, 1, 5)
-    if (prefix == "gres:" or prefix == "gres/") and #rest > 5 then rest = ssub(rest, 6) end
-    local c1 = sfind(rest, ":", 1, true)
-    local name = rest
-    if c1 then name = ssub(rest, 1, c1 - 1) end
-    if not sfind(name, NAME) then return total, untyped, item end
-    if name == "gpu" then
-      local count, typed
-      if not c1 then
-        count, typed = 1, false
-      else
-        local c2 = sfind(rest, ":", c1 + 1, true)
-        if not c2 then
-          local second = ssub(rest, c1 + 1)
-          if sfind(second, DIGITS) then
-            count, typed = to_count(second), false
-          elseif sfind(second, NAME) then
-            count, typed = 1, true
-          else
-            return total, untyped, item
-          end
+    if ssub(rest, 1, 5) == "gres:" and #rest > 5 then
+      rest = ssub(rest, 6)
+    else
+      local slash = sfind(rest, "/", 1, true)
+      if slash then
+        local kind = ssub(rest, 1, slash - 1)
+        if kind == "gres" and slash < #rest then
+          rest = ssub(rest, slash + 1)
+        elseif kind ~= "gres" and sfind(kind, NAME) then
+          rest = nil -- another TRES kind (license/..., bb/...): never a GPU
         else
-          local second, third = ssub(rest, c1 + 1, c2 - 1), ssub(rest, c2 + 1)
-          if sfind(second, NAME) and not sfind(second, DIGITS) and sfind(third, DIGITS) then
-            count, typed = to_count(third), true -- a third colon leaves ':' in `third`, which fails DIGITS
-          else
-            return total, untyped, item
-          end
+          return total, untyped, item
         end
       end
-      local g = sat_mul(count, mult)
-      total = sat_add(total, g)
-      if not typed then untyped = sat_add(untyped, g) end
+    end
+    if rest then
+      local eq = sfind(rest, "=", 1, true)
+      local head, cnt = rest, nil
+      if eq then head, cnt = ssub(rest, 1, eq - 1), ssub(rest, eq + 1) end
+      local c1 = sfind(head, ":", 1, true)
+      local name = head
+      if c1 then name = ssub(head, 1, c1 - 1) end
+      if not sfind(name, NAME) then return total, untyped, item end
+      if name == "gpu" then
+        local count, typed
+        if eq then -- gpu=N | gpu:TYPE=N
+          if not sfind(cnt, DIGITS) then return total, untyped, item end
+          count, typed = to_count(cnt), false
+          if c1 then
+            local gtype = ssub(head, c1 + 1)
+            if not sfind(gtype, NAME) or sfind(gtype, DIGITS) then return total, untyped, item end
+            typed = true
+          end
+        elseif not c1 then
+          count, typed = 1, false
+        else
+          local c2 = sfind(head, ":", c1 + 1, true)
+          if not c2 then
+            local second = ssub(head, c1 + 1)
+            if sfind(second, DIGITS) then
+              count, typed = to_count(second), false
+            elseif sfind(second, NAME) then
+              count, typed = 1, true
+            else
+              return total, untyped, item
+            end
+          else
+            local second, third = ssub(head, c1 + 1, c2 - 1), ssub(head, c2 + 1)
+            if sfind(second, NAME) and not sfind(second, DIGITS) and sfind(third, DIGITS) then
+              count, typed = to_count(third), true -- a third colon leaves ':' in `third`, which fails DIGITS
+            else
+              return total, untyped, item
+            end
+          end
+        end
+        total = sat_add(total, count)
+        if not typed then untyped = sat_add(untyped, count) end
+      end
     end
   end
   return total, untyped, nil
 end
 
--- GPUs the job asks for, from every field that carries them. Per-node counts x nodes, per-socket x
--- sockets_per_node x nodes, per-task x tasks (num_tasks, else ntasks_per_node x nodes, else one per node).
--- tres_per_node and gres are the same request in 22.05 (gres is its alias), so gres is read only when
--- tres_per_node is unset.
+local W_NODES = "max_nodes is unlimited (an open -N range); give -N <min>-<max>"
+local W_SOCKETS = "--gpus-per-socket needs --sockets-per-node"
+
+-- The MOST GPUs Slurm may allocate the job: a limit must hold for every allocation Slurm can pick. Measured on the
+-- lab (tests/data/policy/README.md): `-N 2-4 --gres=gpu:1` got 4 nodes; `-n 16 -c 2 --gres=gpu:1` (no -N) spread
+-- over 4 nodes; `-N 1-3 --ntasks-per-node=2` got 4 tasks although sbatch sent num_tasks 2; `--ntasks-per-gpu=2 -n 4`
+-- got 2 GPUs with no GPU field set; `--exclusive` got every GPU of its nodes.
+--   nodes: max_nodes when set (never below min_nodes); else the larger of min_nodes (or 1) and num_tasks, since
+--          Slurm never gives a job more nodes than tasks; max_nodes = INFINITE is unbounded.
+--   tasks: num_tasks, raised to ntasks_per_node (or ntasks_per_socket x sockets_per_node) x nodes; without
+--          num_tasks, min_cpus (>= tasks; the job record in slurm_job_modify has no num_tasks), else one per node.
+-- Returns total, untyped, bad item, its field, nodes, why unbounded (nil if bounded), exclusive.
+-- tres_per_node and gres are the same request (gres is its alias), so gres is read only when tres_per_node is unset.
+-- Fields are read only when needed: each read of job_desc is a call into slurmctld.
 local function gpu_request(job)
-  -- Fields are read only when needed: each read of job_desc is a call into slurmctld.
-  local per_job, per_node, per_socket, per_task = job.tres_per_job, job.tres_per_node, job.tres_per_socket, job.tres_per_task
-  local node_field = "tres_per_node"
+  local per_node, node_field = job.tres_per_node, "tres_per_node"
   if per_node == nil or per_node == "" then node_field, per_node = "gres", job.gres end
-  if per_node == nil and per_socket == nil and per_task == nil then
-    local total, untyped, bad = add_gpus(per_job, 1, 0, 0)
-    return total, untyped, bad, "tres_per_job"
-  end
-  local nodes = valid_count(job.min_nodes, NO_VAL) or 1
-  local total, untyped, bad = add_gpus(per_job, 1, 0, 0)
+  local total, untyped, bad = scan_gpus(job.tres_per_job)
   if bad then return total, untyped, bad, "tres_per_job" end
-  total, untyped, bad = add_gpus(per_node, nodes, total, untyped)
+  local nt, nu, st, su, tt, tu
+  nt, nu, bad = scan_gpus(per_node)
   if bad then return total, untyped, bad, node_field end
-  if per_socket ~= nil then
-    local sockets = valid_count(job.sockets_per_node, NO_VAL16) or 1
-    total, untyped, bad = add_gpus(per_socket, sat_mul(sockets, nodes), total, untyped)
-    if bad then return total, untyped, bad, "tres_per_socket" end
+  st, su, bad = scan_gpus(job.tres_per_socket)
+  if bad then return total, untyped, bad, "tres_per_socket" end
+  tt, tu, bad = scan_gpus(job.tres_per_task)
+  if bad then return total, untyped, bad, "tres_per_task" end
+  local per_gpu = nil -- --ntasks-per-gpu without any GPU field: Slurm allocates ceil(tasks / N) GPUs
+  if total == 0 and nt == 0 and st == 0 and tt == 0 then per_gpu = valid_count(job.ntasks_per_tres, NO_VAL16) end
+  local exclusive = job.shared == 0
+  if nt == 0 and st == 0 and tt == 0 and not per_gpu and not exclusive then
+    return total, untyped, nil, nil, 1, nil, false
   end
-  if per_task ~= nil then
-    local tasks = valid_count(job.num_tasks, NO_VAL)
-    if not tasks then
-      local tpn = valid_count(job.ntasks_per_node, NO_VAL16)
-      if tpn then tasks = sat_mul(tpn, nodes) else tasks = nodes end
+  local why = nil
+  local tasks = valid_count(job.num_tasks, NO_VAL)
+  local lo = valid_count(job.min_nodes, NO_VAL) or 1
+  local mx = job.max_nodes
+  local nodes
+  if mx == INFINITE then
+    nodes, why = SAT, W_NODES
+  else
+    nodes = valid_count(mx, NO_VAL)
+    if nodes then
+      if nodes < lo then nodes = lo end
+    else
+      nodes = lo
+      if tasks and tasks > nodes then nodes = tasks end
     end
-    total, untyped, bad = add_gpus(per_task, tasks, total, untyped)
-    if bad then return total, untyped, bad, "tres_per_task" end
   end
-  return total, untyped, nil, nil
+  total, untyped = sat_add(total, sat_mul(nt, nodes)), sat_add(untyped, sat_mul(nu, nodes))
+  if st > 0 then
+    local sockets = valid_count(job.sockets_per_node, NO_VAL16)
+    if not sockets then sockets, why = SAT, why or W_SOCKETS end
+    local m = sat_mul(sockets, nodes)
+    total, untyped = sat_add(total, sat_mul(st, m)), sat_add(untyped, sat_mul(su, m))
+  end
+  if tt > 0 or per_gpu then
+    local t = tasks or valid_count(job.min_cpus, NO_VAL)
+    local tpn = valid_count(job.ntasks_per_node, NO_VAL16)
+    if not tpn then
+      local tps = valid_count(job.ntasks_per_socket, NO_VAL16)
+      if tps then
+        local spn = valid_count(job.sockets_per_node, NO_VAL16)
+        if spn then tpn = sat_mul(tps, spn) end
+      end
+    end
+    if tpn then
+      local u = sat_mul(tpn, nodes)
+      if not t or u > t then t = u end
+    end
+    if not t then t = nodes end
+    total, untyped = sat_add(total, sat_mul(tt, t)), sat_add(untyped, sat_mul(tu, t))
+    if per_gpu then
+      local g = mceil(t / per_gpu)
+      total, untyped = sat_add(total, g), sat_add(untyped, g)
+    end
+  end
+  return total, untyped, nil, nil, nodes, why, exclusive
+end
+
+-- GPUs an exclusive job gets on partition `name`: every GPU of its nodes (needs gpus_per_node in the config).
+local function whole_nodes(name, nodes)
+  local pr = P.partitions[name]
+  if pr and pr.gpus_per_node then return sat_mul(nodes, pr.gpus_per_node), nil end
+  return 0, sformat("--exclusive gets every GPU of its nodes, and partition %s has no gpus_per_node in the site config",
+    shown(name))
+end
+
+local function unbounded(why, what, name, max)
+  return reject(RC_ERROR, "gpu_unbounded", sformat(
+    "cannot bound the GPUs this job may be allocated: %s; %s %s allows at most %d per job", why, what, name, max))
+end
+
+local function too_many(rule, total, what, name, max)
+  return reject(RC_ERROR, rule, sformat("job asks for %d GPUs at most (per-node and per-task requests count at the "
+    .. "largest node and task counts Slurm may give it); %s %s allows at most %d per job; fix the counts with "
+    .. "-N <nodes> and -n <tasks>, or ask with --gpus=<total>", total, what, name, max))
 end
 
 -- The value of label `key` in --comment: tokens are separated by commas, semicolons or blanks, a token is
@@ -178,10 +277,6 @@ local function partitions_of(job)
   return list, n
 end
 
-local function reject(rc, rule, msg)
-  return rc, rule, "gpuclust policy [" .. rule .. "]: " .. msg
-end
-
 -- Rules in a fixed order; the first that fails decides. Returns rc, rule, message (nil on accept).
 local function evaluate(job)
   local user = job.user_name
@@ -193,7 +288,7 @@ local function evaluate(job)
   if P.need_account and not account then
     return reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
   end
-  local gpu_total, gpu_untyped, bad, field = gpu_request(job)
+  local gpu_total, gpu_untyped, bad, field, nodes, why, exclusive = gpu_request(job)
   if bad then
     return reject(RC_INVALID_GRES, "gres_syntax", sformat(
       "cannot parse GPU request '%s' in %s; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>", shown(bad), field))
@@ -246,9 +341,15 @@ local function evaluate(job)
         return reject(RC_INVALID_GRES, "partition_typed_gpu", sformat(
           "partition %s needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>", pr.name))
       end
-      if pr.max_gpus and gpu_total > pr.max_gpus then
-        return reject(RC_ERROR, "partition_max_gpus", sformat(
-          "job asks for %d GPUs; partition %s allows at most %d per job", gpu_total, pr.name, pr.max_gpus))
+      if pr.max_gpus then
+        local g, w = gpu_total, why
+        if exclusive then
+          local x, xw = whole_nodes(parts[i], nodes)
+          if x > g then g = x end
+          w = w or xw
+        end
+        if w then return unbounded(w, "partition", pr.name, pr.max_gpus) end
+        if g > pr.max_gpus then return too_many("partition_max_gpus", g, "partition", pr.name, pr.max_gpus) end
       end
       local t = job.time_limit
       if pr.max_time_s and type(t) == "number" and t ~= NO_VAL and mfloor(t) == t and t * 60 > pr.max_time_s then
@@ -272,9 +373,18 @@ local function evaluate(job)
         end
       end
     end
-    if ar.max_gpus and gpu_total > ar.max_gpus then
-      return reject(RC_ERROR, "account_max_gpus", sformat(
-        "job asks for %d GPUs; account %s allows at most %d per job", gpu_total, ar.name, ar.max_gpus))
+    if ar.max_gpus then
+      local g, w = gpu_total, why
+      if exclusive then
+        if nparts == 0 then w = w or "--exclusive gets every GPU of its nodes, and the job names no partition" end
+        for i = 1, nparts do
+          local x, xw = whole_nodes(parts[i], nodes)
+          if x > g then g = x end
+          w = w or xw
+        end
+      end
+      if w then return unbounded(w, "account", ar.name, ar.max_gpus) end
+      if g > ar.max_gpus then return too_many("account_max_gpus", g, "account", ar.name, ar.max_gpus) end
     end
     if ar.typed_limits then typed_limits = true end
   end

@@ -20,6 +20,7 @@ from gpuclust.policy.compile import CompiledPolicy
 NO_VAL = 4294967294.0
 NO_VAL16 = 65534.0
 NO_VAL64 = float(18446744073709551614)
+INFINITE = 4294967295.0
 SAT = 1e9
 
 RC_OK = 0
@@ -46,12 +47,6 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "rc": self.rc, "rule": self.rule, "message": self.message}
-
-
-@dataclass
-class _Gpus:
-    total: float = 0.0
-    untyped: float = 0.0
 
 
 def _num(v: Any) -> float | None:
@@ -102,68 +97,150 @@ def _fmt_int(x: float) -> str:
     return str(int(x))
 
 
-def _add_gpus(v: Any, mult: float, acc: _Gpus) -> str | None:
+def scan_gpus(v: Any) -> tuple[float, float, str | None]:
+    """GPUs in one field value: (count, untyped part, offending item). engine.lua's scan_gpus, the one tokenizer
+    for every form a supported slurmctld sends (22.05 `gres:gpu:h100:2`, 24.11+ `gres/gpu:h100:2`, `gres/gpu=1`,
+    `gres/gpu:h100=1`, `cpu=4`, bare `gpu:2`, comma lists)."""
     if v is None:
-        return None
+        return 0.0, 0.0, None
     if not isinstance(v, str):
-        return "(not a string)"
+        return 0.0, 0.0, "(not a string)"
+    total = untyped = 0.0
     for item in v.split(","):
         if not item:
             continue
-        rest = item
-        if rest[:5] in ("gres:", "gres/") and len(_b(rest)) > 5:
-            rest = rest[5:]
-        parts = rest.split(":")
-        n = len(parts)
-        if not _NAME.fullmatch(parts[0]):
-            return item
-        if parts[0] != "gpu":
-            continue
-        if n == 1:
-            count, typed = 1.0, False
-        elif n == 2:
-            if _DIGITS.fullmatch(parts[1]):
-                count, typed = _to_count(parts[1]), False
-            elif _NAME.fullmatch(parts[1]):
-                count, typed = 1.0, True
-            else:
-                return item
-        elif n == 3 and _NAME.fullmatch(parts[1]) and not _DIGITS.fullmatch(parts[1]) and _DIGITS.fullmatch(parts[2]):
-            count, typed = _to_count(parts[2]), True
+        rest: str | None = item
+        if item[:5] == "gres:" and len(_b(item)) > 5:
+            rest = item[5:]
         else:
-            return item
-        g = _sat_mul(count, mult)
-        acc.total = _sat_add(acc.total, g)
+            slash = item.find("/")
+            if slash >= 0:
+                kind = item[:slash]
+                if kind == "gres" and slash < len(item) - 1:
+                    rest = item[slash + 1:]
+                elif kind != "gres" and _NAME.fullmatch(kind):
+                    rest = None  # another TRES kind (license/..., bb/...): never a GPU
+                else:
+                    return total, untyped, item
+        if rest is None:
+            continue
+        head, eq, cnt = rest.partition("=")
+        name, c1, after = head.partition(":")
+        if not _NAME.fullmatch(name):
+            return total, untyped, item
+        if name != "gpu":
+            continue
+        if eq:  # gpu=N | gpu:TYPE=N
+            if not _DIGITS.fullmatch(cnt):
+                return total, untyped, item
+            count, typed = _to_count(cnt), False
+            if c1:
+                if not _NAME.fullmatch(after) or _DIGITS.fullmatch(after):
+                    return total, untyped, item
+                typed = True
+        elif not c1:
+            count, typed = 1.0, False
+        else:
+            second, c2, third = after.partition(":")
+            if not c2:
+                if _DIGITS.fullmatch(second):
+                    count, typed = _to_count(second), False
+                elif _NAME.fullmatch(second):
+                    count, typed = 1.0, True
+                else:
+                    return total, untyped, item
+            elif _NAME.fullmatch(second) and not _DIGITS.fullmatch(second) and _DIGITS.fullmatch(third):
+                count, typed = _to_count(third), True
+            else:
+                return total, untyped, item
+        total = _sat_add(total, count)
         if not typed:
-            acc.untyped = _sat_add(acc.untyped, g)
-    return None
+            untyped = _sat_add(untyped, count)
+    return total, untyped, None
 
 
-def gpu_request(job: Mapping[str, Any]) -> tuple[_Gpus, str | None, str | None]:
-    """GPUs the job asks for (see engine.lua's gpu_request for the rules); (acc, bad item, field)."""
-    acc = _Gpus()
-    nodes = _valid_count(job.get("min_nodes"), NO_VAL) or 1.0
-    sockets = _valid_count(job.get("sockets_per_node"), NO_VAL16) or 1.0
+W_NODES = "max_nodes is unlimited (an open -N range); give -N <min>-<max>"
+W_SOCKETS = "--gpus-per-socket needs --sockets-per-node"
+
+
+@dataclass
+class GpuRequest:
+    """The most GPUs Slurm may allocate a job (see engine.lua's gpu_request for the rules and the lab facts)."""
+
+    total: float = 0.0
+    untyped: float = 0.0
+    bad: str | None = None
+    field: str | None = None
+    nodes: float = 1.0
+    why: str | None = None  # why the count has no bound (None: bounded)
+    exclusive: bool = False
+
+
+def gpu_request(job: Mapping[str, Any]) -> GpuRequest:
+    node_field, per_node = "tres_per_node", job.get("tres_per_node")
+    if per_node is None or per_node == "":
+        node_field, per_node = "gres", job.get("gres")
+    total, untyped, bad = scan_gpus(job.get("tres_per_job"))
+    if bad is not None:
+        return GpuRequest(total, untyped, bad, "tres_per_job")
+    nt, nu, bad = scan_gpus(per_node)
+    if bad is not None:
+        return GpuRequest(total, untyped, bad, node_field)
+    st, su, bad = scan_gpus(job.get("tres_per_socket"))
+    if bad is not None:
+        return GpuRequest(total, untyped, bad, "tres_per_socket")
+    tt, tu, bad = scan_gpus(job.get("tres_per_task"))
+    if bad is not None:
+        return GpuRequest(total, untyped, bad, "tres_per_task")
+    per_gpu = None
+    if total == 0 and nt == 0 and st == 0 and tt == 0:
+        per_gpu = _valid_count(job.get("ntasks_per_tres"), NO_VAL16)
+    shared = _num(job.get("shared"))
+    exclusive = shared is not None and shared == 0
+    if nt == 0 and st == 0 and tt == 0 and per_gpu is None and not exclusive:
+        return GpuRequest(total, untyped)
+    why: str | None = None
     tasks = _valid_count(job.get("num_tasks"), NO_VAL)
-    if tasks is None:
-        per_node = _valid_count(job.get("ntasks_per_node"), NO_VAL16)
-        tasks = _sat_mul(per_node, nodes) if per_node is not None else nodes
-    bad = _add_gpus(job.get("tres_per_job"), 1.0, acc)
-    if bad is not None:
-        return acc, bad, "tres_per_job"
-    node_field, node_value = "tres_per_node", job.get("tres_per_node")
-    if node_value is None or node_value == "":
-        node_field, node_value = "gres", job.get("gres")
-    bad = _add_gpus(node_value, nodes, acc)
-    if bad is not None:
-        return acc, bad, node_field
-    bad = _add_gpus(job.get("tres_per_socket"), _sat_mul(sockets, nodes), acc)
-    if bad is not None:
-        return acc, bad, "tres_per_socket"
-    bad = _add_gpus(job.get("tres_per_task"), tasks, acc)
-    if bad is not None:
-        return acc, bad, "tres_per_task"
-    return acc, None, None
+    lo = _valid_count(job.get("min_nodes"), NO_VAL) or 1.0
+    mx = _num(job.get("max_nodes"))
+    nodes: float
+    if mx is not None and mx == INFINITE:
+        nodes, why = SAT, W_NODES
+    else:
+        got = _valid_count(mx, NO_VAL)
+        if got is not None:
+            nodes = max(got, lo)
+        else:
+            nodes = lo
+            if tasks is not None and tasks > nodes:
+                nodes = tasks
+    total, untyped = _sat_add(total, _sat_mul(nt, nodes)), _sat_add(untyped, _sat_mul(nu, nodes))
+    if st > 0:
+        sockets = _valid_count(job.get("sockets_per_node"), NO_VAL16)
+        if sockets is None:
+            sockets, why = SAT, why or W_SOCKETS
+        m = _sat_mul(sockets, nodes)
+        total, untyped = _sat_add(total, _sat_mul(st, m)), _sat_add(untyped, _sat_mul(su, m))
+    if tt > 0 or per_gpu is not None:
+        t = tasks if tasks is not None else _valid_count(job.get("min_cpus"), NO_VAL)
+        tpn = _valid_count(job.get("ntasks_per_node"), NO_VAL16)
+        if tpn is None:
+            tps = _valid_count(job.get("ntasks_per_socket"), NO_VAL16)
+            if tps is not None:
+                spn = _valid_count(job.get("sockets_per_node"), NO_VAL16)
+                if spn is not None:
+                    tpn = _sat_mul(tps, spn)
+        if tpn is not None:
+            u = _sat_mul(tpn, nodes)
+            if t is None or u > t:
+                t = u
+        if t is None:
+            t = nodes
+        total, untyped = _sat_add(total, _sat_mul(tt, t)), _sat_add(untyped, _sat_mul(tu, t))
+        if per_gpu is not None:
+            g = float(math.ceil(t / per_gpu))
+            total, untyped = _sat_add(total, g), _sat_add(untyped, g)
+    return GpuRequest(total, untyped, None, None, nodes, why, exclusive)
 
 
 def labels_of(comment: Any, keys: frozenset[str]) -> dict[str, bytes]:
@@ -199,6 +276,23 @@ class Evaluator:
     def _reject(rc: int, rule: str, msg: str) -> Verdict:
         return Verdict(rc, rule, f"gpuclust policy [{rule}]: {msg}")
 
+    def _whole_nodes(self, name: str, nodes: float) -> tuple[float, str | None]:
+        pr = self.policy.partitions.get(name)
+        if pr is not None and pr.gpus_per_node is not None:
+            return _sat_mul(nodes, float(pr.gpus_per_node)), None
+        return 0.0, (f"--exclusive gets every GPU of its nodes, and partition {shown(name)} has no gpus_per_node "
+                     "in the site config")
+
+    def _unbounded(self, why: str, what: str, name: str, limit: int) -> Verdict:
+        return self._reject(RC_ERROR, "gpu_unbounded",
+                            f"cannot bound the GPUs this job may be allocated: {why}; {what} {name} allows at most {limit} per job")
+
+    def _too_many(self, rule: str, total: float, what: str, name: str, limit: int) -> Verdict:
+        return self._reject(RC_ERROR, rule,
+                            f"job asks for {_fmt_int(total)} GPUs at most (per-node and per-task requests count at the "
+                            f"largest node and task counts Slurm may give it); {what} {name} allows at most {limit} per job; "
+                            "fix the counts with -N <nodes> and -n <tasks>, or ask with --gpus=<total>")
+
     def submit(self, job: Mapping[str, Any]) -> Verdict:
         """The verdict of slurm_job_submit for this job_desc."""
         pol = self.policy
@@ -209,10 +303,10 @@ class Evaluator:
             return Verdict(RC_OK, "exempt", None)
         if pol.need_account and not account:
             return self._reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
-        gpus, bad, field = gpu_request(job)
-        if bad is not None:
+        gpus = gpu_request(job)
+        if gpus.bad is not None:
             return self._reject(RC_INVALID_GRES, "gres_syntax",
-                                f"cannot parse GPU request '{shown(bad)}' in {field}; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>")
+                                f"cannot parse GPU request '{shown(gpus.bad)}' in {gpus.field}; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>")
         if pol.labels:
             found = labels_of(job.get("comment"), self._label_keys)
             for label, regexes, exact in zip(pol.labels, self._label_regexes, self._label_exact, strict=True):
@@ -242,9 +336,15 @@ class Evaluator:
             if pr.need_typed_gpu and gpus.untyped > 0:
                 return self._reject(RC_INVALID_GRES, "partition_typed_gpu",
                                     f"partition {pr.name} needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>")
-            if pr.max_gpus is not None and gpus.total > pr.max_gpus:
-                return self._reject(RC_ERROR, "partition_max_gpus",
-                                    f"job asks for {_fmt_int(gpus.total)} GPUs; partition {pr.name} allows at most {pr.max_gpus} per job")
+            if pr.max_gpus is not None:
+                g, w = gpus.total, gpus.why
+                if gpus.exclusive:
+                    x, xw = self._whole_nodes(name, gpus.nodes)
+                    g, w = max(g, x), w or xw
+                if w is not None:
+                    return self._unbounded(w, "partition", pr.name, pr.max_gpus)
+                if g > pr.max_gpus:
+                    return self._too_many("partition_max_gpus", g, "partition", pr.name, pr.max_gpus)
             t = _num(job.get("time_limit"))
             if (pr.max_time_s is not None and t is not None and t != NO_VAL and (math.isinf(t) or t.is_integer())
                     and t * 60 > pr.max_time_s):
@@ -261,9 +361,18 @@ class Evaluator:
                     if name not in ar.allowed_partitions:
                         return self._reject(RC_ERROR, "account_partition",
                                             f"account {ar.name} may not use partition {shown(name)}; use --partition with one of: {ar.allowed_partitions_str}")
-            if ar.max_gpus is not None and gpus.total > ar.max_gpus:
-                return self._reject(RC_ERROR, "account_max_gpus",
-                                    f"job asks for {_fmt_int(gpus.total)} GPUs; account {ar.name} allows at most {ar.max_gpus} per job")
+            if ar.max_gpus is not None:
+                g, w = gpus.total, gpus.why
+                if gpus.exclusive:
+                    if not parts:
+                        w = w or "--exclusive gets every GPU of its nodes, and the job names no partition"
+                    for name in parts:
+                        x, xw = self._whole_nodes(name, gpus.nodes)
+                        g, w = max(g, x), w or xw
+                if w is not None:
+                    return self._unbounded(w, "account", ar.name, ar.max_gpus)
+                if g > ar.max_gpus:
+                    return self._too_many("account_max_gpus", g, "account", ar.name, ar.max_gpus)
             if ar.typed_limits:
                 typed_limits = True
         qos = _nonempty(job.get("qos")) or _nonempty(job.get("default_qos"))

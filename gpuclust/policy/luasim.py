@@ -32,11 +32,11 @@ JOB_DESC_FIELDS = frozenset({
     "wait4switch", "wckey", "work_dir",
 })
 
-# job_rec fields the modify path may read (a subset of 22.05's job_record fields).
+# job_rec fields slurm_job_modify can read in 22.05 (probed on the lab: the record has no num_tasks,
+# ntasks_per_node, sockets_per_node, shared, gres or user_name; those read nil).
 JOB_REC_FIELDS = frozenset({
-    "account", "comment", "partition", "qos", "time_limit", "user_name", "user_id", "wckey", "gres",
-    "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "min_nodes", "max_nodes",
-    "num_tasks", "ntasks_per_node", "sockets_per_node", "job_id", "job_state", "name",
+    "account", "comment", "partition", "qos", "time_limit", "user_id", "wckey", "tres_per_node", "tres_per_job",
+    "tres_per_socket", "tres_per_task", "min_nodes", "max_nodes", "min_cpus", "job_id", "job_state", "name",
 })
 
 _MOCK = r"""

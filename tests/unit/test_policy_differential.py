@@ -38,15 +38,19 @@ count = st.one_of(st.integers(0, 40).map(str), st.integers(0, 10**30).map(str),
                   st.sampled_from(["", "2K", "-1", "1.5", "0x10", " 2", "007", "9" * 400]))
 gres_item = st.builds(
     lambda prefix, name, gtype, cnt: prefix + name + (":" + gtype if gtype is not None else "") + (":" + cnt if cnt is not None else ""),
-    st.sampled_from(["", "gres:", "gres/", "gres:gres:"]),
-    st.sampled_from(["gpu", "gpu", "gpu", "shard", "mps", "GPU", "", "gpu ", "g-p.u", "gres"]),
-    st.one_of(st.none(), st.sampled_from(["h100", "a100", "0", "12", "h100 ", "x(y)", "", "é"])),
-    st.one_of(st.none(), count),
+    st.sampled_from(["", "gres:", "gres/", "gres:gres:", "gres/gres/", "license/", "bb/", "/", "x y/"]),
+    st.sampled_from(["gpu", "gpu", "gpu", "shard", "mps", "GPU", "", "gpu ", "g-p.u", "gres", "cpu", "mem"]),
+    st.one_of(st.none(), st.sampled_from(["h100", "a100", "0", "12", "h100 ", "x(y)", "", "é", "a=b"])),
+    st.one_of(st.none(), count, count.map(lambda c: "=" + c)),
 )
 gres_value = st.one_of(
     st.none(),
     st.sampled_from(["", "gres:gpu:2", "gres:gpu:h100:2", "gpu:2", "gres:gpu:h100:1,gres:shard:1", "gres:gpu",
-                     "gres:gpu:h100", "gres/gpu:3", ",", "gres:gpu:99999999999999999999999"]),
+                     "gres:gpu:h100", "gres/gpu:3", ",", "gres:gpu:99999999999999999999999",
+                     # 24.11 / 26.05 forms
+                     "gres/gpu:h100:2", "gres/gpu=1", "gres/gpu:h100=1", "cpu=4,gres/gpu=1", "cpu=2,gres/gpu:h100=2",
+                     "gres/gpu=", "gres/gpu:1=2", "gres/gpu:h100:2=1", "license/x=1,gres/gpu=2", "gres/=1",
+                     "gres/gpu=99999999999999999999", "gpu=3", "gres/shard=1,gres/gpu:h100=1"]),
     st.lists(gres_item, min_size=1, max_size=3).map(",".join),
     ascii_text,
     text,
@@ -86,9 +90,14 @@ wild_job = st.fixed_dictionaries({
     "tres_per_socket": gres_value,
     "tres_per_task": gres_value,
     "min_nodes": number,
+    "max_nodes": number,
     "num_tasks": number,
+    "min_cpus": number,
     "ntasks_per_node": number,
     "sockets_per_node": number,
+    "ntasks_per_socket": number,
+    "ntasks_per_tres": number,
+    "shared": number,
     "time_limit": number,
 }, optional={"bogus_field": text, "user_id": number})
 
@@ -97,10 +106,14 @@ def _maybe(values: list, none_weight: int = 1) -> st.SearchStrategy:
     return st.sampled_from([None] * none_weight + values)
 
 
-valid_gpu = st.builds(lambda prefix, body: prefix + body, st.sampled_from(["gres:", "gres:", ""]),
-                      st.sampled_from(["gpu:h100:1", "gpu:h100:2", "gpu:h100:4", "gpu:h100:9", "gpu:h100:16",
-                                       "gpu:a100:3", "gpu:2", "gpu:1", "gpu", "gpu:h100", "gpu:h100:0",
-                                       "gpu:h100:2,shard:1", "gpu:a100:1,gpu:h100:1"]))
+valid_gpu = st.one_of(
+    st.builds(lambda prefix, body: prefix + body, st.sampled_from(["gres:", "gres:", "", "gres/"]),
+              st.sampled_from(["gpu:h100:1", "gpu:h100:2", "gpu:h100:4", "gpu:h100:9", "gpu:h100:16",
+                               "gpu:a100:3", "gpu:2", "gpu:1", "gpu", "gpu:h100", "gpu:h100:0",
+                               "gpu:h100:2,shard:1", "gpu:a100:1,gpu:h100:1"])),
+    # 24.11 / 26.05: '=' forms, and tres_per_task carrying the cpus
+    st.sampled_from(["gres/gpu=1", "gres/gpu:h100=1", "gres/gpu:h100=2", "cpu=2,gres/gpu:h100=1", "cpu=4,gres/gpu=1"]),
+)
 good_comment = st.builds(
     lambda team, project, cost, sep: sep.join(x for x in (team, project, cost) if x),
     _maybe(["team=physics", "team=ml", "team=ops", "team=bio", "team=biology", "team=chem"], 0),
@@ -123,9 +136,14 @@ realistic_job = st.fixed_dictionaries({
     "tres_per_task": st.integers(0, 5).flatmap(lambda i: valid_gpu if i == 0 else st.none()),
     "tres_per_socket": st.integers(0, 5).flatmap(lambda i: valid_gpu if i == 0 else st.none()),
     "min_nodes": st.sampled_from([NO_VAL, NO_VAL, 1, 2, 4, 0]),
+    "max_nodes": st.sampled_from([NO_VAL, NO_VAL, NO_VAL, 1, 2, 4, 64, INFINITE]),
     "num_tasks": st.sampled_from([NO_VAL, NO_VAL, 1, 2, 8]),
+    "min_cpus": st.sampled_from([NO_VAL, 1, 2, 8]),
     "ntasks_per_node": st.sampled_from([NO_VAL16, NO_VAL16, 1, 4]),
     "sockets_per_node": st.sampled_from([NO_VAL16, NO_VAL16, 2]),
+    "ntasks_per_socket": st.sampled_from([NO_VAL16, NO_VAL16, NO_VAL16, 2]),
+    "ntasks_per_tres": st.sampled_from([NO_VAL16, NO_VAL16, NO_VAL16, 2]),
+    "shared": st.sampled_from([NO_VAL16, NO_VAL16, NO_VAL16, 0, 1, 2]),
     "time_limit": st.sampled_from([NO_VAL, NO_VAL, 1, 2, 30, 60, 61, 2880, 2881, INFINITE]),
 })
 # 4 in 5 jobs realistic (so every rule decides some), 1 in 5 wild.
@@ -174,6 +192,8 @@ RARE_RULE_JOBS = {
                           "comment": "team=ml project=proj-x cost=1"},
     "partition_max_time": {"user_name": "alice", "account": "physics", "partition": "gpu",
                            "tres_per_node": "gres:gpu:h100:1", "min_nodes": 1, "time_limit": 5000, "comment": _LABELS},
+    "gpu_unbounded": {"user_name": "alice", "account": "physics", "partition": "gpu", "tres_per_node": "gres/gpu:h100:1",
+                      "min_nodes": 1, "max_nodes": INFINITE, "time_limit": 10, "comment": _LABELS},
     "ok": {"user_name": "alice", "account": "physics", "partition": "gpu", "tres_per_node": "gres:gpu:h100:2",
            "min_nodes": 1, "time_limit": 60, "comment": _LABELS},
 }
@@ -214,7 +234,8 @@ def test_submit_agree_on_site_example(example_engines, jobs):
 modify_desc = st.fixed_dictionaries({}, optional={
     "account": names("physics", "ml", "bio"), "partition": names("gpu", "debug", "a100"),
     "comment": comment, "time_limit": number, "tres_per_node": gres_value, "tres_per_job": gres_value,
-    "min_nodes": number, "wckey": names("lattice", ""), "qos": names("typed", "plain"),
+    "tres_per_task": gres_value, "min_nodes": number, "max_nodes": number, "num_tasks": number, "shared": number,
+    "wckey": names("lattice", ""), "qos": names("typed", "plain"),
 })
 
 
@@ -237,5 +258,5 @@ def test_differential_volume():
     assert SEEN["submit"] >= 10_000
     expected = {"ok", "exempt", "account_missing", "gres_syntax", "label_missing", "label_value", "partition_account",
                 "partition_wckey", "partition_gpu", "partition_typed_gpu", "partition_max_gpus",
-                "partition_max_time", "account_partition", "account_max_gpus", "untyped_gpu"}
+                "partition_max_time", "account_partition", "account_max_gpus", "untyped_gpu", "gpu_unbounded"}
     assert expected <= SEEN["rules"], expected - SEEN["rules"]

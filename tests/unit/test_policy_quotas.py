@@ -126,3 +126,50 @@ def test_cli_plan_and_apply_exit_codes():
     result = runner.invoke(cli, ["--config", str(LAB_CONF), "policy", "quotas", "apply"], obj=AppContext(client=LabReplay()),
                            input="n\n")
     assert result.exit_code == 1
+
+
+# --- the same plan on every recorded Slurm version (tests/data/policy/quotas-<version>/, record_quotas.py) ---
+
+def _version_dirs() -> list[Path]:
+    return sorted(DATA.glob("quotas-*/"))
+
+
+class VersionReplay(ReplaySlurmClient):
+    def __init__(self, folder: Path, cluster: str, when: str = "before"):
+        super().__init__()
+        self.folder, self.cluster = folder, cluster
+        self.load(when)
+        self.add("scontrol", ["show", "config"], (folder / "show-config.txt").read_text())
+
+    def load(self, when: str) -> None:
+        self.add("sacctmgr", QOS_ARGS, (self.folder / f"qos.{when}.txt").read_text())
+        self.add("sacctmgr", ["show", "assoc", "where", f"cluster={self.cluster}", ASSOC_FORMAT, "--parsable2"],
+                 (self.folder / f"assoc.{when}.txt").read_text())
+
+    def sacctmgr(self, args, *, input_text=None, timeout=None):
+        if list(args) == ["-i"]:
+            self.load("after")
+            return ""
+        return super().sacctmgr(args, input_text=input_text, timeout=timeout)
+
+
+def test_recorded_versions_include_24_11():
+    assert {d.name for d in _version_dirs()} >= {"quotas-22.05", "quotas-24.11", "quotas-26.05"}
+
+
+@pytest.mark.parametrize("folder", _version_dirs(), ids=lambda d: d.name)
+def test_plan_and_apply_on_each_recorded_version(folder):
+    import json
+
+    meta = json.loads((folder / "meta.json").read_text())
+    cluster = meta["cluster"]
+    config = parse_config(LAB_CONF.read_text().replace("cluster_name = policy", f"cluster_name = {cluster}"),
+                          "lab-site.conf")
+    client = VersionReplay(folder, cluster)
+    plan = plan_from_slurm(config, client)
+    assert not plan.warnings, plan.warnings
+    assert [c.argv for c in plan.commands] == meta["applied"]  # what apply really ran on that version
+    expected = [line.replace("cluster=policy", f"cluster={cluster}") for line in EXPECTED]
+    assert [c.line for c in plan.commands] == expected
+    result = apply_plan(config, client, plan)
+    assert result.remaining.commands == []  # the 'after' state, as sacctmgr printed it on that version

@@ -167,3 +167,97 @@ def test_globs_mean_the_same_in_lua_and_python(glob, yes, no):
         assert find(value, pat) and glob_to_regex(glob).fullmatch(value.encode())
     for value in no:
         assert not find(value, pat) and not glob_to_regex(glob).fullmatch(value.encode())
+
+
+# --- every datum enters the Lua through lua_string: hostile names render, lint clean, and load in real Lua 5.1 ---
+
+HOSTILE = ['studio.conf', 'site-required.conf', 'load.conf', 'a"b\'c.conf', "new\nline.conf", "x]]y.conf",
+           "--[[c.conf", "-- c.conf", "é漢\u2028.conf", "back\\slash.conf", "dofile(x).conf", "package.path.conf",
+           "module(y).conf", "os.execute.conf", "io.popen.conf", "\x01ctl\x7f.conf", "%s%d.conf", "load'.conf"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_config_names_render_and_load_in_lua51(tmp_path, name):
+    text = EXAMPLE.read_text().replace("label.project = *", 'label.project = load.x, io.y, "q", ]]z, --w, é*')
+    policy = compile_policy(parse_config(text, str(tmp_path / name)))
+    rendered = render_lua(policy)  # raised AssertionError for studio.conf / site-required.conf / load.conf
+    assert lint(rendered) == []
+    lua = LuaPolicy(rendered)
+    assert lua.eval("1") == 1
+    from gpuclust.policy.install import validate_lua_file
+
+    out = tmp_path / "job_submit.lua"
+    out.write_text(rendered, encoding="utf-8")
+    validate_lua_file(out)  # real lua5.1 (or liblua5.1): loads, returns SUCCESS, both entry points run
+    ok = lua.submit(_job(["-A", "ml", "--gres=gpu:h100:1", "--comment=team=ml project=load.x"]))
+    assert ok.rc == 0
+
+
+def test_lua_string_round_trips_every_byte():
+    import lupa.lua51 as lupa51
+
+    from gpuclust.policy.render import lua_string
+
+    data = bytes(range(256)) + b"]]--[[load.io.require popen"
+    lit = lua_string(data)
+    assert lit.isascii() and "\n" not in lit and lint(lit) == []  # "]]" or "--" inside "..." are inert
+    assert lupa51.LuaRuntime(encoding=None).eval(lit) == data
+
+
+# --- install: validate under Lua 5.1, then an atomic replace; never a broken or partial file ---
+
+def test_render_out_installs_atomically_and_keeps_mode(tmp_path):
+    from gpuclust.policy.render import write_lua
+
+    out = tmp_path / "job_submit.lua"
+    out.write_text("-- old\n")
+    out.chmod(0o640)
+    write_lua(_policy(), out)
+    assert out.read_text() == render_lua(_policy())
+    assert (out.stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job_submit.lua"]  # no temp file left
+
+
+@pytest.mark.parametrize("broken", ["function x(", "error('boom at load')", "return 7",
+                                    "function slurm_job_submit() return 0 end return 0",
+                                    "function slurm_job_submit() return 0 end\nfunction slurm_job_modify() error('x') end\nreturn 0"])
+def test_install_refuses_a_broken_script_and_keeps_the_old_one(tmp_path, broken):
+    from gpuclust.errors import InputError
+    from gpuclust.policy.install import install_lua
+
+    out = tmp_path / "job_submit.lua"
+    good = render_lua(_policy())
+    out.write_text(good)
+    with pytest.raises(InputError) as exc:
+        install_lua(broken, out)
+    assert "not a valid job_submit.lua" in str(exc.value)
+    assert out.read_text() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job_submit.lua"]
+
+
+def test_install_validates_without_the_lua51_binary(tmp_path, monkeypatch):
+    """The ctypes path (liblua5.1, the library job_submit_lua.so links) when no lua5.1 binary is on PATH."""
+    import ctypes.util
+
+    from gpuclust.errors import InputError
+    from gpuclust.policy import install
+
+    if not ctypes.util.find_library("lua5.1"):
+        pytest.skip("liblua5.1 not installed")
+    monkeypatch.setattr(install.shutil, "which", lambda name: None)
+    out = tmp_path / "job_submit.lua"
+    install.install_lua(render_lua(_policy()), out)
+    with pytest.raises(InputError):
+        install.install_lua("function x(", out)
+    assert out.read_text() == render_lua(_policy())
+
+
+def test_render_out_cli_errors_are_exit_2_and_leave_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from gpuclust.cli.main import cli
+
+    for bad in (tmp_path / "no" / "dir" / "job_submit.lua", tmp_path):
+        res = CliRunner().invoke(cli, ["--config", str(EXAMPLE), "policy", "render", "--out", str(bad)])
+        assert res.exit_code == 2, res.output
+        assert "Traceback" not in res.output
