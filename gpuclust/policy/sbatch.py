@@ -474,6 +474,10 @@ _GPU_FIELDS = {"gpus": "tres_per_job", "gpus-per-node": "tres_per_node", "gpus-p
                "gpus-per-socket": "tres_per_socket"}
 
 
+# job_desc.shared as sbatch sets it (alloc-probe-<version>.json): --exclusive[=user|mcs], --oversubscribe.
+_EXCLUSIVE_SHARED = {"": 0, "user": 2, "mcs": 3}
+
+
 def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
     opts.loc[name] = loc
     if name in _STRING_FIELDS and value is not None:
@@ -530,6 +534,13 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.strings["nodefile"] = value
     elif name == "hint" and value is not None:
         opts.strings["hint"] = value
+    elif name == "exclusive":
+        shared = _EXCLUSIVE_SHARED.get((value or "").lower())
+        if shared is None:
+            raise SbatchRefusal(Problem(loc, None, f"Invalid --exclusive specification {value!r}"))
+        opts.ints["shared"] = shared
+    elif name == "oversubscribe":
+        opts.ints["shared"] = 1
 
 
 @dataclass(frozen=True)
@@ -635,7 +646,7 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
         "min_nodes": NO_VAL, "max_nodes": NO_VAL, "num_tasks": NO_VAL, "ntasks_per_node": NO_VAL16,
         "sockets_per_node": NO_VAL16, "ntasks_per_socket": NO_VAL16, "cores_per_socket": NO_VAL16,
         "threads_per_core": NO_VAL16, "cpus_per_task": NO_VAL16, "ntasks_per_tres": NO_VAL16,
-        "time_limit": NO_VAL, "time_min": NO_VAL,
+        "time_limit": NO_VAL, "time_min": NO_VAL, "shared": NO_VAL16,
     }
     for opt, fld in _STRING_FIELDS.items():
         if opt in opts.strings:
@@ -653,7 +664,7 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
         per = ints["ntasks_per_node"]
         job["min_nodes"] = -(-opts.ntasks // per)
     for key in ("sockets_per_node", "cores_per_socket", "threads_per_core", "ntasks_per_node", "ntasks_per_socket",
-                "cpus_per_task", "time_limit", "time_min"):
+                "cpus_per_task", "time_limit", "time_min", "shared"):
         if key in ints:
             job[key] = ints[key]
     if "ntasks_per_tres" in ints:
