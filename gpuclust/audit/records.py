@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuclust.errors import SlurmOutputError
 from gpuclust.slurm.hostlist import expand
+from gpuclust.slurm.jsonshape import check_node_shape
 from gpuclust.slurm.parse import (
     Gres,
     parse_gres,
@@ -306,13 +307,17 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeRecord:
     )
 
 
-def parse_nodes_json(text: str) -> list[NodeRecord]:
+def parse_nodes_json(text: str, command: str = "node JSON") -> list[NodeRecord]:
+    """`sinfo --json` (22.05) or `scontrol --json show node` (23.02+) -> NodeRecords. A shape not in
+    gpuclust.slurm.jsonshape.NODE_JSON_SHAPES raises UnknownShape (a SlurmOutputError) naming `command`, the
+    plugin and the version; the collector then reads the text form (the documented fallback)."""
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmOutputError(f"node JSON is not valid JSON: {exc}") from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise SlurmOutputError(f"{command}: output is not valid JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
-        raise SlurmOutputError("node JSON has no 'nodes' list")
+        raise SlurmOutputError(f"{command}: output has no 'nodes' list")
+    check_node_shape(doc, command)
     errors = [e for e in doc.get("errors") or [] if e]
     if errors and not doc["nodes"]:
         raise SlurmOutputError(f"Slurm reported errors: {errors!r:.300}")
