@@ -127,14 +127,18 @@ def tres_text(items: Any, field: str) -> str:
         where = f"{field}[{i}]"
         item = obj(item, where)
         kind, name = text(item.get("type"), f"{where}.type"), text(item.get("name"), f"{where}.name")
-        n = count(item.get("count"), f"{where}.count")
+        n = number(item.get("count"), f"{where}.count")
+        if kind == "energy" and n is not None and n < 0:  # 24.11 prints -2 for energy never measured
+            continue
+        if n is not None and n < 0:
+            raise BadField(f"{where}.count", f"{n} is negative")
         if not kind or n is None:
             continue
         if "," in kind + name or "=" in kind + name:
             raise BadField(where, f"TRES name {kind}/{name!r} holds ',' or '='")
         key = f"{kind}/{name}" if name else kind
         out.append(f"{key}={n}M" if key == "mem" else f"{key}={n}")
-    return ",".join(out)
+    return ",".join(sorted(out))  # sacct's text prints the items sorted
 
 
 # ---- adapters -------------------------------------------------------------------------------------------
@@ -220,6 +224,11 @@ class OpenapiDbV0038(SacctJsonAdapter):
         return text(state.get("current"), "state.current")
 
 
+# The state flags Slurm's job_state_string() prints instead of the base state, in its order of precedence.
+STATE_FLAGS_SHOWN = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                     "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
+
+
 class DataParserV0042(SacctJsonAdapter):
     """Slurm 24.11's ``sacct --json`` (data_parser/v0.0.42)."""
 
@@ -227,11 +236,17 @@ class DataParserV0042(SacctJsonAdapter):
     exit_code_known = True
 
     def state(self, job: Mapping[str, Any]) -> str:
+        """The base state and its flags (``["PENDING", "REQUEUED"]`` for a requeued execution) -> the one
+        word sacct's text prints, by Slurm's own rule (job_state_string: these flags win over the base)."""
         state = obj(job.get("state"), "state")
         current = state.get("current")
         if not isinstance(current, list) or not current:
             raise BadField("state.current", f"{current!r:.60} is not a non-empty list")
-        return text(current[0], "state.current[0]")
+        words = [text(word, f"state.current[{i}]") for i, word in enumerate(current)]
+        for flag in STATE_FLAGS_SHOWN:
+            if flag in words[1:]:
+                return flag
+        return words[0]
 
     def exit_code(self, job: Mapping[str, Any]) -> tuple[str, bool]:
         ec = obj(job.get("exit_code"), "exit_code")
