@@ -93,8 +93,9 @@ def read_shape(doc: Mapping[str, Any]) -> JsonShape:
 
 # Node JSON shapes read by gpuclust.audit.records.node_from_json, each recorded from a real Slurm in the lab:
 # 22.05 `sinfo --json` (plain strings and numbers, state a string plus state_flags) and 24.11
-# `scontrol --json show node` (state and partitions lists, {set, infinite, number} numbers).
-NODE_JSON_SHAPES: tuple[str, ...] = ("openapi/v0.0.38", "data_parser/v0.0.42")
+# `scontrol --json show node` (state and partitions lists, {set, infinite, number} numbers), and 26.05 (v0.0.45,
+# the same node fields).
+NODE_JSON_SHAPES: tuple[str, ...] = ("openapi/v0.0.38", "data_parser/v0.0.42", "data_parser/v0.0.45")
 NODE_JSON_HINT = "the audit reads `scontrol -d -o show node` text instead"
 
 

@@ -12,7 +12,7 @@ Shapes:
   ``tres.allocated`` a list of {type, name, id, count}. ``exit_code.return_code`` is **0 for every job that
   exited normally, whatever its code** (a job that ran ``exit 3`` shows FAILED with return_code 0; the
   text ``ExitCode`` says ``3:0``): exit codes from this shape are unknown (``exit_code_known`` false).
-* ``data_parser/v0.0.42`` (Slurm 24.11) and later data_parsers recorded the same way: numbers that may be
+* ``data_parser/v0.0.42`` (Slurm 24.11) and ``data_parser/v0.0.45`` (Slurm 26.05, same fields): numbers that may be
   unset are {set, infinite, number} objects (``time.limit``, ``array.task_id``, ``het.job_offset``,
   ``exit_code.return_code``, ``exit_code.signal.id``); ``state.current`` is a list (base state first); a
   job that never started has ``time.start`` 4294967294 (NO_VAL). Exit codes are right, FAILED jobs included
@@ -258,7 +258,16 @@ class DataParserV0042(SacctJsonAdapter):
         return f"{code}:{sig or 0}", True
 
 
-ADAPTERS: tuple[type[SacctJsonAdapter], ...] = (OpenapiDbV0038, DataParserV0042)
+class DataParserV0045(DataParserV0042):
+    """Slurm 26.05's ``sacct --json`` (data_parser/v0.0.45). The fields gpuclust reads are laid out as in
+    v0.0.42 (checked row by row against the text output of the same jobs, tests/data/accounting/26.05); new
+    are ``sluid``, ``exclusive``, ``oversubscribe``, ``segment_size``, and ``association.user``/``account``
+    come empty (the top-level ``user``/``account`` are set, and are read first)."""
+
+    plugins = ("data_parser/v0.0.45",)
+
+
+ADAPTERS: tuple[type[SacctJsonAdapter], ...] = (OpenapiDbV0038, DataParserV0042, DataParserV0045)
 KNOWN_PLUGINS: tuple[str, ...] = tuple(p for a in ADAPTERS for p in a.plugins)
 FALLBACK_HINT = "Read sacct's text output instead (`report fetch --via parsable`, or a --parsable2 dump)"
 

@@ -74,3 +74,19 @@ def test_mostly_drained_is_critical(version):
         _, report = _audit("mostly_drained", version, source)
         drain = [f for f in report.findings if f.check == "node.drain"]
         assert [(f.severity, f.nodes) for f in drain] == [(Nagios.CRITICAL, "node[1-3]")]
+
+
+def test_unknown_node_json_shape_falls_back_to_text_by_name():
+    """A newer data_parser than gpuclust knows: the JSON is refused by name and the text form read instead."""
+    import json
+
+    newest = VERSIONS[-1]
+    doc = json.loads(read("degraded", "scontrol_json_show_node.json", newest))
+    doc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.99"
+    client = replay("degraded", newest)
+    client.add("scontrol", col.NODE_SCONTROL_JSON_ARGS, json.dumps(doc))
+    snap = col.collect_snapshot(client, "json")
+    assert snap.node_source == "text"
+    (note,) = snap.notes
+    assert "scontrol --json show node" in note and "data_parser/v0.0.99" in note and newest in note
+    assert {n.name for n in snap.nodes.values() if n.is_drain} == {"node2"}
