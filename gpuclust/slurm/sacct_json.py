@@ -16,7 +16,8 @@ Shapes:
   unset are {set, infinite, number} objects (``time.limit``, ``array.task_id``, ``het.job_offset``,
   ``exit_code.return_code``, ``exit_code.signal.id``); ``state.current`` is a list (base state first); a
   job that never started has ``time.start`` 4294967294 (NO_VAL). Exit codes are right, FAILED jobs included
-  (checked against the text ``ExitCode`` of the same jobs): ``exit_code_known`` true.
+  (checked against the text ``ExitCode`` of the same jobs): ``exit_code_known`` true. A job killed by a
+  signal has ``return_code`` unset and ``signal.id`` set (status SIGNALED): sacct's text prints ``0:15``.
 
 A job object with a field that cannot be read (wrong type, a number out of range, a time past year 9999)
 raises BadField; the reader rejects that row and reports it, never the whole document.
@@ -253,9 +254,10 @@ class DataParserV0042(SacctJsonAdapter):
         code = count(ec.get("return_code"), "exit_code.return_code")
         signal = obj(ec.get("signal"), "exit_code.signal")
         sig = count(signal.get("id"), "exit_code.signal.id")
-        if code is None:
+        if code is None and sig is None:
             return "", False
-        return f"{code}:{sig or 0}", True
+        # A job killed by a signal has no return code set (status SIGNALED): sacct's text prints 0:<signal>.
+        return f"{code or 0}:{sig or 0}", True
 
 
 class DataParserV0045(DataParserV0042):

@@ -122,3 +122,22 @@ def test_fetch_fields_exist_on_every_version(helpformat):
         pytest.skip(f"{helpformat} not recorded")
     known = set(helpformat.read_text().split())
     assert set(FETCH_FIELDS) <= known
+
+
+DAYS = sorted(p.parent for p in DATA.glob("*/day-json.json"))
+
+
+@pytest.mark.parametrize("d", DAYS, ids=lambda p: p.name)
+def test_whole_lab_day_json_rows_equal_text_rows(d):
+    """A whole day of a lab (the scenario twice, `slurm-lab record`'s running-then-cancelled and pending jobs,
+    the audit recorder's cancelled job, acceptance jobs), as `report fetch` asks for it in both forms. Jobs
+    killed by a signal have no return code in the JSON (status SIGNALED, signal.id 15): text prints 0:15."""
+    def rows(name: str, delim: str) -> list[dict]:
+        parsed = parse_input((d / name).read_bytes(), delim, name)
+        assert parsed.problems == [] and parsed.rejected == 0
+        out = [{k: v for k, v in r.items() if k != "line"} for r in parsed.table.to_pylist()]
+        return sorted(out, key=lambda r: (r["job_id_raw"], r["job_id"], str(r["start"])))
+    text, js = rows("day-parsable.txt", FETCH_DELIMITER), rows("day-json.json", "|")
+    assert js == text
+    assert {r["exit_code_known"] for r in js} == {True}
+    assert ("CANCELLED", 0, 15) in {(r["state"], r["exit_code"], r["exit_signal"]) for r in js}
