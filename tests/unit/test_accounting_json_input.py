@@ -233,3 +233,32 @@ def test_report_build_exits_0_to_3_without_traceback(tmp_path, case):
     assert result.exit_code in (0, 1, 2, 3), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
+
+
+def test_cli_fetch_of_unknown_shape_exits_3_naming_command_and_version(tmp_path):
+    from datetime import date
+
+    from gpuclust.cli.context import AppContext
+
+    doc = _doc(JSON_CORPORA[-1])
+    doc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.99"
+    client = ReplaySlurmClient()
+    client.add("sacct", sacct_args(date(2026, 12, 2), "json"), json.dumps(doc))
+    conf = tmp_path / "site.conf"
+    conf.write_text((DATA / "site.conf").read_text().replace("/nonexistent/replaced-by-tests", str(tmp_path / "s")))
+    args = ["--config", str(conf), "report", "fetch", "--since", "2026-12-02", "--until", "2026-12-03", "--via", "json"]
+    result = CliRunner().invoke(cli, args, obj=AppContext(client=client))
+    assert result.exit_code == 3, result.output
+    assert "sacct" in result.output and "data_parser/v0.0.99" in result.output and "--via parsable" in result.output
+
+
+@pytest.mark.parametrize("path", JSON_CORPORA, ids=lambda p: p.parent.name)
+def test_cli_build_from_each_version_json(tmp_path, path):
+    conf = tmp_path / "site.conf"
+    conf.write_text((DATA / "site.conf").read_text().replace("/nonexistent/replaced-by-tests", str(tmp_path / "s")))
+    result = CliRunner().invoke(cli, ["--config", str(conf), "report", "build", "--input", str(path),
+                                      "--format", "json", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["input"]["exit_codes_known"] is (path.parent.name != "accounting")
+    assert data["totals"]["runs"] == 12
