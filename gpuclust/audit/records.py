@@ -3,7 +3,9 @@
 Nodes come from either `scontrol -d -o show node` (text; every Slurm) or JSON (`sinfo --json` on 22.05, whose
 node objects are openapi v0.0.38; `scontrol --json show node` on 23.02+, whose objects use data_parser
 v0.0.39+ with list states and {set, infinite, number} numbers). Both land in the same NodeRecord, so the checks
-never see the source format. Partitions always come from `scontrol -a -o show partition` text: it is the same
+never see the source format. Only the JSON shapes proven in the lab are read (22.05's openapi/v0.0.38, 24.11's
+data_parser/v0.0.42, 26.05's v0.0.45: gpuclust.slurm.jsonshape.NODE_JSON_SHAPES); any other is refused by name
+and the collector reads the text form instead. Partitions always come from `scontrol -a -o show partition` text: it is the same
 on every version and has no free-text fields.
 """
 
