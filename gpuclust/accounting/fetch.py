@@ -9,6 +9,7 @@ from gpuclust.accounting.jsonin import parse_json
 from gpuclust.accounting.normalize import ParseResult
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.accounting.text import parse_parsable
+from gpuclust.errors import InputError, SlurmOutputError
 from gpuclust.slurm.client import SLURM_TIME_FORMAT, SlurmClient
 
 VIA = ("parsable", "json")
@@ -25,7 +26,10 @@ def sacct_args(day: date, via: str = "parsable") -> list[str]:
     """The sacct argv (without 'sacct') for one UTC day window.
 
     -a all users, -D every execution of requeued jobs, -X allocations only (no steps). The text form uses a
-    multi-character delimiter and an explicit field list; --json ignores -o and always has the 22.05 shape.
+    multi-character delimiter and an explicit field list (FETCH_FIELDS: fields every Slurm since 22.05 prints,
+    checked against each version's recorded `sacct --helpformat`; 22.05 refuses newer ones such as Restarts,
+    and -D already gives each execution of a requeued job its own row). --json ignores -o; its shape
+    depends on the version and is read by gpuclust.slurm.sacct_json.
     """
     since, until = window_bounds(day)
     base = ["-a", "-D", "-X", "-S", since, "-E", until]
@@ -41,7 +45,10 @@ def fetch_day(client: SlurmClient, day: date, via: str = "parsable") -> ParseRes
     out = client.sacct(args, timeout=SACCT_TIMEOUT_S)
     source = f"sacct window {day.isoformat()}"
     if via == "json":
-        return parse_json(out, source)
+        try:
+            return parse_json(out, source)
+        except InputError as exc:  # Slurm's own output: an unknown shape or broken JSON is Slurm's side
+            raise SlurmOutputError(f"sacct {' '.join(args)}: {exc}") from None
     # The runner decoded with surrogateescape; encoding back restores sacct's exact bytes.
     return parse_parsable(out.encode("utf-8", "surrogateescape"), FETCH_DELIMITER, source)
 

@@ -79,7 +79,7 @@ def read_nodes(client: SlurmClient, version: tuple[int, int, int], source: str,
             tool, args = how
             try:
                 text = client.scontrol(args) if tool == "scontrol" else client.sinfo(args)
-                return f"{tool}-json", parse_nodes_json(text)
+                return f"{tool}-json", parse_nodes_json(text, f"{tool} {' '.join(args)}")
             except (SlurmOutputError, SlurmCommandError) as exc:
                 # An unexpected JSON shape or option must not blind the audit: text works everywhere.
                 notes.append(f"{tool} {' '.join(args)} unusable ({exc}); read scontrol text instead")

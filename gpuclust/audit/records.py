@@ -3,7 +3,9 @@
 Nodes come from either `scontrol -d -o show node` (text; every Slurm) or JSON (`sinfo --json` on 22.05, whose
 node objects are openapi v0.0.38; `scontrol --json show node` on 23.02+, whose objects use data_parser
 v0.0.39+ with list states and {set, infinite, number} numbers). Both land in the same NodeRecord, so the checks
-never see the source format. Partitions always come from `scontrol -a -o show partition` text: it is the same
+never see the source format. Only the JSON shapes proven in the lab are read (22.05's openapi/v0.0.38, 24.11's
+data_parser/v0.0.42, 26.05's v0.0.45: gpuclust.slurm.jsonshape.NODE_JSON_SHAPES); any other is refused by name
+and the collector reads the text form instead. Partitions always come from `scontrol -a -o show partition` text: it is the same
 on every version and has no free-text fields.
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 
 from gpuclust.errors import SlurmOutputError
 from gpuclust.slurm.hostlist import expand
+from gpuclust.slurm.jsonshape import check_node_shape
 from gpuclust.slurm.parse import (
     Gres,
     parse_gres,
@@ -306,13 +309,17 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeRecord:
     )
 
 
-def parse_nodes_json(text: str) -> list[NodeRecord]:
+def parse_nodes_json(text: str, command: str = "node JSON") -> list[NodeRecord]:
+    """`sinfo --json` (22.05) or `scontrol --json show node` (23.02+) -> NodeRecords. A shape not in
+    gpuclust.slurm.jsonshape.NODE_JSON_SHAPES raises UnknownShape (a SlurmOutputError) naming `command`, the
+    plugin and the version; the collector then reads the text form (the documented fallback)."""
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmOutputError(f"node JSON is not valid JSON: {exc}") from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise SlurmOutputError(f"{command}: output is not valid JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
-        raise SlurmOutputError("node JSON has no 'nodes' list")
+        raise SlurmOutputError(f"{command}: output has no 'nodes' list")
+    check_node_shape(doc, command)
     errors = [e for e in doc.get("errors") or [] if e]
     if errors and not doc["nodes"]:
         raise SlurmOutputError(f"Slurm reported errors: {errors!r:.300}")

@@ -39,7 +39,8 @@ def group() -> None:
 @group.command("fetch")
 @_period_options
 @click.option("--via", type=click.Choice(VIA), default="parsable", show_default=True,
-              help="Read sacct as --parsable2 text (multi-character delimiter) or as --json (22.05 loses exit codes).")
+              help="Read sacct as --parsable2 text (multi-character delimiter) or as --json (22.05's JSON loses exit codes; "
+                   "a JSON shape gpuclust was not proven on is refused, use parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fetch summary as JSON.")
 @pass_app
 def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name: str | None, via: str,

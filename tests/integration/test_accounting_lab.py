@@ -193,6 +193,13 @@ def _mine(table: pa.Table, scn: Scenario) -> pa.Table:
     return table.filter(pc.is_in(table.column("job_base"), value_set=pa.array(sorted(scn.bases), pa.int64())))
 
 
+def _json_exit_codes_known() -> bool:
+    """Whether this lab's sacct --json carries exit codes (gpuclust.slurm.sacct_json: 24.11 on, not 22.05)."""
+    out = run_cmd(["sacct", "--version"]).stdout
+    major = int(out.split()[-1].split(".")[0])
+    return major >= 23
+
+
 def _figures(data: dict) -> dict:
     """The figures both paths must agree on (exit codes excluded: JSON cannot know them)."""
     return {
@@ -247,7 +254,10 @@ def test_accounting_on_lab(slurm_lab, tmp_path):
     jobs = scn.jobs
     assert fails == {(jobs["flaky-1"], "FAILED", "3:0"), (f"{jobs['array']}_1", "FAILED", "1:0"),
                      (jobs["requeue"], "REQUEUED", "0:0")}
-    assert {f["exit_code"] for f in j["top_failures"]} == {None}  # unknown on the JSON path, never invented
+    if _json_exit_codes_known():  # 24.11+: the JSON's exit codes are right, FAILED jobs included
+        assert [f["exit_code"] for f in j["top_failures"]] == [f["exit_code"] for f in p["top_failures"]]
+    else:  # 22.05: unknown on the JSON path, never invented
+        assert {f["exit_code"] for f in j["top_failures"]} == {None}
     # GPU-hours = Elapsed x GPUs / 3600, checked against the raw rows of this scenario.
     raw = _mine(store.load(store.store_dir(str(state_p))), scn)
     started = pc.is_valid(raw.column("start"))

@@ -142,6 +142,10 @@ def test_json_2302_shapes_are_read():
     node["reason_changed_at"] = {"set": True, "infinite": False, "number": node["reason_changed_at"]}
     node["features"] = ["gpu", "h100"]
     node["cpus"] = {"set": True, "infinite": False, "number": 8}
-    rec = parse_nodes_json(json.dumps({"nodes": [node]}))[0]
+    meta = {"plugin": {"type": "", "data_parser": "data_parser/v0.0.42"}}
+    rec = parse_nodes_json(json.dumps({"meta": meta, "nodes": [node]}))[0]
     ref = {n.name: n for n in parse_nodes_json(read("degraded", "sinfo.json"))}["node2"]
     assert rec == ref
+    # Without a meta block naming a proven shape the document is refused, never guessed at (issue 12).
+    with pytest.raises(SlurmOutputError, match="unknown JSON shape"):
+        parse_nodes_json(json.dumps({"nodes": [node]}), "scontrol --json show node")

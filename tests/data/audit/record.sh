@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Re-record the real Slurm output replayed by tests/unit/test_audit_*.py, from a slurm-lab instance.
-#   tests/data/audit/record.sh [LAB_NAME]      (default: audit)
+#   tests/data/audit/record.sh [LAB_NAME [OUT_DIR]]   (default: audit, tests/data/audit)
+# Slurm 22.05 is recorded into tests/data/audit/<scenario>/, later versions into tests/data/audit/<version>/
+# (e.g. `record.sh av24 tests/data/audit/24.11`). `scontrol --json show node` is recorded where the version has it.
 # Scenarios (each a directory; see README.md):
 #   clean/     the lab as `slurm-lab up` leaves it
 #   degraded/  node2 drained (long reason), node3 down, node4 with Gres=gpu:h100:2, a 2-GPU job on node1,
@@ -18,12 +20,14 @@ eval "$("$lab" --name "$name" env)"
 etc=$SLURM_LAB_CONF_DIR
 cluster=$(scontrol show config | awk '$1=="ClusterName"{print $3}')
 
+out=${2:-$here}
 record() {  # record DIR
-  local d="$here/$1"; mkdir -p "$d"
+  local d="$out/$1"; mkdir -p "$d"
   scontrol --version >"$d/scontrol_version.txt"
   scontrol -a -o show partition >"$d/scontrol_a_show_partition_o.txt"
   scontrol -d -o show node >"$d/scontrol_d_show_node_o.txt"
   sinfo --json >"$d/sinfo.json"
+  if scontrol --json show node >"$d/scontrol_json_show_node.json" 2>/dev/null; then :; else rm -f "$d/scontrol_json_show_node.json"; fi
   scontrol show config >"$d/scontrol_show_config.txt"
   sacctmgr -P show qos format=Name,GrpTRES,MaxTRES,MaxTRESPerNode,MaxTRESPU,MaxTRESPA >"$d/sacctmgr_show_qos.txt"
   sacctmgr -P show assoc where cluster="$cluster" format=Cluster,Account,User,Partition,GrpTRES,MaxTRES,MaxTRESPerNode,QOS >"$d/sacctmgr_show_assoc.txt"
@@ -42,6 +46,8 @@ restore() {
   scontrol update PartitionName=gpu MaxTime=INFINITE OverSubscribe=NO AllowAccounts=ALL
   sacctmgr -i modify qos gpu-normal set GrpTRES=gres/gpu=-1 MaxTRESPU=gres/gpu:h100=-1 >/dev/null
   sacctmgr -i modify qos gpu-normal set MaxTRESPU=gres/gpu=8 >/dev/null
+  # every node back and responding before the next scenario (a restart leaves one "not responding" for a while)
+  for _ in $(seq 150); do sinfo -h -N -o '%T' | grep -qvE '^(idle|mixed|allocated)$' || break; sleep 0.2; done
 }
 trap restore EXIT
 
