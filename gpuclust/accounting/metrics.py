@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from gpuclust.accounting import fields, sorting
 from gpuclust.accounting.period import Period
 from gpuclust.config import SiteConfig
+from gpuclust.errors import InputError
 
 GPU_MONTH_HOURS = 730.0  # 365 * 24 / 12: one GPU allocated for an average month
 DEFAULT_TOP = 20
@@ -783,6 +784,12 @@ def run_tables(
     return tables, runs_p
 
 
+def check_target(target: float | None) -> None:
+    """The sizing target: completed runs per month, a finite number >= 0 (None: none)."""
+    if target is not None and not 0 <= target < math.inf:
+        raise InputError(f"--target must be a finite number of completed runs per month >= 0, got {target}")
+
+
 def build_report(
     table: pa.Table,
     config: SiteConfig,
@@ -792,6 +799,7 @@ def build_report(
     top: int = DEFAULT_TOP,
     input_info: dict[str, Any] | None = None,
 ) -> Report:
+    check_target(target)
     lo, hi = float(period.start_epoch), float(period.end_epoch)
     if table.num_rows < PARALLEL_MIN_ATTEMPTS:
         att = attempts(table, config)

@@ -45,10 +45,15 @@ _STAND_INS = [bytes([b]) for b in (0x1F, 0x1E, 0x1D, 0x1C, *range(0x01, 0x09), 0
 
 def decode_delimiter(text: str) -> str:
     """`--delimiter` value: backslash escapes (``\\x1f|\\x1e``, ``\\t``) are decoded; empty is refused."""
-    if "\\" in text:
-        text = text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    given = text
+    try:
+        if "\\" in text:
+            text = text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        text.encode("utf-8")
+    except UnicodeError as exc:  # `\x` without hex digits, a lone `\`, bytes that are no text
+        raise InputError(f"bad delimiter {given!r}: {exc.reason} (escapes: \\t, \\xHH, \\\\)") from None
     if not text or "\n" in text or "\r" in text:
-        raise InputError(f"bad delimiter {text!r}: must be non-empty and without newlines")
+        raise InputError(f"bad delimiter {given!r}: must be non-empty and without newlines")
     return text
 
 
