@@ -22,6 +22,7 @@ import contextlib
 import functools
 import io
 import mmap
+import re
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -106,7 +107,8 @@ def _reference(body: bytes, delim: bytes, header: list[str], source: str) -> Par
         if not sep:  # pathological: every stand-in byte occurs in the data
             return _line_level(body, delim, header, source)
         body = _replace(body, delim, sep)
-    result = _fast(body, sep, header, source)
+    blank_line = body.startswith(b"\n") or b"\n\n" in body
+    result = None if blank_line and _tail_continuation(header) else _fast(body, sep, header, source)
     if result is None:
         result = _line_level(body, sep, header, source, original=delim)
     return result
@@ -289,16 +291,31 @@ def _line_level(
     extra_lines: list[int] = []
     problems: list[Problem] = []
     consumed = np.zeros(len(physical), dtype=bool)
+    # A free-text last column (a plain dump ending in Comment): a newline in it puts the rest of the value on
+    # the lines after a whole record. With JobID first, a record starts only on a line that starts with a
+    # JobID; the lines after a record that do not (blank ones too) continue its last value.
+    tail = _tail_continuation(header)
     for i in odd_idx:
         if consumed[i]:
             continue
-        if physical[int(i)].strip() == b"":
+        start = int(i)
+        if tail and start > 0 and not _starts_record(physical[start], sep):
+            if not good[start - 1]:
+                consumed[i] = True  # (only after a blank line at the top, or a line already reported)
+                problems.append(Problem(source, start + 2, f"line continues no record: {physical[start][:120]!r}"))
+                continue
+            start -= 1  # the whole record before it: this line continues its last value
+        elif physical[start].strip() == b"":
             consumed[i] = True  # a blank line between records holds no data
             continue
-        acc, j = int(counts[i]), int(i)
+        acc, j = int(counts[start]), start
         while acc < nfields - 1 and j + 1 < len(physical):
             j += 1
             acc += int(counts[j])
+        if tail:
+            while j + 1 < len(physical) and not _starts_record(physical[j + 1], sep):
+                j += 1
+        i = start
         consumed[i : j + 1] = True
         good[i : j + 1] = False
         record = physical.span(int(i), j)
@@ -347,6 +364,21 @@ def _line_level(
     else:
         cols = {name: _single(col) for name, col in cols.items()}
     return _from_columns(cols, lines, header, source, problems)
+
+
+_JOB_ID_BYTES = re.compile(fields._JOB_ID.encode())
+
+
+def _tail_continuation(header: list[str]) -> bool:
+    """Whether lines after a whole record can continue its last value: the last column is free text and
+    the first is JobID (which tells where a record starts)."""
+    return len(header) > 1 and header[0] == "JobID" and header[-1] in FREE_TEXT_FIELDS
+
+
+def _starts_record(line: bytes, sep: bytes) -> bool:
+    """Whether a line starts with a JobID and a separator (so it can start a record)."""
+    at = line.find(sep)
+    return at > 0 and _JOB_ID_BYTES.fullmatch(line, 0, at) is not None
 
 
 def _chunks(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
@@ -853,6 +885,8 @@ class _Direct:
         self.extras: list[tuple[int, list[str]]] = []
         self.problems: list[Problem] = []
         self.line_mode = self.odd  # decided later when no line is odd (blank lines are then the only question)
+        if (self.odd or len(self.candidates)) and _tail_continuation(self.header):
+            raise _Fallback("lines that may continue a free-text last column: the reference reads them")
         if self.odd:
             self._stitch()
 
