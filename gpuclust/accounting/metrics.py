@@ -34,8 +34,11 @@ DEFAULT_TOP = 20
 DEFINITIONS: dict[str, str] = {
     "rows": "Input rows are job allocation records (no steps). With sacct -D, earlier executions of a requeued "
     "job are their own rows, in state REQUEUED. One row is kept per execution (JobIDRaw + Start), in its latest state.",
-    "gpus": "A row's GPUs are the count of the untyped gres/gpu key in AllocTRES (0 if absent). Its GPU type is "
-    "the <type> of a gres/gpu:<type> key, else the partition's configured gpu_type.",
+    "gpus": "A row's GPUs are the count of the untyped gres/gpu key in AllocTRES; without it, the sum of the typed "
+    "gres/gpu:<type> keys (sacct 24.11 can record those alone); 0 if neither. Its GPU type is the <type> of its "
+    "typed keys when they name one type, else the partition's configured gpu_type; GPUs of several types "
+    "(gres/gpu:a100=1,gres/gpu:h100=3) are a mix, and GPUs of the untyped total beyond the typed ones are of "
+    "the partition's type.",
     "gpu_hours": "GPU-hours = Elapsed seconds x GPUs / 3600.",
     "attempt": "An allocation row that started and ended. The components of a het job (123+0, 123+1) form one "
     "attempt: GPU-hours and cost are summed; times, state and name come from component +0.",
@@ -50,8 +53,9 @@ DEFINITIONS: dict[str, str] = {
     "attribution": "A run belongs to the account, partition and labels of its first attempt, and to the period in "
     "which its last attempt ended; all its attempts, GPU-hours and cost count there.",
     "cost": "Cost of an attempt = GPU-hours x the price per GPU-hour of its GPU type (site config [gpu_type]), "
-    "falling back to the partition's price_per_gpu_hour. GPU-hours without any price are reported as "
-    "unpriced_gpu_hours and add nothing to cost.",
+    "falling back to the partition's price_per_gpu_hour. A mix of types is priced type by type: each type's "
+    "share of the GPUs at its own price (a100=1,h100=3 for 1 h: 1 x a100 + 3 x h100). GPU-hours without any "
+    "price are reported as unpriced_gpu_hours and add nothing to cost.",
     "useful_gpu_hours": "GPU-hours of the completing attempt of each completed run.",
     "cost_per_completed_run": "cost (all attempts, failed and retried included) / completed runs; null when 0.",
     "labels": "Report dimensions: account, wckey, and key=value pairs in --comment for the configured keys "
@@ -243,13 +247,8 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
     partition_all = coded(table.column("partition"))
     gtype_all = coded(table.column("gpu_type"))
 
-    # The price of each (GPU type, partition) pair: the row's own type, else the partition's configured type.
-    partitions: list[str | None] = [*partition_all.values, None]
-    prices = np.empty((len(gtype_all.values) + 1, len(partitions)), dtype=np.float64)
-    for t, own_type in enumerate([*gtype_all.values, None]):
-        for p, part in enumerate(partitions):
-            price = config.price_per_gpu_hour(own_type or config.partition_gpu_type(part), part)
-            prices[t, p] = np.nan if price is None else price
+    prices, unpriced_share = price_table(config, gtype_all.values, partition_all.values)
+    partial = bool(((unpriced_share > 0) & (unpriced_share < 1)).any())
     job_base_all = _ints(table.column("job_base"), 0)
 
     def money(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -261,7 +260,10 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         pair *= prices.shape[1]
         pair += partition_all.codes[at]
         price = prices.ravel()[pair]
-        unpriced = np.where(np.isnan(price), gpu_hours, 0.0)
+        if partial:  # a mix of GPU types, some priced and some not
+            unpriced = gpu_hours * unpriced_share.ravel()[pair]
+        else:
+            unpriced = np.where(np.isnan(price), gpu_hours, 0.0)
         price *= gpu_hours
         return gpu_hours, price, unpriced
 
@@ -316,6 +318,40 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
     if pool is None:
         att.price()
     return att
+
+
+def price_table(
+    config: SiteConfig, gpu_types: Sequence[str | None], partitions: Sequence[str | None]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per (GPU type, partition) pair, the type codes ``0..len(gpu_types)`` (the last: null) by the
+    partition codes likewise: the priced cost of one GPU-hour (NaN when nothing is priced) and the share of
+    the GPU-hours that has no price.
+
+    A single type (or none: the partition's configured type) is priced at its rate, falling back to the
+    partition's price. A mix (``a100=1,h100=3``, see fields.gpu_facts) is priced type by type: each type's
+    share of the GPUs at its own rate; the ``*`` share (GPUs of no stated type) as an untyped row."""
+    parts: list[str | None] = [*partitions, None]
+    prices = np.full((len(gpu_types) + 1, len(parts)), np.nan, dtype=np.float64)
+    unpriced = np.zeros(prices.shape, dtype=np.float64)
+    for t, own_type in enumerate([*gpu_types, None]):
+        mix = fields.gpu_mix(own_type)
+        for p, part in enumerate(parts):
+            if mix is None:
+                price = config.price_per_gpu_hour(own_type or config.partition_gpu_type(part), part)
+                prices[t, p] = np.nan if price is None else price
+                unpriced[t, p] = 1.0 if price is None else 0.0
+                continue
+            total = sum(mix.values())
+            priced_cost, priced_share = 0.0, 0.0
+            for name, count in mix.items():
+                kind = config.partition_gpu_type(part) if name == fields.MIX_OTHER else name
+                price = config.price_per_gpu_hour(kind, part)
+                if price is not None:
+                    priced_cost += price * count / total
+                    priced_share += count / total
+            prices[t, p] = priced_cost if priced_share > 0 else np.nan
+            unpriced[t, p] = 0.0 if priced_share >= 1 else 1.0 - priced_share
+    return prices, unpriced
 
 
 def _job_key(job_base: np.ndarray, array_task: np.ndarray) -> np.ndarray:

@@ -71,11 +71,19 @@ def parse_parsable(
     if not delim or b"\n" in delim:
         raise InputError(f"bad delimiter {delimiter!r}")
     src = _Source(data)
-    header_end = src.find(b"\n")
-    header_line = src.read(0, src.size if header_end < 0 else header_end)
+    head = 3 if src.read(0, 3) == _BOM else 0  # a UTF-8 byte order mark before the header is no data
+    header_end = src.find(b"\n", head)
+    header_line = src.read(head, src.size if header_end < 0 else header_end)
     header = header_line.rstrip(b"\r").decode("utf-8", "replace").split(delimiter)
     if not header_line.strip():
         raise InputError(Problem(source, 1, "empty input: expected a header line of sacct field names"))
+    seen: dict[str, int] = {}
+    for col, name in enumerate(header, start=1):
+        if name in seen:
+            raise InputError(Problem(
+                source, 1, f"duplicate column {name!r} in the header (columns {seen[name]} and {col}): "
+                "which one holds the data is ambiguous", name))
+        seen[name] = col
     missing = [name for name in REQUIRED_FIELDS if name not in header]
     if missing:
         raise InputError(
@@ -366,7 +374,7 @@ def _line_level(
     return _from_columns(cols, lines, header, source, problems)
 
 
-_JOB_ID_BYTES = re.compile(fields._JOB_ID.encode())
+_JOB_ID_BYTES = re.compile(rb"[0-9]+(?:_[0-9]+|_\[[^\]]*\]|\+[0-9]+)?(?:\.[^.]+)?")  # (any length)
 
 
 def _tail_continuation(header: list[str]) -> bool:
@@ -1178,7 +1186,8 @@ class _Direct:
         for start, group in self._groups(col):
             raw = self._strip(col, group, start)
             text = raw.view(pa.large_string() if pa.types.is_large_binary(raw.type) else pa.string())
-            decimal = fields._mask(pc.ascii_is_decimal(text))
+            # (at most 18 digits, as `v_int`: every such value fits int64)
+            decimal = fields._mask(pc.and_(pc.ascii_is_decimal(text), pc.less_equal(pc.binary_length(text), 18)))
             n = len(group)
             if decimal.all():
                 values[start : start + n] = _ints(pc.cast(text, pa.int64()))
