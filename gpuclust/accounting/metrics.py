@@ -45,7 +45,10 @@ DEFINITIONS: dict[str, str] = {
     "queue_wait": "queue wait = Start - Eligible, or Start - Submit where Eligible is unknown; over attempts that "
     "started in the period. Median and p90 use linear interpolation (pandas quantile).",
     "hold": "hold = Eligible - Submit, over attempts that started in the period and have a known Eligible.",
-    "run": "The unit of work a user wants done. Its attempts are (a) all rows of one JobID (requeued executions) "
+    "run": "The unit of work a user wants done. Its attempts are (a) all rows of one job: one JobID and user, "
+    "each execution submitted at most 1 h after the previous one ended (a requeue resubmits at once; a JobID "
+    "that Slurm reused after a database reset or counter wrap, for another user or a later Submit, is "
+    "another job) "
     "and (b) resubmissions: attempts by the same user, account and job name (array tasks: name plus task index) "
     "where the run's latest attempt did not complete, the new attempt's Submit comes after that attempt's End, "
     "and within the retry window.",
@@ -394,6 +397,8 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     # Units: the attempts of one JobID (rule a), in Start order.
     order, first_i = sorting.group_order(att.key, [att.start])
+    if len(first_i) < n:
+        first_i = _split_reused_ids(att, order, first_i)
     m = len(first_i)
     sizes = np.diff(np.r_[first_i, n])
     first, last = order[first_i], order[first_i + sizes - 1]
@@ -448,6 +453,29 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
     runs = np.empty(n, dtype=np.int64)
     runs[order] = np.repeat(unit_run, sizes)
     return runs
+
+
+REQUEUE_GAP_S = 3600.0
+
+
+def _split_reused_ids(att: Attempts, order: np.ndarray, first_i: np.ndarray) -> np.ndarray:
+    """The units of JobIDs with several attempts (`order`: attempts by JobID key then Start; `first_i`: where
+    each JobID starts), split where one JobID holds several jobs: Slurm reuses ids after a database reset or
+    a counter wrap. An attempt continues the job of the one before it (a requeue) only with the same user
+    and a Submit no later than REQUEUE_GAP_S after that attempt's End (a requeue resubmits at once: Submit
+    is the requeue time); otherwise it starts a job of its own."""
+    n = len(order)
+    sizes = np.diff(np.r_[first_i, n])
+    pos = np.flatnonzero(np.repeat(sizes > 1, sizes))  # positions (in `order`) of JobIDs with several attempts
+    at = order[pos]
+    gid = np.repeat(np.arange(len(first_i)), sizes)[pos]
+    user = att.codes("user", at).codes
+    submit, end = att.submit[at], att.end[at]
+    with np.errstate(invalid="ignore"):
+        new = (gid[1:] == gid[:-1]) & ((user[1:] != user[:-1]) | (submit[1:] > end[:-1] + REQUEUE_GAP_S))
+    if not new.any():
+        return first_i
+    return np.union1d(first_i, pos[1:][new]).astype(first_i.dtype)
 
 
 def _exact_runs(
