@@ -206,6 +206,7 @@ class Attempts:
     het_lead: np.ndarray  # True for a merged het job
     coded_columns: dict[str, Coded] = field(default_factory=dict)
     pricing: Callable[[], None] | None = None  # while gpu_hours, cost and unpriced_gpu_hours are not computed
+    left_out: dict[str, Any] = field(default_factory=dict)  # rows that are no attempt, counted by reason
 
     def price(self) -> None:
         """Compute gpu_hours, cost and unpriced_gpu_hours, where attempts(pool=...) left them."""
@@ -240,13 +241,32 @@ class Attempts:
         return hold
 
 
+LEFT_OUT_WHY = (
+    "Rows that are no attempt and count nowhere else: running = allocated and started but End Unknown (still "
+    "running, or suspended, when sacct was read: counted once they end); not_started = no Start (pending); "
+    "no_allocation = ended without an allocation (cancelled while pending: no AllocTRES)."
+)
+
+
+def left_out_counts(allocated: np.ndarray, started: np.ndarray, ended: np.ndarray) -> dict[str, Any]:
+    """How many rows `attempts` leaves out, and why (report.json input.left_out)."""
+    running = int(np.count_nonzero(allocated & started & ~ended))
+    not_started = int(np.count_nonzero(~started))
+    no_allocation = int(np.count_nonzero(~allocated & started & ended))
+    return {"rows": running + not_started + no_allocation, "running": running, "not_started": not_started,
+            "no_allocation": no_allocation, "why": LEFT_OUT_WHY}
+
+
 def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | None = None) -> Attempts:
     """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded). With a
     `pool`, its thread takes the time columns meanwhile, and GPU-hours and cost are left to `Attempts.price`
     (for that thread to compute while the runs are assigned, which needs neither)."""
     start_all = _numbers(table.column("start"))
     end_all = _numbers(table.column("end"))
-    rows = np.flatnonzero(allocated_mask(table) & ~np.isnan(start_all) & ~np.isnan(end_all))
+    allocated = allocated_mask(table)
+    started, ended = ~np.isnan(start_all), ~np.isnan(end_all)
+    rows = np.flatnonzero(allocated & started & ended)
+    left_out = left_out_counts(allocated, started, ended)
     partition_all = coded(table.column("partition"))
     gtype_all = coded(table.column("gpu_type"))
 
@@ -317,6 +337,7 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         start=start, end=end, gpu_hours=unset, cost=unset, unpriced_gpu_hours=unset,
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
         coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state}, pricing=pricing,
+        left_out=left_out,
     )
     if pool is None:
         att.price()
@@ -900,8 +921,10 @@ def build_report(
         tables[f"hold_by_{dim}"] = waits[f"hold_by_{dim}"]
     tables.update(run_part)
     tables["top_failures"] = top_table
-    return assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
-                           target=target, input_info=input_info)
+    report = assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
+                             target=target, input_info=input_info)
+    report.data["input"]["left_out"] = att.left_out
+    return report
 
 
 def assemble_report(

@@ -119,6 +119,11 @@ def build_cmd(app: AppContext, since: str | None, until: str | None, period_name
     info = report.data["input"]
     for problem in info.get("problems", []):
         click.echo(f"warning: {problem}", err=True)
+    left = info.get("left_out") or {}
+    if left.get("rows"):
+        click.echo(f"note: {left['rows']} row(s) are no attempt and count nowhere: {left['running']} running "
+                   f"(End Unknown), {left['not_started']} not started, {left['no_allocation']} ended without "
+                   "an allocation (report.json input.left_out)", err=True)
     if strict and info.get("rejected_rows"):
         raise InputError(f"{info['rejected_rows']} input row(s) could not be parsed (see warnings above)")
     written = write_report(report, out, fmts)
