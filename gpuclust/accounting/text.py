@@ -52,7 +52,8 @@ def decode_delimiter(text: str) -> str:
             text = text.encode("latin-1", "backslashreplace").decode("unicode_escape")
         text.encode("utf-8")
     except UnicodeError as exc:  # `\x` without hex digits, a lone `\`, bytes that are no text
-        raise InputError(f"bad delimiter {given!r}: {exc.reason} (escapes: \\t, \\xHH, \\\\)") from None
+        why = exc.reason if isinstance(exc, UnicodeDecodeError | UnicodeEncodeError) else str(exc)
+        raise InputError(f"bad delimiter {given!r}: {why} (escapes: \\t, \\xHH, \\\\)") from None
     if not text or "\n" in text or "\r" in text:
         raise InputError(f"bad delimiter {given!r}: must be non-empty and without newlines")
     return text
@@ -303,18 +304,18 @@ def _line_level(
     # the lines after a whole record. With JobID first, a record starts only on a line that starts with a
     # JobID; the lines after a record that do not (blank ones too) continue its last value.
     tail = _tail_continuation(header)
-    for i in odd_idx:
-        if consumed[i]:
+    for odd in odd_idx:
+        if consumed[odd]:
             continue
-        start = int(i)
+        start = int(odd)
         if tail and start > 0 and not _starts_record(physical[start], sep):
             if not good[start - 1]:
-                consumed[i] = True  # (only after a blank line at the top, or a line already reported)
+                consumed[start] = True  # (only after a blank line at the top, or a line already reported)
                 problems.append(Problem(source, start + 2, f"line continues no record: {physical[start][:120]!r}"))
                 continue
             start -= 1  # the whole record before it: this line continues its last value
         elif physical[start].strip() == b"":
-            consumed[i] = True  # a blank line between records holds no data
+            consumed[start] = True  # a blank line between records holds no data
             continue
         acc, j = int(counts[start]), start
         while acc < nfields - 1 and j + 1 < len(physical):

@@ -116,8 +116,8 @@ def test_reused_job_id_is_another_job(tmp_path: Path) -> None:
 def test_requeue_stays_one_job() -> None:
     """Real sacct -D (lab-holes-pipe.txt): job 5 requeued, its second execution's Submit = the first's End."""
     from gpuclust.accounting.metrics import build_report
-    from gpuclust.accounting.store import latest_state
     from gpuclust.accounting.pipeline import input_period
+    from gpuclust.accounting.store import latest_state
 
     parsed = read_input(str(DATA / "lab-holes-pipe.txt"))
     report = build_report(latest_state(parsed.table), load_config(str(SITE)), input_period(parsed))
