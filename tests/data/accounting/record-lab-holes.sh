@@ -1,11 +1,12 @@
 #!/bin/bash
 # Record real sacct text for issue 13's cases on lab `ah` (Slurm 22.05).
 set -u
-cd /work/wt/acct-holes
-eval "$(tests/slurm_lab/slurm-lab --name ah env)"
+cd "$(dirname "$0")/../../.."
+LAB=${1:-ah}
+eval "$(tests/slurm_lab/slurm-lab --name "$LAB" env)"
 export TZ=UTC SLURM_TIME_FORMAT=%Y-%m-%dT%H:%M:%S
 T=$(date -u +%Y-%m-%dT%H:%M:%S)
-sb() { sbatch --parsable "$@"; }
+sb() { sbatch --parsable -o /dev/null "$@"; }
 J1=$(sb -A ml -p gpu --gres=gpu:h100:1 -J 'ah|pipe' --comment=$'team=ml\nproject=nl-last' --wrap 'sleep 1')
 J2=$(sb -A ml -p gpu --gres=gpu:h100:1 -J $'ah\nname' --comment='team=ml|project=pipe-last' --wrap 'sleep 1')
 J3=$(sb -A ml -p gpu --gres=gpu:h100:2 -J ah-comment-trailing-nl --comment=$'team=ml project=x\n' --wrap 'sleep 1')
