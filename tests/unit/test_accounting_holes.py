@@ -439,3 +439,12 @@ def test_property_site_config(tmp_path: Path, data: bytes) -> None:
                                           str(out), "--format", "json"])
         assert result.exit_code in EXIT_CODES, result.output
         assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+
+
+def test_typed_only_alloc_tres_real_sacct(tmp_path: Path) -> None:
+    """Real sacct (AccountingStorageTRES=gres/gpu:h100 only): 3 typed GPUs x 2 s, priced at h100's 2.50."""
+    result, report = _report(tmp_path, (DATA / "lab-typed-only.txt").read_bytes())
+    assert result.exit_code == 0, result.output
+    assert report is not None
+    assert report["totals"]["gpu_hours"] == pytest.approx(6 / 3600, abs=1e-9)
+    assert report["totals"]["cost"] == pytest.approx(6 / 3600 * 2.5, abs=1e-9)
