@@ -309,9 +309,10 @@ def _line_level(
             continue
         start = int(odd)
         if tail and start > 0 and not _starts_record(physical[start], sep):
-            if not good[start - 1]:
-                consumed[start] = True  # (only after a blank line at the top, or a line already reported)
-                problems.append(Problem(source, start + 2, f"line continues no record: {physical[start][:120]!r}"))
+            if not good[start - 1]:  # (only after blank lines at the top)
+                consumed[start] = True
+                if physical[start].strip():
+                    problems.append(Problem(source, start + 2, f"line continues no record: {physical[start][:120]!r}"))
                 continue
             start -= 1  # the whole record before it: this line continues its last value
         elif physical[start].strip() == b"":
