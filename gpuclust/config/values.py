@@ -133,8 +133,10 @@ def parse_size(text: str) -> int:
 
 def parse_timezone(text: str) -> str:
     try:
+        if len(text) > 255:
+            raise ValueError("too long")
         ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # (OSError: a name the file system refuses)
         raise ValueError(f"unknown time zone {text!r} (use an IANA name such as UTC or Europe/Berlin)") from None
     return text
 
