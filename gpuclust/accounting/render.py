@@ -146,6 +146,11 @@ def render_prom(report: Report) -> str:
         gauge(f"sizing_{key}", f"Sizing: {key}.", sizing.get(key))
     gauge("input_rejected_rows", "Input rows that could not be parsed (listed in report.json).",
           d.get("input", {}).get("rejected_rows", 0))
+    left = d.get("input", {}).get("left_out") or {}
+    for reason in ("running", "not_started", "no_allocation"):
+        if reason in left:
+            gauge("input_left_out_rows", "Input rows that are no attempt (running, not started, no allocation).",
+                  left[reason], {"reason": reason})
     return "\n".join(lines) + "\n"
 
 
@@ -216,6 +221,11 @@ def render_html(report: Report) -> str:
     if inp.get("rejected_rows"):
         parts.append(f"<p class='note'>{int(inp['rejected_rows'])} input row(s) could not be parsed and are not "
                      "counted; see report.json input.problems.</p>")
+    left = inp.get("left_out") or {}
+    if left.get("rows"):
+        parts.append(f"<p class='note'>{int(left['rows'])} row(s) are no attempt and count nowhere: "
+                     f"{int(left['running'])} running (End Unknown), {int(left['not_started'])} not started, "
+                     f"{int(left['no_allocation'])} ended without an allocation.</p>")
     parts.append("<h2>Totals</h2>" + _table_html(report.tables["totals"]))
     parts.append("<h2>Sizing</h2>" + _table_html(report.tables["sizing"]))
     for title, svg in _plots(report.tables):
