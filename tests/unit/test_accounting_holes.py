@@ -448,3 +448,14 @@ def test_typed_only_alloc_tres_real_sacct(tmp_path: Path) -> None:
     assert report is not None
     assert report["totals"]["gpu_hours"] == pytest.approx(6 / 3600, abs=1e-9)
     assert report["totals"]["cost"] == pytest.approx(6 / 3600 * 2.5, abs=1e-9)
+
+
+@pytest.mark.parametrize("since,until", [("0001-01-01", "0001-01-02"), ("8999-01-01", "9999-12-31")])
+def test_period_out_of_range_exit_2(tmp_path: Path, since: str, until: str) -> None:
+    """(store mode subtracts the lookback from --since: year 1 overflowed datetime)"""
+    conf = tmp_path / "site.conf"
+    conf.write_text(MIX_CONF.replace("/nonexistent", str(tmp_path / "state")))
+    result = CliRunner().invoke(cli, ["--config", str(conf), "report", "build", "--since", since, "--until", until,
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "outside 1970-9000" in result.output
