@@ -16,9 +16,11 @@ from typing import Any
 from gpuclust.config import values as v
 from gpuclust.errors import UnsafeValueError
 
-SIZE_RE = r"^[0-9]{1,12}[KMGkmg]?$"
-INT_RE = r"^[0-9]{1,6}$"
-SECONDS_RE = r"^[0-9]{1,5}(\.[0-9]{1,3})?$"
+# Numbers have no leading zero: bash arithmetic ($(( )), [[ -lt ]], let) reads 0123 as octal and 09 as an
+# error, where Python reads decimal; with these forms both read the same number.
+SIZE_RE = r"^(0|[1-9][0-9]{0,11})[KMGkmg]?$"
+INT_RE = r"^(0|[1-9][0-9]{0,5})$"
+SECONDS_RE = r"^(0|[1-9][0-9]{0,4})(\.[0-9]{1,3})?$"
 PATH_RE = r"^/[A-Za-z0-9._/+-]*$"
 LOCAL_PATH_RE = r"^/[A-Za-z0-9._/+%-]*$"  # may hold %n (the node name), like Slurm's TmpFS
 GLOB_RE = r"^/[][A-Za-z0-9._/+*?-]*$"  # "]" first: a literal in both bash ERE and Python
@@ -26,7 +28,7 @@ PYTHON_RE = r"^(/[A-Za-z0-9._/+-]+|[A-Za-z0-9._+-]+)$"
 BACKEND_RE = r"^(auto|gloo|nccl)$"
 DTYPE_RE = r"^(float32|float64|int32)$"
 TESTS_RE = r"^(staging|checkpoint|dcp|aggregate)(,(staging|checkpoint|dcp|aggregate))*$"
-PORT_RE = r"^[0-9]{4,5}$"
+PORT_RE = r"^[1-9][0-9]{3,4}$"
 NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 
 

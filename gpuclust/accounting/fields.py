@@ -23,11 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.errors import SlurmOutputError
-from gpuclust.slurm.parse import UNKNOWN_TIMES, gpu_count, gpu_type, parse_slurm_duration, parse_tres
+from gpuclust.slurm.parse import UNKNOWN_TIMES, parse_slurm_duration, parse_tres
 
 # ---- job id -----------------------------------------------------------------------------------------
 
-_JOB_ID = r"^(?P<base>[0-9]+)(?:_(?P<task>[0-9]+)|_\[(?P<pend>[^\]]*)\]|\+(?P<het>[0-9]+))?(?:\.(?P<step>[^.]+))?$"
+# Numbers in sacct fields: at most 18 digits, so every value fits int64 (Slurm's own are 32-bit); a longer one
+# makes the field bad (the row is rejected and reported), never an overflow.
+_N = "[0-9]{1,18}"
+_JOB_ID = rf"^(?P<base>{_N})(?:_(?P<task>{_N})|_\[(?P<pend>[^\]]*)\]|\+(?P<het>{_N}))?(?:\.(?P<step>[^.]+))?$"
 _JOB_ID_RE = re.compile(_JOB_ID)
 
 
@@ -69,7 +72,7 @@ def parse_state(text: str) -> str:
     return match.group("s")
 
 
-_EXIT = r"^(?P<c>[0-9]+):(?P<s>[0-9]+)$"
+_EXIT = rf"^(?P<c>{_N}):(?P<s>{_N})$"
 _EXIT_RE = re.compile(_EXIT)
 
 
@@ -103,7 +106,8 @@ def parse_time_epoch(text: str) -> int | None:
     return int(parsed.replace(tzinfo=timezone.utc).timestamp())
 
 
-_ELAPSED = r"^(?:(?P<d>[0-9]+)-)?(?:(?P<h>[0-9]+):)?(?P<m>[0-9]+):(?P<s>[0-9]+)$"
+_E = "[0-9]{1,9}"  # (days * 86400 stays far inside int64)
+_ELAPSED = rf"^(?:(?P<d>{_E})-)?(?:(?P<h>{_E}):)?(?P<m>{_E}):(?P<s>{_E})$"
 
 
 def parse_elapsed(text: str) -> int:
@@ -128,8 +132,53 @@ class TresFacts:
     mem_mb: float | None
 
 
+MIX_OTHER = "*"  # in a GPU mix: GPUs of the untyped total that no typed key accounts for
+
+
+def _tres_int(value: str) -> int:
+    if not re.fullmatch(_N, value):
+        raise SlurmOutputError(f"bad TRES count {value!r}")
+    return int(value)
+
+
+def gpu_facts(tres: dict[str, str]) -> tuple[int, str | None]:
+    """(GPU count, GPU type) of a TRES dict.
+
+    Count: the untyped ``gres/gpu`` total when present, else the sum of the typed ``gres/gpu:<type>`` keys
+    (sacct 24.11 can record typed keys alone). Type: the one type when every typed GPU is of one type and
+    no untyped GPU is left over; None when there is no typed key; else the mix ``a100=1,h100=3`` (types
+    sorted, ``*=N`` for the GPUs of the untyped total beyond the typed ones), priced type by type."""
+    untyped = _tres_int(tres["gres/gpu"]) if "gres/gpu" in tres else None
+    typed: dict[str, int] = {}
+    for key, value in tres.items():
+        if key.startswith("gres/gpu:"):
+            count = _tres_int(value)
+            if count:
+                typed[key[len("gres/gpu:"):]] = count
+    total = sum(typed.values())
+    gpus = untyped if untyped is not None else total
+    if gpus > 2**62:
+        raise SlurmOutputError(f"GPU count {gpus} out of range")
+    other = untyped - total if untyped is not None and untyped > total else 0
+    if not typed:
+        return gpus, None
+    if len(typed) == 1 and not other:
+        return gpus, next(iter(typed))
+    mix = [f"{name}={count}" for name, count in sorted(typed.items())]
+    if other:
+        mix.append(f"{MIX_OTHER}={other}")
+    return gpus, ",".join(mix)
+
+
+def gpu_mix(gpu_type: str | None) -> dict[str, int] | None:
+    """The weights of a mixed `gpu_type` (``a100=1,h100=3``); None for a single type or none."""
+    if not gpu_type or "=" not in gpu_type:
+        return None
+    return {name: int(count) for name, _, count in (item.partition("=") for item in gpu_type.split(","))}
+
+
 def parse_alloc_tres(text: str) -> TresFacts:
-    """GPU count (untyped ``gres/gpu``), GPU type (typed key) and memory of an AllocTRES string."""
+    """GPU count, GPU type (see `gpu_facts`) and memory of an AllocTRES string."""
     tres = parse_tres(text)
     mem = tres.get("mem")
     mem_mb: float | None = None
@@ -138,7 +187,8 @@ def parse_alloc_tres(text: str) -> TresFacts:
         if not match:
             raise SlurmOutputError(f"bad mem TRES {mem!r}")
         mem_mb = float(match.group(1)) * _MEM_UNITS[match.group(2)]
-    return TresFacts(gpu_count(tres), gpu_type(tres), mem_mb)
+    gpus, gtype = gpu_facts(tres)
+    return TresFacts(gpus, gtype, mem_mb)
 
 
 # ---- vectorised forms ----------------------------------------------------------------------------------
@@ -198,7 +248,7 @@ def v_job_id(text: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray, np.ndarra
     """
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks()
-    plain = _mask(pc.match_substring_regex(text, r"^[0-9]+$"))
+    plain = _mask(pc.match_substring_regex(text, f"^{_N}$"))
     if len(text) < 10_000 or not plain.any():
         return _v_job_id_regex(text)
     other = ~plain
@@ -346,20 +396,26 @@ def v_elapsed(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 
 def v_alloc_tres(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray]:
-    """-> (gpus, gpu_type, mem_mb, bad). Rows with several typed GPU keys (rare) use the scalar parser."""
+    """-> (gpus, gpu_type, mem_mb, bad), as `parse_alloc_tres`. Rows with several typed GPU keys, or typed and
+    untyped counts that differ (rare), use the scalar parser."""
     syntax_ok = pc.match_substring_regex(text, _TRES_SYNTAX)
     untyped = pc.extract_regex(text, r"(?:^|,)gres/gpu=(?P<n>[^,]*)(?:,|$)")
     gpus_txt = pc.struct_field(untyped, "n")
-    gpus = pc.cast(pc.if_else(pc.match_substring_regex(gpus_txt, r"^[0-9]+$"), gpus_txt, pa.scalar(None, pa.string())), pa.int64())
+    gpus = pc.cast(pc.if_else(pc.match_substring_regex(gpus_txt, f"^{_N}$"), gpus_txt, pa.scalar(None, pa.string())), pa.int64())
     bad_gpus = pc.and_(pc.is_valid(untyped), pc.is_null(gpus))
-    gpus = pc.fill_null(gpus, 0)
 
-    typed = pc.extract_regex(text, r"(?:^|,)gres/gpu:(?P<t>[^=,]+)=(?P<n>[0-9]+)(?:,|$)")
+    typed = pc.extract_regex(text, r"(?:^|,)gres/gpu:(?P<t>[^=,]+)=(?P<n>[^,]*)(?:,|$)")
+    typed_txt = pc.struct_field(typed, "n")
+    typed_ok = pc.match_substring_regex(typed_txt, f"^{_N}$")
+    typed_n = pc.cast(pc.if_else(typed_ok, typed_txt, pa.scalar(None, pa.string())), pa.int64())
+    bad_typed = pc.and_(pc.is_valid(typed), pc.is_null(typed_n))
     gtype = pc.if_else(
-        pc.and_(pc.is_valid(typed), pc.not_equal(pc.struct_field(typed, "n"), "0")),
+        pc.and_(pc.is_valid(typed), pc.not_equal(typed_n, 0)),
         pc.struct_field(typed, "t"),
         pa.scalar(None, pa.string()),
     )
+    # No untyped key: the typed count is the count (0 without either).
+    gpus = pc.fill_null(pc.coalesce(gpus, typed_n), 0)
     mem = pc.extract_regex(text, r"(?:^|,)mem=(?P<v>[0-9]+(?:\.[0-9]+)?)(?P<u>[KMGTP]?)(?:,|$)")
     units = pa.array(["", "K", "M", "G", "T", "P"])
     factors = pa.array([1.0, 1 / 1024, 1.0, 1024.0, 1024.0**2, 1024.0**3])
@@ -367,10 +423,12 @@ def v_alloc_tres(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarr
     mem_mb = pc.multiply(pc.cast(pc.struct_field(mem, "v"), pa.float64()), factor)
     bad_mem = pc.and_(pc.match_substring_regex(text, r"(?:^|,)mem="), pc.is_null(mem))
 
-    bad = _mask(pc.or_(bad_gpus, bad_mem))
+    bad = _mask(pc.or_(pc.or_(bad_gpus, bad_typed), bad_mem))
     # The scalar parser is the definition; rows outside the strict shape the regexes assume (spaces, empty
-    # items, repeated keys, several typed GPU keys) are rare and go through it.
+    # items, repeated keys, several typed GPU keys, an untyped total other than the typed count) are rare and
+    # go through it.
     tricky = ~_mask(syntax_ok)
+    tricky |= _mask(pc.and_(pc.is_valid(untyped), pc.not_equal(pc.struct_field(untyped, "n"), typed_txt)))
     for key in ("gres/gpu:", "gres/gpu=", "mem="):
         tricky |= _mask(pc.greater(pc.count_substring(text, key), 1))
     if tricky.any():
@@ -391,7 +449,7 @@ def v_alloc_tres(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarr
 
 
 def v_int(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    ok = pc.match_substring_regex(text, r"^[0-9]+$")
+    ok = pc.match_substring_regex(text, f"^{_N}$")
     value = pc.cast(pc.if_else(ok, text, pa.scalar(None, pa.string())), pa.int64())
     return value, ~_mask(ok)
 

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from gpuclust.accounting import fields, sorting
 from gpuclust.accounting.period import Period
 from gpuclust.config import SiteConfig
+from gpuclust.errors import InputError
 
 GPU_MONTH_HOURS = 730.0  # 365 * 24 / 12: one GPU allocated for an average month
 DEFAULT_TOP = 20
@@ -33,15 +34,21 @@ DEFAULT_TOP = 20
 DEFINITIONS: dict[str, str] = {
     "rows": "Input rows are job allocation records (no steps). With sacct -D, earlier executions of a requeued "
     "job are their own rows, in state REQUEUED. One row is kept per execution (JobIDRaw + Start), in its latest state.",
-    "gpus": "A row's GPUs are the count of the untyped gres/gpu key in AllocTRES (0 if absent). Its GPU type is "
-    "the <type> of a gres/gpu:<type> key, else the partition's configured gpu_type.",
+    "gpus": "A row's GPUs are the count of the untyped gres/gpu key in AllocTRES; without it, the sum of the typed "
+    "gres/gpu:<type> keys (sacct 24.11 can record those alone); 0 if neither. Its GPU type is the <type> of its "
+    "typed keys when they name one type, else the partition's configured gpu_type; GPUs of several types "
+    "(gres/gpu:a100=1,gres/gpu:h100=3) are a mix, and GPUs of the untyped total beyond the typed ones are of "
+    "the partition's type.",
     "gpu_hours": "GPU-hours = Elapsed seconds x GPUs / 3600.",
     "attempt": "An allocation row that started and ended. The components of a het job (123+0, 123+1) form one "
     "attempt: GPU-hours and cost are summed; times, state and name come from component +0.",
     "queue_wait": "queue wait = Start - Eligible, or Start - Submit where Eligible is unknown; over attempts that "
     "started in the period. Median and p90 use linear interpolation (pandas quantile).",
     "hold": "hold = Eligible - Submit, over attempts that started in the period and have a known Eligible.",
-    "run": "The unit of work a user wants done. Its attempts are (a) all rows of one JobID (requeued executions) "
+    "run": "The unit of work a user wants done. Its attempts are (a) all rows of one job: one JobID and user, "
+    "each execution submitted at most 1 h after the previous one ended (a requeue resubmits at once; a JobID "
+    "that Slurm reused after a database reset or counter wrap, for another user or a later Submit, is "
+    "another job) "
     "and (b) resubmissions: attempts by the same user, account and job name (array tasks: name plus task index) "
     "where the run's latest attempt did not complete, the new attempt's Submit comes after that attempt's End, "
     "and within the retry window.",
@@ -49,8 +56,9 @@ DEFINITIONS: dict[str, str] = {
     "attribution": "A run belongs to the account, partition and labels of its first attempt, and to the period in "
     "which its last attempt ended; all its attempts, GPU-hours and cost count there.",
     "cost": "Cost of an attempt = GPU-hours x the price per GPU-hour of its GPU type (site config [gpu_type]), "
-    "falling back to the partition's price_per_gpu_hour. GPU-hours without any price are reported as "
-    "unpriced_gpu_hours and add nothing to cost.",
+    "falling back to the partition's price_per_gpu_hour. A mix of types is priced type by type: each type's "
+    "share of the GPUs at its own price (a100=1,h100=3 for 1 h: 1 x a100 + 3 x h100). GPU-hours without any "
+    "price are reported as unpriced_gpu_hours and add nothing to cost.",
     "useful_gpu_hours": "GPU-hours of the completing attempt of each completed run.",
     "cost_per_completed_run": "cost (all attempts, failed and retried included) / completed runs; null when 0.",
     "labels": "Report dimensions: account, wckey, and key=value pairs in --comment for the configured keys "
@@ -198,6 +206,7 @@ class Attempts:
     het_lead: np.ndarray  # True for a merged het job
     coded_columns: dict[str, Coded] = field(default_factory=dict)
     pricing: Callable[[], None] | None = None  # while gpu_hours, cost and unpriced_gpu_hours are not computed
+    left_out: dict[str, Any] = field(default_factory=dict)  # rows that are no attempt, counted by reason
 
     def price(self) -> None:
         """Compute gpu_hours, cost and unpriced_gpu_hours, where attempts(pool=...) left them."""
@@ -232,23 +241,37 @@ class Attempts:
         return hold
 
 
+LEFT_OUT_WHY = (
+    "Rows that are no attempt and count nowhere else: running = allocated and started but End Unknown (still "
+    "running, or suspended, when sacct was read: counted once they end); not_started = no Start (pending); "
+    "no_allocation = ended without an allocation (cancelled while pending: no AllocTRES)."
+)
+
+
+def left_out_counts(allocated: np.ndarray, started: np.ndarray, ended: np.ndarray) -> dict[str, Any]:
+    """How many rows `attempts` leaves out, and why (report.json input.left_out)."""
+    running = int(np.count_nonzero(allocated & started & ~ended))
+    not_started = int(np.count_nonzero(~started))
+    no_allocation = int(np.count_nonzero(~allocated & started & ended))
+    return {"rows": running + not_started + no_allocation, "running": running, "not_started": not_started,
+            "no_allocation": no_allocation, "why": LEFT_OUT_WHY}
+
+
 def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | None = None) -> Attempts:
     """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded). With a
     `pool`, its thread takes the time columns meanwhile, and GPU-hours and cost are left to `Attempts.price`
     (for that thread to compute while the runs are assigned, which needs neither)."""
     start_all = _numbers(table.column("start"))
     end_all = _numbers(table.column("end"))
-    rows = np.flatnonzero(allocated_mask(table) & ~np.isnan(start_all) & ~np.isnan(end_all))
+    allocated = allocated_mask(table)
+    started, ended = ~np.isnan(start_all), ~np.isnan(end_all)
+    rows = np.flatnonzero(allocated & started & ended)
+    left_out = left_out_counts(allocated, started, ended)
     partition_all = coded(table.column("partition"))
     gtype_all = coded(table.column("gpu_type"))
 
-    # The price of each (GPU type, partition) pair: the row's own type, else the partition's configured type.
-    partitions: list[str | None] = [*partition_all.values, None]
-    prices = np.empty((len(gtype_all.values) + 1, len(partitions)), dtype=np.float64)
-    for t, own_type in enumerate([*gtype_all.values, None]):
-        for p, part in enumerate(partitions):
-            price = config.price_per_gpu_hour(own_type or config.partition_gpu_type(part), part)
-            prices[t, p] = np.nan if price is None else price
+    prices, unpriced_share = price_table(config, gtype_all.values, partition_all.values)
+    partial = bool(((unpriced_share > 0) & (unpriced_share < 1)).any())
     job_base_all = _ints(table.column("job_base"), 0)
 
     def money(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -260,7 +283,10 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         pair *= prices.shape[1]
         pair += partition_all.codes[at]
         price = prices.ravel()[pair]
-        unpriced = np.where(np.isnan(price), gpu_hours, 0.0)
+        if partial:  # a mix of GPU types, some priced and some not
+            unpriced = gpu_hours * unpriced_share.ravel()[pair]
+        else:
+            unpriced = np.where(np.isnan(price), gpu_hours, 0.0)
         price *= gpu_hours
         return gpu_hours, price, unpriced
 
@@ -311,10 +337,45 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         start=start, end=end, gpu_hours=unset, cost=unset, unpriced_gpu_hours=unset,
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
         coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state}, pricing=pricing,
+        left_out=left_out,
     )
     if pool is None:
         att.price()
     return att
+
+
+def price_table(
+    config: SiteConfig, gpu_types: Sequence[str | None], partitions: Sequence[str | None]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per (GPU type, partition) pair, the type codes ``0..len(gpu_types)`` (the last: null) by the
+    partition codes likewise: the priced cost of one GPU-hour (NaN when nothing is priced) and the share of
+    the GPU-hours that has no price.
+
+    A single type (or none: the partition's configured type) is priced at its rate, falling back to the
+    partition's price. A mix (``a100=1,h100=3``, see fields.gpu_facts) is priced type by type: each type's
+    share of the GPUs at its own rate; the ``*`` share (GPUs of no stated type) as an untyped row."""
+    parts: list[str | None] = [*partitions, None]
+    prices = np.full((len(gpu_types) + 1, len(parts)), np.nan, dtype=np.float64)
+    unpriced = np.zeros(prices.shape, dtype=np.float64)
+    for t, own_type in enumerate([*gpu_types, None]):
+        mix = fields.gpu_mix(own_type)
+        for p, part in enumerate(parts):
+            if mix is None:
+                price = config.price_per_gpu_hour(own_type or config.partition_gpu_type(part), part)
+                prices[t, p] = np.nan if price is None else price
+                unpriced[t, p] = 1.0 if price is None else 0.0
+                continue
+            total = sum(mix.values())
+            priced_cost, priced_share = 0.0, 0.0
+            for name, count in mix.items():
+                kind = config.partition_gpu_type(part) if name == fields.MIX_OTHER else name
+                price = config.price_per_gpu_hour(kind, part)
+                if price is not None:
+                    priced_cost += price * count / total
+                    priced_share += count / total
+            prices[t, p] = priced_cost if priced_share > 0 else np.nan
+            unpriced[t, p] = 0.0 if priced_share >= 1 else 1.0 - priced_share
+    return prices, unpriced
 
 
 def _job_key(job_base: np.ndarray, array_task: np.ndarray) -> np.ndarray:
@@ -357,6 +418,8 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     # Units: the attempts of one JobID (rule a), in Start order.
     order, first_i = sorting.group_order(att.key, [att.start])
+    if len(first_i) < n:
+        first_i = _split_reused_ids(att, order, first_i)
     m = len(first_i)
     sizes = np.diff(np.r_[first_i, n])
     first, last = order[first_i], order[first_i + sizes - 1]
@@ -411,6 +474,29 @@ def assign_runs(att: Attempts, retry_window_s: float) -> np.ndarray:
     runs = np.empty(n, dtype=np.int64)
     runs[order] = np.repeat(unit_run, sizes)
     return runs
+
+
+REQUEUE_GAP_S = 3600.0
+
+
+def _split_reused_ids(att: Attempts, order: np.ndarray, first_i: np.ndarray) -> np.ndarray:
+    """The units of JobIDs with several attempts (`order`: attempts by JobID key then Start; `first_i`: where
+    each JobID starts), split where one JobID holds several jobs: Slurm reuses ids after a database reset or
+    a counter wrap. An attempt continues the job of the one before it (a requeue) only with the same user
+    and a Submit no later than REQUEUE_GAP_S after that attempt's End (a requeue resubmits at once: Submit
+    is the requeue time); otherwise it starts a job of its own."""
+    n = len(order)
+    sizes = np.diff(np.r_[first_i, n])
+    pos = np.flatnonzero(np.repeat(sizes > 1, sizes))  # positions (in `order`) of JobIDs with several attempts
+    at = order[pos]
+    gid = np.repeat(np.arange(len(first_i)), sizes)[pos]
+    user = att.codes("user", at).codes
+    submit, end = att.submit[at], att.end[at]
+    with np.errstate(invalid="ignore"):
+        new = (gid[1:] == gid[:-1]) & ((user[1:] != user[:-1]) | (submit[1:] > end[:-1] + REQUEUE_GAP_S))
+    if not new.any():
+        return first_i
+    return np.union1d(first_i, pos[1:][new]).astype(first_i.dtype)
 
 
 def _exact_runs(
@@ -783,6 +869,12 @@ def run_tables(
     return tables, runs_p
 
 
+def check_target(target: float | None) -> None:
+    """The sizing target: completed runs per month, a finite number >= 0 (None: none)."""
+    if target is not None and not 0 <= target < math.inf:
+        raise InputError(f"--target must be a finite number of completed runs per month >= 0, got {target}")
+
+
 def build_report(
     table: pa.Table,
     config: SiteConfig,
@@ -792,6 +884,7 @@ def build_report(
     top: int = DEFAULT_TOP,
     input_info: dict[str, Any] | None = None,
 ) -> Report:
+    check_target(target)
     lo, hi = float(period.start_epoch), float(period.end_epoch)
     if table.num_rows < PARALLEL_MIN_ATTEMPTS:
         att = attempts(table, config)
@@ -828,8 +921,10 @@ def build_report(
         tables[f"hold_by_{dim}"] = waits[f"hold_by_{dim}"]
     tables.update(run_part)
     tables["top_failures"] = top_table
-    return assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
-                           target=target, input_info=input_info)
+    report = assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
+                             target=target, input_info=input_info)
+    report.data["input"]["left_out"] = att.left_out
+    return report
 
 
 def assemble_report(

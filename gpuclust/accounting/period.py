@@ -80,7 +80,14 @@ def resolve_period(
     start, end = parse_when(since, tz), parse_when(until, tz)
     if end <= start:
         raise InputError(f"--until {until} is not after --since {since}")
+    for flag, value, when in (("--since", since, start), ("--until", until, end)):
+        if not EARLIEST <= when <= LATEST:  # (the store's lookback reaches a century before the start)
+            raise InputError(f"{flag} {value} is outside {EARLIEST.year}-{LATEST.year}: Slurm records none there")
     return Period(start, end)
+
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 
 def _day(today: datetime, offset: int, zone: ZoneInfo) -> datetime:

@@ -19,7 +19,7 @@ import pandas as pd
 from gpuclust.accounting import svgplot
 from gpuclust.accounting.metrics import Report
 from gpuclust.cli.output import to_json
-from gpuclust.errors import InputError
+from gpuclust.errors import InputError, Problem
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
 
@@ -32,7 +32,32 @@ def parse_formats(text: str) -> tuple[str, ...]:
     return items
 
 
+def prepare_out_dir(out_dir: Path) -> None:
+    """Create the output directory and prove a file can be written there, before any work is done: an
+    unwritable --out (a path under a file, under /proc, no permission) is an InputError naming it."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".gpuclust-probe.", dir=out_dir)
+        os.close(fd)
+        os.unlink(tmp)
+    except (OSError, ValueError) as exc:
+        raise InputError(Problem(str(out_dir), None, f"cannot write the report here: {_why(exc)}")) from None
+
+
+def _why(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write `path` whole or not at all (a temporary file renamed over it); an OSError becomes an InputError
+    naming the path."""
+    try:
+        _atomic_write(path, data)
+    except (OSError, ValueError) as exc:
+        raise InputError(Problem(str(path), None, f"cannot write: {_why(exc)}")) from None
+
+
+def _atomic_write(path: Path, data: bytes | str) -> None:
     raw = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -121,6 +146,11 @@ def render_prom(report: Report) -> str:
         gauge(f"sizing_{key}", f"Sizing: {key}.", sizing.get(key))
     gauge("input_rejected_rows", "Input rows that could not be parsed (listed in report.json).",
           d.get("input", {}).get("rejected_rows", 0))
+    left = d.get("input", {}).get("left_out") or {}
+    for reason in ("running", "not_started", "no_allocation"):
+        if reason in left:
+            gauge("input_left_out_rows", "Input rows that are no attempt (running, not started, no allocation).",
+                  left[reason], {"reason": reason})
     return "\n".join(lines) + "\n"
 
 
@@ -191,6 +221,11 @@ def render_html(report: Report) -> str:
     if inp.get("rejected_rows"):
         parts.append(f"<p class='note'>{int(inp['rejected_rows'])} input row(s) could not be parsed and are not "
                      "counted; see report.json input.problems.</p>")
+    left = inp.get("left_out") or {}
+    if left.get("rows"):
+        parts.append(f"<p class='note'>{int(left['rows'])} row(s) are no attempt and count nowhere: "
+                     f"{int(left['running'])} running (End Unknown), {int(left['not_started'])} not started, "
+                     f"{int(left['no_allocation'])} ended without an allocation.</p>")
     parts.append("<h2>Totals</h2>" + _table_html(report.tables["totals"]))
     parts.append("<h2>Sizing</h2>" + _table_html(report.tables["sizing"]))
     for title, svg in _plots(report.tables):

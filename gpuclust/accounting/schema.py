@@ -39,8 +39,11 @@ start, end            UTC, null
 elapsed_s             int64           Elapsed ``[DD-[HH:]]MM:SS`` in seconds
 nnodes                int64           NNodes
 alloc_tres            string          AllocTRES as printed
-gpus                  int64           count of the untyped ``gres/gpu`` key in AllocTRES (0 if absent)
-gpu_type              string, null    ``<type>`` of a ``gres/gpu:<type>`` key (largest count); null if none
+gpus                  int64           the untyped ``gres/gpu`` count of AllocTRES; without it, the sum of the
+                                      typed ``gres/gpu:<type>`` counts; 0 if neither
+gpu_type              string, null    ``<type>`` when the typed keys name one type; the mix ``a100=1,h100=3``
+                                      (``*=N``: GPUs of the untyped total beyond the typed) for several; null
+                                      if none (fields.gpu_facts; priced type by type)
 mem_mb                float64, null   ``mem=`` of AllocTRES in MiB
 ====================  ==============  ==============================================================
 

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import io
 import mmap
+import re
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -45,10 +46,16 @@ _STAND_INS = [bytes([b]) for b in (0x1F, 0x1E, 0x1D, 0x1C, *range(0x01, 0x09), 0
 
 def decode_delimiter(text: str) -> str:
     """`--delimiter` value: backslash escapes (``\\x1f|\\x1e``, ``\\t``) are decoded; empty is refused."""
-    if "\\" in text:
-        text = text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    given = text
+    try:
+        if "\\" in text:
+            text = text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        text.encode("utf-8")
+    except UnicodeError as exc:  # `\x` without hex digits, a lone `\`, bytes that are no text
+        why = exc.reason if isinstance(exc, UnicodeDecodeError | UnicodeEncodeError) else str(exc)
+        raise InputError(f"bad delimiter {given!r}: {why} (escapes: \\t, \\xHH, \\\\)") from None
     if not text or "\n" in text or "\r" in text:
-        raise InputError(f"bad delimiter {text!r}: must be non-empty and without newlines")
+        raise InputError(f"bad delimiter {given!r}: must be non-empty and without newlines")
     return text
 
 
@@ -65,11 +72,19 @@ def parse_parsable(
     if not delim or b"\n" in delim:
         raise InputError(f"bad delimiter {delimiter!r}")
     src = _Source(data)
-    header_end = src.find(b"\n")
-    header_line = src.read(0, src.size if header_end < 0 else header_end)
+    head = 3 if src.read(0, 3) == _BOM else 0  # a UTF-8 byte order mark before the header is no data
+    header_end = src.find(b"\n", head)
+    header_line = src.read(head, src.size if header_end < 0 else header_end)
     header = header_line.rstrip(b"\r").decode("utf-8", "replace").split(delimiter)
     if not header_line.strip():
         raise InputError(Problem(source, 1, "empty input: expected a header line of sacct field names"))
+    seen: dict[str, int] = {}
+    for col, name in enumerate(header, start=1):
+        if name in seen:
+            raise InputError(Problem(
+                source, 1, f"duplicate column {name!r} in the header (columns {seen[name]} and {col}): "
+                "which one holds the data is ambiguous", name))
+        seen[name] = col
     missing = [name for name in REQUIRED_FIELDS if name not in header]
     if missing:
         raise InputError(
@@ -101,7 +116,8 @@ def _reference(body: bytes, delim: bytes, header: list[str], source: str) -> Par
         if not sep:  # pathological: every stand-in byte occurs in the data
             return _line_level(body, delim, header, source)
         body = _replace(body, delim, sep)
-    result = _fast(body, sep, header, source)
+    blank_line = body.startswith(b"\n") or b"\n\n" in body
+    result = None if blank_line and _tail_continuation(header) else _fast(body, sep, header, source)
     if result is None:
         result = _line_level(body, sep, header, source, original=delim)
     return result
@@ -284,16 +300,32 @@ def _line_level(
     extra_lines: list[int] = []
     problems: list[Problem] = []
     consumed = np.zeros(len(physical), dtype=bool)
-    for i in odd_idx:
-        if consumed[i]:
+    # A free-text last column (a plain dump ending in Comment): a newline in it puts the rest of the value on
+    # the lines after a whole record. With JobID first, a record starts only on a line that starts with a
+    # JobID; the lines after a record that do not (blank ones too) continue its last value.
+    tail = _tail_continuation(header)
+    for odd in odd_idx:
+        if consumed[odd]:
             continue
-        if physical[int(i)].strip() == b"":
-            consumed[i] = True  # a blank line between records holds no data
+        start = int(odd)
+        if tail and start > 0 and not _starts_record(physical[start], sep):
+            if not good[start - 1]:  # (only after blank lines at the top)
+                consumed[start] = True
+                if physical[start].strip():
+                    problems.append(Problem(source, start + 2, f"line continues no record: {physical[start][:120]!r}"))
+                continue
+            start -= 1  # the whole record before it: this line continues its last value
+        elif physical[start].strip() == b"":
+            consumed[start] = True  # a blank line between records holds no data
             continue
-        acc, j = int(counts[i]), int(i)
+        acc, j = int(counts[start]), start
         while acc < nfields - 1 and j + 1 < len(physical):
             j += 1
             acc += int(counts[j])
+        if tail:
+            while j + 1 < len(physical) and not _starts_record(physical[j + 1], sep):
+                j += 1
+        i = start
         consumed[i : j + 1] = True
         good[i : j + 1] = False
         record = physical.span(int(i), j)
@@ -342,6 +374,21 @@ def _line_level(
     else:
         cols = {name: _single(col) for name, col in cols.items()}
     return _from_columns(cols, lines, header, source, problems)
+
+
+_JOB_ID_BYTES = re.compile(rb"[0-9]+(?:_[0-9]+|_\[[^\]]*\]|\+[0-9]+)?(?:\.[^.]+)?")  # (any length)
+
+
+def _tail_continuation(header: list[str]) -> bool:
+    """Whether lines after a whole record can continue its last value: the last column is free text and
+    the first is JobID (which tells where a record starts)."""
+    return len(header) > 1 and header[0] == "JobID" and header[-1] in FREE_TEXT_FIELDS
+
+
+def _starts_record(line: bytes, sep: bytes) -> bool:
+    """Whether a line starts with a JobID and a separator (so it can start a record)."""
+    at = line.find(sep)
+    return at > 0 and _JOB_ID_BYTES.fullmatch(line, 0, at) is not None
 
 
 def _chunks(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
@@ -848,6 +895,8 @@ class _Direct:
         self.extras: list[tuple[int, list[str]]] = []
         self.problems: list[Problem] = []
         self.line_mode = self.odd  # decided later when no line is odd (blank lines are then the only question)
+        if (self.odd or len(self.candidates)) and _tail_continuation(self.header):
+            raise _Fallback("lines that may continue a free-text last column: the reference reads them")
         if self.odd:
             self._stitch()
 
@@ -1139,7 +1188,8 @@ class _Direct:
         for start, group in self._groups(col):
             raw = self._strip(col, group, start)
             text = raw.view(pa.large_string() if pa.types.is_large_binary(raw.type) else pa.string())
-            decimal = fields._mask(pc.ascii_is_decimal(text))
+            # (at most 18 digits, as `v_int`: every such value fits int64)
+            decimal = fields._mask(pc.and_(pc.ascii_is_decimal(text), pc.less_equal(pc.binary_length(text), 18)))
             n = len(group)
             if decimal.all():
                 values[start : start + n] = _ints(pc.cast(text, pa.int64()))

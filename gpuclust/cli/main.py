@@ -35,6 +35,11 @@ class GpuclustGroup(click.Group):
             return super().invoke(ctx)
         except GpuclustError as exc:
             raise CliError(str(exc), exit_code_for(exc)) from exc
+        except OSError as exc:
+            # A file the command was told to read or write that the system refuses (an --out under a file, under
+            # /proc, without permission; a full disk): bad input, named, never a traceback.
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise CliError(f"{where}{exc.strerror or exc}", EXIT_INPUT) from exc
 
 
 @click.group(cls=GpuclustGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -10,8 +10,9 @@ import click
 
 from gpuclust.accounting import memory, pipeline
 from gpuclust.accounting.fetch import VIA
+from gpuclust.accounting.metrics import check_target
 from gpuclust.accounting.period import PERIODS, resolve_period
-from gpuclust.accounting.render import parse_formats, write_report
+from gpuclust.accounting.render import parse_formats, prepare_out_dir, write_report
 from gpuclust.accounting.text import decode_delimiter
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json, format_table
@@ -29,6 +30,14 @@ def _period_options(func):  # type: ignore[no-untyped-def]
     for option in reversed(_PERIOD_OPTIONS):
         func = option(func)
     return func
+
+
+def _check_target(value: float | None) -> float | None:
+    try:
+        check_target(value)
+    except InputError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+    return value
 
 
 @click.group("report")
@@ -83,7 +92,8 @@ def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name
               help="Comma-separated outputs: html, csv, json, prom, parquet.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output directory (default: site report_dir).")
-@click.option("--target", type=float, help="Completed runs per month to size for (default: site config).")
+@click.option("--target", type=float, callback=lambda _c, _p, value: _check_target(value),
+              help="Completed runs per month to size for, >= 0 (default: site config).")
 @click.option("--top", type=click.IntRange(1, 10000), default=20, show_default=True,
               help="How many top failures to list.")
 @click.option("--strict", is_flag=True, help="Exit 2 if any input row could not be parsed (default: report and go on).")
@@ -99,17 +109,24 @@ def build_cmd(app: AppContext, since: str | None, until: str | None, period_name
     config = app.config
     memory.keep_freed_memory()
     fmts = parse_formats(formats)
+    delim = decode_delimiter(delimiter)
+    out = Path(out_dir or config.report_dir)
+    prepare_out_dir(out)  # an unwritable --out fails now, not after the work
     period = resolve_period(since, until, period_name, config.timezone)
     if period is None and not input_path:
         period = resolve_period(None, None, "yesterday", config.timezone)
-    report, _ = pipeline.build(config, period, input_path=input_path, delimiter=decode_delimiter(delimiter),
+    report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim,
                                target=target, top=top)
     info = report.data["input"]
     for problem in info.get("problems", []):
         click.echo(f"warning: {problem}", err=True)
+    left = info.get("left_out") or {}
+    if left.get("rows"):
+        click.echo(f"note: {left['rows']} row(s) are no attempt and count nowhere: {left['running']} running "
+                   f"(End Unknown), {left['not_started']} not started, {left['no_allocation']} ended without "
+                   "an allocation (report.json input.left_out)", err=True)
     if strict and info.get("rejected_rows"):
         raise InputError(f"{info['rejected_rows']} input row(s) could not be parsed (see warnings above)")
-    out = Path(out_dir or config.report_dir)
     written = write_report(report, out, fmts)
     if as_json:
         echo_json(report.data)

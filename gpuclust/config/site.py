@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuclust.config import values as v
-from gpuclust.config.ini import parse_ini
+from gpuclust.config.ini import decode_config, parse_ini
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.errors import ConfigError, Problem
 
@@ -221,13 +221,14 @@ def load_config(path: str | None = None) -> SiteConfig:
     """Load and validate; raises ConfigError listing every problem with file:line."""
     resolved = find_config_path(path)
     try:
-        text = Path(resolved).read_text(encoding="utf-8")
+        data = Path(resolved).read_bytes()
     except FileNotFoundError:
         hint = "" if path else f" (searched --config, ${CONFIG_ENV}, {DEFAULT_CONFIG_PATH})"
         raise ConfigError(Problem(resolved, None, f"config file not found{hint}")) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(Problem(resolved, None, f"cannot read config: {exc}")) from None
-    return parse_config(text, resolved)
+    text, problems = decode_config(data, resolved)
+    return parse_config(text, resolved, problems)
 
 
 def check_config(path: str | None = None) -> list[Problem]:
@@ -239,8 +240,9 @@ def check_config(path: str | None = None) -> list[Problem]:
     return []
 
 
-def parse_config(text: str, path: str = "<string>") -> SiteConfig:
-    doc = parse_ini(text, path)
+def parse_config(text: str, path: str = "<string>", problems: list[Problem] | None = None) -> SiteConfig:
+    """`problems`: found while reading the file (bad bytes); reported with the rest."""
+    doc = parse_ini(text, path, problems)
     sections, problems = validate(doc, SECTIONS)
     by_kind: dict[str, list[ParsedSection]] = {}
     for section in sections:

@@ -12,6 +12,11 @@ from gpuclust.slurm.parse import parse_slurm_duration
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+# Bounds every consumer can hold: durations become datetime.timedelta and float seconds (a century is far
+# beyond any sensible window or limit), sizes and integers int64 (numpy, pyarrow, Slurm's own counters).
+MAX_DURATION_S = 100 * 365 * 86400
+MAX_INT = 2**63 - 1
+MAX_SIZE = 2**62
 
 
 def parse_str(text: str) -> str:
@@ -28,10 +33,14 @@ def parse_slurm_name(text: str) -> str:
 
 
 def parse_int(text: str) -> int:
-    try:
-        return int(text.replace("_", ""))
-    except ValueError:
-        raise ValueError(f"expected an integer, got {text!r}") from None
+    """A decimal integer within int64 (``_`` separators allowed, as Python reads them)."""
+    raw = text.strip()
+    if not re.fullmatch(r"[+-]?[0-9](?:_?[0-9])*", raw) or len(raw) > 40:
+        raise ValueError(f"expected an integer, got {text!r}")
+    value = int(raw.replace("_", ""))
+    if not -MAX_INT - 1 <= value <= MAX_INT:
+        raise ValueError(f"integer out of range (at most {MAX_INT}), got {text!r}")
+    return value
 
 
 def parse_nonneg_int(text: str) -> int:
@@ -53,7 +62,7 @@ def parse_nonneg_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise ValueError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
+    if not 0 <= value < float("inf"):
         raise ValueError(f"must be a finite number >= 0, got {text!r}")
     return value
 
@@ -92,31 +101,42 @@ def parse_name_list(text: str) -> tuple[str, ...]:
 def parse_duration(text: str) -> int:
     """Seconds from `90s`, `30m`, `24h`, `7d`, `2w`, plain seconds, or Slurm's `[D-]HH:MM:SS` / `MM:SS`."""
     raw = text.strip().lower()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", raw)
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)", raw)
     if match:
-        return int(float(match.group(1)) * _DURATION_UNITS.get(match.group(2) or "s", 1))
-    if ":" in raw and re.fullmatch(r"[\d:\-]+", raw):
+        return _bounded_duration(float(match.group(1)) * _DURATION_UNITS.get(match.group(2) or "s", 1), text)
+    if ":" in raw and re.fullmatch(r"[0-9:\-]+", raw):
         try:
             seconds = parse_slurm_duration(raw)
-        except SlurmOutputError:
+        except (SlurmOutputError, ValueError, OverflowError):
             seconds = None
         if seconds is not None and seconds >= 0:
-            return seconds
+            return _bounded_duration(seconds, text)
     raise ValueError(f"expected a duration like 30m, 24h, 7d or 2-00:00:00, got {text!r}")
+
+
+def _bounded_duration(seconds: float, text: str) -> int:
+    if not seconds <= MAX_DURATION_S:  # (also NaN / inf)
+        raise ValueError(f"duration too long (at most {MAX_DURATION_S // (365 * 86400)} years), got {text!r}")
+    return int(seconds)
 
 
 def parse_size(text: str) -> int:
     """Bytes from `8`, `64K`, `1M`, `1G`, `1GiB`, `512MB` (binary units throughout)."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?", text.strip(), re.IGNORECASE)
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:i?B)?", text.strip(), re.IGNORECASE)
     if not match:
         raise ValueError(f"expected a size like 8, 64K, 256M or 1G, got {text!r}")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+    size = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+    if not size <= MAX_SIZE:
+        raise ValueError(f"size too large (at most 4 EiB), got {text!r}")
+    return int(size)
 
 
 def parse_timezone(text: str) -> str:
     try:
+        if len(text) > 255:
+            raise ValueError("too long")
         ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # (OSError: a name the file system refuses)
         raise ValueError(f"unknown time zone {text!r} (use an IANA name such as UTC or Europe/Berlin)") from None
     return text
 

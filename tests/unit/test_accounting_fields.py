@@ -70,7 +70,12 @@ def test_elapsed(text, secs):
         ("billing=8,cpu=8,gres/gpu=2,gres/gpu:h100=2,mem=64G,node=1", 2, "h100", 65536.0),
         ("cpu=1,mem=1000M,node=1", 0, None, 1000.0),
         ("cpu=1,mem=512K,node=1,gres/gpu=1", 1, None, 0.5),
-        ("cpu=1,mem=2T,gres/gpu=4,gres/gpu:a100=1,gres/gpu:h100=3", 4, "h100", 2 * 1024.0**2),
+        # (was "h100", the largest type: every GPU then priced at the h100 rate; issue 13) a mix is priced per type
+        ("cpu=1,mem=2T,gres/gpu=4,gres/gpu:a100=1,gres/gpu:h100=3", 4, "a100=1,h100=3", 2 * 1024.0**2),
+        ("gres/gpu:h100=4,mem=4G,node=1", 4, "h100", 4096.0),  # typed keys alone (sacct 24.11): 4 GPUs
+        ("gres/gpu:a100=1,gres/gpu:h100=3", 4, "a100=1,h100=3", None),
+        ("gres/gpu=5,gres/gpu:h100=3", 5, "h100=3,*=2", None),  # 2 GPUs of no stated type
+        ("gres/gpu=2,gres/gpu:h100=3", 2, "h100", None),
         ("cpu=1,gres/gpu:h100=0,gres/gpu=0", 0, None, None),
         ("", 0, None, None),
     ],

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from gpuclust.accounting import fields, normalize, pipeline, text
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
+from gpuclust.errors import InputError
 from tests.unit.test_accounting_perf_equivalence import ROW, _bench, _mutate, dump, reference_paths
 
 D = FETCH_DELIMITER.encode()
@@ -321,13 +322,18 @@ def test_other_field_orders_ignored_and_missing_fields(monkeypatch):
         ("Cluster", *RAW_FIELDS),  # an ignored first column
         tuple(reversed(RAW_FIELDS)),  # JobID last (with a prefix), NNodes first
         tuple(f for f in RAW_FIELDS if f not in ("WCKey", "Comment")),  # optional fields absent
-        (*RAW_FIELDS, "JobName", "Extra"),  # a repeated name and an extra column
+        (*RAW_FIELDS, "Extra"),  # an extra column
+        (*RAW_FIELDS, "JobName", "Extra"),  # a repeated name: rejected (issue 13; it was read, first wins)
     ]
     for order in orders:
         for delimiter in (FETCH_DELIMITER, "|"):
             lines = [delimiter.join(order)] + [delimiter.join(dict(r, Cluster="c1", Extra="e").get(f, "") for f in order)
                                                for r in rows]
             data = ("\n".join(lines) + "\n").encode()
+            if len(set(order)) < len(order):
+                with pytest.raises(InputError, match="duplicate column 'JobName'"):
+                    text.parse_parsable(data, delimiter, "x")
+                continue
             check(data, delimiter, monkeypatch, pieces=True)
             check(data, delimiter, monkeypatch)
 
