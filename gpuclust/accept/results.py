@@ -557,7 +557,7 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
     # strings may hold raw
     for lineno, line in enumerate(text.split("\n"), start=1):
         line = line.removesuffix("\r")
-        if not line.strip():
+        if not line.strip(" \t\r"):  # JSON's own whitespace only: a line of other blanks is rejected, not skipped
             continue
         try:
             line.encode("utf-8")
@@ -580,7 +580,7 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
                                     "schema"))
             continue
         rtype = obj.get("type")
-        if rtype not in _PARSERS:
+        if not isinstance(rtype, str) or rtype not in _PARSERS:
             problems.append(Problem(path, lineno, f"unknown record type {rtype!r} (known: {', '.join(RECORD_TYPES)})",
                                     "type"))
             continue
@@ -598,9 +598,16 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
             others.append((lineno, record))
     if not jobs:
         problems.append(Problem(path, None, "no valid 'job' line: the job record is missing or unreadable"))
+        # every line is counted or rejected: the readable records of a file without a job are rejected too
+        problems.extend(Problem(path, lineno, f"{_TYPE_OF[type(rec)]} record not used: the file has no valid "
+                                              f"'job' line") for lineno, rec in others)
         return None, problems
     if len(jobs) > 1:
-        problems.append(Problem(path, jobs[1][0], f"more than one 'job' line (first at line {jobs[0][0]})"))
+        lines = ", ".join(str(lineno) for lineno, _ in jobs)
+        problems.extend(Problem(path, lineno, f"more than one 'job' line (lines {lines}): the file is not used")
+                        for lineno, _ in jobs)
+        problems.extend(Problem(path, lineno, f"{_TYPE_OF[type(rec)]} record not used: the file has several "
+                                              f"'job' lines") for lineno, rec in others)
         return None, problems
     job = jobs[0][1]
     ranks: list[RankRecord] = []
