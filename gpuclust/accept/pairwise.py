@@ -241,7 +241,8 @@ def gathered(parts_dir: str, nodelist: str, job_id: str) -> tuple[list[str], lis
 
 def suspects(parts_dir: str, nodelist: str, attempt: int) -> int:
     """Print, as rounds of disjoint pairs, the suspect pairs (slow beyond the run's noise by the judgement,
-    or failed) measured fewer than `attempt` times; record them as the plan of that attempt."""
+    or failed) measured once so far; record them as the plan of attempt `attempt`. A later pass finds the
+    suspects that only appeared once earlier suspects were measured again (the reference moved)."""
     if not 2 <= attempt <= MAX_ATTEMPTS:
         raise InputError(f"--attempt must be 2..{MAX_ATTEMPTS}, got {attempt}")
     job_id = os.environ.get("SLURM_JOB_ID", "")
@@ -250,8 +251,9 @@ def suspects(parts_dir: str, nodelist: str, attempt: int) -> int:
     _, pairs, _, _ = gathered(parts_dir, nodelist, job_id)
     judged = verdict.judge(pairs)
     tries = {p.nodes: len(p.attempts) for p in pairs}
-    again = [pair for pair in judged.analysis.suspects if tries.get(pair, 0) < attempt]
-    again += [pair for pair in judged.failed if pair not in again and tries.get(pair, 0) < attempt]
+    # a suspect measured once is measured again; one already measured twice has had its confirmation
+    again = [pair for pair in judged.analysis.suspects if tries.get(pair, 0) < 2]
+    again += [pair for pair in judged.failed if pair not in again and tries.get(pair, 0) < 2]
     directory = Path(parts_dir)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / _PLANNED.format(attempt)).write_text("".join(f"{a},{b}\n" for a, b in again), encoding="utf-8")

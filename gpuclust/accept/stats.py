@@ -194,24 +194,33 @@ def pair_noise(pairs: Sequence[PairFigure]) -> float:
     return max(median(within) if within else 0.0, median(repeat) if repeat else 0.0)
 
 
+# A pair is a suspect (measured again) when it is below its reference by this fraction of the log threshold:
+# a looser bar than naming, so the final verdict rarely meets a slow pair that was measured only once.
+SUSPECT_FRACTION = 0.5
+
+
 def judge_pairs(
-    pairs: Iterable[PairFigure], *, z_threshold: float = 3.0, min_drop: float = 0.5
+    pairs: Iterable[PairFigure], *, z_threshold: float = 3.0, min_drop: float = 0.5, link_min_drop: float = 0.75
 ) -> PairAnalysis:
     """THE pairwise judgement (the job's verdict and `accept report` both come from here).
 
-    Figures are compared on a log scale. The run's noise sigma comes from the run itself (pair_noise); a pair
-    is slow only when it is below its reference by more than max(log(1/(1 - min_drop)), z * sigma), where
-    sigma also covers the spread of the reference pairs. A node X is named when even the best of the pairs
-    containing X is slow against the median of the pairs without X, and only when every one of X's pairs was
-    measured again and stayed slow (PairFigure.confirmed). Nodes are named one at a time, worst first, and
-    removed before the next look, so a second slow node can be found. A pair still slow against the other
-    pairs of unnamed nodes is a slow link (same rules). Slow but unconfirmed pairs are `suspects` and
-    `unconfirmed`: the job measures suspects again; a verdict never names a node on them.
-    Needs 3 or more nodes to name anything.
+    Figures are compared on a log scale; the threshold is tau = max(log(1/(1 - min_drop)), z * sigma), with
+    sigma the run's own noise (pair_noise: the spread of each measurement's iterations and of repeated
+    measurements). A node X is a candidate when even the best of the pairs containing X is below the median
+    of the pairs without X by more than tau. A candidate is named when its best pair is also below (nearly)
+    every pair that involves no candidate by more than tau (the pairs containing it are slow while the pairs
+    without it are not), and only when every one of its pairs was measured again and stayed slow
+    (PairFigure.confirmed). Several slow nodes can be named when enough pairs involve none of them.
+    Among the other nodes (4 or more), a pair below the median of the rest by more than
+    max(log(1/(1 - link_min_drop)), z * sigma), sigma here also covering the spread of those pairs, is a
+    slow link (a healthy pair on a busy host can measure 3x below the others twice in a row; a node's
+    several pairs do not all do that). Pairs past half the threshold are `suspects`, which the job measures
+    again; slow pairs measured once are `unconfirmed`: nothing is named on them. Needs 3 or more nodes.
     """
     figures = list(pairs)
     noise = pair_noise(figures)
     floor = -math.log(1.0 - min_drop) if min_drop < 1 else math.inf
+    link_floor = -math.log(1.0 - link_min_drop) if link_min_drop < 1 else math.inf
     per_node: dict[str, list[float]] = {}
     for pair in figures:
         for node in pair.nodes:
@@ -225,60 +234,66 @@ def judge_pairs(
     if not enough:
         return PairAnalysis(scores, node_out, link_out, enough, noise)
 
-    def threshold(reference: Sequence[float]) -> tuple[float, float]:
-        sigma = max(noise, _robust_sigma(reference))
-        return max(floor, z_threshold * sigma), sigma
+    def threshold(spread: Sequence[float], at_least: float) -> tuple[float, float]:
+        sigma = max(noise, _robust_sigma(spread))
+        return max(at_least, z_threshold * sigma), sigma
 
-    active = set(scores)
-    while len(active) >= 3:
-        worst: tuple[float, str, list[PairFigure], Outlier] | None = None
-        for node in sorted(active):
-            mine = [p for p in figures if node in p.nodes and set(p.nodes) <= active]
-            others = [p for p in figures if node not in p.nodes and set(p.nodes) <= active]
-            if not mine or not others:
-                continue
-            ref_logs = [_log(p.figure) for p in others]
-            ref = median(ref_logs)
-            best = max(_log(p.figure) for p in mine)
-            tau, sigma = threshold(ref_logs)
-            gap = ref - best
-            if gap > tau and (worst is None or gap - tau > worst[0]):
-                value, centre = math.exp(best), math.exp(ref)
-                out = Outlier(value, centre, sigma, gap / sigma if sigma > 0 else math.inf, 1.0 - value / centre)
-                worst = (gap - tau, node, mine, out)
-        if worst is None:
-            break
-        _, node, mine, out = worst
-        for p in mine:
-            suspects[p.nodes] = None
+    def outlier(value_log: float, ref: float, sigma: float) -> Outlier:
+        value, centre = math.exp(value_log), math.exp(ref)
+        gap = ref - value_log
+        return Outlier(value, centre, sigma, gap / sigma if sigma > 0 else math.inf, 1.0 - value / centre)
+
+    tau = max(floor, z_threshold * noise)
+    candidates: dict[str, tuple[list[PairFigure], float]] = {}
+    for node in sorted(scores):
+        mine = [p for p in figures if node in p.nodes]
+        others = [p for p in figures if node not in p.nodes]
+        if not mine or not others:
+            continue
+        ref = median([_log(p.figure) for p in others])
+        best = max(_log(p.figure) for p in mine)
+        if ref - best > SUSPECT_FRACTION * tau:
+            suspects.update((p.nodes, None) for p in mine)
+        if ref - best > tau:
+            candidates[node] = (mine, best)
+    for node, (mine, best) in candidates.items():
+        # the pairs without it AND without any other candidate must ALL (beyond 10 of them: 90%) be faster,
+        # by more than the threshold: a group of slow pairs, cleanly apart from a group of healthy ones
+        clean = sorted(_log(p.figure) for p in figures if not set(p.nodes) & set(candidates))
+        if not clean:
+            continue
+        low = clean[len(clean) // 10]
+        if low - best <= tau:
+            continue
         if all(p.confirmed for p in mine):
-            node_out[node] = out
+            node_out[node] = outlier(best, median(clean), noise)
         else:
             unconfirmed.update((p.nodes, None) for p in mine if not p.confirmed)
-        active.discard(node)
+    active = set(scores) - set(candidates)
     rest = [p for p in figures if set(p.nodes) <= active]
-    if len(rest) >= 3:
+    # a link needs a reference that shows the run's spread between pairs: 4 or more nodes (6 or more pairs)
+    if len(active) >= 4 and len(rest) >= 6:
+        all_logs = [_log(p.figure) for p in rest]
         for pair in rest:
             ref_logs = [_log(p.figure) for p in rest if p is not pair]
             ref = median(ref_logs)
-            tau, sigma = threshold(ref_logs)
+            tau, sigma = threshold(all_logs, link_floor)
             gap = ref - _log(pair.figure)
-            if gap > tau:
+            if gap > SUSPECT_FRACTION * tau:
                 suspects[pair.nodes] = None
+            if gap > tau:
                 if pair.confirmed:
-                    value, centre = pair.figure, math.exp(ref)
-                    link_out[pair.nodes] = Outlier(value, centre, sigma, gap / sigma if sigma > 0 else math.inf,
-                                                   1.0 - value / centre)
+                    link_out[pair.nodes] = outlier(_log(pair.figure), ref, sigma)
                 else:
                     unconfirmed[pair.nodes] = None
     return PairAnalysis(scores, node_out, link_out, enough, noise, tuple(suspects), tuple(unconfirmed))
 
 
 def analyse_pairs(
-    pairs: Iterable[PairFigure], *, z_threshold: float = 3.0, min_drop: float = 0.5
+    pairs: Iterable[PairFigure], *, z_threshold: float = 3.0, min_drop: float = 0.5, link_min_drop: float = 0.75
 ) -> PairAnalysis:
     """Kept name for judge_pairs."""
-    return judge_pairs(pairs, z_threshold=z_threshold, min_drop=min_drop)
+    return judge_pairs(pairs, z_threshold=z_threshold, min_drop=min_drop, link_min_drop=link_min_drop)
 
 
 def disjoint_rounds(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
