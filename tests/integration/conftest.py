@@ -1,7 +1,9 @@
 """Integration fixtures: a real Slurm lab (tests/slurm_lab/slurm-lab), shared by the whole session.
 
 `slurm_lab` (session): runs `slurm-lab --name $GPUCLUST_LAB_NAME up` (default name gpuclust), loads
-`slurm-lab env --json` and exports its "env" block (SLURM_CONF, SLURM_LAB_*) into os.environ for the session.
+`slurm-lab env --json` and exports its "env" block (PATH with the lab's client wrappers first when it runs a
+non-host Slurm version, SLURM_CONF, SLURM_LAB_*) into os.environ for the session, so every Slurm command a test
+or gpuclust runs is the lab's version.  GPUCLUST_LAB_SLURM=24.11 brings a new lab up on that version.
 If the lab cannot start: pytest.fail under CI=true, else pytest.skip with the reason.
 The lab is left running afterwards (set GPUCLUST_LAB_DOWN_AFTER=1 to stop it at session end).
 """
@@ -67,8 +69,11 @@ def slurm_lab() -> Iterator[SlurmLab]:
     if os.geteuid() != 0:
         _unavailable("slurm-lab needs root")
     try:
+        # GPUCLUST_LAB_SLURM (set by scripts/test --slurm V) names the version a new lab must run; an existing
+        # lab keeps its own (slurm-lab refuses a different one)
+        version = os.environ.get("GPUCLUST_LAB_SLURM")
         cp = subprocess.run(
-            [str(SLURM_LAB), "--name", name, "up"],
+            [str(SLURM_LAB), "--name", name, "up", *(["--slurm", version] if version else [])],
             capture_output=True,
             text=True,
             timeout=600,
