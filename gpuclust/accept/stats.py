@@ -259,7 +259,8 @@ def judge_pairs(
     for node, (mine, best) in candidates.items():
         # the pairs without it AND without any other candidate must ALL (beyond 10 of them: 90%) be faster,
         # by more than the threshold: a group of slow pairs, cleanly apart from a group of healthy ones
-        clean = sorted(_log(p.figure) for p in figures if not set(p.nodes) & set(candidates))
+        # (a pair never measured is a fault of its own, reported as such: it is no reference)
+        clean = sorted(_log(p.figure) for p in figures if not set(p.nodes) & set(candidates) and p.figure > 0)
         if not clean:
             continue
         low = clean[len(clean) // 10]
