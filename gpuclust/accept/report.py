@@ -318,12 +318,18 @@ def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: Par
         for node, figures in node_metrics(h, part).items():
             for metric, value in figures.items():
                 series.setdefault((node, metric), []).append(value)
+    # a pairwise run measured its own noise: a drop within 3 sigma of it is that noise, not the node
+    import math
+
+    noise_drop = 1.0 - math.exp(-verdict.PAIR_Z * verdict.judge(result.pairs).analysis.noise_sigma) \
+        if result.kind == "pairwise" else 0.0
     for node, figures in node_metrics(result, part).items():
         for metric, value in figures.items():
             base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
             if base is None or base <= 0:
                 continue
             tol = (part.busbw_tolerance if "busbw" in metric else part.storage_tolerance) if part else 0.2
+            tol = max(tol, noise_drop)
             if value < base * (1 - tol):
                 runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
                 f.append(Finding(node, Nagios.WARNING, "baseline",
