@@ -229,16 +229,11 @@ def outlier_findings(result: R.JobResult) -> list[Finding]:
     judged = verdict.judge(result.pairs)
     analysis = judged.analysis
     f = []
-    for node, out in sorted(analysis.node_outliers.items()):
-        f.append(Finding(node, Nagios.CRITICAL, "outlier",
-                         f"slow node: its best pair {out.value:.3f} GB/s vs {out.median:.3f} for the pairs without "
-                         f"it ({out.drop:.0%} lower, {out.z:.1f} x the run's noise; confirmed by a second "
-                         f"measurement)", result.job_id, result.kind))
-    for (a, b), out in sorted(analysis.link_outliers.items()):
-        for node in (a, b):
-            f.append(Finding(node, Nagios.WARNING, "outlier",
-                             f"slow link {a}-{b}: {out.value:.3f} GB/s vs median pair {out.median:.3f} "
-                             f"(confirmed)", result.job_id, result.kind))
+    for node in sorted(analysis.node_outliers):
+        f.append(Finding(node, Nagios.CRITICAL, "outlier", judged.node_message(node), result.job_id, result.kind))
+    for pair in sorted(analysis.link_outliers):
+        for node in pair:
+            f.append(Finding(node, Nagios.WARNING, "outlier", judged.link_message(pair), result.job_id, result.kind))
     if analysis.unconfirmed:
         f.append(Finding(None, Nagios.WARNING, "outlier",
                          "slow pairs measured once only, nothing named on them: "

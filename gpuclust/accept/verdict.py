@@ -34,6 +34,7 @@ class PairwiseVerdict:
     wrong: tuple[tuple[tuple[str, str], int], ...]  # pairs whose all_reduce gave wrong elements
     failed: tuple[tuple[str, str], ...]  # pairs never measured successfully (status not ok)
     node_count: int
+    measured_again: bool = True  # False for records written before pairs were measured again
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -44,16 +45,27 @@ class PairwiseVerdict:
     def passed(self) -> bool:
         return self.analysis.passed and not self.wrong and not self.failed
 
+    def node_message(self, node: str) -> str:
+        o = self.analysis.node_outliers[node]
+        return (f"slow node: its best pair {o.value:.3f} GB/s vs {o.median:.3f} for the pairs without it "
+                f"({o.drop:.0%} lower, {_noise_text(o.z)}{self._confirmed_text})")
+
+    def link_message(self, pair: tuple[str, str]) -> str:
+        o = self.analysis.link_outliers[pair]
+        return (f"slow link {pair[0]}-{pair[1]}: busbw {o.value:.3f} GB/s, {o.drop:.0%} below the median pair "
+                f"{o.median:.3f} ({_noise_text(o.z)}{self._confirmed_text})")
+
+    @property
+    def _confirmed_text(self) -> str:
+        return "; confirmed by a second measurement" if self.measured_again else ""
+
     def reasons(self) -> list[str]:
         a = self.analysis
         out = []
-        for node, o in sorted(a.node_outliers.items()):
-            out.append(f"{node}: slow node: its best pair {o.value:.3f} GB/s vs {o.median:.3f} for the pairs "
-                       f"without it ({o.drop:.0%} lower, {o.z:.1f} x the run's noise), confirmed by a second "
-                       f"measurement")
-        for (x, y), o in sorted(a.link_outliers.items()):
-            out.append(f"link {x}-{y}: busbw {o.value:.3f} GB/s, {o.drop:.0%} below the median pair {o.median:.3f}"
-                       f" ({o.z:.1f} x the run's noise), confirmed")
+        for node in sorted(a.node_outliers):
+            out.append(f"{node}: {self.node_message(node)}")
+        for pair in sorted(a.link_outliers):
+            out.append(self.link_message(pair))
         if a.unconfirmed:
             out.append("slow but measured once only (not confirmed, nothing named): "
                        + ", ".join(f"{x}-{y}" for x, y in a.unconfirmed))
@@ -85,4 +97,10 @@ def judge(pairs: Iterable[R.PairRecord]) -> PairwiseVerdict:
     wrong = tuple((p.nodes, p.wrong) for p in records if p.wrong)
     failed = tuple(p.nodes for p in records if p.status != "ok")
     nodes = {n for p in records for n in p.nodes}
-    return PairwiseVerdict(analysis, wrong, failed, len(nodes))
+    return PairwiseVerdict(analysis, wrong, failed, len(nodes), any(p.attempts for p in records))
+
+
+def _noise_text(z: float) -> str:
+    import math
+
+    return f"{z:.1f} x the run's noise" if math.isfinite(z) else "no noise measured"
