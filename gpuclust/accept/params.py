@@ -76,6 +76,7 @@ _PARAMS = [
     # pairwise
     Param("ACCEPT_PAIR_SIZE", SIZE_RE, "4M", "Message size of each pair's all_reduce.", v.parse_size),
     Param("ACCEPT_PAIR_ITERS", INT_RE, "5", "Most timed iterations per pair.", v.parse_positive_int),
+    Param("ACCEPT_PAIR_CONFIRM", INT_RE, "2", "Passes that measure suspect pairs (once-measured) again before a node is named; a pass with no suspects ends them (0: none, then nothing is named).", v.parse_nonneg_int),
     Param("ACCEPT_PAIR_BUDGET", SECONDS_RE, "5", "Seconds of timed iterations per pair (fewer iterations on a slow pair).", v.parse_nonneg_float),
     # storage
     Param("ACCEPT_STORAGE_TESTS", TESTS_RE, "staging,checkpoint,dcp,aggregate", "Which storage measurements to run.", _parse_tests),

@@ -26,12 +26,12 @@ from datetime import datetime
 from typing import Any
 
 from gpuclust.accept import results as R
-from gpuclust.accept import stats
+from gpuclust.accept import stats, verdict
 from gpuclust.accept.launch import gres_gpu_count, gres_gpu_type
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
 
-PAIR_MIN_DROP = 0.5  # same as gpuclust.accept.pairwise: the program and the report name the same nodes
+PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept.verdict.judge, the job's own
 BASELINE_MIN_RUNS = 3
 BASELINE_WINDOW = 10
 
@@ -132,10 +132,7 @@ def large_size_busbw(result: R.JobResult, min_size: int) -> float | None:
 
 
 def pair_analysis(result: R.JobResult) -> stats.PairAnalysis:
-    return stats.analyse_pairs(
-        (stats.PairFigure(p.nodes, p.busbw_gbps if p.status == "ok" else None) for p in result.pairs),
-        min_drop=PAIR_MIN_DROP,
-    )
+    return verdict.judge(result.pairs).analysis
 
 
 def node_metrics(result: R.JobResult, part: PartitionConfig | None) -> dict[str, dict[str, float]]:
@@ -225,28 +222,33 @@ def gate_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
 
 
 def outlier_findings(result: R.JobResult) -> list[Finding]:
+    """The pairwise verdict, exactly as the job reached it (gpuclust.accept.verdict.judge): named nodes are
+    CRITICAL, confirmed slow links and pairs never measured WARNING, wrong elements CRITICAL."""
     if result.kind != "pairwise":
         return []
-    analysis = pair_analysis(result)
+    judged = verdict.judge(result.pairs)
+    analysis = judged.analysis
     f = []
-    for node, out in sorted(analysis.node_outliers.items()):
-        f.append(Finding(node, Nagios.CRITICAL, "outlier",
-                         f"slow node: median busbw {out.value:.3f} GB/s over its pairs vs {out.median:.3f} for the "
-                         f"median node ({out.drop:.0%} lower, robust z {out.z:.1f})", result.job_id, result.kind))
-    for (a, b), out in sorted(analysis.link_outliers.items()):
+    for node in sorted(analysis.node_outliers):
+        f.append(Finding(node, Nagios.CRITICAL, "outlier", judged.node_message(node), result.job_id, result.kind))
+    for pair in sorted(analysis.link_outliers):
+        for node in pair:
+            f.append(Finding(node, Nagios.WARNING, "outlier", judged.link_message(pair), result.job_id, result.kind))
+    if analysis.unconfirmed:
+        f.append(Finding(None, Nagios.WARNING, "outlier",
+                         "slow pairs measured once only, nothing named on them: "
+                         + ", ".join(f"{a}-{b}" for a, b in analysis.unconfirmed), result.job_id, result.kind))
+    named = set(analysis.node_outliers)
+    for pair in judged.failed:
+        if set(pair) & named or pair in analysis.link_outliers:
+            continue  # already the verdict's
+        for node in pair:
+            f.append(Finding(node, Nagios.WARNING, "outlier", f"pair {pair[0]}-{pair[1]}: no successful "
+                                                              f"measurement", result.job_id, result.kind))
+    for (a, b), wrong in judged.wrong:
         for node in (a, b):
-            f.append(Finding(node, Nagios.WARNING, "outlier",
-                             f"slow link {a}-{b}: {out.value:.3f} GB/s vs median pair {out.median:.3f}",
+            f.append(Finding(node, Nagios.CRITICAL, "gate", f"pair {a}-{b}: {wrong} wrong elements",
                              result.job_id, result.kind))
-    for p in result.pairs:
-        if p.status != "ok":
-            for node in p.nodes:
-                f.append(Finding(node, Nagios.WARNING, "outlier", f"pair {p.nodes[0]}-{p.nodes[1]} {p.status}",
-                                 result.job_id, result.kind))
-        elif p.wrong:
-            for node in p.nodes:
-                f.append(Finding(node, Nagios.CRITICAL, "gate", f"pair {p.nodes[0]}-{p.nodes[1]}: {p.wrong} wrong "
-                                                                f"elements", result.job_id, result.kind))
     if not analysis.enough_nodes and result.pairs:
         f.append(Finding(None, Nagios.OK, "outlier", "fewer than 3 nodes: pairwise cannot name a node",
                          result.job_id, result.kind))
@@ -311,12 +313,18 @@ def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: Par
         for node, figures in node_metrics(h, part).items():
             for metric, value in figures.items():
                 series.setdefault((node, metric), []).append(value)
+    # a pairwise run measured its own noise: a drop within 3 sigma of it is that noise, not the node
+    import math
+
+    noise_drop = 1.0 - math.exp(-verdict.PAIR_Z * verdict.judge(result.pairs).analysis.noise_sigma) \
+        if result.kind == "pairwise" else 0.0
     for node, figures in node_metrics(result, part).items():
         for metric, value in figures.items():
             base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
             if base is None or base <= 0:
                 continue
             tol = (part.busbw_tolerance if "busbw" in metric else part.storage_tolerance) if part else 0.2
+            tol = max(tol, noise_drop)
             if value < base * (1 - tol):
                 runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
                 f.append(Finding(node, Nagios.WARNING, "baseline",

@@ -46,8 +46,8 @@ SCHEMA = "gpuclust.accept/1"
 KINDS = ("allreduce", "pairwise", "storage")
 RECORD_TYPES = ("job", "rank", "sweep", "pair", "storage")
 FILE_SUFFIX = ".jsonl"
-_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
-_FILE_NAME = re.compile(r"^(allreduce|pairwise|storage)-(\d+(?:_\d+)?)\.jsonl$")
+_JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
+_FILE_NAME = re.compile(r"(allreduce|pairwise|storage)-([0-9]+(?:_[0-9]+)?)\.jsonl")
 
 # Storage metrics a "storage" record may carry.
 STORAGE_METRICS = (
@@ -74,7 +74,7 @@ def format_time(value: datetime) -> str:
 def result_file_name(kind: str, job_id: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown acceptance kind {kind!r}")
-    if not _JOB_ID.match(job_id):
+    if not _JOB_ID.fullmatch(job_id):
         raise ValueError(f"bad Slurm job id {job_id!r}")
     return f"{kind}-{job_id}{FILE_SUFFIX}"
 
@@ -150,9 +150,24 @@ class SweepRecord:
 
 
 @dataclass(frozen=True)
+class PairAttempt:
+    """One measurement of a pair (a suspect pair is measured again). samples_gbps: the busbw of each timed
+    iteration (ranks averaged), which is the measurement's own noise."""
+
+    attempt: int
+    status: str
+    busbw_gbps: float | None
+    iters: int = 0
+    time_us: float | None = None
+    samples_gbps: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class PairRecord:
     """One node pair of a pairwise sweep. status: "ok", "timeout" (ran past the per-pair budget; figures are
-    then a lower bound computed from the budget) or "failed"."""
+    then a lower bound computed from the budget) or "failed". attempts: every measurement of the pair, in
+    order (written since measurements are repeated; () in older files); the record's own figures are those of
+    its best attempt."""
 
     job_id: str
     kind: str
@@ -165,6 +180,7 @@ class PairRecord:
     wrong: int
     status: str
     step_id: str | None = None
+    attempts: tuple[PairAttempt, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -269,6 +285,8 @@ def _plain(value: Any) -> Any:
         return format_time(value)
     if isinstance(value, Versions):
         return value.as_dict()
+    if isinstance(value, PairAttempt):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     if isinstance(value, list):
@@ -337,12 +355,22 @@ def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, requi
     value = d[key]
     # bool is an int in Python; never accept it where a number is meant
     if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {value!r}", key)
+        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {_short(value)}", key)
     if float in (kind if isinstance(kind, tuple) else (kind,)) and isinstance(value, int):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise _Bad(f"{key!r} is out of range: {_short(value)}", key) from None
     if not isinstance(value, kind):
-        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {value!r}", key)
+        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {_short(value)}", key)
+    if isinstance(value, float) and not _finite(value):
+        raise _Bad(f"{key!r} must be a finite number, got {value!r}", key)
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
@@ -376,9 +404,10 @@ def _time(d: Mapping[str, Any], key: str) -> datetime:
     text = _get(d, key, str)
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise _Bad(f"{key!r} is not an ISO 8601 time: {text!r}", key) from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        # held in UTC: an offset that moves the time past year 1 or 9999 is refused here, not later
+        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        raise _Bad(f"{key!r} is not an ISO 8601 time: {_short(text)}", key) from None
 
 
 def _extra(d: Mapping[str, Any], cls: type) -> dict[str, Any]:
@@ -394,9 +423,16 @@ def _versions(d: Mapping[str, Any]) -> Versions:
     return Versions(value.get("driver"), value.get("cuda"), value.get("nccl"), value.get("torch"))
 
 
+def _job_id(d: Mapping[str, Any]) -> str:
+    value: str = _get(d, "job_id", str)
+    if not _JOB_ID.fullmatch(value):
+        raise _Bad(f"'job_id' must be a Slurm job id (1234 or 1234_5), got {_short(value)}", "job_id")
+    return value
+
+
 def _parse_job(d: Mapping[str, Any]) -> JobRecord:
     return JobRecord(
-        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str),
+        job_id=_job_id(d), kind=_get(d, "kind", str),
         cluster=_get(d, "cluster", str, required=False), partition=_get(d, "partition", str, required=False),
         nodes=_str_list(d, "nodes", required=True), started=_time(d, "started"), finished=_time(d, "finished"),
         passed=_get(d, "passed", bool), failed_nodes=_str_list(d, "failed_nodes"), reasons=_str_list(d, "reasons"),
@@ -438,12 +474,45 @@ def _parse_sweep(d: Mapping[str, Any]) -> SweepRecord:
     )
 
 
+PAIR_STATUSES = ("ok", "timeout", "failed")
+
+
+def _finite(value: Any) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def _parse_attempts(d: Mapping[str, Any]) -> tuple[PairAttempt, ...]:
+    items = _get(d, "attempts", list, required=False, default=[])
+    out = []
+    for i, item in enumerate(items):
+        where = f"attempts[{i}]"
+        if not isinstance(item, dict):
+            raise _Bad(f"{where} must be an object", "attempts")
+        try:
+            attempt = _nonneg(item, "attempt", int)
+            status = _get(item, "status", str)
+            if status not in PAIR_STATUSES:
+                raise _Bad(f"'status' must be ok, timeout or failed, got {status!r}", "status")
+            busbw = _nonneg(item, "busbw_gbps", float, required=False)
+            time_us = _nonneg(item, "time_us", float, required=False)
+            iters = _nonneg(item, "iters", int, required=False, default=0)
+            samples = _get(item, "samples_gbps", list, required=False, default=[])
+        except _Bad as exc:
+            raise _Bad(f"{where}: {exc}", f"attempts.{exc.field_name}") from None
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e300 for v in samples):
+            raise _Bad(f"{where}: 'samples_gbps' must be a list of numbers >= 0", "attempts.samples_gbps")
+        if busbw is not None and not _finite(busbw):
+            raise _Bad(f"{where}: 'busbw_gbps' must be finite", "attempts.busbw_gbps")
+        out.append(PairAttempt(attempt, status, busbw, iters, time_us, tuple(float(v) for v in samples)))
+    return tuple(out)
+
+
 def _parse_pair(d: Mapping[str, Any]) -> PairRecord:
     nodes = _str_list(d, "nodes", required=True)
     if len(nodes) != 2:
         raise _Bad(f"'nodes' must name exactly 2 nodes, got {list(nodes)!r}", "nodes")
     status = _get(d, "status", str)
-    if status not in ("ok", "timeout", "failed"):
+    if status not in PAIR_STATUSES:
         raise _Bad(f"'status' must be ok, timeout or failed, got {status!r}", "status")
     return PairRecord(
         job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), nodes=(nodes[0], nodes[1]),
@@ -452,7 +521,7 @@ def _parse_pair(d: Mapping[str, Any]) -> PairRecord:
         algbw_gbps=_nonneg(d, "algbw_gbps", float, required=False),
         busbw_gbps=_nonneg(d, "busbw_gbps", float, required=False),
         wrong=_nonneg(d, "wrong", int, required=False, default=0), status=status,
-        step_id=_get(d, "step_id", str, required=False), extra=_extra(d, PairRecord),
+        step_id=_get(d, "step_id", str, required=False), attempts=_parse_attempts(d), extra=_extra(d, PairRecord),
     )
 
 
@@ -482,13 +551,26 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
     problems: list[Problem] = []
     jobs: list[tuple[int, JobRecord]] = []
     others: list[tuple[int, _AnyRecord]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    # JSON lines end at "\n" only: str.splitlines() would also split at U+2028 and friends, which JSON
+    # strings may hold raw
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
+        if not line.strip(" \t\r"):  # JSON's own whitespace only: a line of other blanks is rejected, not skipped
+            continue
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes, kept as surrogates by read_result_text
+            problems.append(Problem(path, lineno, "not valid UTF-8"))
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             problems.append(Problem(path, lineno, f"not valid JSON: {exc.msg} (column {exc.colno})"))
+            continue
+        except (ValueError, RecursionError) as exc:  # e.g. nesting too deep, an integer of 5000 digits
+            problems.append(Problem(path, lineno, f"not valid JSON: {str(exc)[:100] or type(exc).__name__}"))
             continue
         if not isinstance(obj, dict):
             problems.append(Problem(path, lineno, "a result line must be a JSON object"))
@@ -498,7 +580,7 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
                                     "schema"))
             continue
         rtype = obj.get("type")
-        if rtype not in _PARSERS:
+        if not isinstance(rtype, str) or rtype not in _PARSERS:
             problems.append(Problem(path, lineno, f"unknown record type {rtype!r} (known: {', '.join(RECORD_TYPES)})",
                                     "type"))
             continue
@@ -516,9 +598,16 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
             others.append((lineno, record))
     if not jobs:
         problems.append(Problem(path, None, "no valid 'job' line: the job record is missing or unreadable"))
+        # every line is counted or rejected: the readable records of a file without a job are rejected too
+        problems.extend(Problem(path, lineno, f"{_TYPE_OF[type(rec)]} record not used: the file has no valid "
+                                              f"'job' line") for lineno, rec in others)
         return None, problems
     if len(jobs) > 1:
-        problems.append(Problem(path, jobs[1][0], f"more than one 'job' line (first at line {jobs[0][0]})"))
+        lines = ", ".join(str(lineno) for lineno, _ in jobs)
+        problems.extend(Problem(path, lineno, f"more than one 'job' line (lines {lines}): the file is not used")
+                        for lineno, _ in jobs)
+        problems.extend(Problem(path, lineno, f"{_TYPE_OF[type(rec)]} record not used: the file has several "
+                                              f"'job' lines") for lineno, rec in others)
         return None, problems
     job = jobs[0][1]
     ranks: list[RankRecord] = []
@@ -543,6 +632,12 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
     return result, problems
 
 
+def read_result_text(path: str | os.PathLike[str]) -> str:
+    """A result file's text; bytes that are not UTF-8 become surrogates, which parse_result_text reports
+    against their line (one bad byte does not cost the whole file)."""
+    return Path(path).read_bytes().decode("utf-8", errors="surrogateescape")
+
+
 def result_files(results_dir: str | os.PathLike[str]) -> list[Path]:
     """The result files in results_dir (not temp files), sorted by name."""
     directory = Path(results_dir)
@@ -565,12 +660,12 @@ def scan_results(
     if not directory.exists():
         return ResultScan([], [Problem(str(directory), None, "results directory does not exist")], [])
     for path in result_files(directory):
-        match = _FILE_NAME.match(path.name)
+        match = _FILE_NAME.fullmatch(path.name)
         if job is not None and (match is None or match.group(2) != job):
             continue
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_result_text(path)
+        except OSError as exc:
             problems.append(Problem(str(path), None, f"cannot read: {exc}"))
             bad.append(str(path))
             continue

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,49 @@ def test_pairwise_names_exactly_the_throttled_node_then_clears(accept: Accept) -
     assert "tbf" not in qdisc
     job = accept.submit("pairwise", 4, "ACCEPT_PAIR_BUDGET=2")
     assert accept.finish(job, timeout=300) == "COMPLETED", accept.log(job)
+    code, doc = accept.report(job)
+    assert outlier_nodes(doc) == [] and code == 0, doc
+
+
+@contextmanager
+def cpu_load(workers: int = 3, limit_s: int = 900) -> Iterator[None]:
+    """Busy-loop Python processes for the duration (CPU contention on the lab's shared cores). Each one also
+    ends by itself after limit_s, so nothing outlives the test even if it is killed."""
+    code = f"import time\nend = time.monotonic() + {limit_s}\nwhile time.monotonic() < end:\n    pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL) for _ in range(workers)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+def test_pairwise_under_cpu_load_one_verdict(accept: Accept) -> None:
+    """With the CPUs loaded, the tbf-throttled node (GPUCLUST_THROTTLE_NODE, default node2) is named alone, by
+    the job and by `accept report` alike; the same sweep without the throttle names nobody."""
+    name = accept.lab.name
+    node = os.environ.get("GPUCLUST_THROTTLE_NODE", "node2")
+    with cpu_load():
+        lab_exec(node, ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "50mbit", "burst", "64kbit",
+                        "latency", "400ms"], name=name)
+        try:
+            job = accept.submit("pairwise", 4, "ACCEPT_PAIR_BUDGET=2")
+            state = accept.finish(job, timeout=400)
+        finally:
+            lab_exec(node, ["tc", "qdisc", "del", "dev", "eth0", "root"], name=name, check=False)
+        assert state == "FAILED", accept.log(job)
+        res = accept.result("pairwise", job)
+        assert res.job.failed_nodes == (node,), (res.job.reasons, accept.log(job))
+        assert all(len(p.attempts) == 2 for p in res.pairs if node in p.nodes)  # confirmed before naming
+        code, doc = accept.report(job)
+        assert code == 2 and outlier_nodes(doc) == [node], doc
+        assert all(v["status"] == "OK" for n, v in doc["nodes"].items() if n != node), doc
+        job = accept.submit("pairwise", 4, "ACCEPT_PAIR_BUDGET=2")
+        assert accept.finish(job, timeout=400) == "COMPLETED", accept.log(job)
+    res = accept.result("pairwise", job)
+    assert res.job.failed_nodes == () and res.job.passed, res.job.reasons
     code, doc = accept.report(job)
     assert outlier_nodes(doc) == [] and code == 0, doc
 

@@ -171,3 +171,12 @@ def test_torch_is_not_imported_by_the_core() -> None:
             "gpuclust.accept.submit, gpuclust.accept.allreduce, gpuclust.accept.storage, gpuclust.accept.pairwise; "
             "sys.exit(1 if 'torch' in sys.modules or 'mpi4py' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_parse_gres_recorded_on_slurm_24_11(data_dir: Path) -> None:
+    """24.11 (lab, Debian 13 root) adds a JOB_GRES=gpu:h100:4 line and writes TresPerNode=gres/gpu:h100:2; the
+    per-node GRES=...(IDX:...) lines are the same form as 22.05 (here IDX:1-2: another job held device 0)."""
+    text = (data_dir / "accept" / "scontrol_show_job_d_running_2node_gres2_24.11.txt").read_text()
+    assert launch.parse_job_node_gres(text) == {"node1": "gpu:h100:2(IDX:1-2)", "node2": "gpu:h100:2(IDX:1-2)"}
+    nodes = (data_dir / "accept" / "scontrol_show_node_o_node1-2_24.11.txt").read_text()
+    assert launch.parse_node_gres(nodes) == {"node1": "gpu:h100:4", "node2": "gpu:h100:4"}

@@ -144,3 +144,58 @@ def test_real_lab_figures_with_noise_still_name_node3() -> None:
             (("node3", "node4"), 0.006)]]
     analysis = stats.analyse_pairs(figs, min_drop=0.5)
     assert set(analysis.node_outliers) == {"node3"} and analysis.link_outliers == {}
+
+
+# ---- the one pairwise judgement: noise and confirmation ------------------------------------------------
+
+
+def _attempts(*figures: float | None, samples: tuple[float, ...] = ()) -> tuple[stats.PairAttemptFigure, ...]:
+    return tuple(stats.PairAttemptFigure(f, samples) for f in figures)
+
+
+def _pairs(values: dict[tuple[str, str], tuple[float | None, ...]], samples: tuple[float, ...] = ()) -> list[stats.PairFigure]:
+    return [stats.PairFigure(k, max((x or 0.0) for x in v), _attempts(*v, samples=samples)) for k, v in values.items()]
+
+
+def test_a_slow_pair_measured_once_names_nobody_and_is_a_suspect() -> None:
+    once = _pairs({p.nodes: (p.busbw_gbps,) for p in lab_pairs("node3")})
+    j = stats.judge_pairs(once)
+    assert j.node_outliers == {} and not j.passed
+    assert set(j.suspects) == set(j.unconfirmed) == {("node1", "node3"), ("node2", "node3"), ("node3", "node4")}
+    twice = _pairs({p.nodes: (p.busbw_gbps, p.busbw_gbps) if "node3" in p.nodes else (p.busbw_gbps,)
+                    for p in lab_pairs("node3")})
+    j = stats.judge_pairs(twice)
+    assert set(j.node_outliers) == {"node3"} and j.link_outliers == {} and j.unconfirmed == ()
+
+
+def test_a_noise_burst_is_cleared_by_the_second_measurement() -> None:
+    values = {p.nodes: (p.busbw_gbps,) for p in lab_pairs(None)}
+    values[("node2", "node4")] = (0.05,)  # a burst of host load during the first measurement
+    j = stats.judge_pairs(_pairs(values))
+    assert j.suspects == (("node2", "node4"),) and j.link_outliers == {}
+    values[("node2", "node4")] = (0.05, 0.85)
+    j = stats.judge_pairs(_pairs(values))
+    assert j.passed and j.suspects == () and j.noise_sigma > 0.5  # the disagreement is the run's noise
+
+
+def test_measured_noise_raises_the_bar() -> None:
+    values = {p.nodes: (p.busbw_gbps, p.busbw_gbps) for p in lab_pairs(None)}
+    values[("node1", "node2")] = (0.2, 0.2)  # 4.5x below the others
+    quiet = stats.judge_pairs(_pairs(values, samples=(0.9, 0.91, 0.89, 0.9)))
+    assert set(quiet.link_outliers) == {("node1", "node2")}
+    # the same figures from a run whose iterations scatter over 10x: 4.5x is within its noise
+    noisy = stats.judge_pairs(_pairs(values, samples=(0.1, 0.3, 0.9, 1.0, 0.2)))
+    assert noisy.noise_sigma > 0.6 and noisy.link_outliers == {} and noisy.node_outliers == {}
+
+
+def test_two_slow_nodes_of_six() -> None:
+    nodes = [f"n{i}" for i in range(6)]
+    values = {(a, b): ((0.01, 0.01) if {"n1", "n4"} & {a, b} else (0.9, 0.9))
+              for i, a in enumerate(nodes) for b in nodes[i + 1:]}
+    j = stats.judge_pairs(_pairs(values))
+    assert set(j.node_outliers) == {"n1", "n4"} and j.link_outliers == {}
+
+
+def test_disjoint_rounds() -> None:
+    rounds = stats.disjoint_rounds([("a", "c"), ("b", "c"), ("c", "d"), ("a", "b")])
+    assert rounds == [[("a", "c")], [("b", "c")], [("c", "d"), ("a", "b")]]
