@@ -54,6 +54,8 @@ class PartitionRule:
     allowed_accounts: frozenset[str] | None = None
     allowed_accounts_str: str = ""
     typed_limits: bool = False  # its partition QOS has typed GPU limits
+    gpu_types: frozenset[str] | None = None  # the GPU types its nodes have (site config gpu_type); None: unchecked
+    gpu_types_str: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class CompiledPolicy:
         n = int(self.need_account) + len(self.labels) + int(self.reject_untyped)
         for p in self.partitions.values():
             n += sum(map(bool, (p.need_gpu, p.need_typed_gpu, p.need_wckey, p.max_gpus,
-                                p.max_time_s is not None, p.allowed_accounts is not None)))
+                                p.max_time_s is not None, p.allowed_accounts is not None, p.gpu_types is not None)))
         for a in self.accounts.values():
             n += sum(map(bool, (a.allowed_partitions is not None, a.max_gpus)))
         return n
@@ -156,6 +158,8 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
             allowed_accounts=frozenset(p.allowed_accounts) if p.allowed_accounts is not None else None,
             allowed_accounts_str=", ".join(p.allowed_accounts or ()),
             typed_limits=bool(p.qos and p.qos in qos_typed),
+            gpu_types=frozenset((p.gpu_type,)) if p.gpu_type else None,
+            gpu_types_str=p.gpu_type or "",
         )
     accounts = {}
     for name, a in config.accounts.items():

@@ -71,11 +71,22 @@ end
 --   24.11/26.05  gres/gpu:h100:2  gres/gpu:2  gres/gpu=1  gres/gpu:h100=1  cpu=4 (tres_per_task carries cpus)
 --   bare         gpu:h100:2  gpu:2  gpu=2  gpu  (modify requests, other clients)
 -- Items are comma-separated. Items of other GRES (shard, mps) or other TRES kinds (cpu=4, license/x=1) are skipped
--- once their name is well formed. Returns the GPU count, its untyped part and the offending item (nil if fine).
--- No tables are built per item: this runs for every job.
-local function scan_gpus(v)
-  if v == nil then return 0, 0, nil end
-  if type(v) ~= "string" then return 0, 0, "(not a string)" end
+-- once their name is well formed. Returns the GPU count, its untyped part, the offending item (nil if fine) and
+-- ntypes: each distinct GPU type named (h100 in gpu:h100:2; also "-1" in gpu:-1 and "abc" in --gpus=abc, which
+-- sbatch and slurmctld take as ONE GPU of that type) is appended once to `types`, whose first ntypes entries are
+-- this job's. `types` is one scratch table reused for every job (slurmctld calls job_submit one job at a time),
+-- so no tables are built per item or per job: this runs for every job.
+local function add_type(types, ntypes, t)
+  for i = 1, ntypes do
+    if types[i] == t then return ntypes end
+  end
+  types[ntypes + 1] = t
+  return ntypes + 1
+end
+
+local function scan_gpus(v, types, ntypes)
+  if v == nil then return 0, 0, nil, ntypes end
+  if type(v) ~= "string" then return 0, 0, "(not a string)", ntypes end
   local total, untyped = 0, 0
   for item in sgmatch(v, "[^,]+") do
     local rest = item
@@ -90,7 +101,7 @@ local function scan_gpus(v)
         elseif kind ~= "gres" and sfind(kind, NAME) then
           rest = nil -- another TRES kind (license/..., bb/...): never a GPU
         else
-          return total, untyped, item
+          return total, untyped, item, ntypes
         end
       end
     end
@@ -101,16 +112,17 @@ local function scan_gpus(v)
       local c1 = sfind(head, ":", 1, true)
       local name = head
       if c1 then name = ssub(head, 1, c1 - 1) end
-      if not sfind(name, NAME) then return total, untyped, item end
+      if not sfind(name, NAME) then return total, untyped, item, ntypes end
       if name == "gpu" then
         local count, typed
         if eq then -- gpu=N | gpu:TYPE=N
-          if not sfind(cnt, DIGITS) then return total, untyped, item end
+          if not sfind(cnt, DIGITS) then return total, untyped, item, ntypes end
           count, typed = to_count(cnt), false
           if c1 then
             local gtype = ssub(head, c1 + 1)
-            if not sfind(gtype, NAME) or sfind(gtype, DIGITS) then return total, untyped, item end
+            if not sfind(gtype, NAME) or sfind(gtype, DIGITS) then return total, untyped, item, ntypes end
             typed = true
+            ntypes = add_type(types, ntypes, gtype)
           end
         elseif not c1 then
           count, typed = 1, false
@@ -122,15 +134,17 @@ local function scan_gpus(v)
               count, typed = to_count(second), false
             elseif sfind(second, NAME) then
               count, typed = 1, true
+              ntypes = add_type(types, ntypes, second)
             else
-              return total, untyped, item
+              return total, untyped, item, ntypes
             end
           else
             local second, third = ssub(head, c1 + 1, c2 - 1), ssub(head, c2 + 1)
             if sfind(second, NAME) and not sfind(second, DIGITS) and sfind(third, DIGITS) then
               count, typed = to_count(third), true -- a third colon leaves ':' in `third`, which fails DIGITS
+              ntypes = add_type(types, ntypes, second)
             else
-              return total, untyped, item
+              return total, untyped, item, ntypes
             end
           end
         end
@@ -139,7 +153,7 @@ local function scan_gpus(v)
       end
     end
   end
-  return total, untyped, nil
+  return total, untyped, nil, ntypes
 end
 
 local W_NODES = "max_nodes is unlimited (an open -N range); give -N <min>-<max>"
@@ -153,26 +167,29 @@ local W_SOCKETS = "--gpus-per-socket needs --sockets-per-node"
 --          Slurm never gives a job more nodes than tasks; max_nodes = INFINITE is unbounded.
 --   tasks: num_tasks, raised to ntasks_per_node (or ntasks_per_socket x sockets_per_node) x nodes; without
 --          num_tasks, min_cpus (>= tasks; the job record in slurm_job_modify has no num_tasks), else one per node.
--- Returns total, untyped, bad item, its field, nodes, why unbounded (nil if bounded), exclusive.
+-- Returns total, untyped, bad item, its field, nodes, why unbounded (nil if bounded), exclusive, and the number of
+-- GPU types named (the names are GPU_TYPES[1..ntypes]).
 -- tres_per_node and gres are the same request (gres is its alias), so gres is read only when tres_per_node is unset.
 -- Fields are read only when needed: each read of job_desc is a call into slurmctld.
+local GPU_TYPES = {} -- scan_gpus' scratch table (see there)
 local function gpu_request(job)
   local per_node, node_field = job.tres_per_node, "tres_per_node"
   if per_node == nil or per_node == "" then node_field, per_node = "gres", job.gres end
-  local total, untyped, bad = scan_gpus(job.tres_per_job)
+  local types = GPU_TYPES
+  local total, untyped, bad, ntypes = scan_gpus(job.tres_per_job, types, 0)
   if bad then return total, untyped, bad, "tres_per_job" end
   local nt, nu, st, su, tt, tu
-  nt, nu, bad = scan_gpus(per_node)
+  nt, nu, bad, ntypes = scan_gpus(per_node, types, ntypes)
   if bad then return total, untyped, bad, node_field end
-  st, su, bad = scan_gpus(job.tres_per_socket)
+  st, su, bad, ntypes = scan_gpus(job.tres_per_socket, types, ntypes)
   if bad then return total, untyped, bad, "tres_per_socket" end
-  tt, tu, bad = scan_gpus(job.tres_per_task)
+  tt, tu, bad, ntypes = scan_gpus(job.tres_per_task, types, ntypes)
   if bad then return total, untyped, bad, "tres_per_task" end
   local per_gpu = nil -- --ntasks-per-gpu without any GPU field: Slurm allocates ceil(tasks / N) GPUs
   if total == 0 and nt == 0 and st == 0 and tt == 0 then per_gpu = valid_count(job.ntasks_per_tres, NO_VAL16) end
   local exclusive = job.shared == 0
   if nt == 0 and st == 0 and tt == 0 and not per_gpu and not exclusive then
-    return total, untyped, nil, nil, 1, nil, false
+    return total, untyped, nil, nil, 1, nil, false, ntypes
   end
   local why = nil
   local tasks = valid_count(job.num_tasks, NO_VAL)
@@ -218,7 +235,7 @@ local function gpu_request(job)
       total, untyped = sat_add(total, g), sat_add(untyped, g)
     end
   end
-  return total, untyped, nil, nil, nodes, why, exclusive
+  return total, untyped, nil, nil, nodes, why, exclusive, ntypes
 end
 
 -- GPUs an exclusive job gets on partition `name`: every GPU of its nodes (needs gpus_per_node in the config).
@@ -288,7 +305,7 @@ local function evaluate(job)
   if P.need_account and not account then
     return reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
   end
-  local gpu_total, gpu_untyped, bad, field, nodes, why, exclusive = gpu_request(job)
+  local gpu_total, gpu_untyped, bad, field, nodes, why, exclusive, ntypes = gpu_request(job)
   if bad then
     return reject(RC_INVALID_GRES, "gres_syntax", sformat(
       "cannot parse GPU request '%s' in %s; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>", shown(bad), field))
@@ -340,6 +357,17 @@ local function evaluate(job)
       if pr.need_typed_gpu and gpu_untyped > 0 then
         return reject(RC_INVALID_GRES, "partition_typed_gpu", sformat(
           "partition %s needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>", pr.name))
+      end
+      local gtypes = pr.gpu_types
+      if gtypes then -- sbatch and slurmctld take --gres=gpu:-1 and --gpus=abc as one GPU of type "-1" / "abc"
+        for j = 1, ntypes do
+          local t = GPU_TYPES[j]
+          if not gtypes[t] then
+            return reject(RC_INVALID_GRES, "partition_gpu_type", sformat(
+              "partition %s has no GPUs of type '%s' (its GPU types: %s); use --gres=gpu:<type>:<count> or "
+              .. "--gpus=<type>:<count> with one of those types", pr.name, shown(t), pr.gpu_types_str))
+          end
+        end
       end
       if pr.max_gpus then
         local g, w = gpu_total, why

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,10 +98,17 @@ def _fmt_int(x: float) -> str:
     return str(int(x))
 
 
-def scan_gpus(v: Any) -> tuple[float, float, str | None]:
+def _add_type(types: list[str] | None, t: str) -> None:
+    if types is not None and t not in types:
+        types.append(t)
+
+
+def scan_gpus(v: Any, types: list[str] | None = None) -> tuple[float, float, str | None]:
     """GPUs in one field value: (count, untyped part, offending item). engine.lua's scan_gpus, the one tokenizer
     for every form a supported slurmctld sends (22.05 `gres:gpu:h100:2`, 24.11+ `gres/gpu:h100:2`, `gres/gpu=1`,
-    `gres/gpu:h100=1`, `cpu=4`, bare `gpu:2`, comma lists)."""
+    `gres/gpu:h100=1`, `cpu=4`, bare `gpu:2`, comma lists). Each distinct GPU type named is appended once to
+    `types` (when given), in the order seen: h100 in gpu:h100:2, and "-1" / "abc" in gpu:-1 / gpu:abc, which sbatch
+    and slurmctld take as one GPU of that type."""
     if v is None:
         return 0.0, 0.0, None
     if not isinstance(v, str):
@@ -138,6 +146,7 @@ def scan_gpus(v: Any) -> tuple[float, float, str | None]:
                 if not _NAME.fullmatch(after) or _DIGITS.fullmatch(after):
                     return total, untyped, item
                 typed = True
+                _add_type(types, after)
         elif not c1:
             count, typed = 1.0, False
         else:
@@ -147,10 +156,12 @@ def scan_gpus(v: Any) -> tuple[float, float, str | None]:
                     count, typed = _to_count(second), False
                 elif _NAME.fullmatch(second):
                     count, typed = 1.0, True
+                    _add_type(types, second)
                 else:
                     return total, untyped, item
             elif _NAME.fullmatch(second) and not _DIGITS.fullmatch(second) and _DIGITS.fullmatch(third):
                 count, typed = _to_count(third), True
+                _add_type(types, second)
             else:
                 return total, untyped, item
         total = _sat_add(total, count)
@@ -174,31 +185,33 @@ class GpuRequest:
     nodes: float = 1.0
     why: str | None = None  # why the count has no bound (None: bounded)
     exclusive: bool = False
+    types: list[str] = dataclasses.field(default_factory=list)  # the GPU types named, each once, in the order scan_gpus saw them
 
 
 def gpu_request(job: Mapping[str, Any]) -> GpuRequest:
     node_field, per_node = "tres_per_node", job.get("tres_per_node")
     if per_node is None or per_node == "":
         node_field, per_node = "gres", job.get("gres")
-    total, untyped, bad = scan_gpus(job.get("tres_per_job"))
+    types: list[str] = []
+    total, untyped, bad = scan_gpus(job.get("tres_per_job"), types)
     if bad is not None:
-        return GpuRequest(total, untyped, bad, "tres_per_job")
-    nt, nu, bad = scan_gpus(per_node)
+        return GpuRequest(total, untyped, bad, "tres_per_job", types=types)
+    nt, nu, bad = scan_gpus(per_node, types)
     if bad is not None:
-        return GpuRequest(total, untyped, bad, node_field)
-    st, su, bad = scan_gpus(job.get("tres_per_socket"))
+        return GpuRequest(total, untyped, bad, node_field, types=types)
+    st, su, bad = scan_gpus(job.get("tres_per_socket"), types)
     if bad is not None:
-        return GpuRequest(total, untyped, bad, "tres_per_socket")
-    tt, tu, bad = scan_gpus(job.get("tres_per_task"))
+        return GpuRequest(total, untyped, bad, "tres_per_socket", types=types)
+    tt, tu, bad = scan_gpus(job.get("tres_per_task"), types)
     if bad is not None:
-        return GpuRequest(total, untyped, bad, "tres_per_task")
+        return GpuRequest(total, untyped, bad, "tres_per_task", types=types)
     per_gpu = None
     if total == 0 and nt == 0 and st == 0 and tt == 0:
         per_gpu = _valid_count(job.get("ntasks_per_tres"), NO_VAL16)
     shared = _num(job.get("shared"))
     exclusive = shared is not None and shared == 0
     if nt == 0 and st == 0 and tt == 0 and per_gpu is None and not exclusive:
-        return GpuRequest(total, untyped)
+        return GpuRequest(total, untyped, types=types)
     why: str | None = None
     tasks = _valid_count(job.get("num_tasks"), NO_VAL)
     lo = _valid_count(job.get("min_nodes"), NO_VAL) or 1.0
@@ -240,7 +253,7 @@ def gpu_request(job: Mapping[str, Any]) -> GpuRequest:
         if per_gpu is not None:
             g = float(math.ceil(t / per_gpu))
             total, untyped = _sat_add(total, g), _sat_add(untyped, g)
-    return GpuRequest(total, untyped, None, None, nodes, why, exclusive)
+    return GpuRequest(total, untyped, None, None, nodes, why, exclusive, types)
 
 
 def labels_of(comment: Any, keys: frozenset[str]) -> dict[str, bytes]:
@@ -336,6 +349,13 @@ class Evaluator:
             if pr.need_typed_gpu and gpus.untyped > 0:
                 return self._reject(RC_INVALID_GRES, "partition_typed_gpu",
                                     f"partition {pr.name} needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>")
+            if pr.gpu_types is not None:  # sbatch and slurmctld take --gres=gpu:-1 and --gpus=abc as one GPU of that type
+                for t in gpus.types:
+                    if t not in pr.gpu_types:
+                        return self._reject(RC_INVALID_GRES, "partition_gpu_type",
+                                            f"partition {pr.name} has no GPUs of type '{shown(t)}' (its GPU types: "
+                                            f"{pr.gpu_types_str}); use --gres=gpu:<type>:<count> or "
+                                            "--gpus=<type>:<count> with one of those types")
             if pr.max_gpus is not None:
                 g, w = gpus.total, gpus.why
                 if gpus.exclusive:

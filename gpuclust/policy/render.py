@@ -95,7 +95,8 @@ def render_tables(policy: CompiledPolicy) -> str:
             f"max_gpus = {_opt_num(p.max_gpus)}, gpus_per_node = {_opt_num(p.gpus_per_node)}, max_time_s = {_opt_num(p.max_time_s)}, "
             f"max_time_str = {lua_string(p.max_time_str) if p.max_time_str else 'nil'}, "
             f"allowed_accounts = {_set(p.allowed_accounts)}, allowed_accounts_str = {lua_string(p.allowed_accounts_str)}, "
-            f"typed_limits = {_bool(p.typed_limits)} }},"
+            f"typed_limits = {_bool(p.typed_limits)}, gpu_types = {_set(p.gpu_types)}, "
+            f"gpu_types_str = {lua_string(p.gpu_types_str)} }},"
         )
     lines.append("  },")
     lines.append("  accounts = {")
