@@ -65,6 +65,7 @@ NONCOMPLIANT = {
     "partition_account": ["-A", "root", "--gres=gpu:h100:1", "--comment", "team=physics project=x"],
     "partition_gpu": ["-A", "physics", "--comment", "team=physics project=x"],
     "partition_typed_gpu": ["-A", "physics", "--gres=gpu:1", "--comment", "team=physics project=x"],
+    "partition_gpu_type": ["-A", "physics", "--gres=gpu:-1", "--comment", "team=physics project=x"],
     "partition_max_gpus": ["-A", "ml", "-N", "3", "--gres=gpu:h100:4", "--comment", "team=ml project=x"],
     "partition_max_time": ["-A", "physics", "--gres=gpu:h100:1", "-t", "2-00:00:00", "--comment", "team=physics project=x"],
     "untyped_gpu": ["-A", "physics", "-p", "debug", "--gpus=2", "--comment", "team=physics project=x"],
@@ -235,7 +236,22 @@ SUBMIT_TABLE = {
     "exclusive=user": ["--exclusive=user", "-N", "3", "--gres=gpu:h100:1"],
     "no gpu": [],
     "two typed items": ["--gres=gpu:h100:2,gpu:h100:1"],
+    # issue 13: sbatch and slurmctld take these as one GPU of type "-1" / "abc" (queued when held, never runnable);
+    # partition gpu's gpu_type is h100, so partition_gpu_type refuses them, and a real type the partition lacks
+    "gres gpu:-1 (issue 13)": ["--gres=gpu:-1"],
+    "gpus=-1": ["--gpus=-1"],
+    "gpus=abc": ["--gpus=abc"],
+    "-G abc": ["-G", "abc"],
+    "gres typed a100 on h100": ["--gres=gpu:a100:1"],
+    "gpus-per-node a100": ["--gpus-per-node=a100:1"],
+    "gres H100 (case)": ["--gres=gpu:H100:1"],
+    "mixed typed items h100 + -1": ["--gres=gpu:h100:1,gpu:-1"],
+    "mixed fields h100 + abc": ["--gres=gpu:h100:1", "--gpus=abc:1"],
 }
+# Rows whose verdict is known in advance (the others are only proven equal across the engines).
+EXPECTED_RULE = {row: "partition_gpu_type" for row in (
+    "gres gpu:-1 (issue 13)", "gpus=-1", "gpus=abc", "-G abc", "gres typed a100 on h100", "gpus-per-node a100",
+    "gres H100 (case)", "mixed typed items h100 + -1", "mixed fields h100 + abc", "gres type -1", "gres type a100")}
 MODIFY_TABLE = {  # scontrol update fields on a held 1-node, 1-GPU job owned by the unprivileged user
     "label change rejected": ["comment=team=chem,project=x"],
     "label change accepted": ["comment=team=ml,project=y"],
@@ -243,6 +259,8 @@ MODIFY_TABLE = {  # scontrol update fields on a held 1-node, 1-GPU job owned by 
     "node range over the limit": ["NumNodes=1-4", "Gres=gpu:h100:4"],
     "time over the partition max": ["TimeLimit=3000"],
     "partition debug": ["Partition=debug"],
+    "gres type -1": ["Gres=gpu:-1"],
+    "gres type a100": ["Gres=gpu:a100:1"],
 }
 
 
@@ -312,6 +330,7 @@ def test_submit_table_slurmctld_equals_policy_check(recorded_policy, lab_config,
     # 1. the engine in slurmctld == the Python twin on the job_desc slurmctld presented
     verdict = _lab_evaluator(lab_config).submit(desc)
     _same_as_engine(verdict, rc, msg, (row, desc))
+    assert verdict.rule == EXPECTED_RULE.get(row, verdict.rule), (row, desc, verdict)
     # 2. what the user saw
     if verdict.accepted:
         assert cp.returncode == 0, (row, cp.stderr)
@@ -366,6 +385,7 @@ def test_modify_table_slurmctld_equals_twin(slurm_lab, recorded_policy, lab_conf
         assert int(uid) != 0
         verdict = _lab_evaluator(lab_config).modify(desc, rec, int(uid))
         _same_as_engine(verdict, rc, msg, (row, desc, rec))
+        assert verdict.rule == EXPECTED_RULE.get(row, verdict.rule), (row, desc, rec, verdict)
         if not verdict.accepted:
             assert upd.returncode != 0, (row, upd.stdout, upd.stderr)
     finally:

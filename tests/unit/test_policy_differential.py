@@ -40,7 +40,10 @@ gres_item = st.builds(
     lambda prefix, name, gtype, cnt: prefix + name + (":" + gtype if gtype is not None else "") + (":" + cnt if cnt is not None else ""),
     st.sampled_from(["", "gres:", "gres/", "gres:gres:", "gres/gres/", "license/", "bb/", "/", "x y/"]),
     st.sampled_from(["gpu", "gpu", "gpu", "shard", "mps", "GPU", "", "gpu ", "g-p.u", "gres", "cpu", "mem"]),
-    st.one_of(st.none(), st.sampled_from(["h100", "a100", "0", "12", "h100 ", "x(y)", "", "é", "a=b"])),
+    # GPU types: real ones, ones no partition has ("-1", "abc": sbatch sends gpu:-1 / gpu:abc as one GPU of that
+    # type; H100: types are case-sensitive in slurmctld), and malformed ones
+    st.one_of(st.none(), st.sampled_from(["h100", "a100", "0", "12", "h100 ", "x(y)", "", "é", "a=b", "-1", "abc",
+                                          "H100", "l40", "h100.x"])),
     st.one_of(st.none(), count, count.map(lambda c: "=" + c)),
 )
 gres_value = st.one_of(
@@ -50,7 +53,10 @@ gres_value = st.one_of(
                      # 24.11 / 26.05 forms
                      "gres/gpu:h100:2", "gres/gpu=1", "gres/gpu:h100=1", "cpu=4,gres/gpu=1", "cpu=2,gres/gpu:h100=2",
                      "gres/gpu=", "gres/gpu:1=2", "gres/gpu:h100:2=1", "license/x=1,gres/gpu=2", "gres/=1",
-                     "gres/gpu=99999999999999999999", "gpu=3", "gres/shard=1,gres/gpu:h100=1"]),
+                     "gres/gpu=99999999999999999999", "gpu=3", "gres/shard=1,gres/gpu:h100=1",
+                     # types no partition has (issue 13: --gres=gpu:-1, --gpus=abc), 22.05 and 24.11 forms
+                     "gres:gpu:-1", "gres/gpu:-1", "gres:gpu:abc", "gres/gpu:abc=1", "gres/gpu:a100:2",
+                     "gres:gpu:h100:1,gres:gpu:-1", "gres/gpu:h100=1,gres/gpu:a100=1"]),
     st.lists(gres_item, min_size=1, max_size=3).map(",".join),
     ascii_text,
     text,
@@ -110,7 +116,9 @@ valid_gpu = st.one_of(
     st.builds(lambda prefix, body: prefix + body, st.sampled_from(["gres:", "gres:", "", "gres/"]),
               st.sampled_from(["gpu:h100:1", "gpu:h100:2", "gpu:h100:4", "gpu:h100:9", "gpu:h100:16",
                                "gpu:a100:3", "gpu:2", "gpu:1", "gpu", "gpu:h100", "gpu:h100:0",
-                               "gpu:h100:2,shard:1", "gpu:a100:1,gpu:h100:1"])),
+                               "gpu:h100:2,shard:1", "gpu:a100:1,gpu:h100:1",
+                               # types a partition lacks: partition_gpu_type
+                               "gpu:-1", "gpu:abc", "gpu:H100:1", "gpu:l40:2", "gpu:h100:1,gpu:abc:1"])),
     # 24.11 / 26.05: '=' forms, and tres_per_task carrying the cpus
     st.sampled_from(["gres/gpu=1", "gres/gpu:h100=1", "gres/gpu:h100=2", "cpu=2,gres/gpu:h100=1", "cpu=4,gres/gpu=1"]),
 )
@@ -194,6 +202,9 @@ RARE_RULE_JOBS = {
                            "tres_per_node": "gres:gpu:h100:1", "min_nodes": 1, "time_limit": 5000, "comment": _LABELS},
     "gpu_unbounded": {"user_name": "alice", "account": "physics", "partition": "gpu", "tres_per_node": "gres/gpu:h100:1",
                       "min_nodes": 1, "max_nodes": INFINITE, "time_limit": 10, "comment": _LABELS},
+    "partition_gpu_type": {"user_name": "alice", "account": "physics", "partition": "gpu",
+                           "tres_per_job": "gres/gpu:h100:1", "tres_per_node": "gres:gpu:-1", "min_nodes": 1,
+                           "time_limit": 10, "comment": _LABELS},
     "ok": {"user_name": "alice", "account": "physics", "partition": "gpu", "tres_per_node": "gres:gpu:h100:2",
            "min_nodes": 1, "time_limit": 60, "comment": _LABELS},
 }
@@ -257,6 +268,6 @@ def test_differential_volume():
         pytest.skip("run together with the property tests")
     assert SEEN["submit"] >= 10_000
     expected = {"ok", "exempt", "account_missing", "gres_syntax", "label_missing", "label_value", "partition_account",
-                "partition_wckey", "partition_gpu", "partition_typed_gpu", "partition_max_gpus",
+                "partition_wckey", "partition_gpu", "partition_typed_gpu", "partition_gpu_type", "partition_max_gpus",
                 "partition_max_time", "account_partition", "account_max_gpus", "untyped_gpu", "gpu_unbounded"}
     assert expected <= SEEN["rules"], expected - SEEN["rules"]
