@@ -9,10 +9,10 @@ Strings are compared as UTF-8 bytes where the Lua works on bytes (label globs, m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -350,10 +350,10 @@ class Evaluator:
                 return self._reject(RC_INVALID_GRES, "partition_typed_gpu",
                                     f"partition {pr.name} needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>")
             if pr.gpu_types is not None:  # sbatch and slurmctld take --gres=gpu:-1 and --gpus=abc as one GPU of that type
-                for t in gpus.types:
-                    if t not in pr.gpu_types:
+                for gtype in gpus.types:
+                    if gtype not in pr.gpu_types:
                         return self._reject(RC_INVALID_GRES, "partition_gpu_type",
-                                            f"partition {pr.name} has no GPUs of type '{shown(t)}' (its GPU types: "
+                                            f"partition {pr.name} has no GPUs of type '{shown(gtype)}' (its GPU types: "
                                             f"{pr.gpu_types_str}); use --gres=gpu:<type>:<count> or "
                                             "--gpus=<type>:<count> with one of those types")
             if pr.max_gpus is not None:
