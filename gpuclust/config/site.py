@@ -39,7 +39,8 @@ PARTITION = SectionSpec(
     "partition",
     "One Slurm partition: GPU type and price, acceptance expectations, and submit policy rules.",
     (
-        Key("gpu_type", v.parse_slurm_name, "GRES type of the partition's GPUs (e.g. h100); used when AllocTRES has no type."),
+        Key("gpu_type", v.parse_slurm_name, "GRES type of the partition's GPUs (e.g. h100); used when AllocTRES has no type, "
+            "and the submit policy refuses GPU requests of any other type (partition_gpu_type)."),
         Key("gpus_per_node", v.parse_nonneg_int, "GPUs each node is expected to have (0 for a CPU partition)."),
         Key("price_per_gpu_hour", v.parse_nonneg_float, "Fallback price when the GPU type has none."),
         Key("expect_busbw_gbps", v.parse_nonneg_float, "Expected all_reduce busbw (GB/s) at the large sizes."),
