@@ -296,6 +296,17 @@ class Evaluator:
         return 0.0, (f"--exclusive gets every GPU of its nodes, and partition {shown(name)} has no gpus_per_node "
                      "in the site config")
 
+    def _most_gpus(self, gpus: GpuRequest, partitions: list[str]) -> tuple[float, str | None]:
+        """The most GPUs a job may be allocated in these partitions, or why that cannot be bounded."""
+        g, w = gpus.total, gpus.why
+        if gpus.exclusive:
+            if not partitions:
+                w = w or "--exclusive gets every GPU of its nodes, and the job names no partition"
+            for name in partitions:
+                x, xw = self._whole_nodes(name, gpus.nodes)
+                g, w = max(g, x), w or xw
+        return g, w
+
     def _unbounded(self, why: str, what: str, name: str, limit: int) -> Verdict:
         return self._reject(RC_ERROR, "gpu_unbounded",
                             f"cannot bound the GPUs this job may be allocated: {why}; {what} {name} allows at most {limit} per job")
@@ -357,10 +368,7 @@ class Evaluator:
                                             f"{pr.gpu_types_str}); use --gres=gpu:<type>:<count> or "
                                             "--gpus=<type>:<count> with one of those types")
             if pr.max_gpus is not None:
-                g, w = gpus.total, gpus.why
-                if gpus.exclusive:
-                    x, xw = self._whole_nodes(name, gpus.nodes)
-                    g, w = max(g, x), w or xw
+                g, w = self._most_gpus(gpus, [name])
                 if w is not None:
                     return self._unbounded(w, "partition", pr.name, pr.max_gpus)
                 if g > pr.max_gpus:
@@ -382,13 +390,7 @@ class Evaluator:
                         return self._reject(RC_ERROR, "account_partition",
                                             f"account {ar.name} may not use partition {shown(name)}; use --partition with one of: {ar.allowed_partitions_str}")
             if ar.max_gpus is not None:
-                g, w = gpus.total, gpus.why
-                if gpus.exclusive:
-                    if not parts:
-                        w = w or "--exclusive gets every GPU of its nodes, and the job names no partition"
-                    for name in parts:
-                        x, xw = self._whole_nodes(name, gpus.nodes)
-                        g, w = max(g, x), w or xw
+                g, w = self._most_gpus(gpus, parts)
                 if w is not None:
                     return self._unbounded(w, "account", ar.name, ar.max_gpus)
                 if g > ar.max_gpus:
