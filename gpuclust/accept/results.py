@@ -33,13 +33,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
 
 SCHEMA = "gpuclust.accept/1"
@@ -320,20 +320,7 @@ def write_result(results_dir: str | os.PathLike[str], result: JobResult) -> Path
     directory = Path(results_dir)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / result_file_name(result.job.kind, result.job.job_id)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(dump_lines(result))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(target, dump_lines(result))
     return target
 
 

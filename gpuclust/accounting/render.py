@@ -18,6 +18,7 @@ import pandas as pd
 
 from gpuclust.accounting import svgplot
 from gpuclust.accounting.metrics import Report
+from gpuclust.atomicfile import write_atomic
 from gpuclust.cli.output import to_json
 from gpuclust.errors import InputError, Problem
 
@@ -52,26 +53,9 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     """Write `path` whole or not at all (a temporary file renamed over it); an OSError becomes an InputError
     naming the path."""
     try:
-        _atomic_write(path, data)
+        write_atomic(path, data, make_parents=True)
     except (OSError, ValueError) as exc:
         raise InputError(Problem(str(path), None, f"cannot write: {_why(exc)}")) from None
-
-
-def _atomic_write(path: Path, data: bytes | str) -> None:
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[Path]:

@@ -15,14 +15,12 @@ Any failure removes the temp file and leaves the target as it was.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
 
 VALIDATE_TIMEOUT_S = 30.0
@@ -112,38 +110,12 @@ def validate_lua_file(path: str | Path) -> None:
 def install_lua(text: str, out: str | Path) -> Path:
     """Validate `text` as a job_submit.lua, then atomically replace `out` with it; `out` is untouched on failure."""
     path = Path(out)
-    parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise InputError(Problem(str(path), None, "is a directory; give the job_submit.lua file path"))
     try:
-        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-        fd, tmp_name = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=parent)
+        write_atomic(path, text, mode=None, check=validate_lua_file)
     except OSError as exc:
-        raise InputError(Problem(str(path), None, f"cannot write here: {exc.strerror or exc}")) from None
-    tmp = Path(tmp_name)
-    try:
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(text.encode("utf-8"))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
-        except OSError as exc:
-            raise InputError(Problem(str(path), None, f"cannot write {tmp}: {exc.strerror or exc}")) from None
-        validate_lua_file(tmp)
-        try:
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise InputError(Problem(str(path), None, f"cannot replace: {exc.strerror or exc}")) from None
-        with contextlib.suppress(OSError):  # make the rename durable
-            dfd = os.open(parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        raise InputError(Problem(str(path), None, f"cannot write: {exc.strerror or exc}")) from None
     return path
 
 
