@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ DEFINITIONS: dict[str, str] = {
     "labels": "Report dimensions: account, wckey, and key=value pairs in --comment for the configured keys "
     "(site report_labels); a key missing from the comment takes the account's configured label, else '(none)'.",
     "top_failures": "Attempts that ended in the period and are not COMPLETED 0:0, ranked by GPU-hours (then "
-    "earliest End, then input order).",
+    "earliest End, then input order), with their NodeList and Start (UTC).",
     "sizing": "effective unit cost = all cost / completed runs; useful ratio = useful / allocated GPU-hours; "
     "completed runs per GPU-month = completed runs / (GPU-hours / 730); required GPUs = target completed runs "
     "per month / completed runs per GPU-month.",
@@ -800,8 +801,17 @@ def top_failures(att: Attempts, chosen: np.ndarray, top: int) -> pd.DataFrame:
             "exit_code": pd.Series(exit_text, dtype=object),
             "gpu_hours": np.round(att.gpu_hours[pick], 9),
             "cost": np.round(att.cost[pick], 9),
+            "node_list": pd.Series([v or "" for v in values("nodelist")], dtype=object),
+            "start": pd.Series([_utc_iso(v) for v in att.start[pick]], dtype=object),
         }
     )
+
+
+def _utc_iso(epoch: float) -> str | None:
+    """An epoch second as ISO 8601 in UTC (2026-12-02T10:00:00+00:00); None when unknown."""
+    if not math.isfinite(epoch):
+        return None
+    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat()
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
 from gpuclust.accounting.normalize import ParseResult
 from gpuclust.accounting.period import Period
-from gpuclust.accounting.render import write_report
+from gpuclust.accounting.render import add_context, write_report
 from gpuclust.config import SiteConfig
 from gpuclust.errors import InputError, Problem
 from gpuclust.slurm.client import SlurmClient
@@ -161,6 +161,7 @@ def build(
             ],
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
+    add_context(report, config.cluster_name)
     return report, parsed
 
 

@@ -11,6 +11,7 @@ import io
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,37 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         raise InputError(Problem(str(path), None, f"cannot write: {_why(exc)}")) from None
 
 
+# Context every output carries, so that nightly files can be concatenated: report.json's first keys, and the
+# last columns of every CSV/Parquet table.
+CONTEXT_KEYS = ("cluster", "period", "generated_at")
+CONTEXT_COLUMNS = ("cluster", "period_start", "period_end", "generated_at")
+
+
+def add_context(report: Report, cluster: str, generated_at: datetime | None = None) -> None:
+    """Put `cluster`, `period` and `generated_at` (UTC, ISO 8601 to the second) first in report.data."""
+    when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
+    rest = {k: v for k, v in report.data.items() if k not in CONTEXT_KEYS}
+    report.data.clear()
+    report.data.update({"cluster": cluster, "period": report.period.as_dict(),
+                        "generated_at": when.isoformat(timespec="seconds"), **rest})
+
+
+def context_row(report: Report) -> dict[str, Any]:
+    """The context columns' values (None where the report has no context: a report built without add_context)."""
+    d = report.data
+    return {"cluster": d.get("cluster"), "period_start": d["period"]["start"], "period_end": d["period"]["end"],
+            "generated_at": d.get("generated_at")}
+
+
+def with_context(frame: pd.DataFrame, report: Report) -> pd.DataFrame:
+    """`frame` with the context columns appended (a table's own column of the same name is kept as is)."""
+    out = frame.copy()
+    for key, value in context_row(report).items():
+        if key not in out.columns:
+            out[key] = pd.Series([value] * len(out), index=out.index, dtype=object)
+    return out
+
+
 def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[Path]:
     written: list[Path] = []
     for fmt in formats:
@@ -66,7 +98,8 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
             atomic_write(path, to_json(report.data) + "\n")
             written.append(path)
         elif fmt in ("csv", "parquet"):
-            for name, frame in report.tables.items():
+            for name, table in report.tables.items():
+                frame = with_context(table, report)
                 path = out_dir / f"{name}.{fmt}"
                 if fmt == "csv":
                     atomic_write(path, frame.to_csv(index=False))

@@ -51,7 +51,7 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 USED_COLUMNS = (
     "job_id", "job_base", "array_task", "het_offset", "job_name", "user", "account", "partition", "qos", "wckey",
     "comment", "state", "exit_code", "exit_signal", "exit_code_known", "submit", "eligible", "start", "end",
-    "elapsed_s", "gpus", "gpu_type",
+    "elapsed_s", "gpus", "gpu_type", "nodelist",
 )
 
 
@@ -424,6 +424,8 @@ def top_failures(att: pd.DataFrame, top: int) -> pd.DataFrame:
             "exit_code": exit_text,
             "gpu_hours": f["gpu_hours"].round(9),
             "cost": f["cost"].round(9),
+            "node_list": f["nodelist"].astype(object).fillna(""),
+            "start": [None if pd.isna(v) else pd.Timestamp(int(v), unit="s", tz="UTC").isoformat() for v in f["start"]],
         }
     ).reset_index(drop=True)
 
