@@ -161,7 +161,7 @@ def build(
             ],
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
-    add_context(report, config.cluster_name)
+    add_context(report, config.cluster_name, currency=config.currency)
     return report, parsed
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuclust.accounting import svgplot
+from gpuclust.accounting import prom, svgplot
 from gpuclust.accounting.metrics import Report
 from gpuclust.atomicfile import write_atomic
 from gpuclust.cli.output import to_json
@@ -65,13 +65,14 @@ CONTEXT_KEYS = ("cluster", "period", "generated_at")
 CONTEXT_COLUMNS = ("cluster", "period_start", "period_end", "generated_at")
 
 
-def add_context(report: Report, cluster: str, generated_at: datetime | None = None) -> None:
-    """Put `cluster`, `period` and `generated_at` (UTC, ISO 8601 to the second) first in report.data."""
+def add_context(report: Report, cluster: str, generated_at: datetime | None = None, currency: str = "") -> None:
+    """Put `cluster`, `period` and `generated_at` (UTC, ISO 8601 to the second) first in report.data, then
+    `currency` (the site's ISO 4217 code of every cost figure; null when not configured)."""
     when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
-    rest = {k: v for k, v in report.data.items() if k not in CONTEXT_KEYS}
+    rest = {k: v for k, v in report.data.items() if k not in (*CONTEXT_KEYS, "currency")}
     report.data.clear()
     report.data.update({"cluster": cluster, "period": report.period.as_dict(),
-                        "generated_at": when.isoformat(timespec="seconds"), **rest})
+                        "generated_at": when.isoformat(timespec="seconds"), "currency": currency or None, **rest})
 
 
 def context_row(report: Report) -> dict[str, Any]:
@@ -113,62 +114,10 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
             atomic_write(path, render_html(report))
             written.append(path)
         elif fmt == "prom":
-            path = out_dir / "gpuclust.prom"
-            atomic_write(path, render_prom(report))
+            path = out_dir / prom.FILENAME
+            prom.write_textfile(report, path)
             written.append(path)
     return written
-
-
-# ---- Prometheus ---------------------------------------------------------------------------------------
-
-
-def _label_value(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def render_prom(report: Report) -> str:
-    """Prometheus textfile-collector format (HELP/TYPE once per metric, gauges only)."""
-    lines: list[str] = []
-    seen: set[str] = set()
-
-    def gauge(name: str, help_text: str, value: Any, labels: dict[str, Any] | None = None) -> None:
-        if value is None:
-            return
-        metric = f"gpuclust_report_{name}"
-        if metric not in seen:
-            lines.append(f"# HELP {metric} {help_text}")
-            lines.append(f"# TYPE {metric} gauge")
-            seen.add(metric)
-        label_text = ",".join(f'{k}="{_label_value(v)}"' for k, v in (labels or {}).items())
-        lines.append(f"{metric}{{{label_text}}} {float(value):.10g}" if label_text else f"{metric} {float(value):.10g}")
-
-    d = report.data
-    gauge("period_start_timestamp_seconds", "Start of the report period.", report.period.start_epoch)
-    gauge("period_end_timestamp_seconds", "End of the report period (exclusive).", report.period.end_epoch)
-    for key in ("runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours", "cost",
-                "cost_per_completed_run", "unpriced_gpu_hours"):
-        gauge(f"total_{key}", f"All runs attributed to the period: {key}.", d["totals"].get(key))
-    for dim in ("account", "partition"):
-        for row in d["runs"][f"by_{dim}"]:
-            for key in ("runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours", "cost",
-                        "cost_per_completed_run"):
-                gauge(f"{key}", f"Runs attributed to the period, per group: {key}.", row.get(key), {dim: row[dim]})
-    for dim in ("partition", "account", "qos"):
-        for row in d["queue_wait"][f"by_{dim}"]:
-            for q, key in (("0.5", "median_s"), ("0.9", "p90_s"), ("1", "max_s")):
-                gauge("queue_wait_seconds", "Queue wait (Start - Eligible) of attempts started in the period.",
-                      row.get(key), {"by": dim, "group": row[dim], "quantile": q})
-    sizing = d["sizing"]
-    for key in ("effective_unit_cost", "useful_ratio", "completed_runs_per_gpu_month", "required_gpus"):
-        gauge(f"sizing_{key}", f"Sizing: {key}.", sizing.get(key))
-    gauge("input_rejected_rows", "Input rows that could not be parsed (listed in report.json).",
-          d.get("input", {}).get("rejected_rows", 0))
-    left = d.get("input", {}).get("left_out") or {}
-    for reason in ("running", "not_started", "no_allocation"):
-        if reason in left:
-            gauge("input_left_out_rows", "Input rows that are no attempt (running, not started, no allocation).",
-                  left[reason], {"reason": reason})
-    return "\n".join(lines) + "\n"
 
 
 # ---- HTML ---------------------------------------------------------------------------------------------

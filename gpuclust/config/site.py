@@ -31,6 +31,7 @@ SITE = SectionSpec(
         Key("report_labels", v.parse_name_list, "Comment label keys reported as dimensions, e.g. team, project, model."),
         Key("target_completed_runs_per_month", v.parse_nonneg_float, "Sizing target for `report build`."),
         Key("acceptance_stale_days", v.parse_positive_int, "A node's last passing acceptance result goes stale after this."),
+        Key("currency", v.parse_currency, "ISO 4217 code of the prices (EUR, USD); labels cost in report.json and gpuclust.prom."),
     ),
     required=True,
 )
@@ -193,6 +194,7 @@ class SiteConfig:
     report_labels: tuple[str, ...] = ()
     target_completed_runs_per_month: float | None = None
     acceptance_stale_days: int = 7
+    currency: str = ""
     partitions: dict[str, PartitionConfig] = field(default_factory=dict)
     gpu_type_prices: dict[str, float] = field(default_factory=dict)
     accounts: dict[str, AccountConfig] = field(default_factory=dict)
@@ -270,6 +272,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         report_labels=site.get("report_labels", ()),
         target_completed_runs_per_month=site.get("target_completed_runs_per_month"),
         acceptance_stale_days=site.get("acceptance_stale_days", 7),
+        currency=site.get("currency", ""),
         partitions=partitions,
         gpu_type_prices=prices,
         accounts=accounts,

@@ -32,6 +32,13 @@ def parse_slurm_name(text: str) -> str:
     return text
 
 
+def parse_currency(text: str) -> str:
+    """An ISO 4217 currency code: three capital letters (EUR, USD, CHF)."""
+    if not re.fullmatch(r"[A-Z]{3}", text):
+        raise ValueError(f"expected an ISO 4217 currency code such as EUR or USD, got {text!r}")
+    return text
+
+
 def parse_int(text: str) -> int:
     """A decimal integer within int64 (``_`` separators allowed, as Python reads them)."""
     raw = text.strip()

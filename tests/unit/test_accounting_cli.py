@@ -56,7 +56,7 @@ def test_build_writes_every_output_with_contract_keys(tmp_path):
     prom = (out / "gpuclust.prom").read_text()
     for line in prom.splitlines():
         assert line.startswith("# ") or re.fullmatch(r'gpuclust_report_\w+(\{[^}]*\})? -?[0-9.e+-]+', line), line
-    assert 'gpuclust_report_total_runs 12' in prom
+    assert 'gpuclust_report_runs{cluster="acct"} 12.0' in prom  # issue 15: a cluster label, written by prometheus_client
     assert (out / "runs_by_account.csv").read_text().startswith("account,runs,completed,attempts,retries,")
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
 
