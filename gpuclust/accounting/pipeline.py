@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpuclust.accounting import store
+from gpuclust.accounting import store, trend
 from gpuclust.accounting.fetch import fetch_day
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
@@ -117,8 +117,10 @@ def build(
     delimiter: str = "|",
     target: float | None = None,
     top: int = DEFAULT_TOP,
+    trend_days: int = max(trend.TREND_DAYS),
 ) -> tuple[Report, ParseResult | None]:
-    """Compute the report from --input or the store. The caller writes it (write_report)."""
+    """Compute the report from --input or the store. The caller writes it (write_report). From the store, the
+    report also holds the daily trend of the `trend_days` days before its end (0: none)."""
     info: dict[str, Any]
     parsed: ParseResult | None = None
     if input_path:
@@ -162,7 +164,22 @@ def build(
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
     add_context(report, config.cluster_name, currency=config.currency)
+    if not input_path and trend_days:
+        add_trend(report, config, trend_days)
     return report, parsed
+
+
+def add_trend(report: Report, config: SiteConfig, days: int = max(trend.TREND_DAYS)) -> None:
+    """The daily trend of the `days` days before the report's end, from the store (report.json `trend`, the
+    trend_daily table, the HTML trend view)."""
+    root = store.store_dir(config.state_dir)
+    first = trend.day_starts(report.period.end, days, config.timezone)[0]
+    lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
+    table = store.load(root, Period(first - lookback, report.period.end).utc_days())
+    frame = trend.daily(table, config, report.period.end, days)
+    report.tables["trend_daily"] = frame
+    report.data["trend"] = {"days": days, "daily": trend.as_records(frame)}
+    report.data["definitions"] = {**report.data["definitions"], "trend": trend.DEFINITION}
 
 
 __all__ = ["FetchSummary", "build", "fetch", "read_input", "write_report"]

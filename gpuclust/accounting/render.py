@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import html
 import io
+import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from gpuclust.cli.output import to_json
 from gpuclust.errors import InputError, Problem
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
+TREND_VIEWS = (30, 90)  # days shown in the HTML trend view (the report holds the longest)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -122,6 +124,152 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
 
 # ---- HTML ---------------------------------------------------------------------------------------------
 
+# Column headers people read (a column not listed: its name with spaces, first letter capital).
+HEADERS = {
+    "job_id": "Job ID", "user": "User", "account": "Account", "partition": "Partition", "qos": "QOS",
+    "wckey": "WCKey", "job_name": "Job name", "state": "State", "exit_code": "Exit code", "gpu_hours": "GPU-hours",
+    "useful_gpu_hours": "Useful GPU-hours", "unpriced_gpu_hours": "Unpriced GPU-hours", "cost": "Cost",
+    "cost_per_completed_run": "Cost per completed run", "node_list": "NodeList", "start": "Start (UTC)",
+    "runs": "Runs", "completed": "Completed", "attempts": "Attempts", "retries": "Retries", "jobs": "Attempts",
+    "median_s": "Median", "p90_s": "p90", "max_s": "Max", "effective_unit_cost": "Effective unit cost",
+    "useful_ratio": "Useful ratio", "completed_runs_per_gpu_month": "Completed runs per GPU-month",
+    "target_completed_runs_per_month": "Target completed runs per month", "target_source": "Target from",
+    "required_gpus": "Required GPUs", "gpus_used_on_average": "GPUs used on average",
+    "gpu_month_hours": "Hours in a GPU-month", "day": "Day", "started_attempts": "Attempts started",
+    "p90_wait_s": "p90 queue wait",
+}
+TABLE_TITLES = {
+    "queue_wait_by_partition": "Queue wait (Start - Eligible) by partition",
+    "queue_wait_by_account": "Queue wait (Start - Eligible) by account",
+    "queue_wait_by_qos": "Queue wait (Start - Eligible) by QOS",
+    "hold_by_partition": "Hold (Eligible - Submit) by partition",
+    "hold_by_account": "Hold (Eligible - Submit) by account",
+    "hold_by_qos": "Hold (Eligible - Submit) by QOS",
+    "runs_by_account": "Runs by account", "runs_by_partition": "Runs by partition", "runs_by_wckey": "Runs by WCKey",
+    "top_failures": "Top failures (by GPU-hours)", "trend_daily": "Daily trend",
+}
+# Short identifiers: never broken inside (free text such as job names and node lists wraps anywhere instead).
+KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "start", "day", "partition", "qos"})
+MONEY_COLUMNS = frozenset({"cost", "cost_per_completed_run", "effective_unit_cost"})
+RATIO_COLUMNS = frozenset({"useful_ratio"})
+DASH = "\u2014"
+
+# An extra section another module adds to the page: (report) -> HTML, or None for nothing.
+Section = Callable[[Report], "str | None"]
+SECTIONS: list[Section] = []
+
+
+def register_section(section: Section) -> Section:
+    """Add `section` to every report page from now on, after the charts (usable as a decorator)."""
+    if section not in SECTIONS:
+        SECTIONS.append(section)
+    return section
+
+
+def header_text(column: str, currency: str | None = None) -> str:
+    text = HEADERS.get(column) or (column.replace("_", " ")[:1].upper() + column.replace("_", " ")[1:])
+    return f"{text} ({currency})" if currency and column in MONEY_COLUMNS else text
+
+
+def table_title(name: str) -> str:
+    if name.startswith("runs_by_label_"):
+        return f"Runs by label {name.removeprefix('runs_by_label_')}"
+    return TABLE_TITLES.get(name) or name.replace("_", " ").capitalize()
+
+
+def duration(seconds: Any) -> str:
+    """Seconds as people read a wait: 0s, 45s, 12m 5s, 1h 23m, 2d 3h."""
+    value = svgplot.to_float(seconds)
+    if value is None:
+        return DASH
+    s = int(round(abs(value)))
+    sign = "-" if value < 0 and s else ""
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{sign}{days}d {hours}h" if hours else f"{sign}{days}d"
+    if hours:
+        return f"{sign}{hours}h {minutes}m" if minutes else f"{sign}{hours}h"
+    if minutes:
+        return f"{sign}{minutes}m {secs}s" if secs else f"{sign}{minutes}m"
+    return f"{sign}{secs}s"
+
+
+def number(value: Any) -> str:
+    """A figure with thousands separators: integers without decimals, others to 2 decimals from 1 up and to 3
+    significant digits below 1 (0.0125, 0.000156)."""
+    v = svgplot.to_float(value)
+    if v is None:
+        return DASH
+    if v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 1:
+        return f"{v:,.2f}"
+    if abs(v) < 1e-12:
+        return "0"
+    decimals = min(12, 2 - math.floor(math.log10(abs(v))))  # 3 significant digits, never an exponent
+    return f"{v:.{decimals}f}".rstrip("0")
+
+
+def _is_number_column(column: str, series: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype) \
+        or column.endswith("_s") or column in MONEY_COLUMNS
+
+
+def _cell(column: str, value: Any) -> tuple[str, str | None]:
+    """(text shown, sort key or None) of one cell."""
+    if column.endswith("_s"):
+        v = svgplot.to_float(value)
+        return duration(value), "" if v is None else repr(v)
+    if column in RATIO_COLUMNS:
+        v = svgplot.to_float(value)
+        return (DASH if v is None else f"{v * 100:.1f} %"), "" if v is None else repr(v)
+    if column == "start" and isinstance(value, str) and "T" in value:
+        return value.replace("T", " ").removesuffix("+00:00"), value
+    if isinstance(value, str):
+        return value, None
+    v = svgplot.to_float(value)
+    if v is not None or value is None or (isinstance(value, float) and math.isnan(value)):
+        return number(value), "" if v is None else repr(v)
+    return str(value), None
+
+
+def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bool = True) -> str:
+    """A table with human headers, numbers right-aligned and formatted, text left; sortable by its headers."""
+    if frame.empty:
+        return "<p><em>no rows</em></p>"
+    e = html.escape
+    numeric = [_is_number_column(str(c), frame[c]) for c in frame.columns]
+    classes = [" class=n" if n else " class=k" if str(c) in KEEP_WHOLE_COLUMNS else ""
+               for c, n in zip(frame.columns, numeric, strict=True)]
+    head = "".join(f"<th scope='col'{cls}>{e(header_text(str(c), currency))}</th>"
+                   for c, cls in zip(frame.columns, classes, strict=True))
+    rows = []
+    for record in frame.itertuples(index=False, name=None):
+        cells = []
+        for column, value, attrs in zip(frame.columns, record, classes, strict=True):
+            shown, key = _cell(str(column), value)
+            if key is not None:
+                attrs += f" data-v='{e(key)}'"
+            cells.append(f"<td{attrs}>{e(shown)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    cls = "t sortable" if sortable else "t"
+    return (f"<div class='scroll'><table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table></div>")
+
+
+def kv_table_html(row: Mapping[str, Any], *, currency: str | None = None) -> str:
+    """One record as a two-column table (figure, value): a wide single row does not fit a page."""
+    e = html.escape
+    body = []
+    for column, value in row.items():
+        shown, _ = _cell(column, value)
+        if column == "target_source" and value is None:
+            shown = DASH
+        body.append(f"<tr><th scope='row'>{e(header_text(column, currency))}</th><td class=n>{e(shown)}</td></tr>")
+    return "<div class='scroll'><table class='t kv'><tbody>" + "".join(body) + "</tbody></table></div>"
+
 
 def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
     """The report's four charts as (title, inline SVG), or (title, None) when the table is empty."""
@@ -160,26 +308,90 @@ def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
     return plots
 
 
-def _table_html(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "<p><em>no rows</em></p>"
-    return frame.to_html(index=False, escape=True, na_rep="null", float_format=lambda v: f"{v:,.4f}", border=0,
-                         classes="t")
+def trend_plots(frame: pd.DataFrame, days: int) -> list[tuple[str, str]]:
+    """Daily GPU-hours, cost per completed run and p90 queue wait over the last `days` days of `frame`."""
+    last = frame.tail(days)
+    labels = [str(d)[5:] for d in last["day"]]  # MM-DD
+    span = f"last {days} days, {last['day'].iloc[0]} to {last['day'].iloc[-1]}" if len(last) else f"last {days} days"
+    charts = (
+        ("GPU-hours per day", "gpu_hours", "GPU-hours", "allocated GPU-hours"),
+        ("Cost per completed run per day", "cost_per_completed_run", "cost", "cost per completed run"),
+        ("p90 queue wait per day", "p90_wait_s", "seconds", "p90 queue wait (s)"),
+    )
+    return [(title, svgplot.bar_chart(f"{title} ({span})", labels, [(series, last[col].tolist())], y_label=unit,
+                                      subtitle="no bar = no data that day" if col != "gpu_hours" else ""))
+            for title, col, unit, series in charts]
+
+
+_CSS = (
+    "body{font-family:sans-serif;margin:1.5em auto;padding:0 1.5em;max-width:80em;color:#222;line-height:1.35}"
+    "h1{margin-bottom:.2em}.meta{color:#444;margin-top:0}"
+    ".scroll{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
+    "table.t{border-collapse:collapse;font-variant-numeric:tabular-nums}"
+    "table.t td,table.t th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;"
+    "overflow-wrap:anywhere}"
+    "table.t th{background:#eee;font-weight:600}table.t .n{text-align:right;white-space:nowrap;overflow-wrap:normal}"
+    "table.t .k{white-space:nowrap;overflow-wrap:normal}table.t th{overflow-wrap:normal}"
+    "table.t th.n,table.t th.k{white-space:normal}table.t td:not(.n):not(.k){min-width:4em}"
+    "table.kv th{background:#f6f6f6;font-weight:normal}"
+    "table.sortable thead th{cursor:pointer;user-select:none}"
+    "table.sortable th[aria-sort=ascending]::after{content:' \\25B2'}"
+    "table.sortable th[aria-sort=descending]::after{content:' \\25BC'}"
+    "dt{font-weight:bold;margin-top:.4em}.note{background:#fff4d6;padding:.5em}"
+    ".charts{display:flex;flex-wrap:wrap;gap:1em}.charts figure{margin:0;max-width:100%}"
+    "svg.chart{display:block;max-width:100%;height:auto}details{margin:1em 0}summary{cursor:pointer}"
+)
+# Sort a table by a clicked header: numbers by their data-v (missing last), text by its content. No library.
+_SORT_JS = (
+    "document.querySelectorAll('table.sortable thead th').forEach(function(th){"
+    "th.tabIndex=0;th.title='Sort';function go(){var t=th.closest('table'),b=t.tBodies[0],i=th.cellIndex,"
+    "d=th.getAttribute('aria-sort')==='ascending'?'descending':'ascending',n=th.classList.contains('n');"
+    "t.querySelectorAll('thead th').forEach(function(h){h.removeAttribute('aria-sort')});"
+    "th.setAttribute('aria-sort',d);var r=Array.prototype.slice.call(b.rows);"
+    "function k(x){var c=x.cells[i];return c.hasAttribute('data-v')?c.getAttribute('data-v'):c.textContent}"
+    "r.sort(function(a,c){var x=k(a),y=k(c),o;if(n){x=x===''?-Infinity:+x;y=y===''?-Infinity:+y;"
+    "o=x<y?-1:x>y?1:0}else{o=x.localeCompare(y)}return d==='ascending'?o:-o});"
+    "r.forEach(function(x){b.appendChild(x)})}"
+    "th.addEventListener('click',go);th.addEventListener('keydown',function(ev){if(ev.key==='Enter')go()})});"
+)
+
+
+def _when(iso: Any) -> str:
+    """2026-12-02T00:00:00+00:00 -> 2026-12-02 00:00 (+00:00)."""
+    try:
+        t = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    offset = t.strftime("%z")
+    offset = f"{offset[:3]}:{offset[3:]}" if offset else ""
+    return t.strftime("%Y-%m-%d %H:%M") + (f" (UTC{offset})" if offset else "")
+
+
+def _row(frame: pd.DataFrame) -> dict[str, Any]:
+    return {str(k): v for k, v in frame.iloc[0].items()}
 
 
 def render_html(report: Report) -> str:
     d = report.data
     e = html.escape
+    cluster = d.get("cluster")
+    currency = d.get("currency")
+    start, end = d["period"]["start"], d["period"]["end"]
+    generated = d.get("generated_at")
+    title = f"GPU accounting report{f': {cluster}' if cluster else ''}, {_when(start)} to {_when(end)}"
     parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>gpuclust accounting report {e(d['period']['start'])} to {e(d['period']['end'])}</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:70em}table.t{border-collapse:collapse;margin:.5em 0 1.5em}"
-        "table.t td,table.t th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
-        "table.t th{background:#eee}dt{font-weight:bold;margin-top:.4em}.note{background:#fff4d6;padding:.5em}"
-        "svg.chart{display:block;max-width:100%;height:auto}</style>",
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{e(title)}</title>",
+        f"<style>{_CSS}</style>",
         "</head><body>",
-        "<h1>GPU accounting report</h1>",
-        f"<p>Period: <b>{e(d['period']['start'])}</b> to <b>{e(d['period']['end'])}</b> (end exclusive).</p>",
+        f"<h1>GPU accounting report{f': {e(str(cluster))}' if cluster else ''}</h1>",
+        "<p class='meta'>"
+        + (f"Cluster <b class='cluster'>{e(str(cluster))}</b> &middot; " if cluster else "")
+        + f"Period <b>{e(_when(start))}</b> to <b>{e(_when(end))}</b> (end exclusive)"
+        + (f" &middot; Generated <time datetime='{e(str(generated))}'>{e(_when(generated))}</time>" if generated else "")
+        + (f" &middot; Currency {e(str(currency))}" if currency else "")
+        + "</p>",
     ]
     inp = d.get("input", {})
     for note in inp.get("notes", []):
@@ -192,17 +404,35 @@ def render_html(report: Report) -> str:
         parts.append(f"<p class='note'>{int(left['rows'])} row(s) are no attempt and count nowhere: "
                      f"{int(left['running'])} running (End Unknown), {int(left['not_started'])} not started, "
                      f"{int(left['no_allocation'])} ended without an allocation.</p>")
-    parts.append("<h2>Totals</h2>" + _table_html(report.tables["totals"]))
-    parts.append("<h2>Sizing</h2>" + _table_html(report.tables["sizing"]))
-    for title, svg in _plots(report.tables):
-        parts.append(f"<h2>{e(title)}</h2>")
+    totals = report.tables["totals"]
+    sizing = report.tables["sizing"]
+    parts.append("<h2>Totals</h2>" + (kv_table_html(_row(totals), currency=currency) if len(totals)
+                                      else "<p><em>no rows</em></p>"))
+    parts.append("<h2>Sizing</h2>" + (kv_table_html(_row(sizing), currency=currency) if len(sizing)
+                                      else "<p><em>no rows</em></p>"))
+    for chart_title, svg in _plots(report.tables):
+        parts.append(f"<h2>{e(chart_title)}</h2>")
         parts.append(svg if svg else "<p><em>no data</em></p>")
+    trend = report.tables.get("trend_daily")
+    if trend is not None and len(trend):
+        short, long = min(TREND_VIEWS), max(TREND_VIEWS)
+        parts.append(f"<h2>Trend: last {short} days</h2><div class='charts'>")
+        parts += [f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, short)]
+        parts.append(f"</div><details><summary>Last {long} days</summary><div class='charts'>")
+        parts += [f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, long)]
+        parts.append("</div></details>")
+    for section in SECTIONS:
+        extra = section(report)
+        if extra:
+            parts.append(extra)
     for name, frame in report.tables.items():
         if name in ("totals", "sizing"):
             continue
-        parts.append(f"<h3>{e(name.replace('_', ' '))}</h3>" + _table_html(frame))
+        parts.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>" + table_html(frame, currency=currency))
     parts.append("<h2>Metric definitions</h2><dl>")
     for key, text in d["definitions"].items():
         parts.append(f"<dt>{e(key)}</dt><dd>{e(text)}</dd>")
-    parts.append("</dl></body></html>")
+    parts.append("</dl>")
+    parts.append(f"<script>{_SORT_JS}</script>")
+    parts.append("</body></html>")
     return "\n".join(parts)

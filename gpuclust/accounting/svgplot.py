@@ -49,11 +49,41 @@ def esc(text: object, *, one_line: bool = True) -> str:
     return html.escape(clean(text, one_line=one_line), quote=True)
 
 
+# Advance widths in em, rounded UP from the widest of the usual sans-serif fonts (DejaVu Sans, Debian's default,
+# is the widest; Liberation Sans/Arial and Helvetica are narrower): a label measured with these never comes out
+# wider on screen than the room reserved for it. (A flat 0.6 em per character undersized capitals and digits:
+# "119848 OUT_OF_MEMORY" was clipped at the chart's left edge.)
+_NARROW = frozenset("iljI!|.,:;'`")
+_WIDE = frozenset("mwMW%@")
+_CHAR_EM: dict[str, float] = {
+    **{c: 0.34 for c in _NARROW},
+    **{c: 1.0 for c in _WIDE},
+    " ": 0.33, "f": 0.4, "t": 0.42, "r": 0.44, "J": 0.4, "-": 0.4, "_": 0.52, "(": 0.42, ")": 0.42, "/": 0.4,
+    "[": 0.42, "]": 0.42, "\u2026": 1.0,
+}
+
+
+def _char_em(c: str) -> float:
+    em = _CHAR_EM.get(c)
+    if em is not None:
+        return em
+    if c.isascii():
+        if c.isdigit() or c.islower():
+            return 0.66
+        if c.isupper():
+            return 0.8
+        return 0.86  # other punctuation: & < = + # ...
+    if unicodedata.east_asian_width(c) in "WF":
+        return 1.05
+    if unicodedata.combining(c):
+        return 0.0
+    return 0.86
+
+
 def text_width(text: str, size: float) -> float:
-    """Rough rendered width in px of ``text`` in a sans-serif font of ``size`` px (wide for East Asian)."""
-    if text.isascii():
-        return size * 0.6 * len(text)
-    return size * sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.6 for c in text)
+    """Rendered width in px of ``text`` in a sans-serif font of ``size`` px, measured conservatively (never
+    less than the usual fonts draw it; see _CHAR_EM)."""
+    return size * sum(_char_em(c) for c in text)
 
 
 def truncate(text: str, max_px: float, size: float) -> str:
@@ -61,8 +91,6 @@ def truncate(text: str, max_px: float, size: float) -> str:
     if text_width(text, size) <= max_px:
         return text
     budget = max_px - text_width(ELLIPSIS, size)
-    if text.isascii():
-        return text[: max(0, int(budget / (size * 0.6)))].rstrip() + ELLIPSIS
     out: list[str] = []
     used = 0.0
     for c in text:
@@ -221,6 +249,17 @@ def bar_chart(
     else:
         shown = names
         label_h = FONT + 8
+    if rotated:
+        # A -45 deg label ends at its bar and runs down to the left: widen the left margin so that the first
+        # labels do not start left of the chart (they were clipped at x < 0).
+        for _ in range(3):
+            overhang = max((text_width(shown[i], font) * math.sqrt(0.5) + 4 - (left + (i + 0.5) * slot)
+                            for i in range(0, n, every) if shown[i]), default=0.0)
+            if overhang <= 0:
+                break
+            left += overhang + 1
+            plot_w = WIDTH - left - right
+            slot = plot_w / max(n, 1)
     plot_h = 220.0
     height = plot_top + plot_h + label_h + 6
     y0 = plot_top + plot_h  # pixel y of value 0
