@@ -59,6 +59,19 @@ CHECK_JS = r"""
   document.querySelectorAll('h1,h2,h3,p,dt,dd,summary').forEach(function (el) {
     if (el.scrollWidth > el.clientWidth + 1) out.clipped.push({element: el.tagName, text: el.textContent.slice(0, 80)});
   });
+  // Sorting: click the top failures' GPU-hours header twice; the rows follow (ascending, then descending).
+  var h = document.getElementById('top_failures'), tf = h && h.nextElementSibling.querySelector('table');
+  if (tf) {
+    var col = Array.prototype.findIndex.call(tf.tHead.rows[0].cells, function (c) { return /GPU-hours/.test(c.textContent); });
+    var values = function () { return Array.prototype.map.call(tf.tBodies[0].rows, function (r) { return +r.cells[col].getAttribute('data-v'); }); };
+    var sorted = function (v, dir) { return v.every(function (x, i) { return i === 0 || dir * (x - v[i - 1]) >= 0; }); };
+    tf.tHead.rows[0].cells[col].click();
+    var asc = values();
+    tf.tHead.rows[0].cells[col].click();
+    var desc = values();
+    out.sort = {column: col, rows: asc.length, ascending: sorted(asc, 1), descending: sorted(desc, -1),
+                aria: tf.tHead.rows[0].cells[col].getAttribute('aria-sort')};
+  }
   var pre = document.createElement('pre');
   pre.id = 'layout-check';
   pre.textContent = JSON.stringify(out);
@@ -168,4 +181,7 @@ def test_report_in_chromium(chromium, tmp_path):
         assert result["clipped"] == [], (where, result["clipped"][:10])
         assert result["overflow"] == [], (where, result["overflow"])
         assert result["page_overflow"] <= 0, (where, result["page_overflow"])
+        sort = result["sort"]
+        assert sort["rows"] >= 3 and sort["ascending"] and sort["descending"] and sort["aria"] == "descending", \
+            (where, sort)
     assert (work / "report.png").exists()
