@@ -8,6 +8,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 
 from gpuclust.accounting import store, trend
@@ -24,6 +25,7 @@ from gpuclust.slurm.client import SlurmClient
 # How far before the period the store is read, so that runs ending in the period see their earlier attempts.
 LOOKBACK_EXTRA = timedelta(days=7)
 PROBLEMS_IN_REPORT = 50
+TREND_CHUNK_DAYS = 15
 
 
 @dataclass
@@ -173,10 +175,17 @@ def add_trend(report: Report, config: SiteConfig, days: int = max(trend.TREND_DA
     """The daily trend of the `days` days before the report's end, from the store (report.json `trend`, the
     trend_daily table, the HTML trend view)."""
     root = store.store_dir(config.state_dir)
-    first = trend.day_starts(report.period.end, days, config.timezone)[0]
+    starts = trend.day_starts(report.period.end, days, config.timezone)
     lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
-    table = store.load(root, Period(first - lookback, report.period.end).utc_days())
-    frame = trend.daily(table, config, report.period.end, days)
+    # In chunks of TREND_CHUNK_DAYS days (each read with its own lookback), so memory stays that of a
+    # two-week report however long the trend is.
+    frames = []
+    for i in range(0, days, TREND_CHUNK_DAYS):
+        n = min(TREND_CHUNK_DAYS, days - i)
+        chunk_end = starts[i + n]
+        table = store.load(root, Period(starts[i] - lookback, chunk_end).utc_days())
+        frames.append(trend.daily(table, config, chunk_end, n))
+    frame = pd.concat(frames, ignore_index=True)
     report.tables["trend_daily"] = frame
     report.data["trend"] = {"days": days, "daily": trend.as_records(frame)}
     report.data["definitions"] = {**report.data["definitions"], "trend": trend.DEFINITION}
