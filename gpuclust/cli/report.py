@@ -148,7 +148,7 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         echo_json(report.data)
     else:
         t = report.data["totals"]
-        cost = "n/a (no price configured)" if t["cost"] is None else f"{t['cost']:.2f}"
+        cost = "n/a (no price configured)" if t["cost"] is None else f"{t['cost']:.6g}"
         if t["runs"]:
             click.echo(f"period {report.data['period']['start']} .. {report.data['period']['end']}: "
                        f"{t['runs']} runs, {t['completed']} completed, {t['attempts']} attempts, "
