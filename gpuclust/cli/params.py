@@ -137,7 +137,9 @@ def add_common_options(command: click.Command) -> None:
     names = {n for p in command.params for n in p.opts}
     if "--config" not in names:
         command.params.append(config_option())
-    if "--quiet" not in names:
+    # A command that passes unknown options on (policy check: sbatch's own options) keeps -q/--quiet for them
+    # (sbatch's -q is --qos); `gpuclust -q policy check ...` still works.
+    if "--quiet" not in names and not command.context_settings.get("ignore_unknown_options"):
         command.params.append(quiet_option())
     if isinstance(command, click.Group):
         for sub in command.commands.values():

@@ -292,3 +292,15 @@ def test_shell_completion_from_the_config():
     assert {line.split(",", 1)[1] for line in cp.stdout.splitlines()} == {"gpu", "debug"}, cp.stdout
     cp = _run([], {"_GPUCLUST_COMPLETE": "bash_source"})
     assert cp.returncode == 0 and "_gpuclust_completion" in cp.stdout
+
+
+def test_policy_check_keeps_sbatch_short_options():
+    """sbatch's -q is --qos: the command that reads sbatch options does not take -q/--quiet for itself."""
+    result = CliRunner().invoke(cli, ["policy", "check", "--config", str(EXAMPLE), "--user", "alice", "--json",
+                                      "--slurm-version", "22.05", "--gres-types", "gpu", "-A", "physics", "-q",
+                                      "normal", "-p", "gpu", "--comment", "team=physics,project=x"])
+    assert result.exit_code in (0, 1), result.output
+    assert json.loads(result.stdout)["job_desc"]["qos"] == "normal"
+    result = CliRunner().invoke(cli, ["-q", "policy", "check", "--config", str(EXAMPLE), "--user", "alice",
+                                      "--slurm-version", "22.05", "--", "-A", "physics", "-p", "gpu"])
+    assert result.exit_code in (0, 1) and result.stdout == "", result.output
