@@ -23,6 +23,8 @@ class Problem:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
         field = f" [{self.field}]" if self.field else ""
+        if not where:  # a message about no file (InputError("...")): no made-up location
+            return f"{field.strip()} {self.message}".strip()
         return f"{where}:{field} {self.message}"
 
 
@@ -31,7 +33,7 @@ class InputError(GpuclustError):
 
     def __init__(self, problems: Sequence[Problem] | Problem | str):
         if isinstance(problems, str):
-            problems = [Problem("<input>", None, problems)]
+            problems = [Problem("", None, problems)]
         elif isinstance(problems, Problem):
             problems = [problems]
         self.problems: list[Problem] = list(problems)

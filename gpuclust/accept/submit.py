@@ -17,7 +17,7 @@ from pathlib import Path
 from gpuclust.accept import params as P
 from gpuclust.accept.results import KINDS
 from gpuclust.config.site import SiteConfig
-from gpuclust.config.values import parse_duration, parse_slurm_name
+from gpuclust.config.values import parse_slurm_name
 from gpuclust.errors import InputError, UnsafeValueError
 from gpuclust.slurm.client import SlurmClient
 
@@ -115,14 +115,11 @@ def submit(client: SlurmClient, submission: Submission) -> str:
 
 
 def since_value(text: str) -> str:
-    """Validate --since early: a duration (24h, 7d) or an ISO date/time."""
-    try:
-        parse_duration(text)
-    except ValueError:
-        from datetime import datetime
+    """Validate --since early, in gpuclust's one time grammar (gpuclust.timespec: 24h, 7d, now-7days, dates)."""
+    from gpuclust.timespec import parse_time
 
-        try:
-            datetime.fromisoformat(text)
-        except ValueError:
-            raise InputError(f"--since {text!r}: use a duration (24h, 7d) or a date/time (2026-12-01T08:00)") from None
+    try:
+        parse_time(text)
+    except ValueError as exc:
+        raise InputError(f"--since: {exc}") from None
     return text

@@ -1,7 +1,9 @@
-"""Report periods: `--since D --until D` or `--period yesterday|last-7d|last-30d`, in the site time zone.
+"""Report periods: `--since T [--until T]` or `--period yesterday|today|last-7d|last-30d`, in the site time zone.
 
-A period is half-open, [start, end). A bare date means midnight of that day in the site time zone, so
-`--since 2026-12-01 --until 2026-12-02` is the one day of December 1st.
+A period is half-open, [start, end). Times are read by the one time grammar (gpuclust.timespec: `7d`, `24h`,
+`now-7days`, `yesterday`, `2026-12-01`, ISO date-times). A bare date means midnight of that day in the site time
+zone, so `--since 2026-12-01 --until 2026-12-02` is the one day of December 1st. An open-ended `--since` runs to
+now, as `sacct -S` does.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from gpuclust.errors import InputError
+from gpuclust.errors import InputError, Problem
+from gpuclust.timespec import EARLIEST, LATEST, TimeSpec, parse_time
 
 PERIODS = ("yesterday", "today", "last-7d", "last-30d")
+
+__all__ = ["EARLIEST", "LATEST", "PERIODS", "Period", "parse_when", "resolve_period"]
 
 
 @dataclass(frozen=True)
@@ -38,29 +43,30 @@ class Period:
         return {"start": self.start.isoformat(), "end": self.end.isoformat()}
 
 
-def parse_when(text: str, tz: str) -> datetime:
-    """`2026-12-01`, `2026-12-01T06:00[:00]` (site time zone unless it carries an offset), `now`, `today`."""
-    zone = ZoneInfo(tz)
-    raw = text.strip()
-    if raw == "now":
-        return datetime.now(zone).replace(microsecond=0)
-    if raw == "today":
-        return datetime.combine(datetime.now(zone).date(), time(), zone)
+def _spec(value: str | TimeSpec, option: str) -> TimeSpec:
+    if isinstance(value, TimeSpec):
+        return value
     try:
-        if len(raw) == 10:
-            return datetime.combine(date.fromisoformat(raw), time(), zone)
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        raise InputError(f"bad date {text!r}: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], 'today' or 'now'") from None
-    return value if value.tzinfo else value.replace(tzinfo=zone)
+        return parse_time(value)
+    except ValueError as exc:
+        raise InputError(Problem(option, None, str(exc))) from None
+
+
+def parse_when(text: str | TimeSpec, tz: str, now: datetime | None = None, option: str = "--since") -> datetime:
+    """One point in time in the site time zone (gpuclust.timespec's grammar); InputError naming `option`."""
+    return _spec(text, option).resolve(tz, now)
 
 
 def resolve_period(
-    since: str | None, until: str | None, period: str | None, tz: str, now: datetime | None = None
+    since: str | TimeSpec | None,
+    until: str | TimeSpec | None,
+    period: str | None,
+    tz: str,
+    now: datetime | None = None,
 ) -> Period | None:
     """The period asked for; None when nothing was given (the caller picks its default)."""
     if period and (since or until):
-        raise InputError("give either --period or --since/--until, not both")
+        raise InputError(Problem("--period", None, "give either --period or --since/--until, not both"))
     zone = ZoneInfo(tz)
     now = (now or datetime.now(zone)).astimezone(zone)
     today = datetime.combine(now.date(), time(), zone)
@@ -72,22 +78,22 @@ def resolve_period(
         if period in ("last-7d", "last-30d"):
             days = 7 if period == "last-7d" else 30
             return Period(_day(today, -days, zone), today)
-        raise InputError(f"unknown period {period!r}; use one of {', '.join(PERIODS)}")
+        raise InputError(Problem("--period", None, f"unknown period {period!r}; use one of {', '.join(PERIODS)}"))
     if not since and not until:
         return None
-    if not since or not until:
-        raise InputError("--since and --until go together")
-    start, end = parse_when(since, tz), parse_when(until, tz)
-    if end <= start:
-        raise InputError(f"--until {until} is not after --since {since}")
-    for flag, value, when in (("--since", since, start), ("--until", until, end)):
+    if not since:
+        raise InputError(Problem("--until", None, "needs --since (an open-ended --since runs to now)"))
+    start = parse_when(since, tz, now, "--since")
+    end = parse_when(until, tz, now, "--until") if until else now.replace(microsecond=0)
+    for flag, value, when in (("--since", since, start), ("--until", until or "now", end)):
         if not EARLIEST <= when <= LATEST:  # (the store's lookback reaches a century before the start)
-            raise InputError(f"{flag} {value} is outside {EARLIEST.year}-{LATEST.year}: Slurm records none there")
+            raise InputError(Problem(flag, None, f"{value} is outside {EARLIEST.year}-{LATEST.year}: "
+                                                 "Slurm records none there"))
+    if end <= start:
+        raise InputError(Problem("--until" if until else "--since",
+                                 None, f"the period is empty: {end.isoformat()} ({until or 'now'}) is not after "
+                                       f"{start.isoformat()} ({since})"))
     return Period(start, end)
-
-
-EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 
 def _day(today: datetime, offset: int, zone: ZoneInfo) -> datetime:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
 import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
+from gpuclust.cli.params import TIME, TIME_HELP, complete_account, complete_partition
+from gpuclust.timespec import TimeSpec
 
 
 @click.group("accept")
@@ -17,11 +17,11 @@ def group() -> None:
 
 @group.command("submit")
 @click.argument("kind", type=click.Choice(["allreduce", "pairwise", "storage", "all"]))
-@click.option("--partition", "-p", required=True, help="Partition to test (its [partition] section sets GPUs and gates).")
+@click.option("--partition", "-p", required=True, shell_complete=complete_partition, help="Partition to test (its [partition] section sets GPUs and gates).")
 @click.option("--nodes", "-N", type=click.IntRange(min=1), required=True, help="Nodes per job (pairwise and storage need 2+).")
 @click.option("--gpus-per-node", type=click.IntRange(min=0), default=None,
               help="GPUs to request per node (default: gpus_per_node of the partition; 0 = CPU only).")
-@click.option("--account", "-A", default=None, help="Slurm account to charge.")
+@click.option("--account", "-A", default=None, shell_complete=complete_account, help="Slurm account to charge.")
 @click.option("--qos", default=None, help="Slurm QOS.")
 @click.option("--time", "time_limit", default=None, help="Time limit, Slurm syntax (default: the template's 30 min).")
 @click.option("--comment", default=None, help="Job comment, e.g. team=ops,project=acceptance.")
@@ -55,32 +55,19 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
             click.echo(f"{job['kind']} {job['job_id']}")
 
 
-def _since(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    from gpuclust.accept.submit import since_value
-    from gpuclust.config.values import parse_duration
-
-    since_value(text)
-    try:
-        return datetime.now(timezone.utc) - timedelta(seconds=parse_duration(text))
-    except ValueError:
-        value = datetime.fromisoformat(text)
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 @group.command("report")
 @click.option("--job", "job_id", default=None, help="Judge this job's results only.")
-@click.option("--since", default=None, help="Judge every result since: a duration ago (24h, 7d) or a date/time.")
+@click.option("--since", type=TIME, default=None, help=f"Judge every result since this time. {TIME_HELP}")
 @click.option("--results-dir", default=None, type=click.Path(file_okay=False),
               help="Results directory (default: results_dir of the site config).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (per-node verdicts and reasons).")
 @pass_app
-def report(app: AppContext, job_id: str | None, since: str | None, results_dir: str | None, as_json: bool) -> None:
+def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None,
+           as_json: bool) -> None:
     """Gate acceptance results; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (Nagios).
 
     Without --job/--since, the latest result of each kind in each partition is judged. History (all results in
-    the directory) gives each node's baseline and version drift.
+    the directory) gives each node's baseline and version drift. A usage or config error is UNKNOWN (3).
     """
     from gpuclust.accept import report as rep
     from gpuclust.accept.results import scan_results
@@ -91,7 +78,7 @@ def report(app: AppContext, job_id: str | None, since: str | None, results_dir: 
         raise click.UsageError("give --job or --since, not both")
     config = app.config
     scan = scan_results(results_dir or config.results_dir)
-    result = rep.evaluate(scan, config, job=job_id, since=_since(since))
+    result = rep.evaluate(scan, config, job=job_id, since=since.resolve(config.timezone) if since else None)
     if as_json:
         echo_json(result.as_dict())
     else:

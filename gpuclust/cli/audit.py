@@ -12,8 +12,9 @@ from gpuclust.audit.findings import AuditReport, Finding
 from gpuclust.audit.render import render_reports
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
+from gpuclust.cli.params import complete_partition, explicit_config_missing
 from gpuclust.config import SiteConfig, find_config_path
-from gpuclust.errors import ConfigError, SlurmError
+from gpuclust.errors import ConfigError, Problem, SlurmError
 from gpuclust.exitcodes import Nagios
 
 
@@ -23,7 +24,7 @@ def group() -> None:
 
 
 @group.command("partition")
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=complete_partition)
 @click.option("--all", "all_partitions", is_flag=True, help="Audit every partition (exit with the worst status).")
 @click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON {check, severity, nodes, message}.")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
@@ -59,7 +60,7 @@ def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: 
       acceptance.*         WARNING   no/stale passing all_reduce or storage result, version drift;
                            CRITICAL  a later acceptance job named the node as failed
       baseline.*           WARNING   nodes added/removed/changed since --baseline
-    UNKNOWN (3): Slurm unreachable or no such partition.
+    UNKNOWN (3): Slurm unreachable, no such partition, a usage error, or a --config that is missing or invalid.
     """
     if all_partitions == bool(name):
         raise click.UsageError("give a partition NAME or --all (not both)")
@@ -76,7 +77,12 @@ def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: 
 
 
 def _site_config(app: AppContext) -> tuple[SiteConfig | None, list[Finding]]:
-    """The site config, or None with a finding saying why: the audit still runs without one."""
+    """The site config, or None with a finding saying why: the audit still runs without the default one.
+
+    A config named by --config or $GPUCLUST_CONFIG that does not exist is an error (UNKNOWN), not a skip."""
+    missing = explicit_config_missing(app)
+    if missing:
+        raise ConfigError(Problem(find_config_path(app.config_path), None, f"no such file (named by {missing})"))
     path = find_config_path(app.config_path)
     if not Path(path).exists():
         return None, [Finding.make("config", Nagios.OK,

@@ -21,6 +21,9 @@ class AppContext:
     client: SlurmClient | None = None
     client_factory: Callable[..., SlurmClient] = field(default=CommandSlurmClient)
     slurm_timeout: float = DEFAULT_TIMEOUT_S
+    quiet: bool = False  # --quiet: nothing on stdout, no notes
+    config_origin: str | None = None  # "--config" or "$GPUCLUST_CONFIG" when one named the file
+    command_path: tuple[str, ...] = ()  # the subcommand being run, e.g. ("audit", "partition")
     _config: SiteConfig | None = None
 
     @property
@@ -32,6 +35,15 @@ class AppContext:
     @config.setter
     def config(self, value: SiteConfig) -> None:
         self._config = value
+
+    def reset_config(self) -> None:
+        """Forget a loaded config (a later --config names another file)."""
+        self._config = None
+
+    def note(self, message: str) -> None:
+        """An informational line on stderr; --quiet drops it (warnings and errors are echoed directly)."""
+        if not self.quiet:
+            click.echo(message, err=True)
 
     @property
     def slurm(self) -> SlurmClient:

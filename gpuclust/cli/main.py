@@ -1,55 +1,128 @@
-"""The `gpuclust` command. Library errors become messages and exit codes here, and only here."""
+"""The `gpuclust` command. Library errors become messages and exit codes here, and only here.
+
+Exit codes (README "Exit codes"): 0 success, 1 a negative answer, 2 bad input, usage or config, 3 Slurm
+failing, 70 a bug. `audit` and `accept report` are Nagios checks: anything that keeps them from answering
+(usage, config, input, Slurm) is 3 UNKNOWN, never 2, which Nagios reads as CRITICAL.
+"""
 
 from __future__ import annotations
 
-import sys
+import os
+import signal
 from typing import Any
 
 import click
 
 from gpuclust import __version__
 from gpuclust.cli.context import AppContext
+from gpuclust.cli.params import add_common_options, config_option, quiet_option
 from gpuclust.errors import ConfigError, GpuclustError, InputError, SlurmError, UnsafeValueError
-from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM
+from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM, Nagios
 from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
+
+NAGIOS_COMMANDS = (("audit",), ("accept", "report"))
+"""Commands (and groups) with Nagios exit codes; the rest use the general table."""
+
+DEBUG_ENV = "GPUCLUST_DEBUG"
+"""Set to 1 to get the traceback of an unexpected error instead of the one-line exit 70."""
+
+
+def is_nagios(path: tuple[str, ...]) -> bool:
+    return any(path[: len(prefix)] == prefix for prefix in NAGIOS_COMMANDS)
 
 
 class CliError(click.ClickException):
-    def __init__(self, message: str, exit_code: int):
+    def __init__(self, message: str, exit_code: int, nagios: bool = False):
         super().__init__(message)
         self.exit_code = exit_code  # type: ignore[misc]  # click declares it a class default; per-instance is intended
+        self.nagios = nagios
+
+    def show(self, file: Any = None) -> None:
+        if self.nagios:  # a Nagios check answers on stdout: the status line, then the detail
+            click.echo(f"UNKNOWN - {self.format_message()}", file=file)
+        else:
+            super().show(file)
 
 
-def exit_code_for(exc: GpuclustError) -> int:
-    """The one map from library errors to exit codes (3 doubles as Nagios UNKNOWN)."""
-    if isinstance(exc, (ConfigError, InputError, UnsafeValueError)):
-        return EXIT_INPUT
+def exit_code_for(exc: BaseException, nagios: bool = False) -> int:
+    """The one map from errors to exit codes (README "Exit codes"; 3 doubles as Nagios UNKNOWN)."""
+    if isinstance(exc, (click.UsageError, ConfigError, InputError, UnsafeValueError, OSError)):
+        return int(Nagios.UNKNOWN) if nagios else EXIT_INPUT
     if isinstance(exc, SlurmError):
         return EXIT_SLURM
+    if isinstance(exc, click.ClickException):
+        return int(Nagios.UNKNOWN) if nagios else exc.exit_code
     return EXIT_INTERNAL
+
+
+def _bug_report_hint() -> str:
+    try:
+        from importlib.metadata import metadata
+
+        for entry in metadata("gpuclust").get_all("Project-URL") or []:
+            label, _, url = entry.partition(",")
+            if label.strip().lower() in ("issues", "bug tracker"):
+                return f"please report it at {url.strip()}"
+    except Exception:  # noqa: BLE001 - not installed as a distribution: the generic hint
+        pass
+    return "please report it to the gpuclust issue tracker"
+
+
+def internal_error_message(exc: BaseException) -> str:
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+    text = " ".join(str(exc).split()) or "(no message)"
+    return (f"internal error{where}: {type(exc).__name__}: {text} -- a bug in gpuclust {__version__}; "
+            f"{_bug_report_hint()} with the command line ({DEBUG_ENV}=1 shows the traceback)")
 
 
 class GpuclustGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
+        app = ctx.ensure_object(AppContext)
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            path = _context_path(exc.ctx) if exc.ctx is not None else app.command_path
+            if is_nagios(path):
+                click.echo(f"UNKNOWN - {exc.format_message()}")
+                exc.exit_code = exit_code_for(exc, nagios=True)  # type: ignore[misc]  # per instance, as in CliError
+            raise
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except click.ClickException as exc:
+            if is_nagios(app.command_path):
+                raise CliError(exc.format_message(), exit_code_for(exc, True), nagios=True) from exc
+            raise
         except GpuclustError as exc:
-            raise CliError(str(exc), exit_code_for(exc)) from exc
+            nagios = is_nagios(app.command_path)
+            raise CliError(str(exc), exit_code_for(exc, nagios), nagios) from exc
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): main() dies of SIGPIPE like any filter, never a message
         except OSError as exc:
             # A file the command was told to read or write that the system refuses (an --out under a file, under
             # /proc, without permission; a full disk): bad input, named, never a traceback.
             where = f"{exc.filename}: " if exc.filename else ""
-            raise CliError(f"{where}{exc.strerror or exc}", EXIT_INPUT) from exc
+            nagios = is_nagios(app.command_path)
+            raise CliError(f"{where}{exc.strerror or exc}", exit_code_for(exc, nagios), nagios) from exc
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                raise
+            raise CliError(internal_error_message(exc), EXIT_INTERNAL) from exc
+
+
+def _context_path(ctx: click.Context) -> tuple[str, ...]:
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return tuple(reversed(names))
 
 
 @click.group(cls=GpuclustGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    envvar="GPUCLUST_CONFIG",
-    help="Site config (default: $GPUCLUST_CONFIG, then /etc/gpuclust/site.conf).",
-)
 @click.option(
     "--slurm-timeout",
     type=click.FloatRange(min=1),
@@ -57,20 +130,28 @@ class GpuclustGroup(click.Group):
     default=DEFAULT_TIMEOUT_S,
     show_default=True,
     help="Seconds each Slurm command may take before its process group is killed (keep it under a Nagios "
-    "check's own timeout: Slurm clients retry an unreadable slurm.conf for 60 s).",
+    "check's own timeout: Slurm clients retry an unreadable slurm.conf for 60 s). Env: GPUCLUST_SLURM_TIMEOUT.",
 )
 @click.version_option(__version__, prog_name="gpuclust")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None, slurm_timeout: float) -> None:
+def cli(ctx: click.Context, slurm_timeout: float) -> None:
     """gpuclust: prove that a Slurm GPU cluster turns GPUs into useful work.
 
     Acceptance jobs (accept), submit policy (policy), accounting reports (report), partition audit (audit),
     and site config validation (config).
+
+    \b
+    Exit codes: 0 success, 1 a negative answer, 2 bad input or config, 3 Slurm failing, 70 a bug in gpuclust.
+    `audit` and `accept report` are Nagios checks: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (usage and
+    config errors included).
+    Shell completion (bash): eval "$(_GPUCLUST_COMPLETE=bash_source gpuclust)" (zsh_source, fish_source).
     """
     app = ctx.ensure_object(AppContext)
-    if config_path:
-        app.config_path = config_path
     app.slurm_timeout = slurm_timeout
+
+
+cli.params.insert(0, config_option(envvar=True))
+cli.params.insert(1, quiet_option())
 
 
 def _register() -> None:
@@ -78,16 +159,18 @@ def _register() -> None:
 
     for module in (config, report, policy, accept, audit):
         cli.add_command(module.group)
+        add_common_options(module.group)
 
 
 _register()
 
 
 def main() -> None:
-    try:
-        cli.main(prog_name="gpuclust")
-    except KeyboardInterrupt:  # pragma: no cover
-        sys.exit(130)
+    """The console script. A closed stdout (`gpuclust ... | head`) ends it the way it ends `cat`: by SIGPIPE
+    (exit status 141 in the shell), silently; never as exit 1 with a traceback or a made-up error."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    cli.main(prog_name="gpuclust")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,6 +10,7 @@ import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
+from gpuclust.cli.params import complete_account
 from gpuclust.errors import InputError, Problem
 from gpuclust.exitcodes import EXIT_NEGATIVE, EXIT_OK
 from gpuclust.policy.compile import compile_policy
@@ -32,8 +33,8 @@ def render(app: AppContext, out: str | None) -> None:
     policy = compile_policy(app.config)
     if out:
         write_lua(policy, out)
-        click.echo(f"wrote {out} ({len(policy.accounts)} accounts, {len(policy.partitions)} partitions, "
-                   f"{policy.rule_count} rules, fail_mode={policy.fail_mode}); then run: scontrol reconfigure", err=True)
+        app.note(f"wrote {out} ({len(policy.accounts)} accounts, {len(policy.partitions)} partitions, "
+                 f"{policy.rule_count} rules, fail_mode={policy.fail_mode}); then run: scontrol reconfigure")
     else:
         click.echo(render_lua(policy), nl=False)
 
@@ -71,7 +72,7 @@ def _detect_gres(app: AppContext) -> frozenset[str]:
 
 @group.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--user", "user", help="Submitting user name (default: the current user).")
-@click.option("--account", "account", help="Same as -A in the sbatch options (those win if both are given).")
+@click.option("--account", "account", shell_complete=complete_account, help="Same as -A in the sbatch options (those win if both are given).")
 @click.option("--default-account", "default_account", help="The user's default account, used by Slurm when the job has no -A.")
 @click.option("--default-qos", "default_qos", help="The user's default QOS.")
 @click.option("--script", "script", type=click.Path(exists=True, dir_okay=False), help="Batch script whose #SBATCH lines are read.")
@@ -159,7 +160,7 @@ def quotas_apply(app: AppContext, yes: bool, as_json: bool) -> None:
         if as_json:
             echo_json({"applied": [], "warnings": plan.warnings})
         else:
-            click.echo("quotas already in line with the config", err=True)
+            app.note("quotas already in line with the config")
         return
     if not yes:
         for command in plan.commands:

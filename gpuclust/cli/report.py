@@ -16,11 +16,15 @@ from gpuclust.accounting.render import parse_formats, prepare_out_dir, write_rep
 from gpuclust.accounting.text import decode_delimiter
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json, format_table
+from gpuclust.cli.params import TIME, TIME_HELP
 from gpuclust.errors import InputError
+from gpuclust.exitcodes import EXIT_NEGATIVE
+from gpuclust.timespec import TimeSpec
 
 _PERIOD_OPTIONS = [
-    click.option("--since", help="Period start: YYYY-MM-DD (midnight, site time zone) or an ISO date-time."),
-    click.option("--until", help="Period end (exclusive), same forms as --since."),
+    click.option("--since", type=TIME, help=f"Period start. {TIME_HELP} Without --until the period runs to now, "
+                                             "as with sacct -S."),
+    click.option("--until", type=TIME, help="Period end (exclusive), same forms as --since (default: now)."),
     click.option("--period", "period_name", type=click.Choice(PERIODS),
                  help="A named period instead of --since/--until (days in the site time zone)."),
 ]
@@ -40,6 +44,18 @@ def _check_target(value: float | None) -> float | None:
     return value
 
 
+def _named(parse):  # type: ignore[no-untyped-def]
+    """A click callback running a library parser, so its error names the option (exit 2, 3 in a Nagios check)."""
+    def callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+        try:
+            parse(value)
+        except InputError as exc:
+            raise click.BadParameter(str(exc)) from None
+        return value
+
+    return callback
+
+
 @click.group("report")
 def group() -> None:
     """Accounting: fetch sacct records and build queue-wait, retry and cost reports."""
@@ -52,7 +68,7 @@ def group() -> None:
                    "a JSON shape gpuclust was not proven on is refused, use parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fetch summary as JSON.")
 @pass_app
-def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name: str | None, via: str,
+def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None, via: str,
               as_json: bool) -> None:
     """Pull `sacct -a -D -X` in UTC day windows into the Parquet store under STATE_DIR/accounting.
 
@@ -86,9 +102,9 @@ def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name
 @_period_options
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
               help="Read this sacct dump (--parsable2 with a header, or --json) instead of the store.")
-@click.option("--delimiter", default="|", show_default=True,
+@click.option("--delimiter", default="|", show_default=True, callback=_named(decode_delimiter),
               help="Delimiter of a --parsable2 --input file; backslash escapes allowed, e.g. '\\x1f|\\x1e'.")
-@click.option("--format", "formats", default="html,csv,json,prom", show_default=True,
+@click.option("--format", "formats", default="html,csv,json,prom", show_default=True, callback=_named(parse_formats),
               help="Comma-separated outputs: html, csv, json, prom, parquet.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output directory (default: site report_dir).")
@@ -99,7 +115,7 @@ def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name
 @click.option("--strict", is_flag=True, help="Exit 2 if any input row could not be parsed (default: report and go on).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json's content on stdout too.")
 @pass_app
-def build_cmd(app: AppContext, since: str | None, until: str | None, period_name: str | None,
+def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
               input_path: str | None, delimiter: str, formats: str, out_dir: str | None, target: float | None,
               top: int, strict: bool, as_json: bool) -> None:
     """Build report.html, CSV tables, report.json and gpuclust.prom for a period.
@@ -122,9 +138,9 @@ def build_cmd(app: AppContext, since: str | None, until: str | None, period_name
         click.echo(f"warning: {problem}", err=True)
     left = info.get("left_out") or {}
     if left.get("rows"):
-        click.echo(f"note: {left['rows']} row(s) are no attempt and count nowhere: {left['running']} running "
+        app.note(f"note: {left['rows']} row(s) are no attempt and count nowhere: {left['running']} running "
                    f"(End Unknown), {left['not_started']} not started, {left['no_allocation']} ended without "
-                   "an allocation (report.json input.left_out)", err=True)
+                   "an allocation (report.json input.left_out)")
     if strict and info.get("rejected_rows"):
         raise InputError(f"{info['rejected_rows']} input row(s) could not be parsed (see warnings above)")
     written = write_report(report, out, fmts)
@@ -132,8 +148,15 @@ def build_cmd(app: AppContext, since: str | None, until: str | None, period_name
         echo_json(report.data)
     else:
         t = report.data["totals"]
-        click.echo(f"period {report.data['period']['start']} .. {report.data['period']['end']}: "
-                   f"{t['runs']} runs, {t['completed']} completed, {t['attempts']} attempts, "
-                   f"{t['gpu_hours']:.3f} GPU-hours, cost {t['cost']}")
+        cost = "n/a (no price configured)" if t["cost"] is None else f"{t['cost']:.6g}"
+        if t["runs"]:
+            click.echo(f"period {report.data['period']['start']} .. {report.data['period']['end']}: "
+                       f"{t['runs']} runs, {t['completed']} completed, {t['attempts']} attempts, "
+                       f"{t['gpu_hours']:.3f} GPU-hours, cost {cost}")
         for path in written:
             click.echo(f"wrote {path}")
+    if not report.data["totals"]["runs"]:
+        # An empty period is an answer, but not the one a nightly job expects: say so, on stderr, and exit 1.
+        click.echo(f"no job attempts in the period {report.data['period']['start']} .. "
+                   f"{report.data['period']['end']} (an empty report was written)", err=True)
+        raise SystemExit(EXIT_NEGATIVE)

@@ -197,7 +197,8 @@ def test_cli_report_exit_codes_and_json(tmp_path: Path, data_dir: Path) -> None:
     out = runner.invoke(cli, ["--config", str(conf), "accept", "report", "--job", "99"], obj=AppContext())
     assert out.exit_code == 3 and "allreduce-99.jsonl:1" in out.output
     out = runner.invoke(cli, ["--config", str(conf), "accept", "report", "--since", "nonsense"], obj=AppContext())
-    assert out.exit_code == 2
+    assert out.exit_code == 3  # issue 15: a usage error in a Nagios check is UNKNOWN (was 2, read as CRITICAL)
+    assert "UNKNOWN - " in out.stdout and "'--since'" in out.output
 
 
 @pytest.mark.parametrize("since", ["24h", "7d", "2026-12-01T00:00"])

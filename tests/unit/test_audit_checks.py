@@ -263,11 +263,14 @@ def test_cli_unknown_partition_and_unreachable(tmp_path):
 
 
 def test_cli_usage_and_missing_config(tmp_path):
-    assert run_cli([], replay("clean")).exit_code == 2
-    assert run_cli(["gpu", "--all"], replay("clean")).exit_code == 2
+    # issue 15: usage errors are UNKNOWN (3) in a Nagios check, not 2 (CRITICAL); an explicit --config that does
+    # not exist is an error (UNKNOWN), no longer an OK finding
+    assert run_cli([], replay("clean")).exit_code == 3
+    assert run_cli(["gpu", "--all"], replay("clean")).exit_code == 3
+    assert run_cli(["gpu", "--bogus"], replay("clean")).exit_code == 3
     result = run_cli(["gpu", "--json"], replay("clean"), config=str(tmp_path / "absent.conf"))
-    doc = json.loads(result.output)
-    assert any(f["check"] == "config" and f["severity"] == "OK" for f in doc["findings"])
+    assert result.exit_code == 3, result.output
+    assert result.stdout.startswith("UNKNOWN - ") and "absent.conf" in result.stdout and "--config" in result.stdout
 
 
 def test_cli_bad_config_is_unknown(tmp_path):

@@ -1,0 +1,154 @@
+"""Parameter types and options every command shares: the one time grammar as a click type, `--config` and
+`--quiet` accepted before or after the subcommand, and shell completion of names from the site config."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from click.shell_completion import CompletionItem
+
+from gpuclust.cli.context import AppContext
+from gpuclust.timespec import FORMS, TimeSpec, parse_time
+
+
+class TimeType(click.ParamType):
+    """A point in time in gpuclust's one grammar (gpuclust.timespec); errors name the option."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> TimeSpec:
+        if isinstance(value, TimeSpec):
+            return value
+        try:
+            return parse_time(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "TIME"
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        words = ("now", "today", "yesterday", "24h", "7d", "30d", "now-7days")
+        return [CompletionItem(w) for w in words if w.startswith(incomplete)]
+
+
+TIME = TimeType()
+TIME_HELP = f"Forms: {FORMS} (site time zone)."
+
+
+# ---- names completed from the site config -----------------------------------------------------------------
+
+
+def _config_for_completion(ctx: click.Context) -> Any:
+    """The site config the command line names (or the default one), or None: completion never fails aloud."""
+    app = ctx.find_object(AppContext)
+    path = app.config_path if app else None
+    from gpuclust.config import load_config
+
+    try:
+        return load_config(path)
+    except Exception:  # noqa: BLE001 - a missing or broken config completes nothing
+        return None
+
+
+def _parents(ctx: click.Context) -> list[click.Context]:
+    out = []
+    while ctx.parent is not None:
+        ctx = ctx.parent
+        out.append(ctx)
+    return out
+
+
+def _names(attr: str) -> Callable[[click.Context, click.Parameter, str], list[CompletionItem]]:
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        config = _config_for_completion(ctx)
+        names = sorted(getattr(config, attr, {}) or {}) if config is not None else []
+        return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+    complete.__name__ = f"complete_{attr}"
+    return complete
+
+
+complete_partition = _names("partitions")
+complete_account = _names("accounts")
+
+
+# ---- --config and --quiet anywhere ----------------------------------------------------------------------------
+
+
+def _app(ctx: click.Context) -> AppContext:
+    return ctx.ensure_object(AppContext)
+
+
+def set_config(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--config X, before the subcommand or after it (the later one wins); names where it came from."""
+    app = _app(ctx)
+    app.command_path = _path(ctx)
+    if value is not None:
+        source = ctx.get_parameter_source(param.name or "config_path")
+        if value != app.config_path:
+            app.reset_config()
+        app.config_path = value
+        app.config_origin = "$GPUCLUST_CONFIG" if source is click.core.ParameterSource.ENVIRONMENT else "--config"
+    return value
+
+
+class _Discard(io.TextIOBase):
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """--quiet (for cron): nothing on stdout and no notes; warnings and errors still go to stderr."""
+    app = _app(ctx)
+    if value and not app.quiet:
+        app.quiet = True
+        ctx.find_root().with_resource(contextlib.redirect_stdout(_Discard()))
+    return value
+
+
+def _path(ctx: click.Context) -> tuple[str, ...]:
+    names = [c.info_name or "" for c in reversed([ctx, *_parents(ctx)])]
+    return tuple(names[1:])
+
+
+def config_option(envvar: bool = False) -> click.Option:
+    return click.Option(
+        ["--config", "config_path"], type=click.Path(dir_okay=False), expose_value=False, is_eager=True,
+        envvar="GPUCLUST_CONFIG" if envvar else None, callback=set_config,
+        help="Site config (default: $GPUCLUST_CONFIG, then /etc/gpuclust/site.conf); before or after the "
+             "subcommand." if envvar else "Site config, as gpuclust --config (either place works).")
+
+
+def quiet_option() -> click.Option:
+    return click.Option(["--quiet", "-q"], is_flag=True, expose_value=False, callback=set_quiet,
+                        help="Print nothing on success (for cron): no stdout, no notes; warnings and errors "
+                             "still go to stderr, and the exit code tells the rest.")
+
+
+def add_common_options(command: click.Command) -> None:
+    """--config and --quiet on `command` and every command under it (`gpuclust report build --config X`)."""
+    names = {n for p in command.params for n in p.opts}
+    if "--config" not in names:
+        command.params.append(config_option())
+    # A command that passes unknown options on (policy check: sbatch's own options) keeps -q/--quiet for them
+    # (sbatch's -q is --qos); `gpuclust -q policy check ...` still works.
+    if "--quiet" not in names and not command.context_settings.get("ignore_unknown_options"):
+        command.params.append(quiet_option())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_common_options(sub)
+
+
+def explicit_config_missing(app: AppContext) -> str | None:
+    """Who named a config file that does not exist ("--config" or "$GPUCLUST_CONFIG"), else None."""
+    path = app.config_path or os.environ.get("GPUCLUST_CONFIG") or None
+    if path is None or Path(path).exists():
+        return None
+    return app.config_origin or ("--config" if app.config_path else "$GPUCLUST_CONFIG")
