@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuclust.cli.output import format_table
+from gpuclust.output import format_table
 
 from .findings import SEVERITY_ORDER, AuditReport
 
