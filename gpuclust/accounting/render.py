@@ -19,8 +19,8 @@ import pandas as pd
 from gpuclust.accounting import svgplot
 from gpuclust.accounting.metrics import Report
 from gpuclust.atomicfile import write_atomic
-from gpuclust.cli.output import to_json
 from gpuclust.errors import InputError, Problem
+from gpuclust.output import to_json
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
 
@@ -49,39 +49,30 @@ def _why(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write `path` whole or not at all (a temporary file renamed over it); an OSError becomes an InputError
-    naming the path."""
-    try:
-        write_atomic(path, data, make_parents=True)
-    except (OSError, ValueError) as exc:
-        raise InputError(Problem(str(path), None, f"cannot write: {_why(exc)}")) from None
-
-
 def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[Path]:
     written: list[Path] = []
     for fmt in formats:
         if fmt == "json":
             path = out_dir / "report.json"
-            atomic_write(path, to_json(report.data) + "\n")
+            write_atomic(path, to_json(report.data) + "\n", make_parents=True, input_error=True)
             written.append(path)
         elif fmt in ("csv", "parquet"):
             for name, frame in report.tables.items():
                 path = out_dir / f"{name}.{fmt}"
                 if fmt == "csv":
-                    atomic_write(path, frame.to_csv(index=False))
+                    write_atomic(path, frame.to_csv(index=False), make_parents=True, input_error=True)
                 else:
                     buf = io.BytesIO()
                     frame.to_parquet(buf, index=False)
-                    atomic_write(path, buf.getvalue())
+                    write_atomic(path, buf.getvalue(), make_parents=True, input_error=True)
                 written.append(path)
         elif fmt == "html":
             path = out_dir / "report.html"
-            atomic_write(path, render_html(report))
+            write_atomic(path, render_html(report), make_parents=True, input_error=True)
             written.append(path)
         elif fmt == "prom":
             path = out_dir / "gpuclust.prom"
-            atomic_write(path, render_prom(report))
+            write_atomic(path, render_prom(report), make_parents=True, input_error=True)
             written.append(path)
     return written
 
