@@ -27,9 +27,9 @@ from typing import Any
 
 from gpuclust.accept import results as R
 from gpuclust.accept import stats, verdict
-from gpuclust.accept.launch import gres_gpu_count, gres_gpu_type
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.gres import gres_gpu_count, gres_gpu_type
 
 PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept.verdict.judge, the job's own
 BASELINE_MIN_RUNS = 3
@@ -417,7 +417,7 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
 
 
 def render_table(report: Report) -> str:
-    from gpuclust.cli.output import format_table
+    from gpuclust.output import format_table
 
     lines = [f"acceptance: {report.status.name}"]
     if report.jobs:
