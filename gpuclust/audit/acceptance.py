@@ -21,8 +21,9 @@ from pathlib import Path
 
 from gpuclust.accept.results import JobResult, Versions, last_pass_by_node, scan_results
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.hostlist import fold
 
-from .checks import fold_list, format_age, majority_groups
+from .checks import format_age, majority_groups
 from .findings import Finding
 
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -131,7 +132,7 @@ def _version_drift(jobs: Sequence[JobResult], nodes: Sequence[str]) -> list[Find
             continue
         for odd_value, odd_nodes in groups[1:]:
             out.append(Finding.make("acceptance.versions", Nagios.WARNING,
-                                    f"{name} {odd_value} on {fold_list(odd_nodes)}, but {fold_list(majority)} "
+                                    f"{name} {odd_value} on {fold(odd_nodes)}, but {fold(majority)} "
                                     f"(majority) {'has' if len(majority) == 1 else 'have'} {value}", odd_nodes,
                                     field=name, value=odd_value, majority_value=value))
     return out

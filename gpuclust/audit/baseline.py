@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.hostlist import fold
 
-from .checks import fold_list
 from .findings import Finding
 from .records import NodeRecord
 
@@ -65,7 +65,7 @@ def diff_baseline(path: str, partition: str, nodes: Mapping[str, NodeRecord]) ->
     if removed:
         out.append(Finding.make("baseline.removed", Nagios.WARNING,
                                 f"{len(removed)} node(s) of the baseline are no longer in the partition: "
-                                f"{fold_list(removed)}", removed))
+                                f"{fold(removed)}", removed))
     changes: dict[str, list[str]] = {}  # change text -> nodes, so identical changes fold into one node set
     for name in sorted(set(nodes) & set(old)):
         now_cfg = nodes[name].config()
