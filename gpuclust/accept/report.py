@@ -37,6 +37,7 @@ from gpuclust.slurm import hostlist
 from gpuclust.slurm.gres import gres_gpu_count, gres_gpu_type
 
 PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept.verdict.judge, the job's own
+DEFAULT_PARTITION = PartitionConfig("", 0)  # a partition missing from the site config: the keys' defaults
 BASELINE_MIN_RUNS = 3
 BASELINE_WINDOW = 10
 
@@ -166,7 +167,7 @@ def node_metrics(result: R.JobResult, part: PartitionConfig | None) -> dict[str,
     """Per node, the figures compared with the node's own history."""
     out: dict[str, dict[str, float]] = {}
     if result.kind == "allreduce":
-        figure = large_size_busbw(result, part.busbw_min_size if part else 64 * 1024**2)
+        figure = large_size_busbw(result, (part or DEFAULT_PARTITION).busbw_min_size)
         if figure is None and result.sweep:
             figure = max(result.sweep, key=lambda s: s.size).busbw_gbps
         if figure is not None and result.job.passed:
@@ -350,7 +351,8 @@ def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: Par
             base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
             if base is None or base <= 0:
                 continue
-            tol = (part.busbw_tolerance if "busbw" in metric else part.storage_tolerance) if part else 0.2
+            gates = part or DEFAULT_PARTITION
+            tol = gates.busbw_tolerance if "busbw" in metric else gates.storage_tolerance
             tol = max(tol, noise_drop)
             if value < base * (1 - tol):
                 runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
@@ -400,7 +402,7 @@ def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
         if not result.sweep:
             return "no sweep figures"
         top = max(result.sweep, key=lambda s: s.size)
-        large = large_size_busbw(result, part.busbw_min_size if part else 64 * 1024**2)
+        large = large_size_busbw(result, (part or DEFAULT_PARTITION).busbw_min_size)
         wrong = sum(s.wrong for s in result.sweep)
         tail = f", busbw(>= min size) {large:.3f}" if large is not None else ""
         return f"{len(result.ranks)} ranks, busbw {top.busbw_gbps:.3f} GB/s at {top.size} B{tail}, {wrong} wrong"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from gpuclust.config.site import SiteConfig
+from gpuclust.config.site import SITE, SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.client import SlurmClient
 
@@ -74,7 +74,7 @@ def audit_snapshot(
         report.add(checks.check_accounts(snap, part, part_cfg))
     if "acceptance" not in skip:
         rdir = results_dir if results_dir is not None else (site.results_dir if site else "")
-        stale_days = site.acceptance_stale_days if site else 7
+        stale_days = site.acceptance_stale_days if site else SITE.default("acceptance_stale_days")
         if rdir:
             report.add(acceptance.check_acceptance(rdir, part.nodes, snap.cluster, stale_days, now))
         else:
