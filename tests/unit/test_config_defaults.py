@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuclust.config.site import PARTITION, POLICY, SITE, PartitionConfig, PolicyConfig, SiteConfig, parse_config
+from gpuclust.config.site import (
+    PARTITION,
+    POLICY,
+    SITE,
+    PartitionConfig,
+    PolicyConfig,
+    SiteConfig,
+    parse_config,
+)
 
 # config object field -> (section, key) where the names differ
 RENAMED = {"retry_window_s": "retry_window"}
