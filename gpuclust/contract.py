@@ -227,4 +227,70 @@ def _tuple(raw: Any, args: tuple[Any, ...], name: str, meta: Mapping[str, Any]) 
             raise ContractError(f"{name!r} must be a list of numbers"
                                 + (f" >= {low:g}" if low > -math.inf else ""), name)
         return tuple(float(v) for v in raw)
-    raise TypeError(f"unsupported tuple item type {item!r} for {name}")  # pragma: no cover
+    return tuple(_value(element, item, f"{name}[{i}]", {}) for i, element in enumerate(raw))
+
+
+# ---- JSON Schema --------------------------------------------------------------------------------------
+
+
+def json_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema (draft 2020-12) reference to dataclass `cls`, whose definition (and its nested
+    dataclasses') goes into `defs`: the same rules read() applies, so a line read() accepts validates."""
+    name = cls.__name__
+    if name not in defs:
+        defs[name] = {}  # placeholder against recursion
+        hints = _hints(typing.cast(Any, cls))
+        floor = getattr(cls, "NUMBERS_MIN", None)
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for f in dataclasses.fields(cls):
+            if f.name == "extra":
+                continue
+            hint, allows_none = _optional(hints[f.name])
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            meta = f.metadata if floor is None else {"min": floor, **f.metadata}
+            schema = _schema_of(hint, meta, defs)
+            props[f.name] = {"anyOf": [schema, {"type": "null"}]} if (allows_none or has_default) else schema
+            if not has_default and not allows_none:
+                required.append(f.name)
+        doc = (cls.__doc__ or "").strip()
+        defs[name] = {"type": "object", **({"description": " ".join(doc.split())} if doc and not doc.startswith(
+            f"{name}(") else {}), "properties": props, "required": required}
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def _schema_of(hint: Any, meta: Mapping[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return {}
+    if dataclasses.is_dataclass(hint):
+        return json_schema(typing.cast(type, hint), defs)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": _schema_of(args[0], meta, defs)}
+        return {"type": "array", "prefixItems": [_schema_of(a, meta, defs) for a in args],
+                "minItems": len(args), "maxItems": len(args)}
+    if origin is dict:
+        value = typing.get_args(hint)[1]
+        return {"type": "object", **({} if value is Any else {"additionalProperties": _schema_of(value, {}, defs)})}
+    out: dict[str, Any]
+    if hint is datetime:
+        return {"type": "string", "format": "date-time"}
+    if hint is bool:
+        return {"type": "boolean"}
+    if hint is str:
+        out = {"type": "string"}
+        if "pattern" in meta:
+            out["pattern"] = f"^(?:{meta['pattern']})$"
+    elif hint in (int, float):
+        out = {"type": "integer" if hint is int else "number"}
+        if "min" in meta:
+            out["minimum"] = meta["min"]
+        if "below" in meta:
+            out["exclusiveMaximum"] = meta["below"]
+    else:  # pragma: no cover
+        raise TypeError(f"unsupported field type {hint!r}")
+    if "choices" in meta:
+        out["enum"] = list(meta["choices"])
+    return out

@@ -323,7 +323,7 @@ def write_result(results_dir: str | os.PathLike[str], result: JobResult) -> Path
 # ---- reading ------------------------------------------------------------------------------------------
 
 _AnyRecord = JobRecord | RankRecord | SweepRecord | PairRecord | StorageRecord
-_RECORDS: dict[str, type[_AnyRecord]] = {"job": JobRecord, "rank": RankRecord, "sweep": SweepRecord,
+RECORDS: dict[str, type[_AnyRecord]] = {"job": JobRecord, "rank": RankRecord, "sweep": SweepRecord,
                                           "pair": PairRecord, "storage": StorageRecord}
 _TYPE_OF: dict[type, str] = {JobRecord: "job", RankRecord: "rank", SweepRecord: "sweep", PairRecord: "pair",
                              StorageRecord: "storage"}
@@ -363,12 +363,12 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
                                     "schema"))
             continue
         rtype = obj.get("type")
-        if not isinstance(rtype, str) or rtype not in _RECORDS:
+        if not isinstance(rtype, str) or rtype not in RECORDS:
             problems.append(Problem(path, lineno, f"unknown record type {rtype!r} (known: {', '.join(RECORD_TYPES)})",
                                     "type"))
             continue
         try:
-            record = contract.read(_RECORDS[rtype], obj)
+            record = contract.read(RECORDS[rtype], obj)
         except ContractError as exc:
             problems.append(Problem(path, lineno, f"{rtype} record: {exc}", exc.field))
             continue

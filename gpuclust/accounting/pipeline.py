@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpuclust.accounting import store
+from gpuclust.accounting import reportdoc, store
 from gpuclust.accounting.fetch import fetch_day
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
@@ -161,7 +161,7 @@ def build(
             ],
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
-    return report, parsed
+    return reportdoc.stamp(report, config.cluster_name), parsed
 
 
 __all__ = ["FetchSummary", "build", "fetch", "read_input", "write_report"]

@@ -1,0 +1,86 @@
+"""report.json as a typed, versioned contract (schema "gpuclust.report/1", schemas/report.schema.json).
+
+The top level says what the report is about before what it holds: `schema`, `cluster` (the site's Slurm
+ClusterName), `period` ({start, end}: ISO 8601 with the site's offset, end exclusive) and `generated_at` (ISO
+8601 UTC), so nightly files can be concatenated and told apart; the CSVs carry the same three. Then the
+sections the accounting plane computes. Sections another part adds (e.g. economics) are kept in `extra`
+and written after them.
+
+ReportDocument writes report.json (to_dict) and reads it back (from_dict / read_report_json).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuclust import contract
+from gpuclust.accounting.metrics import Report
+from gpuclust.contract import ContractError
+from gpuclust.errors import InputError, Problem
+
+SCHEMA = "gpuclust.report/1"
+ISO_8601 = r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)"
+_ISO = {"pattern": ISO_8601, "message": "not an ISO 8601 time with an offset: {value}"}
+
+
+@dataclass(frozen=True)
+class ReportPeriod:
+    start: str = field(metadata=_ISO)
+    end: str = field(metadata=_ISO)  # exclusive
+
+
+@dataclass(frozen=True)
+class ReportDocument:
+    cluster: str
+    period: ReportPeriod
+    generated_at: str = field(metadata=_ISO)
+    queue_wait: dict[str, Any]
+    hold: dict[str, Any]
+    runs: dict[str, Any]
+    totals: dict[str, Any]
+    top_failures: tuple[dict[str, Any], ...]
+    sizing: dict[str, Any]
+    input: dict[str, Any]
+    definitions: dict[str, str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return contract.write(self, {"schema": SCHEMA})
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ReportDocument:
+        """Raises ContractError naming the field."""
+        if not isinstance(data, dict):
+            raise ContractError("report.json must be a JSON object")
+        if data.get("schema") != SCHEMA:
+            raise ContractError(f"unknown schema {data.get('schema')!r} (expected {SCHEMA!r})", "schema")
+        return contract.read(cls, data)
+
+    @classmethod
+    def from_report(cls, report: Report, cluster: str, generated_at: datetime | None = None) -> ReportDocument:
+        data = {k: v for k, v in report.data.items() if k not in ("schema", "cluster", "generated_at")}
+        when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
+        data.update(cluster=cluster, period=report.period.as_dict(),
+                    generated_at=when.isoformat(timespec="seconds").replace("+00:00", "Z"))
+        return contract.read(cls, data)
+
+
+def stamp(report: Report, cluster: str, generated_at: datetime | None = None) -> Report:
+    """Make `report.data` the ReportDocument's JSON (what report.json and `report build --json` show)."""
+    report.data = ReportDocument.from_report(report, cluster, generated_at).to_dict()
+    return report
+
+
+def read_report_json(path: str | Path) -> ReportDocument:
+    """A report.json written by `report build`. Raises InputError naming the file and field."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return ReportDocument.from_dict(data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(Problem(str(path), None, f"cannot read report.json: {exc}")) from None
+    except ContractError as exc:
+        raise InputError(Problem(str(path), None, str(exc), exc.field)) from None
