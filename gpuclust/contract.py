@@ -31,6 +31,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+JSON_SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_BASE = "https://github.com/gpuclust/gpuclust/schemas/"  # the $id prefix of the files in schemas/
+
 
 class ContractError(ValueError):
     def __init__(self, message: str, field: str | None = None):

@@ -329,6 +329,28 @@ _TYPE_OF: dict[type, str] = {JobRecord: "job", RankRecord: "rank", SweepRecord: 
                              StorageRecord: "storage"}
 
 
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of one result line (schemas/accept-result.schema.json), generated from the records."""
+    defs: dict[str, Any] = {}
+    variants = []
+    for rtype, cls in RECORDS.items():
+        ref = contract.json_schema(cls, defs)
+        variants.append({"allOf": [ref, {"properties": {"type": {"const": rtype}}, "required": ["type"]}]})
+    return {
+        "$schema": contract.JSON_SCHEMA_DRAFT, "$id": contract.SCHEMA_BASE + "accept-result.schema.json",
+        "title": "gpuclust acceptance result line",
+        "description": "One JSON line of <results_dir>/<kind>-<job_id>.jsonl. Lines without a schema key are "
+                       "older history and read the same.",
+        "type": "object",
+        "properties": {"schema": {"enum": list(READABLE_SCHEMAS)},
+                       "type": {"enum": list(RECORDS)},
+                       "kind": {"enum": list(KINDS)}},
+        "required": ["type", "job_id", "kind"],
+        "oneOf": variants,
+        "$defs": defs,
+    }
+
+
 def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Problem]]:
     """Parse one file's text. Returns the result (None when no single valid job line) and every problem."""
     problems: list[Problem] = []

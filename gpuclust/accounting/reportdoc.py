@@ -84,3 +84,17 @@ def read_report_json(path: str | Path) -> ReportDocument:
         raise InputError(Problem(str(path), None, f"cannot read report.json: {exc}")) from None
     except ContractError as exc:
         raise InputError(Problem(str(path), None, str(exc), exc.field)) from None
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of report.json (schemas/report.schema.json), generated from ReportDocument."""
+    defs: dict[str, Any] = {}
+    ref = contract.json_schema(ReportDocument, defs)
+    return {
+        "$schema": contract.JSON_SCHEMA_DRAFT, "$id": contract.SCHEMA_BASE + "report.schema.json",
+        "title": "gpuclust report.json",
+        "description": "What `gpuclust report build` writes as report.json (and prints with --json). Sections "
+                       "beyond the listed ones may be added by later versions of the same schema.",
+        "allOf": [ref, {"properties": {"schema": {"const": SCHEMA}}, "required": ["schema"]}],
+        "$defs": defs,
+    }

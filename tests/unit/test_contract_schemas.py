@@ -5,7 +5,9 @@ output) validate, while what the readers refuse does not."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,6 @@ from click.testing import CliRunner
 
 jsonschema = pytest.importorskip("jsonschema")
 
-from gpuclust import jsonschemas  # noqa: E402
 from gpuclust.accept import results as R  # noqa: E402
 from gpuclust.accounting.reportdoc import ReportDocument, read_report_json  # noqa: E402
 from gpuclust.audit.findings import read_audit_document  # noqa: E402
@@ -24,6 +25,9 @@ from tests.unit.audit_replay import DATA as AUDIT_DATA  # noqa: E402
 from tests.unit.audit_replay import replay  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+_LOADER = SourceFileLoader("gen_schemas", str(ROOT / "scripts" / "gen-schemas"))
+GEN = importlib.util.module_from_spec(importlib.util.spec_from_loader("gen_schemas", _LOADER))  # type: ignore[arg-type]
+_LOADER.exec_module(GEN)
 SCHEMAS = ROOT / "schemas"
 DATA = ROOT / "tests" / "data"
 
@@ -38,10 +42,10 @@ def errors(v: Any, doc: Any) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in v.iter_errors(doc)]
 
 
-@pytest.mark.parametrize("name", sorted(jsonschemas.GENERATED))
+@pytest.mark.parametrize("name", ["accept-result.schema.json", "report.schema.json"])
 def test_generated_schemas_are_current(name: str) -> None:
-    """Regenerate with `python -m gpuclust.jsonschemas schemas` after changing a model."""
-    assert (SCHEMAS / name).read_text(encoding="utf-8") == jsonschemas.render(jsonschemas.GENERATED[name]())
+    """Regenerate with `.venv/bin/python scripts/gen-schemas` after changing a model."""
+    assert (SCHEMAS / name).read_text(encoding="utf-8") == GEN.render(GEN.GENERATED[name]())
 
 
 def test_every_schema_is_valid_draft_2020_12() -> None:

@@ -9,6 +9,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "gpuclust"
 BELOW_CLI = ("accept", "accounting", "audit", "config", "policy", "slurm")
+# Layers, lowest first: a module imports its own layer or lower ones only. The shared modules at the top of
+# the package sit below the Slurm edge; findings folds node sets (slurm.hostlist); the planes may read each
+# other (audit reads acceptance results); only the CLI sits above them.
+LAYERS = (
+    ("gpuclust", "gpuclust.errors", "gpuclust.exitcodes", "gpuclust.output", "gpuclust.contract",
+     "gpuclust.atomicfile"),
+    ("gpuclust.slurm",),
+    ("gpuclust.config", "gpuclust.findings"),
+    ("gpuclust.accept", "gpuclust.accounting", "gpuclust.audit", "gpuclust.policy"),
+    ("gpuclust.cli",),
+)
+
+
+def layer_of(module: str) -> int:
+    best = (-1, -1)
+    for rank, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                best = max(best, (len(prefix), rank))
+    assert best[1] >= 0, f"{module} is in no layer: add it to LAYERS"
+    return best[1]
 
 
 def _module_name(path: Path) -> str:
@@ -114,6 +135,12 @@ def test_planes_never_import_the_cli() -> None:
     graph = import_graph()
     upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
                     if b.startswith("gpuclust.cli") and a.split(".")[1] in BELOW_CLI)
+    assert upward == []
+
+
+def test_imports_run_downwards_only() -> None:
+    graph = import_graph()
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a))
     assert upward == []
 
 
