@@ -15,12 +15,13 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gpuclust import contract
 from gpuclust.accounting.metrics import Report
 from gpuclust.contract import ContractError
 from gpuclust.errors import InputError, Problem
+from gpuclust.output import to_json
 
 SCHEMA = "gpuclust.report/1"
 ISO_8601 = r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)"
@@ -34,6 +35,58 @@ class ReportPeriod:
 
 
 @dataclass(frozen=True)
+class Totals:
+    """The period's totals (report.json `totals`, totals.csv); definitions in report.json `definitions`."""
+
+    NUMBERS_MIN: ClassVar[int] = 0
+
+    runs: int
+    completed: int
+    attempts: int
+    retries: int | None
+    gpu_hours: float
+    useful_gpu_hours: float | None
+    cost: float | None  # null: no price configured for any GPU used
+    cost_per_completed_run: float | None
+    unpriced_gpu_hours: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    NUMBERS_MIN: ClassVar[int] = 0
+
+    effective_unit_cost: float | None
+    useful_ratio: float | None
+    completed_runs_per_gpu_month: float | None
+    target_completed_runs_per_month: float | None
+    target_source: str | None
+    required_gpus: float | None
+    gpus_used_on_average: float | None
+    gpu_month_hours: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """Where the rows came from and what was left out (file:line problems, rows that count nowhere)."""
+
+    NUMBERS_MIN: ClassVar[int] = 0
+
+    source: str
+    rows: int
+    steps_dropped: int | None
+    rejected_rows: int | None
+    problems: tuple[str, ...] = ()
+    exit_codes_known: bool | None = None
+    notes: tuple[str, ...] = ()
+    days_read: tuple[str, ...] | None = None  # from the store
+    attempts_in_period: int | None = None
+    left_out: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ReportDocument:
     cluster: str
     period: ReportPeriod
@@ -41,10 +94,10 @@ class ReportDocument:
     queue_wait: dict[str, Any]
     hold: dict[str, Any]
     runs: dict[str, Any]
-    totals: dict[str, Any]
+    totals: Totals
     top_failures: tuple[dict[str, Any], ...]
-    sizing: dict[str, Any]
-    input: dict[str, Any]
+    sizing: Sizing
+    input: InputInfo
     definitions: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -62,7 +115,9 @@ class ReportDocument:
 
     @classmethod
     def from_report(cls, report: Report, cluster: str, generated_at: datetime | None = None) -> ReportDocument:
-        data = {k: v for k, v in report.data.items() if k not in ("schema", "cluster", "generated_at")}
+        # as JSON values first (numpy scalars, NaN -> null), so the model checks what report.json will hold
+        data = {k: v for k, v in json.loads(to_json(report.data)).items()
+                if k not in ("schema", "cluster", "generated_at")}
         when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
         data.update(cluster=cluster, period=report.period.as_dict(),
                     generated_at=when.isoformat(timespec="seconds").replace("+00:00", "Z"))
