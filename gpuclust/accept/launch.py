@@ -22,10 +22,11 @@ from typing import Any, NoReturn
 
 from gpuclust.accept import results as R
 from gpuclust.accept.params import default_master_port, read_param
-from gpuclust.errors import GpuclustError, InputError, SlurmError, UnsafeValueError
+from gpuclust.accept.params import results_dir as results_dir  # the programs call launch.results_dir()
+from gpuclust.errors import GpuclustError, InputError, UnsafeValueError
 from gpuclust.exitcodes import EXIT_INPUT
 from gpuclust.slurm import hostlist
-from gpuclust.slurm.parse import parse_gres, parse_scontrol_oneliners, parse_scontrol_record
+from gpuclust.slurm.gres import declared_gres
 
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")
 
@@ -103,16 +104,6 @@ def task_env(env: Mapping[str, str] | None = None) -> TaskEnv:
         job_nodes=job_nodes,
         step_nodes=step_nodes,
     )
-
-
-def results_dir(env: Mapping[str, str] | None = None) -> str:
-    """ACCEPT_RESULTS_DIR, else the site config's results_dir."""
-    explicit = read_param("ACCEPT_RESULTS_DIR", env)
-    if explicit:
-        return str(explicit)
-    from gpuclust.config import load_config
-
-    return load_config().results_dir
 
 
 # ---- backend and device ------------------------------------------------------------------------------
@@ -266,69 +257,18 @@ def capture_rank(
     )
 
 
-# ---- what Slurm declares ----------------------------------------------------------------------------
-
-
-def parse_job_node_gres(text: str) -> dict[str, str]:
-    """`scontrol show job -d` -> {node: GRES allocated there}, from the detail lines
-    `Nodes=node[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:h100:2(IDX:0-1)`. Nodes without GPUs map to ""."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped.startswith("Nodes="):
-            continue
-        record = parse_scontrol_record(stripped)
-        gres = record.get("GRES", "")
-        for node in hostlist.expand(record.get("Nodes", "")):
-            out[node] = "" if gres in ("(null)", "N/A") else gres
-    return out
-
-
-def parse_node_gres(text: str) -> dict[str, str]:
-    """`scontrol show node -o NODES` -> {node: configured Gres} ("" when it has none)."""
-    out: dict[str, str] = {}
-    for record in parse_scontrol_oneliners(text):
-        name = record.get("NodeName")
-        if name:
-            gres = record.get("Gres", "")
-            out[name] = "" if gres in ("(null)", "N/A") else gres
-    return out
-
-
-def gres_gpu_count(text: str | None) -> int | None:
-    """GPUs in a GRES string (`gpu:h100:4(S:0-1)`, `gpu:h100:2(IDX:0-1)`); None for unknown, 0 for none."""
-    if text is None:
-        return None
-    return sum(item.count for item in parse_gres(text) if item.name == "gpu")
-
-
-def gres_gpu_type(text: str | None) -> str | None:
-    types = {item.type for item in parse_gres(text) if item.name == "gpu" and item.type}
-    return sorted(types)[0] if len(types) == 1 else (",".join(sorted(types)) if types else None)
+# ---- what Slurm declares (parsing: gpuclust.slurm.gres) ---------------------------------------------
 
 
 def slurm_declared(job_id: str, nodes: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """(per-node GRES of this job, per-node configured Gres, warnings). Runs scontrol through gpuclust.slurm;
-    a failure is a warning in the result, not a failed acceptance run."""
+    """(per-node GRES of this job, per-node configured Gres, warnings), read with scontrol through
+    gpuclust.slurm.gres; a failure is a warning in the result, not a failed acceptance run."""
     from gpuclust.slurm.client import CommandSlurmClient
 
-    warnings: list[str] = []
     if not os.environ.get("SLURM_CONF") and not os.path.exists("/etc/slurm/slurm.conf"):
         # without a config scontrol falls back to a DNS SRV lookup; don't send one
         return {}, {}, ["no SLURM_CONF and no /etc/slurm/slurm.conf: declared GRES not read"]
-    client = CommandSlurmClient(timeout=30)
-    job_gres: dict[str, str] = {}
-    node_gres: dict[str, str] = {}
-    try:
-        job_gres = parse_job_node_gres(client.scontrol(["show", "job", "-d", job_id]))
-    except SlurmError as exc:
-        warnings.append(f"scontrol show job -d failed: {exc}")
-    if nodes:
-        try:
-            node_gres = parse_node_gres(client.scontrol(["show", "node", "-o", hostlist.fold(nodes)]))
-        except SlurmError as exc:
-            warnings.append(f"scontrol show node failed: {exc}")
-    return job_gres, node_gres, warnings
+    return declared_gres(CommandSlurmClient(timeout=30), job_id, nodes)
 
 
 # ---- torch.distributed ---------------------------------------------------------------------------------

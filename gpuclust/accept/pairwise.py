@@ -29,6 +29,7 @@ from gpuclust.accept import launch, stats, verdict
 from gpuclust.accept import results as R
 from gpuclust.accept.allreduce import count_wrong, fill_pattern, gather_ranks
 from gpuclust.accept.params import read_params
+from gpuclust.atomicfile import write_atomic
 from gpuclust.config.values import parse_abs_path, parse_slurm_name
 from gpuclust.errors import InputError, UnsafeValueError
 from gpuclust.slurm import hostlist
@@ -121,13 +122,10 @@ def run_pair(parts_dir: str, attempt: int = 1) -> int:
         pair = pair_measurement(task.job_id, (a, b), count * 4, times, iter_times, total_wrong, attempt,
                                 step_id=task.step_id, backend=backend,
                                 budget_limited=iters < params["ACCEPT_PAIR_ITERS"])
-        directory = Path(parts_dir)
-        directory.mkdir(parents=True, exist_ok=True)
         lines = [R.record_to_dict(pair), *(R.record_to_dict(r) for r in ranks)]
-        name = part_name(a, b, attempt)
-        tmp = directory / f".{name}.tmp"
-        tmp.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, directory / name)
+        # concurrent pair steps write side by side: a unique temp name each, fsynced before the rename
+        write_atomic(Path(parts_dir) / part_name(a, b, attempt),
+                     "".join(json.dumps(line) + "\n" for line in lines), make_parents=True)
         mean = sum(times) / 2
         print(f"{a} {b} attempt {attempt}: busbw {pair.busbw_gbps:.3f} GB/s ({iters} iters, {mean * 1e3:.1f} ms "
               f"each, {total_wrong} wrong)")
@@ -254,9 +252,8 @@ def suspects(parts_dir: str, nodelist: str, attempt: int) -> int:
     # a suspect measured once is measured again; one already measured twice has had its confirmation
     again = [pair for pair in judged.analysis.suspects if tries.get(pair, 0) < 2]
     again += [pair for pair in judged.failed if pair not in again and tries.get(pair, 0) < 2]
-    directory = Path(parts_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / _PLANNED.format(attempt)).write_text("".join(f"{a},{b}\n" for a, b in again), encoding="utf-8")
+    write_atomic(Path(parts_dir) / _PLANNED.format(attempt), "".join(f"{a},{b}\n" for a, b in again),
+                 make_parents=True)
     for round_pairs in stats.disjoint_rounds(again):
         print(" ".join(f"{a},{b}" for a, b in round_pairs))
     return 0

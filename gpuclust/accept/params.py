@@ -125,6 +125,16 @@ def read_params(names: list[str], env: Mapping[str, str] | None = None) -> dict[
     return out
 
 
+def results_dir(env: Mapping[str, str] | None = None) -> str:
+    """ACCEPT_RESULTS_DIR, else the site config's results_dir."""
+    explicit = read_param("ACCEPT_RESULTS_DIR", env)
+    if explicit:
+        return str(explicit)
+    from gpuclust.config import load_config
+
+    return load_config().results_dir
+
+
 def default_master_port(job_id: str) -> int:
     """23000 + 10*(job id % 900): below the ephemeral range, clear of the lab daemons' 20000-22509, and
     distinct for concurrent jobs; a job adds 0-9 for its concurrent steps."""
@@ -141,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     if args != ["results-dir"]:
         print("usage: python -m gpuclust.accept.params results-dir", file=sys.stderr)
         return 2
-    from gpuclust.accept.launch import results_dir
     from gpuclust.errors import GpuclustError
 
     try:

@@ -16,7 +16,10 @@ Checks
   was bound to it. GPU model vs GRES type: WARNING.
 - baseline (WARNING): a node's figure below the median of its own last runs by more than the tolerance.
 - drift (WARNING): driver/CUDA/NCCL/torch changed since the node's previous result, or differs from the
-  majority of the job's nodes.
+  strict majority of the job's nodes (a tie: one run-level warning); gpuclust.accept.drift, as audit judges it.
+
+Findings are gpuclust.findings.Finding, the model audit uses too; the text output's first line is a Nagios
+status line with performance data (jobs, nodes, nodes_critical, nodes_warning, unknown, problems).
 """
 
 from __future__ import annotations
@@ -25,29 +28,24 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuclust.accept import drift, stats, verdict
 from gpuclust.accept import results as R
-from gpuclust.accept import stats, verdict
-from gpuclust.accept.launch import gres_gpu_count, gres_gpu_type
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
+from gpuclust.findings import Finding, Perf, status_line
+from gpuclust.slurm import hostlist
+from gpuclust.slurm.gres import gres_gpu_count, gres_gpu_type
 
 PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept.verdict.judge, the job's own
+DEFAULT_PARTITION = PartitionConfig("", 0)  # a partition missing from the site config: the keys' defaults
 BASELINE_MIN_RUNS = 3
 BASELINE_WINDOW = 10
 
 
-@dataclass(frozen=True)
-class Finding:
-    node: str | None  # None: about the run as a whole
-    status: Nagios
-    check: str  # gate | outlier | gres | baseline | drift | run | input
-    message: str
-    job_id: str | None = None
-    kind: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status.name, "check": self.check, "message": self.message, "job_id": self.job_id,
-                "kind": self.kind}
+def _finding(node: str | None, status: Nagios, check: str, message: str, job_id: str | None = None,
+             kind: str | None = None) -> Finding:
+    """A finding about one node (None: about the run as a whole), in the model every plane shares."""
+    return Finding.make(check, status, message, [node] if node is not None else (), job_id=job_id, kind=kind)
 
 
 @dataclass
@@ -83,10 +81,34 @@ class Report:
     findings: list[Finding]  # run-level ones (node None), input problems included
     problems: list[str]
 
+    def figures(self) -> dict[str, int]:
+        """Jobs judged, nodes judged, nodes per verdict, run-level UNKNOWN findings, unreadable inputs."""
+        verdicts = [v.status for v in self.nodes.values()]
+        return {"jobs": len(self.jobs), "nodes": len(self.nodes),
+                "nodes_critical": verdicts.count(Nagios.CRITICAL), "nodes_warning": verdicts.count(Nagios.WARNING),
+                "unknown": sum(1 for f in self.findings if f.severity == Nagios.UNKNOWN),
+                "problems": len(self.problems)}
+
+    def perf(self) -> list[Perf]:
+        figures = self.figures()
+        return [Perf(name, value, min=0, max=figures["nodes"] if name.startswith("nodes_") else None)
+                for name, value in figures.items()]
+
+    def summary_line(self) -> str:
+        """The Nagios status line: `acceptance: WARNING - 2 jobs, 4 nodes: 1 warning | jobs=2;;;0 ...`."""
+        figures = self.figures()
+        judged = [f"{figures['nodes_critical']} critical" if figures["nodes_critical"] else "",
+                  f"{figures['nodes_warning']} warning" if figures["nodes_warning"] else ""]
+        verdict = ", ".join(x for x in judged if x) or "none failing"
+        text = (f"{figures['jobs']} job(s), {figures['nodes']} node(s): {verdict}"
+                + (f"; {figures['problems']} unreadable" if figures["problems"] else ""))
+        return status_line("acceptance", self.status, text, self.perf())
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "status": self.status.name,
             "exit_code": int(self.status),
+            "figures": self.figures(),
             "jobs": [
                 {"job_id": j.job_id, "kind": j.kind, "partition": j.partition, "nodes": list(j.nodes),
                  "finished": R.format_time(j.finished), "passed": j.passed, "status": j.status.name,
@@ -96,12 +118,18 @@ class Report:
             "nodes": {
                 name: {"status": v.status.name, "jobs": v.jobs,
                        "last_finished": R.format_time(v.last_finished) if v.last_finished else None,
-                       "reasons": [f.as_dict() for f in v.findings]}
+                       "reasons": [_reason(f) for f in v.findings]}
                 for name, v in sorted(self.nodes.items())
             },
-            "findings": [f.as_dict() for f in self.findings],
+            "findings": [_reason(f) for f in self.findings],
             "problems": self.problems,
         }
+
+
+def _reason(finding: Finding) -> dict[str, Any]:
+    """A finding in the report JSON: the shared model's keys, plus `status` (= severity), the name this JSON
+    used before the findings were one model."""
+    return {"status": finding.severity.name, **finding.as_dict()}
 
 
 # ---- selection -------------------------------------------------------------------------------------------
@@ -139,7 +167,7 @@ def node_metrics(result: R.JobResult, part: PartitionConfig | None) -> dict[str,
     """Per node, the figures compared with the node's own history."""
     out: dict[str, dict[str, float]] = {}
     if result.kind == "allreduce":
-        figure = large_size_busbw(result, part.busbw_min_size if part else 64 * 1024**2)
+        figure = large_size_busbw(result, (part or DEFAULT_PARTITION).busbw_min_size)
         if figure is None and result.sweep:
             figure = max(result.sweep, key=lambda s: s.size).busbw_gbps
         if figure is not None and result.job.passed:
@@ -167,7 +195,7 @@ def gate_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
     job, kind = result.job_id, result.kind
 
     def add(node: str | None, status: Nagios, message: str, check: str = "gate") -> None:
-        f.append(Finding(node, status, check, message, job, kind))
+        f.append(_finding(node, status, check, message, job, kind))
 
     # pairwise: the pairs themselves say who is slow (outlier_findings); only a run without pairs is a crash
     explained = kind == "pairwise" and bool(result.pairs)
@@ -230,12 +258,12 @@ def outlier_findings(result: R.JobResult) -> list[Finding]:
     analysis = judged.analysis
     f = []
     for node in sorted(analysis.node_outliers):
-        f.append(Finding(node, Nagios.CRITICAL, "outlier", judged.node_message(node), result.job_id, result.kind))
+        f.append(_finding(node, Nagios.CRITICAL, "outlier", judged.node_message(node), result.job_id, result.kind))
     for pair in sorted(analysis.link_outliers):
         for node in pair:
-            f.append(Finding(node, Nagios.WARNING, "outlier", judged.link_message(pair), result.job_id, result.kind))
+            f.append(_finding(node, Nagios.WARNING, "outlier", judged.link_message(pair), result.job_id, result.kind))
     if analysis.unconfirmed:
-        f.append(Finding(None, Nagios.WARNING, "outlier",
+        f.append(_finding(None, Nagios.WARNING, "outlier",
                          "slow pairs measured once only, nothing named on them: "
                          + ", ".join(f"{a}-{b}" for a, b in analysis.unconfirmed), result.job_id, result.kind))
     named = set(analysis.node_outliers)
@@ -243,14 +271,14 @@ def outlier_findings(result: R.JobResult) -> list[Finding]:
         if set(pair) & named or pair in analysis.link_outliers:
             continue  # already the verdict's
         for node in pair:
-            f.append(Finding(node, Nagios.WARNING, "outlier", f"pair {pair[0]}-{pair[1]}: no successful "
+            f.append(_finding(node, Nagios.WARNING, "outlier", f"pair {pair[0]}-{pair[1]}: no successful "
                                                               f"measurement", result.job_id, result.kind))
     for (a, b), wrong in judged.wrong:
         for node in (a, b):
-            f.append(Finding(node, Nagios.CRITICAL, "gate", f"pair {a}-{b}: {wrong} wrong elements",
+            f.append(_finding(node, Nagios.CRITICAL, "gate", f"pair {a}-{b}: {wrong} wrong elements",
                              result.job_id, result.kind))
     if not analysis.enough_nodes and result.pairs:
-        f.append(Finding(None, Nagios.OK, "outlier", "fewer than 3 nodes: pairwise cannot name a node",
+        f.append(_finding(None, Nagios.OK, "outlier", "fewer than 3 nodes: pairwise cannot name a node",
                          result.job_id, result.kind))
     return f
 
@@ -259,7 +287,7 @@ def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
     f: list[Finding] = []
 
     def add(node: str, status: Nagios, message: str) -> None:
-        f.append(Finding(node, status, "gres", message, result.job_id, result.kind))
+        f.append(_finding(node, status, "gres", message, result.job_id, result.kind))
 
     for node in result.nodes:
         ranks = result.ranks_on(node)
@@ -323,17 +351,21 @@ def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: Par
             base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
             if base is None or base <= 0:
                 continue
-            tol = (part.busbw_tolerance if "busbw" in metric else part.storage_tolerance) if part else 0.2
+            gates = part or DEFAULT_PARTITION
+            tol = gates.busbw_tolerance if "busbw" in metric else gates.storage_tolerance
             tol = max(tol, noise_drop)
             if value < base * (1 - tol):
                 runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
-                f.append(Finding(node, Nagios.WARNING, "baseline",
+                f.append(_finding(node, Nagios.WARNING, "baseline",
                                  f"{metric} {value:.3f} is {1 - value / base:.0%} below {node}'s own baseline "
                                  f"{base:.3f} (median of its last {runs} runs)", result.job_id, result.kind))
     return f
 
 
 def drift_findings(result: R.JobResult, history: list[R.JobResult]) -> list[Finding]:
+    """gpuclust.accept.drift's judgement, as audit's acceptance.versions makes it: a node's versions against
+    its own previous result, and the job's nodes against each other (a strict majority names the odd ones;
+    a tie names nobody and is a run-level warning)."""
     f: list[Finding] = []
     current = {node: v.as_dict() for node, v in result.node_versions().items()}
     for node, versions in current.items():
@@ -344,15 +376,24 @@ def drift_findings(result: R.JobResult, history: list[R.JobResult]) -> list[Find
                 break
         if previous is None:
             continue
-        for d in stats.version_drift(previous.node_versions()[node].as_dict(), versions, previous.job_id):
-            f.append(Finding(node, Nagios.WARNING, "drift",
-                             f"{d.field} changed on {node}: {d.before} -> {d.after} (since job {d.since_job})",
-                             result.job_id, result.kind))
-    for node, diffs in stats.fleet_odd_ones(current).items():
-        for name, mine, majority in diffs:
-            f.append(Finding(node, Nagios.WARNING, "drift",
-                             f"{name} on {node} is {mine}, the job's other nodes run {majority}",
-                             result.job_id, result.kind))
+        for d in drift.changes(node, previous.node_versions()[node].as_dict(), versions, previous.job_id):
+            f.append(_finding(node, Nagios.WARNING, "drift",
+                              f"{d.field} changed on {node}: {d.before} -> {d.after} (since job {d.since_job})",
+                              result.job_id, result.kind))
+    if len(current) < 2:
+        return f
+    for judged in drift.across(current):
+        if judged.majority is None:
+            spread = "; ".join(f"{value} on {hostlist.fold(nodes)}" for value, nodes in judged.groups)
+            f.append(_finding(None, Nagios.WARNING, "drift", f"{judged.field} differs with no majority: {spread}",
+                              result.job_id, result.kind))
+            continue
+        majority = judged.majority[0]
+        for value, nodes in judged.odd:
+            for node in nodes:
+                f.append(_finding(node, Nagios.WARNING, "drift",
+                                  f"{judged.field} on {node} is {value}, the job's other nodes run {majority}",
+                                  result.job_id, result.kind))
     return f
 
 
@@ -361,7 +402,7 @@ def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
         if not result.sweep:
             return "no sweep figures"
         top = max(result.sweep, key=lambda s: s.size)
-        large = large_size_busbw(result, part.busbw_min_size if part else 64 * 1024**2)
+        large = large_size_busbw(result, (part or DEFAULT_PARTITION).busbw_min_size)
         wrong = sum(s.wrong for s in result.sweep)
         tail = f", busbw(>= min size) {large:.3f}" if large is not None else ""
         return f"{len(result.ranks)} ranks, busbw {top.busbw_gbps:.3f} GB/s at {top.size} B{tail}, {wrong} wrong"
@@ -400,26 +441,26 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
             if verdict.last_finished is None or result.job.finished > verdict.last_finished:
                 verdict.last_finished = result.job.finished
         for finding in findings:
-            if finding.node is None:
+            if not finding.node_list:
                 run_findings.append(finding)
-            else:
-                nodes.setdefault(finding.node, NodeVerdict(finding.node)).add(finding)
+            for node in finding.node_list:
+                nodes.setdefault(node, NodeVerdict(node)).add(finding)
         status = Nagios.worst(status, job_status)
     if not chosen:
         what = f"job {job}" if job else (f"since {since.isoformat()}" if since else "at all")
-        run_findings.append(Finding(None, Nagios.UNKNOWN, "input", f"no acceptance results {what} in the results directory"))
+        run_findings.append(_finding(None, Nagios.UNKNOWN, "input", f"no acceptance results {what} in the results directory"))
         status = Nagios.worst(status, Nagios.UNKNOWN)
     if problems:
-        run_findings.append(Finding(None, Nagios.UNKNOWN, "input",
+        run_findings.append(_finding(None, Nagios.UNKNOWN, "input",
                                     f"{len(problems)} unreadable result line(s)/file(s); see problems"))
         status = Nagios.worst(status, Nagios.UNKNOWN)
     return Report(status, nodes, summaries, run_findings, problems)
 
 
 def render_table(report: Report) -> str:
-    from gpuclust.cli.output import format_table
+    from gpuclust.output import format_table
 
-    lines = [f"acceptance: {report.status.name}"]
+    lines = [report.summary_line()]
     if report.jobs:
         lines.append("")
         lines.append(format_table(

@@ -3,7 +3,8 @@
 One file per Slurm job, `<results_dir>/<kind>-<job_id>.jsonl` (results_dir from SiteConfig.results_dir; it must
 be a filesystem every node sees). Every line is one JSON object with these common keys:
 
-    schema   "gpuclust.accept/1"
+    schema   "gpuclust.accept.result/1" (read also: "gpuclust.accept/1", the same layout under its first
+             name, and no tag at all, as the oldest lines have)
     type     "job" | "rank" | "sweep" | "pair" | "storage"
     job_id   Slurm job id (string; "1234", or "1234_5" for an array task)
     kind     "allreduce" | "pairwise" | "storage"
@@ -22,8 +23,11 @@ bandwidths as nccl-tests prints them, GB/s = 1e9 bytes/s; storage in MB/s = 1e6 
 - "pair" (one per node pair): see PairRecord.
 - "storage" (one per measurement): see StorageRecord.
 
-Unknown keys are kept in `extra` (forward compatible); missing required keys, wrong types, a bad schema tag,
-bad JSON and files with no or several "job" lines are reported as Problem(file, line, ...), never dropped.
+The record dataclasses below are the contract: gpuclust.contract writes them and reads them back, checking
+each value against the field's type hint (numbers >= 0, finite; choices, patterns and lengths from field
+metadata). The JSON Schema is schemas/accept-result.schema.json. Unknown keys are kept in `extra` (forward
+compatible); missing required keys, wrong types, a bad schema tag, bad JSON and files with no or several
+"job" lines are reported as Problem(file, line, ...), never dropped.
 
 The API of this module is stable: the audit plane reads it (per-node acceptance freshness, version drift).
 """
@@ -33,21 +37,27 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from gpuclust import contract
 from gpuclust.atomicfile import write_atomic
+from gpuclust.contract import ContractError
 from gpuclust.errors import InputError, Problem
 
-SCHEMA = "gpuclust.accept/1"
+SCHEMA = "gpuclust.accept.result/1"
+READABLE_SCHEMAS = (SCHEMA, "gpuclust.accept/1")  # and lines without a "schema" key (older history)
 KINDS = ("allreduce", "pairwise", "storage")
 RECORD_TYPES = ("job", "rank", "sweep", "pair", "storage")
 FILE_SUFFIX = ".jsonl"
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 _FILE_NAME = re.compile(r"(allreduce|pairwise|storage)-([0-9]+(?:_[0-9]+)?)\.jsonl")
+
+PAIR_STATUSES = ("ok", "timeout", "failed")
+_STATUS_MESSAGE = "'status' must be ok, timeout or failed, got {value}"
 
 # Storage metrics a "storage" record may carry.
 STORAGE_METRICS = (
@@ -65,10 +75,7 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def format_time(value: datetime) -> str:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+format_time = contract.format_time
 
 
 def result_file_name(kind: str, job_id: str) -> str:
@@ -103,6 +110,8 @@ class RankRecord:
     GPU device files on the node matching `device_glob` (default /dev/nvidia[0-9]*), i.e. what the hardware
     offers whatever Slurm declares (None when not probed)."""
 
+    NUMBERS_MIN: ClassVar[int] = 0
+
     job_id: str
     kind: str
     rank: int
@@ -133,6 +142,8 @@ class SweepRecord:
     """One message size of an all_reduce sweep. time_us: mean per-iteration time averaged over ranks (the
     nccl-tests default, -a 1); time_us_max: the slowest rank. algbw = size / time; busbw = algbw * 2(n-1)/n."""
 
+    NUMBERS_MIN: ClassVar[int] = 0
+
     job_id: str
     kind: str
     size: int
@@ -154,12 +165,14 @@ class PairAttempt:
     """One measurement of a pair (a suspect pair is measured again). samples_gbps: the busbw of each timed
     iteration (ranks averaged), which is the measurement's own noise."""
 
+    NUMBERS_MIN: ClassVar[int] = 0
+
     attempt: int
-    status: str
+    status: str = field(metadata={"choices": PAIR_STATUSES, "message": _STATUS_MESSAGE})
     busbw_gbps: float | None
     iters: int = 0
     time_us: float | None = None
-    samples_gbps: tuple[float, ...] = ()
+    samples_gbps: tuple[float, ...] = field(default=(), metadata={"below": 1e300})
 
 
 @dataclass(frozen=True)
@@ -169,16 +182,18 @@ class PairRecord:
     order (written since measurements are repeated; () in older files); the record's own figures are those of
     its best attempt."""
 
+    NUMBERS_MIN: ClassVar[int] = 0
+
     job_id: str
     kind: str
-    nodes: tuple[str, str]
+    nodes: tuple[str, str] = field(metadata={"message": "'nodes' must name exactly 2 nodes, got {value}"})
     size: int
     iters: int
     time_us: float | None
     algbw_gbps: float | None
     busbw_gbps: float | None
     wrong: int
-    status: str
+    status: str = field(metadata={"choices": PAIR_STATUSES, "message": _STATUS_MESSAGE})
     step_id: str | None = None
     attempts: tuple[PairAttempt, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -189,9 +204,12 @@ class StorageRecord:
     """One storage measurement. node: where it ran ("*" for an all-rank aggregate); for checkpoint_read,
     write_node is where the file was written and node (= read_node) where it was restored."""
 
+    NUMBERS_MIN: ClassVar[int] = 0
+
     job_id: str
     kind: str
-    metric: str
+    metric: str = field(metadata={"choices": STORAGE_METRICS, "message": "unknown storage metric {value} (known: "
+                                  + ", ".join(STORAGE_METRICS) + ")"})
     node: str
     bytes: int
     seconds: float
@@ -206,7 +224,10 @@ class StorageRecord:
 
 @dataclass(frozen=True)
 class JobRecord:
-    job_id: str
+    NUMBERS_MIN: ClassVar[int] = 0
+
+    job_id: str = field(metadata={"pattern": _JOB_ID.pattern,
+                                  "message": "'job_id' must be a Slurm job id (1234 or 1234_5), got {value}"})
     kind: str
     cluster: str | None
     partition: str | None
@@ -280,34 +301,9 @@ class ResultScan:
 # ---- writing ------------------------------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return format_time(value)
-    if isinstance(value, Versions):
-        return value.as_dict()
-    if isinstance(value, PairAttempt):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, float) and value != value:  # NaN is not JSON
-        return None
-    return value
-
-
 def record_to_dict(record: JobRecord | RankRecord | SweepRecord | PairRecord | StorageRecord) -> dict[str, Any]:
-    rtype = _TYPE_OF[type(record)]
-    out: dict[str, Any] = {"schema": SCHEMA, "type": rtype}
-    for f in fields(record):
-        if f.name == "extra":
-            continue
-        out[f.name] = _plain(getattr(record, f.name))
-    for key, value in record.extra.items():
-        out.setdefault(key, _plain(value))
-    return out
+    """One result line: the schema tag and record type, then the record's fields (gpuclust.contract.write)."""
+    return contract.write(record, {"schema": SCHEMA, "type": _TYPE_OF[type(record)]})
 
 
 def dump_lines(result: JobResult) -> str:
@@ -326,211 +322,33 @@ def write_result(results_dir: str | os.PathLike[str], result: JobResult) -> Path
 
 # ---- reading ------------------------------------------------------------------------------------------
 
-
-class _Bad(Exception):
-    def __init__(self, message: str, field_name: str | None = None):
-        super().__init__(message)
-        self.field_name = field_name
-
-
-def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, required: bool = True,
-         default: Any = None) -> Any:
-    if key not in d or d[key] is None:
-        if required:
-            raise _Bad(f"missing required key {key!r}", key)
-        return default
-    value = d[key]
-    # bool is an int in Python; never accept it where a number is meant
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {_short(value)}", key)
-    if float in (kind if isinstance(kind, tuple) else (kind,)) and isinstance(value, int):
-        try:
-            return float(value)
-        except OverflowError:
-            raise _Bad(f"{key!r} is out of range: {_short(value)}", key) from None
-    if not isinstance(value, kind):
-        raise _Bad(f"{key!r} must be {_type_name(kind)}, got {_short(value)}", key)
-    if isinstance(value, float) and not _finite(value):
-        raise _Bad(f"{key!r} must be a finite number, got {value!r}", key)
-    return value
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _type_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false",
-                        "list": "a list", "dict": "an object"}.get(k.__name__, k.__name__) for k in kinds)
-
-
-def _nonneg(d: Mapping[str, Any], key: str, kind: type, **kw: Any) -> Any:
-    value = _get(d, key, kind, **kw)
-    if value is not None and value < 0:
-        raise _Bad(f"{key!r} must be >= 0, got {value!r}", key)
-    return value
-
-
-def _str_list(d: Mapping[str, Any], key: str, required: bool = False) -> tuple[str, ...]:
-    value = _get(d, key, list, required=required, default=[])
-    if not all(isinstance(v, str) for v in value):
-        raise _Bad(f"{key!r} must be a list of strings", key)
-    return tuple(value)
-
-
-def _str_map(d: Mapping[str, Any], key: str) -> dict[str, str]:
-    value = _get(d, key, dict, required=False, default={})
-    if not all(isinstance(v, str) for v in value.values()):
-        raise _Bad(f"{key!r} must map names to strings", key)
-    return dict(value)
-
-
-def _time(d: Mapping[str, Any], key: str) -> datetime:
-    text = _get(d, key, str)
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        # held in UTC: an offset that moves the time past year 1 or 9999 is refused here, not later
-        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
-    except (ValueError, OverflowError):
-        raise _Bad(f"{key!r} is not an ISO 8601 time: {_short(text)}", key) from None
-
-
-def _extra(d: Mapping[str, Any], cls: type) -> dict[str, Any]:
-    known = {f.name for f in fields(cls)} | {"schema", "type"}
-    return {k: v for k, v in d.items() if k not in known}
-
-
-def _versions(d: Mapping[str, Any]) -> Versions:
-    value = _get(d, "versions", dict, required=False, default={})
-    for key in ("driver", "cuda", "nccl", "torch"):
-        if value.get(key) is not None and not isinstance(value[key], str):
-            raise _Bad(f"versions.{key} must be a string or null", f"versions.{key}")
-    return Versions(value.get("driver"), value.get("cuda"), value.get("nccl"), value.get("torch"))
-
-
-def _job_id(d: Mapping[str, Any]) -> str:
-    value: str = _get(d, "job_id", str)
-    if not _JOB_ID.fullmatch(value):
-        raise _Bad(f"'job_id' must be a Slurm job id (1234 or 1234_5), got {_short(value)}", "job_id")
-    return value
-
-
-def _parse_job(d: Mapping[str, Any]) -> JobRecord:
-    return JobRecord(
-        job_id=_job_id(d), kind=_get(d, "kind", str),
-        cluster=_get(d, "cluster", str, required=False), partition=_get(d, "partition", str, required=False),
-        nodes=_str_list(d, "nodes", required=True), started=_time(d, "started"), finished=_time(d, "finished"),
-        passed=_get(d, "passed", bool), failed_nodes=_str_list(d, "failed_nodes"), reasons=_str_list(d, "reasons"),
-        world_size=_nonneg(d, "world_size", int, required=False), backend=_get(d, "backend", str, required=False),
-        params=dict(_get(d, "params", dict, required=False, default={})),
-        declared_gres=_str_map(d, "declared_gres"), node_gres=_str_map(d, "node_gres"),
-        extra=_extra(d, JobRecord),
-    )
-
-
-def _parse_rank(d: Mapping[str, Any]) -> RankRecord:
-    return RankRecord(
-        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), rank=_nonneg(d, "rank", int),
-        local_rank=_nonneg(d, "local_rank", int), world_size=_nonneg(d, "world_size", int),
-        hostname=_get(d, "hostname", str), node=_get(d, "node", str),
-        step_id=_get(d, "step_id", str, required=False), gpu_model=_get(d, "gpu_model", str, required=False),
-        gpu_uuid=_get(d, "gpu_uuid", str, required=False), versions=_versions(d),
-        cuda_visible_devices=_get(d, "cuda_visible_devices", str, required=False),
-        slurm_job_gpus=_get(d, "slurm_job_gpus", str, required=False),
-        slurm_step_gpus=_get(d, "slurm_step_gpus", str, required=False),
-        gpus_seen=_nonneg(d, "gpus_seen", int, required=False, default=0),
-        gpus_bound=_nonneg(d, "gpus_bound", int, required=False),
-        devices_found=_nonneg(d, "devices_found", int, required=False),
-        device_glob=_get(d, "device_glob", str, required=False),
-        declared_gres=_get(d, "declared_gres", str, required=False),
-        backend=_get(d, "backend", str, required=False), device=_get(d, "device", str, required=False),
-        wrong=_nonneg(d, "wrong", int, required=False, default=0), extra=_extra(d, RankRecord),
-    )
-
-
-def _parse_sweep(d: Mapping[str, Any]) -> SweepRecord:
-    return SweepRecord(
-        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), size=_nonneg(d, "size", int),
-        count=_nonneg(d, "count", int), dtype=_get(d, "dtype", str), iters=_nonneg(d, "iters", int),
-        warmup=_nonneg(d, "warmup", int), time_us=_nonneg(d, "time_us", float),
-        time_us_max=_nonneg(d, "time_us_max", float), algbw_gbps=_nonneg(d, "algbw_gbps", float),
-        busbw_gbps=_nonneg(d, "busbw_gbps", float), wrong=_nonneg(d, "wrong", int),
-        world_size=_nonneg(d, "world_size", int), extra=_extra(d, SweepRecord),
-    )
-
-
-PAIR_STATUSES = ("ok", "timeout", "failed")
-
-
-def _finite(value: Any) -> bool:
-    return value == value and value not in (float("inf"), float("-inf"))
-
-
-def _parse_attempts(d: Mapping[str, Any]) -> tuple[PairAttempt, ...]:
-    items = _get(d, "attempts", list, required=False, default=[])
-    out = []
-    for i, item in enumerate(items):
-        where = f"attempts[{i}]"
-        if not isinstance(item, dict):
-            raise _Bad(f"{where} must be an object", "attempts")
-        try:
-            attempt = _nonneg(item, "attempt", int)
-            status = _get(item, "status", str)
-            if status not in PAIR_STATUSES:
-                raise _Bad(f"'status' must be ok, timeout or failed, got {status!r}", "status")
-            busbw = _nonneg(item, "busbw_gbps", float, required=False)
-            time_us = _nonneg(item, "time_us", float, required=False)
-            iters = _nonneg(item, "iters", int, required=False, default=0)
-            samples = _get(item, "samples_gbps", list, required=False, default=[])
-        except _Bad as exc:
-            raise _Bad(f"{where}: {exc}", f"attempts.{exc.field_name}") from None
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e300 for v in samples):
-            raise _Bad(f"{where}: 'samples_gbps' must be a list of numbers >= 0", "attempts.samples_gbps")
-        if busbw is not None and not _finite(busbw):
-            raise _Bad(f"{where}: 'busbw_gbps' must be finite", "attempts.busbw_gbps")
-        out.append(PairAttempt(attempt, status, busbw, iters, time_us, tuple(float(v) for v in samples)))
-    return tuple(out)
-
-
-def _parse_pair(d: Mapping[str, Any]) -> PairRecord:
-    nodes = _str_list(d, "nodes", required=True)
-    if len(nodes) != 2:
-        raise _Bad(f"'nodes' must name exactly 2 nodes, got {list(nodes)!r}", "nodes")
-    status = _get(d, "status", str)
-    if status not in PAIR_STATUSES:
-        raise _Bad(f"'status' must be ok, timeout or failed, got {status!r}", "status")
-    return PairRecord(
-        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), nodes=(nodes[0], nodes[1]),
-        size=_nonneg(d, "size", int), iters=_nonneg(d, "iters", int),
-        time_us=_nonneg(d, "time_us", float, required=False),
-        algbw_gbps=_nonneg(d, "algbw_gbps", float, required=False),
-        busbw_gbps=_nonneg(d, "busbw_gbps", float, required=False),
-        wrong=_nonneg(d, "wrong", int, required=False, default=0), status=status,
-        step_id=_get(d, "step_id", str, required=False), attempts=_parse_attempts(d), extra=_extra(d, PairRecord),
-    )
-
-
-def _parse_storage(d: Mapping[str, Any]) -> StorageRecord:
-    metric = _get(d, "metric", str)
-    if metric not in STORAGE_METRICS:
-        raise _Bad(f"unknown storage metric {metric!r} (known: {', '.join(STORAGE_METRICS)})", "metric")
-    return StorageRecord(
-        job_id=_get(d, "job_id", str), kind=_get(d, "kind", str), metric=metric, node=_get(d, "node", str),
-        bytes=_nonneg(d, "bytes", int), seconds=_nonneg(d, "seconds", float), mbps=_nonneg(d, "mbps", float),
-        ok=_get(d, "ok", bool, required=False, default=True),
-        write_node=_get(d, "write_node", str, required=False), read_node=_get(d, "read_node", str, required=False),
-        ranks=_nonneg(d, "ranks", int, required=False), path=_get(d, "path", str, required=False),
-        extra=_extra(d, StorageRecord),
-    )
-
-
 _AnyRecord = JobRecord | RankRecord | SweepRecord | PairRecord | StorageRecord
-_PARSERS: dict[str, Callable[[Mapping[str, Any]], _AnyRecord]] = {"job": _parse_job, "rank": _parse_rank, "sweep": _parse_sweep, "pair": _parse_pair,
-            "storage": _parse_storage}
+RECORDS: dict[str, type[_AnyRecord]] = {"job": JobRecord, "rank": RankRecord, "sweep": SweepRecord,
+                                          "pair": PairRecord, "storage": StorageRecord}
 _TYPE_OF: dict[type, str] = {JobRecord: "job", RankRecord: "rank", SweepRecord: "sweep", PairRecord: "pair",
                              StorageRecord: "storage"}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of one result line (schemas/accept-result.schema.json), generated from the records."""
+    defs: dict[str, Any] = {}
+    variants = []
+    for rtype, cls in RECORDS.items():
+        ref = contract.json_schema(cls, defs)
+        variants.append({"allOf": [ref, {"properties": {"type": {"const": rtype}}, "required": ["type"]}]})
+    return {
+        "$schema": contract.JSON_SCHEMA_DRAFT, "$id": contract.SCHEMA_BASE + "accept-result.schema.json",
+        "title": "gpuclust acceptance result line",
+        "description": "One JSON line of <results_dir>/<kind>-<job_id>.jsonl. Lines without a schema key are "
+                       "older history and read the same.",
+        "type": "object",
+        "properties": {"schema": {"enum": list(READABLE_SCHEMAS)},
+                       "type": {"enum": list(RECORDS)},
+                       "kind": {"enum": list(KINDS)}},
+        "required": ["type", "job_id", "kind"],
+        "oneOf": variants,
+        "$defs": defs,
+    }
 
 
 def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Problem]]:
@@ -562,19 +380,19 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
         if not isinstance(obj, dict):
             problems.append(Problem(path, lineno, "a result line must be a JSON object"))
             continue
-        if obj.get("schema") != SCHEMA:
+        if "schema" in obj and obj["schema"] not in READABLE_SCHEMAS:
             problems.append(Problem(path, lineno, f"unknown schema {obj.get('schema')!r} (expected {SCHEMA!r})",
                                     "schema"))
             continue
         rtype = obj.get("type")
-        if not isinstance(rtype, str) or rtype not in _PARSERS:
+        if not isinstance(rtype, str) or rtype not in RECORDS:
             problems.append(Problem(path, lineno, f"unknown record type {rtype!r} (known: {', '.join(RECORD_TYPES)})",
                                     "type"))
             continue
         try:
-            record = _PARSERS[rtype](obj)
-        except _Bad as exc:
-            problems.append(Problem(path, lineno, f"{rtype} record: {exc}", exc.field_name))
+            record = contract.read(RECORDS[rtype], obj)
+        except ContractError as exc:
+            problems.append(Problem(path, lineno, f"{rtype} record: {exc}", exc.field))
             continue
         if record.kind not in KINDS:
             problems.append(Problem(path, lineno, f"unknown kind {record.kind!r} (known: {', '.join(KINDS)})", "kind"))

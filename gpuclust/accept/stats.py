@@ -334,50 +334,7 @@ def round_robin_pairs(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
     return rounds
 
 
-# ---- history: baselines and version drift -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Drift:
-    field: str
-    before: str | None
-    after: str | None
-    since_job: str  # the job that last saw `before`
-
-
-def version_drift(
-    previous: Mapping[str, str | None] | None, current: Mapping[str, str | None], previous_job: str
-) -> list[Drift]:
-    """Fields whose value changed since the node's previous result (None -> None is no change; a field the
-    previous result did not know is not drift)."""
-    if previous is None:
-        return []
-    out = []
-    for name, value in current.items():
-        if name in previous and previous[name] != value:
-            out.append(Drift(name, previous[name], value, previous_job))
-    return out
-
-
-def fleet_odd_ones(per_node: Mapping[str, Mapping[str, str | None]]) -> dict[str, list[tuple[str, str | None, str | None]]]:
-    """Within one job: nodes whose version differs from the majority value of the job's nodes.
-    Returns node -> [(field, node's value, majority value)]. Ties (no strict majority) flag nobody."""
-    out: dict[str, list[tuple[str, str | None, str | None]]] = {}
-    if len(per_node) < 2:
-        return out
-    fields_seen = sorted({f for versions in per_node.values() for f in versions})
-    for name in fields_seen:
-        counts: dict[str | None, int] = {}
-        for versions in per_node.values():
-            counts[versions.get(name)] = counts.get(versions.get(name), 0) + 1
-        top = sorted(counts.items(), key=lambda kv: -kv[1])
-        if len(top) < 2 or top[0][1] == top[1][1]:
-            continue
-        majority = top[0][0]
-        for node, versions in per_node.items():
-            if versions.get(name) != majority:
-                out.setdefault(node, []).append((name, versions.get(name), majority))
-    return out
+# ---- history: baselines (version drift: gpuclust.accept.drift) ---------------------------------------
 
 
 def baseline(history: Sequence[float], min_runs: int = 3, window: int = 10) -> float | None:

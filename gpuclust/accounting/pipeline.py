@@ -11,13 +11,13 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from gpuclust.accounting import store, trend
+from gpuclust.accounting import reportdoc, store, trend
 from gpuclust.accounting.fetch import fetch_day
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
 from gpuclust.accounting.normalize import ParseResult
 from gpuclust.accounting.period import Period
-from gpuclust.accounting.render import add_context, write_report
+from gpuclust.accounting.render import write_report
 from gpuclust.config import SiteConfig
 from gpuclust.errors import InputError, Problem
 from gpuclust.slurm.client import SlurmClient
@@ -165,10 +165,9 @@ def build(
             ],
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
-    add_context(report, config.cluster_name, currency=config.currency)
     if not input_path and trend_days:
         add_trend(report, config, trend_days)
-    return report, parsed
+    return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed
 
 
 def add_trend(report: Report, config: SiteConfig, days: int = max(trend.TREND_DAYS)) -> None:

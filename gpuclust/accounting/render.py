@@ -12,7 +12,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ import pandas as pd
 from gpuclust.accounting import prom, svgplot
 from gpuclust.accounting.metrics import Report
 from gpuclust.atomicfile import write_atomic
-from gpuclust.cli.output import to_json
 from gpuclust.errors import InputError, Problem
+from gpuclust.output import to_json
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
 TREND_VIEWS = (30, 90)  # days shown in the HTML trend view (the report holds the longest)
@@ -52,29 +52,10 @@ def _why(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write `path` whole or not at all (a temporary file renamed over it); an OSError becomes an InputError
-    naming the path."""
-    try:
-        write_atomic(path, data, make_parents=True)
-    except (OSError, ValueError) as exc:
-        raise InputError(Problem(str(path), None, f"cannot write: {_why(exc)}")) from None
-
-
 # Context every output carries, so that nightly files can be concatenated: report.json's first keys, and the
 # last columns of every CSV/Parquet table.
 CONTEXT_KEYS = ("cluster", "period", "generated_at")
 CONTEXT_COLUMNS = ("cluster", "period_start", "period_end", "generated_at")
-
-
-def add_context(report: Report, cluster: str, generated_at: datetime | None = None, currency: str = "") -> None:
-    """Put `cluster`, `period` and `generated_at` (UTC, ISO 8601 to the second) first in report.data, then
-    `currency` (the site's ISO 4217 code of every cost figure; null when not configured)."""
-    when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
-    rest = {k: v for k, v in report.data.items() if k not in (*CONTEXT_KEYS, "currency")}
-    report.data.clear()
-    report.data.update({"cluster": cluster, "period": report.period.as_dict(),
-                        "generated_at": when.isoformat(timespec="seconds"), "currency": currency or None, **rest})
 
 
 def context_row(report: Report) -> dict[str, Any]:
@@ -98,22 +79,22 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
     for fmt in formats:
         if fmt == "json":
             path = out_dir / "report.json"
-            atomic_write(path, to_json(report.data) + "\n")
+            write_atomic(path, to_json(report.data) + "\n", make_parents=True, input_error=True)
             written.append(path)
         elif fmt in ("csv", "parquet"):
             for name, table in report.tables.items():
                 frame = with_context(table, report)
                 path = out_dir / f"{name}.{fmt}"
                 if fmt == "csv":
-                    atomic_write(path, frame.to_csv(index=False))
+                    write_atomic(path, frame.to_csv(index=False), make_parents=True, input_error=True)
                 else:
                     buf = io.BytesIO()
                     frame.to_parquet(buf, index=False)
-                    atomic_write(path, buf.getvalue())
+                    write_atomic(path, buf.getvalue(), make_parents=True, input_error=True)
                 written.append(path)
         elif fmt == "html":
             path = out_dir / "report.html"
-            atomic_write(path, render_html(report))
+            write_atomic(path, render_html(report), make_parents=True, input_error=True)
             written.append(path)
         elif fmt == "prom":
             path = out_dir / prom.FILENAME

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from gpuclust.config.site import SiteConfig
+from gpuclust.config.site import SITE, SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.client import SlurmClient
 
 from . import acceptance, baseline, checks
 from .collect import ClusterSnapshot, collect_snapshot
-from .findings import AuditReport, Finding, worst
+from .findings import AuditReport, Finding, PartitionFigures, worst
 
 CHECK_FAMILIES = ("state", "homogeneity", "limits", "acceptance")
 
@@ -51,6 +51,9 @@ def audit_snapshot(
         return report
     missing = [n for n in part.nodes if n not in snap.nodes]
     nodes = [snap.nodes[n] for n in part.nodes if n in snap.nodes]
+    report.figures = PartitionFigures(
+        nodes=len(part.nodes), gpus=sum(n.gpu_count for n in nodes), gpus_used=sum(n.gpus_used for n in nodes),
+        down=sum(1 for n in nodes if n.is_down), drained=sum(1 for n in nodes if n.is_drain and not n.is_down))
     report.nodes = {n.name: {**n.config(), "state": n.state_text, "reason": n.reason} for n in nodes}
     for note in snap.notes:
         report.add([Finding.make("source", Nagios.OK, note)])
@@ -71,7 +74,7 @@ def audit_snapshot(
         report.add(checks.check_accounts(snap, part, part_cfg))
     if "acceptance" not in skip:
         rdir = results_dir if results_dir is not None else (site.results_dir if site else "")
-        stale_days = site.acceptance_stale_days if site else 7
+        stale_days = site.acceptance_stale_days if site else SITE.default("acceptance_stale_days")
         if rdir:
             report.add(acceptance.check_acceptance(rdir, part.nodes, snap.cluster, stale_days, now))
         else:

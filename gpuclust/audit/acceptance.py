@@ -6,8 +6,9 @@
   acceptance.storage    WARNING   the same for storage jobs
   acceptance.failures   CRITICAL  a job after the node's last pass named the node in failed_nodes;
                         WARNING   a job after the last pass failed without naming a culprit
-  acceptance.versions   WARNING   driver/CUDA/NCCL/torch on a node differs from the partition's majority
-                                  (from each node's most recent job with rank records)
+  acceptance.versions   WARNING   driver/CUDA/NCCL/torch on a node differs from the partition's strict majority,
+                                  or differs with no majority (a tie names nobody); from each node's most
+                                  recent job with rank records, judged by gpuclust.accept.drift
 
 "Passing" is JobResult.node_passed: correctness, not the performance gates `accept report` applies.
 Jobs recorded for another cluster (job.cluster set and different) are ignored: node names repeat across sites.
@@ -19,17 +20,19 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from gpuclust.accept import drift
 from gpuclust.accept.results import JobResult, Versions, last_pass_by_node, scan_results
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.hostlist import fold
 
-from .checks import fold_list, format_age, majority_groups
+from .checks import format_age
 from .findings import Finding
 
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("all_reduce", ("allreduce", "pairwise")),
     ("storage", ("storage",)),
 )
-VERSION_FIELDS = ("driver", "cuda", "nccl", "torch")
+VERSION_FIELDS = drift.VERSION_FIELDS
 
 
 def check_acceptance(results_dir: str, nodes: Sequence[str], cluster: str | None, stale_days: int,
@@ -113,25 +116,36 @@ def _failures_since(jobs: Sequence[JobResult], nodes: Sequence[str]) -> list[Fin
 
 
 def _version_drift(jobs: Sequence[JobResult], nodes: Sequence[str]) -> list[Finding]:
+    """Each node's latest versions, judged across the partition by gpuclust.accept.drift (as accept report
+    judges a job's nodes): a strict majority names the odd nodes out; a tie names nobody, and is a warning."""
     latest: dict[str, Versions] = {}
     for job in jobs:  # oldest first, so later jobs overwrite
         for node, versions in job.node_versions().items():
             if node in nodes:
                 latest[node] = versions
     out: list[Finding] = []
-    for name in VERSION_FIELDS:
-        values = {node: getattr(v, name) for node, v in latest.items() if getattr(v, name) is not None}
-        if not values:
-            continue
-        groups = majority_groups(values)
-        value, majority = groups[0]
-        if len(groups) == 1:
+    per_node = {node: v.as_dict() for node, v in latest.items()}
+    for judged in drift.across(per_node, drift.VERSION_FIELDS):
+        name = judged.field
+        if judged.uniform:
+            value, group = judged.groups[0]
             out.append(Finding.make("acceptance.versions", Nagios.OK,
-                                    f"{name} {value} on all {len(majority)} nodes with results", majority))
-            continue
-        for odd_value, odd_nodes in groups[1:]:
+                                    f"{name} {_shown(value)} on all {len(group)} nodes with results", group))
+        elif judged.majority is None:
+            spread = "; ".join(f"{_shown(value)} on {fold(group)}" for value, group in judged.groups)
             out.append(Finding.make("acceptance.versions", Nagios.WARNING,
-                                    f"{name} {odd_value} on {fold_list(odd_nodes)}, but {fold_list(majority)} "
-                                    f"(majority) {'has' if len(majority) == 1 else 'have'} {value}", odd_nodes,
-                                    field=name, value=odd_value, majority_value=value))
+                                    f"{name} differs with no majority: {spread}", per_node, field=name,
+                                    values={_shown(v): fold(g) for v, g in judged.groups}))
+        else:
+            value, majority = judged.majority
+            for odd_value, odd_nodes in judged.odd:
+                out.append(Finding.make(
+                    "acceptance.versions", Nagios.WARNING,
+                    f"{name} {_shown(odd_value)} on {fold(odd_nodes)}, but {fold(majority)} (majority) "
+                    f"{'has' if len(majority) == 1 else 'have'} {_shown(value)}", odd_nodes,
+                    field=name, value=odd_value, majority_value=value))
     return out
+
+
+def _shown(value: str | None) -> str:
+    return "(none)" if value is None else value

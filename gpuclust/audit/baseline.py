@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.hostlist import fold
 
-from .checks import fold_list
-from .findings import Finding
+from .findings import Finding, read_audit_document
 from .records import NodeRecord
 
 CONFIG_FIELDS = ("gres", "cpus", "real_memory_mb", "features", "version")
@@ -37,15 +37,13 @@ def load_baseline(path: str, partition: str) -> dict[str, dict[str, Any]]:
         raise ValueError(f"cannot read baseline {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"baseline {path} is not JSON: {exc.msg} at line {exc.lineno}") from None
-    reports = doc.get("partitions") if isinstance(doc, dict) and "partitions" in doc else [doc]
-    if not isinstance(reports, list):
-        raise ValueError(f"baseline {path} is not a gpuclust audit JSON output")
+    try:
+        reports = read_audit_document(doc)
+    except ValueError as exc:
+        raise ValueError(f"baseline {path} is not a gpuclust audit JSON output: {exc}") from None
     for report in reports:
-        if isinstance(report, dict) and report.get("partition") == partition:
-            nodes = report.get("nodes")
-            if not isinstance(nodes, dict) or not all(isinstance(v, dict) for v in nodes.values()):
-                raise ValueError(f"baseline {path}: partition {partition} has no 'nodes' map")
-            return nodes
+        if report.partition == partition:
+            return report.nodes
     raise PartitionNotInBaseline(f"baseline {path} has no audit of partition {partition}")
 
 
@@ -65,7 +63,7 @@ def diff_baseline(path: str, partition: str, nodes: Mapping[str, NodeRecord]) ->
     if removed:
         out.append(Finding.make("baseline.removed", Nagios.WARNING,
                                 f"{len(removed)} node(s) of the baseline are no longer in the partition: "
-                                f"{fold_list(removed)}", removed))
+                                f"{fold(removed)}", removed))
     changes: dict[str, list[str]] = {}  # change text -> nodes, so identical changes fold into one node set
     for name in sorted(set(nodes) & set(old)):
         now_cfg = nodes[name].config()

@@ -40,6 +40,7 @@ from typing import Any
 
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.hostlist import fold
 
 from .collect import ClusterSnapshot
 from .findings import Finding
@@ -58,10 +59,6 @@ def format_age(delta: timedelta) -> str:
     if minutes:
         return f"{minutes}m"
     return f"{secs}s"
-
-
-def fold_list(nodes: Iterable[str]) -> str:
-    return Finding.make("", Nagios.OK, "", nodes).nodes
 
 
 # ---- node state ---------------------------------------------------------------------------------------
@@ -182,12 +179,12 @@ def check_homogeneity(nodes: Sequence[NodeRecord]) -> list[Finding]:
                                     majority))
             continue
         tie = len(groups[1][1]) == len(majority)
-        basis = f"{fold_list(majority)} ({'no majority; largest group' if tie else 'majority'}) {_have(majority)} {shown}"
+        basis = f"{fold(majority)} ({'no majority; largest group' if tie else 'majority'}) {_have(majority)} {shown}"
         for odd_value, odd_nodes in groups[1:]:
             out.append(Finding.make(
                 f"homogeneity.{suffix}", severity,
-                f"{label} {_show(odd_value)} on {fold_list(odd_nodes)}, but {basis}", odd_nodes,
-                value=odd_value, majority_value=value, majority_nodes=fold_list(majority),
+                f"{label} {_show(odd_value)} on {fold(odd_nodes)}, but {basis}", odd_nodes,
+                value=odd_value, majority_value=value, majority_nodes=fold(majority),
             ))
     return out
 
@@ -206,7 +203,7 @@ def config_groups(nodes: Sequence[NodeRecord]) -> list[dict[str, Any]]:
     for node in nodes:
         groups.setdefault(tuple(sorted(node.config().items())), []).append(node.name)
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), str(kv[0])))
-    return [{"nodes": fold_list(names), "count": len(names), **dict(key)} for key, names in ordered]
+    return [{"nodes": fold(names), "count": len(names), **dict(key)} for key, names in ordered]
 
 
 def check_site_expectations(nodes: Sequence[NodeRecord], part_cfg: PartitionConfig | None) -> list[Finding]:

@@ -1,16 +1,21 @@
-"""Text rendering of audit reports: a table per severity, worst first, with a Nagios-style first line."""
+"""Text rendering of audit reports: a Nagios status line with performance data, then a table per severity,
+worst first."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuclust.cli.output import format_table
+from gpuclust.findings import Perf, status_line
+from gpuclust.output import format_table
 
-from .findings import SEVERITY_ORDER, AuditReport
+from .findings import SEVERITY_ORDER, AuditReport, worst
 
 
-def render_report(report: AuditReport, problems_only: bool = False) -> str:
-    lines = [report.summary_line()]
+def render_report(report: AuditReport, problems_only: bool = False, *, first: bool = True) -> str:
+    """`first`: this report's summary is the output's first line and carries the performance data (Nagios
+    reads performance data on the first line; a later '|' would turn the rest of the text into data)."""
+    summary = report.summary_line()
+    lines = [summary if first else summary.split(" | ", 1)[0]]
     for severity in SEVERITY_ORDER:
         if problems_only and severity.name == "OK":
             continue
@@ -24,5 +29,16 @@ def render_report(report: AuditReport, problems_only: bool = False) -> str:
     return "\n".join(lines)
 
 
+def overall_line(reports: Sequence[AuditReport]) -> str:
+    """`audit: CRITICAL - gpu CRITICAL, debug OK | gpu_nodes=4;;;0 ...`: several partitions in one line."""
+    text = ", ".join(f"{r.partition} {r.status.name}" for r in reports)
+    perf = [Perf(f"{r.partition}_{p.label}", p.value, p.uom, p.warn, p.crit, p.min, p.max)
+            for r in reports for p in r.perf()]
+    return status_line("audit", worst(reports), text, perf)
+
+
 def render_reports(reports: Sequence[AuditReport], problems_only: bool = False) -> str:
-    return "\n\n".join(render_report(r, problems_only) for r in reports)
+    if len(reports) == 1:
+        return render_report(reports[0], problems_only)
+    body = "\n\n".join(render_report(r, problems_only, first=False) for r in reports)
+    return f"{overall_line(reports)}\n\n{body}"

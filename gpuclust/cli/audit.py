@@ -8,7 +8,7 @@ import click
 
 from gpuclust.audit import CHECK_FAMILIES, audit_partitions, unknown_report, worst
 from gpuclust.audit.collect import SOURCES
-from gpuclust.audit.findings import AuditReport, Finding
+from gpuclust.audit.findings import AuditReport, Finding, audit_document
 from gpuclust.audit.render import render_reports
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
@@ -95,10 +95,6 @@ def _site_config(app: AppContext) -> tuple[SiteConfig | None, list[Finding]]:
 
 def _emit(reports: list[AuditReport], as_json: bool, all_partitions: bool, problems_only: bool) -> None:
     if as_json:
-        if all_partitions:
-            status = worst(reports)
-            echo_json({"status": status.name, "exit_code": int(status), "partitions": [r.as_dict() for r in reports]})
-        else:
-            echo_json(reports[0].as_dict())
+        echo_json(audit_document(reports, all_partitions))
     else:
         click.echo(render_reports(reports, problems_only))

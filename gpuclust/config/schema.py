@@ -18,6 +18,7 @@ class Key:
     parse: Callable[[str], Any]
     doc: str
     required: bool = False
+    default: Any = None  # the value of an absent key: stated here only (ParsedSection.get, the config dataclasses)
 
     @property
     def is_family(self) -> bool:
@@ -36,6 +37,13 @@ class SectionSpec:
     named: bool = False  # [partition gpu] is named; [site] is not
     required: bool = False
 
+    def default(self, name: str) -> Any:
+        """The default of key `name` (None when it has none)."""
+        key = self.key(name)
+        if key is None:
+            raise KeyError(f"[{self.kind}] has no key {name!r}")
+        return key.default
+
     def key(self, name: str) -> Key | None:
         for key in self.keys:
             if key.name == name or (key.is_family and name.startswith(key.family_prefix) and len(name) > len(key.family_prefix)):
@@ -53,8 +61,11 @@ class ParsedSection:
     values: dict[str, Any] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
+    def get(self, key: str) -> Any:
+        """The parsed value, or the key's default from its definition."""
+        if key in self.values:
+            return self.values[key]
+        return self.spec.default(key)
 
     def family(self, prefix: str) -> dict[str, Any]:
         """{'h100': 8} from keys like gpu_limit.h100 = 8 (prefix 'gpu_limit')."""

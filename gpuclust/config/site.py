@@ -23,15 +23,15 @@ SITE = SectionSpec(
     "Cluster-wide settings.",
     (
         Key("cluster_name", v.parse_slurm_name, "Slurm ClusterName this config describes.", required=True),
-        Key("timezone", v.parse_timezone, "IANA time zone for report periods (sacct is always read in UTC)."),
-        Key("state_dir", v.parse_abs_path, "Where gpuclust keeps its accounting store and history."),
+        Key("timezone", v.parse_timezone, "IANA time zone for report periods (sacct is always read in UTC).", default="UTC"),
+        Key("state_dir", v.parse_abs_path, "Where gpuclust keeps its accounting store and history.", default="/var/lib/gpuclust"),
         Key("results_dir", v.parse_abs_path, "Where acceptance jobs write results (default: STATE_DIR/results)."),
         Key("report_dir", v.parse_abs_path, "Default output directory of `report build` (default: STATE_DIR/reports)."),
-        Key("retry_window", v.parse_duration, "A resubmission within this long after a failed attempt continues the run."),
-        Key("report_labels", v.parse_name_list, "Comment label keys reported as dimensions, e.g. team, project, model."),
+        Key("retry_window", v.parse_duration, "A resubmission within this long after a failed attempt continues the run.", default=24 * 3600),
+        Key("report_labels", v.parse_name_list, "Comment label keys reported as dimensions, e.g. team, project, model.", default=()),
         Key("target_completed_runs_per_month", v.parse_nonneg_float, "Sizing target for `report build`."),
-        Key("acceptance_stale_days", v.parse_positive_int, "A node's last passing acceptance result goes stale after this."),
-        Key("currency", v.parse_currency, "ISO 4217 code of the prices (EUR, USD); labels cost in report.json and gpuclust.prom."),
+        Key("acceptance_stale_days", v.parse_positive_int, "A node's last passing acceptance result goes stale after this.", default=7),
+        Key("currency", v.parse_currency, "ISO 4217 code of the prices (EUR, USD); labels cost in report.json and gpuclust.prom.", default=""),
     ),
     required=True,
 )
@@ -45,19 +45,19 @@ PARTITION = SectionSpec(
         Key("gpus_per_node", v.parse_nonneg_int, "GPUs each node is expected to have (0 for a CPU partition)."),
         Key("price_per_gpu_hour", v.parse_nonneg_float, "Fallback price when the GPU type has none."),
         Key("expect_busbw_gbps", v.parse_nonneg_float, "Expected all_reduce busbw (GB/s) at the large sizes."),
-        Key("busbw_tolerance", v.parse_fraction, "Allowed shortfall before CRITICAL, e.g. 0.15 or 15%."),
-        Key("busbw_min_size", v.parse_size, "Sizes at or above this count as 'large' for the busbw gate (default 64M)."),
+        Key("busbw_tolerance", v.parse_fraction, "Allowed shortfall before CRITICAL, e.g. 0.15 or 15%.", default=0.15),
+        Key("busbw_min_size", v.parse_size, "Sizes at or above this count as 'large' for the busbw gate (default 64M).", default=64 * 1024**2),
         Key("expect_staging_mbps", v.parse_nonneg_float, "Expected dataset staging MB/s per node."),
         Key("expect_checkpoint_write_mbps", v.parse_nonneg_float, "Expected checkpoint write MB/s."),
         Key("expect_checkpoint_read_mbps", v.parse_nonneg_float, "Expected checkpoint restore MB/s."),
         Key("expect_restore_seconds", v.parse_nonneg_float, "Maximum checkpoint restore time in seconds."),
-        Key("storage_tolerance", v.parse_fraction, "Allowed shortfall on storage figures before CRITICAL."),
+        Key("storage_tolerance", v.parse_fraction, "Allowed shortfall on storage figures before CRITICAL.", default=0.2),
         Key("max_time", v.parse_duration, "Policy: longest time limit a job may ask for (also checked against MaxTime)."),
-        Key("require_gpu", v.parse_bool, "Policy: jobs here must request at least one GPU."),
-        Key("require_typed_gpu", v.parse_bool, "Policy: GPU requests must name a type (gpu:h100:N)."),
+        Key("require_gpu", v.parse_bool, "Policy: jobs here must request at least one GPU.", default=False),
+        Key("require_typed_gpu", v.parse_bool, "Policy: GPU requests must name a type (gpu:h100:N).", default=False),
         Key("max_gpus_per_job", v.parse_positive_int, "Policy: most GPUs one job may request."),
         Key("allowed_accounts", v.parse_name_list, "Policy: only these accounts may submit here."),
-        Key("require_wckey", v.parse_bool, "Policy: jobs here must set --wckey."),
+        Key("require_wckey", v.parse_bool, "Policy: jobs here must set --wckey.", default=False),
         Key("qos", v.parse_slurm_name, "The partition QOS that carries its GPU limits, if any."),
     ),
     named=True,
@@ -104,13 +104,13 @@ POLICY = SectionSpec(
     "policy",
     "Submit policy rendered into job_submit.lua (see `gpuclust policy render`).",
     (
-        Key("fail_mode", v.parse_choice("open", "closed"), "On an internal error: open accepts the job, closed rejects it."),
-        Key("require_account", v.parse_bool, "Jobs must pass --account explicitly."),
-        Key("required_labels", v.parse_name_list, "Keys that must appear as key=value in --comment."),
+        Key("fail_mode", v.parse_choice("open", "closed"), "On an internal error: open accepts the job, closed rejects it.", default="closed"),
+        Key("require_account", v.parse_bool, "Jobs must pass --account explicitly.", default=False),
+        Key("required_labels", v.parse_name_list, "Keys that must appear as key=value in --comment.", default=()),
         Key("label.*", v.parse_list, "Allowed values of a label: exact values or globs with * and ?."),
-        Key("exempt_users", v.parse_name_list, "Users the policy never rejects."),
-        Key("exempt_accounts", v.parse_name_list, "Accounts the policy never rejects."),
-        Key("reject_untyped_gpu_where_typed_limits", v.parse_bool, "Reject untyped gpu requests on partitions/accounts with typed limits."),
+        Key("exempt_users", v.parse_name_list, "Users the policy never rejects.", default=()),
+        Key("exempt_accounts", v.parse_name_list, "Accounts the policy never rejects.", default=()),
+        Key("reject_untyped_gpu_where_typed_limits", v.parse_bool, "Reject untyped gpu requests on partitions/accounts with typed limits.", default=True),
         Key("default_partition", v.parse_slurm_name, "The partition (Default=YES in slurm.conf) whose rules apply to jobs without -p."),
     ),
 )
@@ -138,19 +138,19 @@ class PartitionConfig:
     gpus_per_node: int | None = None
     price_per_gpu_hour: float | None = None
     expect_busbw_gbps: float | None = None
-    busbw_tolerance: float = 0.15
-    busbw_min_size: int = 64 * 1024**2
+    busbw_tolerance: float = PARTITION.default("busbw_tolerance")
+    busbw_min_size: int = PARTITION.default("busbw_min_size")
     expect_staging_mbps: float | None = None
     expect_checkpoint_write_mbps: float | None = None
     expect_checkpoint_read_mbps: float | None = None
     expect_restore_seconds: float | None = None
-    storage_tolerance: float = 0.2
+    storage_tolerance: float = PARTITION.default("storage_tolerance")
     max_time_s: int | None = None
-    require_gpu: bool = False
-    require_typed_gpu: bool = False
+    require_gpu: bool = PARTITION.default("require_gpu")
+    require_typed_gpu: bool = PARTITION.default("require_typed_gpu")
     max_gpus_per_job: int | None = None
     allowed_accounts: tuple[str, ...] | None = None
-    require_wckey: bool = False
+    require_wckey: bool = PARTITION.default("require_wckey")
     qos: str | None = None
 
 
@@ -172,13 +172,13 @@ class QosConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    fail_mode: str = "closed"
-    require_account: bool = False
-    required_labels: tuple[str, ...] = ()
+    fail_mode: str = POLICY.default("fail_mode")
+    require_account: bool = POLICY.default("require_account")
+    required_labels: tuple[str, ...] = POLICY.default("required_labels")
     label_patterns: dict[str, tuple[str, ...]] = field(default_factory=dict)  # key -> allowed globs; absent = any value
-    exempt_users: tuple[str, ...] = ()
-    exempt_accounts: tuple[str, ...] = ()
-    reject_untyped_gpu_where_typed_limits: bool = True
+    exempt_users: tuple[str, ...] = POLICY.default("exempt_users")
+    exempt_accounts: tuple[str, ...] = POLICY.default("exempt_accounts")
+    reject_untyped_gpu_where_typed_limits: bool = POLICY.default("reject_untyped_gpu_where_typed_limits")
     default_partition: str | None = None
 
 
@@ -186,15 +186,15 @@ class PolicyConfig:
 class SiteConfig:
     path: str
     cluster_name: str
-    timezone: str = "UTC"
-    state_dir: str = "/var/lib/gpuclust"
+    timezone: str = SITE.default("timezone")
+    state_dir: str = SITE.default("state_dir")
     results_dir: str = ""
     report_dir: str = ""
-    retry_window_s: int = 24 * 3600
-    report_labels: tuple[str, ...] = ()
+    retry_window_s: int = SITE.default("retry_window")
+    report_labels: tuple[str, ...] = SITE.default("report_labels")
     target_completed_runs_per_month: float | None = None
-    acceptance_stale_days: int = 7
-    currency: str = ""
+    acceptance_stale_days: int = SITE.default("acceptance_stale_days")
+    currency: str = SITE.default("currency")
     partitions: dict[str, PartitionConfig] = field(default_factory=dict)
     gpu_type_prices: dict[str, float] = field(default_factory=dict)
     accounts: dict[str, AccountConfig] = field(default_factory=dict)
@@ -260,19 +260,19 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
     problems += _cross_check(path, partitions, accounts, qos, policy, policy_cfg)
     if problems or site is None:
         raise ConfigError(problems or [Problem(path, None, "missing required section [site]")])
-    state_dir = site.get("state_dir", "/var/lib/gpuclust")
+    state_dir = site.get("state_dir")
     return SiteConfig(
         path=path,
         cluster_name=site.values["cluster_name"],
-        timezone=site.get("timezone", "UTC"),
+        timezone=site.get("timezone"),
         state_dir=state_dir,
-        results_dir=site.get("results_dir", os.path.join(state_dir, "results")),
-        report_dir=site.get("report_dir", os.path.join(state_dir, "reports")),
-        retry_window_s=site.get("retry_window", 24 * 3600),
-        report_labels=site.get("report_labels", ()),
+        results_dir=site.get("results_dir") or os.path.join(state_dir, "results"),
+        report_dir=site.get("report_dir") or os.path.join(state_dir, "reports"),
+        retry_window_s=site.get("retry_window"),
+        report_labels=site.get("report_labels"),
         target_completed_runs_per_month=site.get("target_completed_runs_per_month"),
-        acceptance_stale_days=site.get("acceptance_stale_days", 7),
-        currency=site.get("currency", ""),
+        acceptance_stale_days=site.get("acceptance_stale_days"),
+        currency=site.get("currency"),
         partitions=partitions,
         gpu_type_prices=prices,
         accounts=accounts,
@@ -302,18 +302,18 @@ def _limits(s: ParsedSection) -> GpuLimits:
 
 def _account(s: ParsedSection) -> AccountConfig:
     assert s.name is not None
-    return AccountConfig(s.name, s.line, s.get("labels", {}), s.get("allowed_partitions"), _limits(s))
+    return AccountConfig(s.name, s.line, s.get("labels") or {}, s.get("allowed_partitions"), _limits(s))
 
 
 def _policy(s: ParsedSection) -> PolicyConfig:
     return PolicyConfig(
-        fail_mode=s.get("fail_mode", "closed"),
-        require_account=s.get("require_account", False),
-        required_labels=s.get("required_labels", ()),
+        fail_mode=s.get("fail_mode"),
+        require_account=s.get("require_account"),
+        required_labels=s.get("required_labels"),
         label_patterns=s.family("label"),
-        exempt_users=s.get("exempt_users", ()),
-        exempt_accounts=s.get("exempt_accounts", ()),
-        reject_untyped_gpu_where_typed_limits=s.get("reject_untyped_gpu_where_typed_limits", True),
+        exempt_users=s.get("exempt_users"),
+        exempt_accounts=s.get("exempt_accounts"),
+        reject_untyped_gpu_where_typed_limits=s.get("reject_untyped_gpu_where_typed_limits"),
         default_partition=s.get("default_partition"),
     )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
+from gpuclust.policy.luastring import lua_string
 
 VALIDATE_TIMEOUT_S = 30.0
 
@@ -77,8 +78,6 @@ if lib.luaL_loadstring(L, src) != 0 or lib.lua_pcall(L, 0, 0, 0) != 0:
 
 
 def _driver_for(path: Path) -> str:
-    from gpuclust.policy.render import lua_string
-
     return f"GPUCLUST_PATH = {lua_string(str(path))}\n" + _DRIVER
 
 
@@ -112,10 +111,7 @@ def install_lua(text: str, out: str | Path) -> Path:
     path = Path(out)
     if path.is_dir():
         raise InputError(Problem(str(path), None, "is a directory; give the job_submit.lua file path"))
-    try:
-        write_atomic(path, text, mode=None, check=validate_lua_file)
-    except OSError as exc:
-        raise InputError(Problem(str(path), None, f"cannot write: {exc.strerror or exc}")) from None
+    write_atomic(path, text, mode=None, check=validate_lua_file, input_error=True)
     return path
 
 

@@ -7,12 +7,14 @@ from importlib import resources
 from pathlib import Path
 
 from gpuclust.policy.compile import CompiledPolicy
+from gpuclust.policy.luastring import FORBIDDEN_WORDS, lua_string
+
+__all__ = ["FORBIDDEN", "FORBIDDEN_WORDS", "SLURM_NAMES_22_05", "lint", "lua_string", "render_lua", "write_lua"]
 
 # Forbidden in the rendered file: per-job I/O or forking inside slurmctld, and loading modules. Matched as plain
 # substrings anywhere (code, comments, data), so a plain grep of the file agrees with the lint. No data reaches the
 # file except through lua_string, which escapes the first byte of each of these words (every FORBIDDEN pattern
 # needs one of them whole), so no config value can make the lint fail or spell code.
-FORBIDDEN_WORDS = (b"io.", b"os.execute", b"popen", b"require", b"dofile", b"load", b"module", b"package")
 FORBIDDEN = (
     re.compile(r"io\."),
     re.compile(r"os\.execute"),
@@ -33,25 +35,6 @@ SLURM_NAMES_22_05 = frozenset({
 
 def engine_source() -> str:
     return resources.files("gpuclust.policy").joinpath("engine.lua").read_text(encoding="utf-8")
-
-
-def lua_string(value: str | bytes) -> str:
-    """The one way any data enters the rendered Lua: a double-quoted Lua 5.1 literal. Quotes and backslashes are
-    escaped; everything outside printable ASCII (newlines, NUL, UTF-8 bytes) becomes a \\ddd escape, so a value
-    can never end the literal, open a comment or a long bracket, or span lines; the first byte of a FORBIDDEN_WORDS
-    occurrence is escaped too."""
-    data = value.encode("utf-8") if isinstance(value, str) else value
-    out = ['"']
-    for i, byte in enumerate(data):
-        ch = chr(byte)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 32 <= byte < 127 and not any(data.startswith(w, i) for w in FORBIDDEN_WORDS):
-            out.append(ch)
-        else:
-            out.append(f"\\{byte:03d}")
-    out.append('"')
-    return "".join(out)
 
 
 def _set(names: frozenset[str] | None) -> str:

@@ -10,25 +10,26 @@ import pytest
 
 from gpuclust.accept import launch
 from gpuclust.errors import InputError, UnsafeValueError
+from gpuclust.slurm import gres
 
 
 def test_parse_job_node_gres_recorded(data_dir: Path) -> None:
     text = (data_dir / "accept" / "scontrol_show_job_d_running_2node_gres2.txt").read_text()
-    assert launch.parse_job_node_gres(text) == {"node1": "gpu:h100:2(IDX:0-1)", "node2": "gpu:h100:2(IDX:0-1)"}
+    assert gres.parse_job_node_gres(text) == {"node1": "gpu:h100:2(IDX:0-1)", "node2": "gpu:h100:2(IDX:0-1)"}
 
 
 def test_parse_node_gres_recorded(data_dir: Path) -> None:
     text = (data_dir / "accept" / "scontrol_show_node_o_node1-2.txt").read_text()
-    assert launch.parse_node_gres(text) == {"node1": "gpu:h100:4", "node2": "gpu:h100:4"}
+    assert gres.parse_node_gres(text) == {"node1": "gpu:h100:4", "node2": "gpu:h100:4"}
 
 
 def test_gres_counts() -> None:
-    assert launch.gres_gpu_count("gpu:h100:2(IDX:0-1)") == 2
-    assert launch.gres_gpu_count("gpu:h100:4(S:0-1)") == 4
-    assert launch.gres_gpu_count("") == 0
-    assert launch.gres_gpu_count(None) is None
-    assert launch.gres_gpu_type("gpu:h100:4") == "h100"
-    assert launch.gres_gpu_type("gpu:2") is None
+    assert gres.gres_gpu_count("gpu:h100:2(IDX:0-1)") == 2
+    assert gres.gres_gpu_count("gpu:h100:4(S:0-1)") == 4
+    assert gres.gres_gpu_count("") == 0
+    assert gres.gres_gpu_count(None) is None
+    assert gres.gres_gpu_type("gpu:h100:4") == "h100"
+    assert gres.gres_gpu_type("gpu:2") is None
 
 
 def test_choose_backend() -> None:
@@ -177,6 +178,6 @@ def test_parse_gres_recorded_on_slurm_24_11(data_dir: Path) -> None:
     """24.11 (lab, Debian 13 root) adds a JOB_GRES=gpu:h100:4 line and writes TresPerNode=gres/gpu:h100:2; the
     per-node GRES=...(IDX:...) lines are the same form as 22.05 (here IDX:1-2: another job held device 0)."""
     text = (data_dir / "accept" / "scontrol_show_job_d_running_2node_gres2_24.11.txt").read_text()
-    assert launch.parse_job_node_gres(text) == {"node1": "gpu:h100:2(IDX:1-2)", "node2": "gpu:h100:2(IDX:1-2)"}
+    assert gres.parse_job_node_gres(text) == {"node1": "gpu:h100:2(IDX:1-2)", "node2": "gpu:h100:2(IDX:1-2)"}
     nodes = (data_dir / "accept" / "scontrol_show_node_o_node1-2_24.11.txt").read_text()
-    assert launch.parse_node_gres(nodes) == {"node1": "gpu:h100:4", "node2": "gpu:h100:4"}
+    assert gres.parse_node_gres(nodes) == {"node1": "gpu:h100:4", "node2": "gpu:h100:4"}

@@ -152,3 +152,20 @@ def test_pair_budget() -> None:
     assert iterations_for_budget(0.005, 2.0, 5) == 5  # a healthy pair: all of them
     assert iterations_for_budget(10.0, 2.0, 5) == 1  # always at least one
     assert iterations_for_budget(0.5, 0, 5) == 5  # 0 = no budget
+
+
+def test_schema_tag_written_and_older_lines_read(tmp_path: Path) -> None:
+    """Lines are written as gpuclust.accept.result/1; lines under the first name (gpuclust.accept/1) and lines
+    without a tag (older history) read the same; another version is a problem naming the line."""
+    original = make_result()
+    lines = [json.loads(line) for line in R.dump_lines(original).splitlines()]
+    assert {line["schema"] for line in lines} == {"gpuclust.accept.result/1"}
+    for tag in ("gpuclust.accept/1", None):
+        old = [{k: v for k, v in line.items() if k != "schema"} | ({"schema": tag} if tag else {}) for line in lines]
+        (tmp_path / "allreduce-42.jsonl").write_text("".join(json.dumps(line) + "\n" for line in old))
+        [loaded] = R.load_results(tmp_path)
+        assert loaded.job == original.job and loaded.ranks == original.ranks and loaded.sweep == original.sweep
+    lines[1]["schema"] = "gpuclust.accept.result/2"
+    (tmp_path / "allreduce-42.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    scan = R.scan_results(tmp_path)
+    assert [(p.line, p.field) for p in scan.problems] == [(2, "schema")]

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from gpuclust.accept import drift as drift_mod
 from gpuclust.accept import stats
 
 
@@ -117,17 +118,17 @@ def test_round_robin_covers_every_pair_once_in_disjoint_rounds(n: int) -> None:
 def test_version_drift() -> None:
     before = {"driver": "550.54.15", "cuda": "12.4", "nccl": "2.21.5", "torch": "2.3.0"}
     after = dict(before, driver="550.90.07", torch="2.4.0")
-    drift = stats.version_drift(before, after, "41")
+    drift = drift_mod.changes("n1", before, after, "41")
     assert [(d.field, d.before, d.after, d.since_job) for d in drift] == [
         ("driver", "550.54.15", "550.90.07", "41"), ("torch", "2.3.0", "2.4.0", "41")]
-    assert stats.version_drift(None, after, "x") == []
-    assert stats.version_drift({"driver": None}, {"driver": None}, "x") == []
+    assert drift_mod.changes("n1", None, after, "x") == []
+    assert drift_mod.changes("n1", {"driver": None}, {"driver": None}, "x") == []
 
 
 def test_fleet_odd_ones() -> None:
     per_node = {"n1": {"driver": "550"}, "n2": {"driver": "550"}, "n3": {"driver": "535"}}
-    assert stats.fleet_odd_ones(per_node) == {"n3": [("driver", "535", "550")]}
-    assert stats.fleet_odd_ones({"n1": {"driver": "1"}, "n2": {"driver": "2"}}) == {}  # a tie names nobody
+    assert drift_mod.odd_ones(per_node) == {"n3": [("driver", "535", "550")]}
+    assert drift_mod.odd_ones({"n1": {"driver": "1"}, "n2": {"driver": "2"}}) == {}  # a tie names nobody
 
 
 def test_baseline() -> None:
@@ -199,3 +200,15 @@ def test_two_slow_nodes_of_six() -> None:
 def test_disjoint_rounds() -> None:
     rounds = stats.disjoint_rounds([("a", "c"), ("b", "c"), ("c", "d"), ("a", "b")])
     assert rounds == [[("a", "c")], [("b", "c")], [("c", "d"), ("a", "b")]]
+
+
+def test_drift_across_nodes_one_judgement() -> None:
+    """The judgement accept report and audit share: a strict majority names the odd nodes; a tie names nobody
+    but is a tie; a node without a value (None) differs from nodes with one; all-None fields are not judged."""
+    per_node = {"n1": {"driver": "550", "cuda": None}, "n2": {"driver": "550", "cuda": None},
+                "n3": {"driver": None, "cuda": None}}
+    (driver,) = drift_mod.across(per_node)
+    assert driver.field == "driver" and driver.majority == ("550", ("n1", "n2"))
+    assert driver.odd == ((None, ("n3",)),) and not driver.tie
+    (tie,) = drift_mod.across({"n2": {"torch": "2"}, "n10": {"torch": "1"}})
+    assert tie.tie and tie.odd == () and tie.groups == (("1", ("n10",)), ("2", ("n2",)))

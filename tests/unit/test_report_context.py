@@ -29,10 +29,10 @@ def build(tmp_path: Path, *extra: str) -> Path:
 def test_json_and_every_csv_and_parquet_carry_the_context(tmp_path):
     out = build(tmp_path, "--format", "json,csv,parquet")
     data = json.loads((out / "report.json").read_text())
-    assert list(data)[:3] == ["cluster", "period", "generated_at"]
+    assert list(data)[:5] == ["schema", "cluster", "period", "generated_at", "currency"]
     assert data["cluster"] == "acct"
     assert data["period"] == {"start": "2026-12-02T00:00:00+00:00", "end": "2026-12-03T00:00:00+00:00"}
-    assert data["generated_at"].endswith("+00:00") and "T" in data["generated_at"]
+    assert data["generated_at"].endswith("Z") and "T" in data["generated_at"]
     context = {"cluster": "acct", "period_start": data["period"]["start"], "period_end": data["period"]["end"],
                "generated_at": data["generated_at"]}
     csvs = sorted(out.glob("*.csv"))
