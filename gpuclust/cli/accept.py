@@ -30,11 +30,18 @@ def group() -> None:
 @click.option("--python", default=None, help="Interpreter the jobs run (default: the one running gpuclust).")
 @click.option("--template-dir", default=None, type=click.Path(file_okay=False),
               help="Directory of the sbatch templates (default: $GPUCLUST_TEMPLATE_DIR, then the repo's).")
+@click.option("--container", "container_image", default=None, metavar="IMAGE",
+              help="Run the steps inside this image (OCI bundle dir, SIF/squashfs file, or a reference pinned "
+                   "@sha256:...); its digest and runtime are recorded with the results.")
+@click.option("--container-runtime", type=click.Choice(["auto", "oci", "pyxis", "apptainer"]), default="auto",
+              show_default=True, help="oci: Slurm's --container (oci.conf); pyxis: --container-image; "
+                                      "apptainer: apptainer/singularity exec; auto: detect.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
 @pass_app
 def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node: int | None, account: str | None,
            qos: str | None, time_limit: str | None, comment: str | None, settings: tuple[str, ...],
-           python: str | None, template_dir: str | None, as_json: bool) -> None:
+           python: str | None, template_dir: str | None, container_image: str | None, container_runtime: str,
+           as_json: bool) -> None:
     """Submit acceptance job(s) with sbatch and print their job ids (one per line: KIND JOBID)."""
     from gpuclust.accept import submit as S
 
@@ -42,14 +49,21 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
     values = S.parse_settings(list(settings))
     templates = S.template_dir(template_dir)
     kinds = ["allreduce", "pairwise", "storage"] if kind == "all" else [kind]
+    spec = None
+    if container_image is not None:  # image, runtime and digest checked before anything is submitted
+        from gpuclust.accept import container as C
+
+        spec = C.resolve_with_client(container_image, container_runtime, app.slurm)
     plans = [S.build(k, config, partition, nodes, gpus_per_node=gpus_per_node, account=account, qos=qos,
-                     time_limit=time_limit, comment=comment, settings=values, python=python, templates=templates)
+                     time_limit=time_limit, comment=comment, settings=values, python=python, templates=templates,
+                     container=spec)
              for k in kinds]  # all validated before anything is submitted
     jobs = []
     for plan in plans:
         jobs.append({"kind": plan.kind, "job_id": S.submit(app.slurm, plan)})
     if as_json:
-        echo_json({"partition": partition, "nodes": nodes, "jobs": jobs})
+        echo_json({"partition": partition, "nodes": nodes, "jobs": jobs,
+                   **({"container": spec.as_dict()} if spec else {})})
     else:
         for job in jobs:
             click.echo(f"{job['kind']} {job['job_id']}")
