@@ -345,6 +345,10 @@ def seen_here() -> dict[str, Any]:
             "libc": f"{libc} {libc_version}".strip() or None, "root": f"{st.st_dev}:{st.st_ino}"}
 
 
+_RUNTIME_MARKERS = (("SLURM_CONTAINER", "oci"), ("APPTAINER_CONTAINER", "apptainer"),
+                    ("SINGULARITY_CONTAINER", "singularity"))
+
+
 def job_container(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The container a result was produced in, from the validated template parameters (None: bare metal)."""
     from gpuclust.accept.params import read_param
@@ -352,6 +356,11 @@ def job_container(env: Mapping[str, str] | None = None) -> dict[str, Any] | None
     env = os.environ if env is None else env
     image = read_param("ACCEPT_CONTAINER", env)
     if not image:
+        # in a container nobody told gpuclust about (plain `srun --container`, apptainer exec): recorded, without
+        # a digest, so the comparison leaves it out instead of taking it for bare metal
+        for var, runtime in _RUNTIME_MARKERS:
+            if env.get(var):
+                return {"image": env[var], "runtime": runtime, "digest": None}
         return None
     return {"image": image, "runtime": read_param("ACCEPT_CONTAINER_RUNTIME", env) or None,
             "digest": read_param("ACCEPT_CONTAINER_DIGEST", env) or None}

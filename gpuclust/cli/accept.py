@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
+
+if TYPE_CHECKING:
+    from gpuclust.accept.results import ResultScan
+    from gpuclust.config.site import SiteConfig
 
 
 @click.group("accept")
@@ -89,8 +94,12 @@ def _since(text: str | None) -> datetime | None:
 @click.option("--results-dir", default=None, type=click.Path(file_okay=False),
               help="Results directory (default: results_dir of the site config).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (per-node verdicts and reasons).")
+@click.option("--compare-container", is_flag=True,
+              help="Per node, the latest containerised run against the latest bare-metal one (figures, versions); "
+                   "CRITICAL beyond the partition's container_tolerance.")
 @pass_app
-def report(app: AppContext, job_id: str | None, since: str | None, results_dir: str | None, as_json: bool) -> None:
+def report(app: AppContext, job_id: str | None, since: str | None, results_dir: str | None, as_json: bool,
+           compare_container: bool) -> None:
     """Gate acceptance results; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (Nagios).
 
     Without --job/--since, the latest result of each kind in each partition is judged. History (all results in
@@ -105,9 +114,24 @@ def report(app: AppContext, job_id: str | None, since: str | None, results_dir: 
         raise click.UsageError("give --job or --since, not both")
     config = app.config
     scan = scan_results(results_dir or config.results_dir)
+    if compare_container:
+        _compare_container(scan, config, job_id, _since(since), as_json)
     result = rep.evaluate(scan, config, job=job_id, since=_since(since))
     if as_json:
         echo_json(result.as_dict())
     else:
         click.echo(rep.render_table(result))
     raise SystemExit(int(result.status))
+
+
+def _compare_container(scan: ResultScan, config: SiteConfig, job_id: str | None, since: datetime | None,
+                       as_json: bool) -> None:
+    """--compare-container: its own table/JSON and Nagios exit status (gpuclust.accept.container_compare)."""
+    from gpuclust.accept import container_compare as cc
+
+    comp = cc.compare(scan, config, since=since, jobs=(job_id,) if job_id else ())
+    if as_json:
+        echo_json(comp.as_dict())
+    else:
+        click.echo(cc.render_table(comp))
+    raise SystemExit(int(comp.status))

@@ -241,5 +241,8 @@ def test_job_extra_records_the_container() -> None:
         "image": "/b", "runtime": "oci", "digest": "sha256:" + "1" * 64}}
     assert C.job_extra({}, {"ACCEPT_CONTAINER": "/b"})["container"]["digest"] is None
     assert C.job_extra(None, {}) == {}
+    # a container gpuclust was not told about (plain `srun --container=B`): recorded without a digest
+    assert C.job_extra(None, {"SLURM_CONTAINER": "/b"}) == {"container": {"image": "/b", "runtime": "oci",
+                                                                          "digest": None}}
     seen = C.seen_here()
     assert set(seen) == {"os", "python", "libc", "root"} and seen["python"].count(".") == 2
