@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "accept" / "container"
 # recorded from the lab (Slurm 22.05.8, Debian bookworm): lists --container, no --container-image (no pyxis)
 HELP_2205 = (DATA / "sbatch_help_22.05.8.txt").read_text()
+HELP_2411 = (DATA / "sbatch_help_24.11.txt").read_text()  # recorded from the lab's Slurm 24.11.5 root
 # synthetic, NOT recorded: the one line pyxis adds to sbatch --help (spank options are listed this way)
 PYXIS_LINE = "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\n"
 
@@ -61,6 +62,11 @@ def test_oci_detected_from_recorded_help_and_oci_conf(tmp_path: Path) -> None:
     assert spec.runtime == "oci" and C.DIGEST_RE.match(spec.digest)
     assert spec.env() == {"ACCEPT_CONTAINER": str(tmp_path / "b"), "ACCEPT_CONTAINER_RUNTIME": "oci",
                           "ACCEPT_CONTAINER_DIGEST": spec.digest}
+
+
+def test_2411_help_has_container_and_container_id_but_no_pyxis(tmp_path: Path) -> None:
+    assert C.probe_oci(HELP_2411, oci_conf(tmp_path), which_of("crun")).available
+    assert not C.probe_pyxis(HELP_2411, which_of("enroot")).available  # --container-id is not --container-image
 
 
 def test_oci_runtime_binary_found_inside_a_wrapper() -> None:
