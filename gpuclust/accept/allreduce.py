@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuclust.accept import launch, stats
+from gpuclust.accept import container, launch, stats
 from gpuclust.accept import results as R
 from gpuclust.accept.params import read_params
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             started=started, finished=R.utcnow(), passed=total_wrong == 0,
             failed_nodes=bad_nodes if len(bad_nodes) < len(nodes) else (), reasons=tuple(reasons),
             world_size=task.world_size, backend=backend, params=_jsonable(params), declared_gres=job_gres,
-            node_gres=node_gres, extra={"warnings": warnings} if warnings else {},
+            node_gres=node_gres, extra=container.job_extra({"warnings": warnings} if warnings else {}),
         )
         path = R.write_result(out_dir, R.JobResult("", job, tuple(attach_declared(ranks, job_gres)), tuple(sweep)))
         print(format_sweep(sweep))

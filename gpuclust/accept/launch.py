@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NoReturn
 
+from gpuclust.accept import container
 from gpuclust.accept import results as R
 from gpuclust.accept.params import default_master_port, read_param
 from gpuclust.accept.params import results_dir as results_dir  # the programs call launch.results_dir()
@@ -76,6 +77,7 @@ def task_env(env: Mapping[str, str] | None = None) -> TaskEnv:
     """RANK = SLURM_PROCID, WORLD_SIZE = the step's task count, LOCAL_RANK = SLURM_LOCALID; MASTER_ADDR and
     MASTER_PORT as the template exported them (the first host of the step's node list otherwise)."""
     env = os.environ if env is None else env
+    env = container.task_env_fallback(env)  # Slurm 22.05 OCI containers: no per-task variables
     job_id = env.get("SLURM_JOB_ID", "")
     if not re.fullmatch(r"\d+", job_id):
         raise InputError("SLURM_JOB_ID is not set: run me inside a Slurm job (sbatch, then srun)")
@@ -254,6 +256,7 @@ def capture_rank(
         gpus_seen=int(torch.cuda.device_count()) if torch.cuda.is_available() else 0,
         gpus_bound=R.count_visible_devices(cvd), devices_found=count_device_files(device_glob),
         device_glob=device_glob, declared_gres=declared_gres, backend=backend, device=str(device),
+        extra={"seen": container.seen_here()},
     )
 
 

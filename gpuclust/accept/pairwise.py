@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accept import launch, stats, verdict
+from gpuclust.accept import container, launch, stats, verdict
 from gpuclust.accept import results as R
 from gpuclust.accept.allreduce import count_wrong, fill_pattern, gather_ranks
 from gpuclust.accept.params import read_params
@@ -288,9 +288,9 @@ def collect(parts_dir: str, nodelist: str, started_epoch: float | None = None, k
         nodes=tuple(nodes), started=started, finished=now, passed=passed, failed_nodes=failed_nodes,
         reasons=tuple(reasons), world_size=2, backend=_backend(pairs),
         params=dict(params), declared_gres=job_gres, node_gres=node_gres,
-        extra={"node_scores": judged.analysis.node_scores, "noise_sigma": judged.analysis.noise_sigma,
+        extra=container.job_extra({"node_scores": judged.analysis.node_scores, "noise_sigma": judged.analysis.noise_sigma,
                "slow_links": [list(pair) for pair in sorted(judged.analysis.link_outliers)],
-               **({"warnings": warnings} if warnings else {}), "notes": notes},
+               **({"warnings": warnings} if warnings else {}), "notes": notes}),
     )
     ranks = [replace(r, declared_gres=job_gres.get(r.node, r.declared_gres)) for r in ranks]
     path = R.write_result(launch.results_dir(), R.JobResult("", job, tuple(ranks), (), tuple(pairs)))

@@ -30,6 +30,11 @@ DTYPE_RE = r"^(float32|float64|int32)$"
 TESTS_RE = r"^(staging|checkpoint|dcp|aggregate)(,(staging|checkpoint|dcp|aggregate))*$"
 PORT_RE = r"^[1-9][0-9]{3,4}$"
 NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+# container: an absolute path (OCI bundle, SIF, squashfs) or a registry reference (docker://..., pyxis'
+# registry#image, ...@sha256:...)
+CONTAINER_RE = r"^(/[A-Za-z0-9._/+-]+|[A-Za-z0-9][A-Za-z0-9._/:@#+-]{0,255})$"
+RUNTIME_RE = r"^(oci|pyxis|apptainer|singularity)$"
+DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,11 @@ _PARAMS = [
     Param("ACCEPT_PARTITION", NAME_RE, None, "Partition recorded in the result (default: $SLURM_JOB_PARTITION).", str),
     Param("ACCEPT_BACKEND", BACKEND_RE, "auto", "auto (nccl when CUDA is available, else gloo), gloo or nccl.", str),
     Param("ACCEPT_MASTER_PORT", PORT_RE, None, "Rendezvous port (default: 23000 + 10*(job id % 900)).", _parse_port),
+    # container (gpuclust.accept.container; `accept submit --container` sets all three)
+    Param("ACCEPT_CONTAINER", CONTAINER_RE, None, "Image the steps run in: OCI bundle dir, SIF/squashfs file or pinned reference (empty: bare metal).", str),
+    Param("ACCEPT_CONTAINER_RUNTIME", RUNTIME_RE, None, "oci (srun --container), pyxis (--container-image), apptainer or singularity (exec).", str),
+    Param("ACCEPT_CONTAINER_DIGEST", DIGEST_RE, None, "sha256 of the image, computed before submission (recorded with the result).", str),
+    Param("ACCEPT_CONTAINER_PYTHON", PYTHON_RE, "python3", "Interpreter inside the container (with torch and gpuclust importable).", str),
     Param("ACCEPT_GPU_DEVICE_GLOB", GLOB_RE, "/dev/nvidia[0-9]*", "Device files counted as the node's GPUs.", str),
     # all_reduce sweep
     Param("ACCEPT_MIN_SIZE", SIZE_RE, "8", "Smallest message (bytes; K/M/G binary suffixes).", v.parse_size),

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accept import launch
+from gpuclust.accept import container, launch
 from gpuclust.accept import results as R
 from gpuclust.accept.allreduce import gather_ranks
 from gpuclust.accept.params import read_params
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             started=started, finished=R.utcnow(), passed=passed, failed_nodes=tuple(dict.fromkeys(run.bad_nodes)),
             reasons=tuple(run.reasons), world_size=task.world_size, backend="gloo",
             params={k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items()},
-            declared_gres=job_gres, node_gres=node_gres, extra={"warnings": warnings} if warnings else {},
+            declared_gres=job_gres, node_gres=node_gres, extra=container.job_extra({"warnings": warnings} if warnings else {}),
         )
         ranks = [replace(r, declared_gres=job_gres.get(r.node)) for r in ranks]
         path = R.write_result(out_dir, R.JobResult("", job, tuple(ranks), storage=tuple(run.records)))

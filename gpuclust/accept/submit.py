@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuclust.accept import params as P
+from gpuclust.accept.container import ContainerSpec
 from gpuclust.accept.results import KINDS
 from gpuclust.config.site import SiteConfig
 from gpuclust.config.values import parse_slurm_name
@@ -24,6 +25,7 @@ from gpuclust.slurm.client import SlurmClient
 TEMPLATE_ENV = "GPUCLUST_TEMPLATE_DIR"
 _COMMENT_RE = re.compile(r"^[A-Za-z0-9_.,:=/@+ -]{0,200}$")
 _TIME_RE = re.compile(r"^[0-9:-]{1,16}$")
+CONTAINER_PARAMS = ("ACCEPT_CONTAINER", "ACCEPT_CONTAINER_RUNTIME", "ACCEPT_CONTAINER_DIGEST")
 
 
 def template_dir(explicit: str | None = None) -> Path:
@@ -53,6 +55,9 @@ def parse_settings(items: list[str]) -> dict[str, str]:
         if not sep or name not in P.PARAMS:
             known = ", ".join(sorted(P.PARAMS))
             raise UnsafeValueError(f"--set {item!r}: expected NAME=VALUE with NAME one of {known}")
+        if name in CONTAINER_PARAMS:
+            raise InputError(f"--set {name}: use --container IMAGE [--container-runtime R] instead (it checks the "
+                             "image and the runtime and computes the digest before submission)")
         P.check_value(name, value)
         out[name] = value
     return out
@@ -62,6 +67,7 @@ def build(
     kind: str, config: SiteConfig, partition: str, nodes: int, *, gpus_per_node: int | None = None,
     account: str | None = None, qos: str | None = None, time_limit: str | None = None, comment: str | None = None,
     settings: Mapping[str, str] | None = None, python: str | None = None, templates: Path | None = None,
+    container: ContainerSpec | None = None,
 ) -> Submission:
     if kind not in KINDS:
         raise InputError(f"unknown acceptance kind {kind!r} (one of {', '.join(KINDS)}, or all)")
@@ -102,6 +108,10 @@ def build(
     env = {"ACCEPT_RESULTS_DIR": results_dir, "ACCEPT_PARTITION": partition,
            "GPUCLUST_PYTHON": python or sys.executable}
     env.update(settings or {})
+    if container is not None:  # resolved (runtime found, digest computed) by container.resolve
+        for name, value in container.env().items():
+            P.check_value(name, value)
+        env.update(container.env())
     P.check_value("GPUCLUST_PYTHON", env["GPUCLUST_PYTHON"])
     return Submission(kind, args, env)
 

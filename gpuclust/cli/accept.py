@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
 from gpuclust.cli.params import TIME, TIME_HELP, complete_account, complete_partition
 from gpuclust.timespec import TimeSpec
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from gpuclust.accept.results import ResultScan
+    from gpuclust.config.site import SiteConfig
 
 
 @click.group("accept")
@@ -30,11 +38,18 @@ def group() -> None:
 @click.option("--python", default=None, help="Interpreter the jobs run (default: the one running gpuclust).")
 @click.option("--template-dir", default=None, type=click.Path(file_okay=False),
               help="Directory of the sbatch templates (default: $GPUCLUST_TEMPLATE_DIR, then the repo's).")
+@click.option("--container", "container_image", default=None, metavar="IMAGE",
+              help="Run the steps inside this image (OCI bundle dir, SIF/squashfs file, or a reference pinned "
+                   "@sha256:...); its digest and runtime are recorded with the results.")
+@click.option("--container-runtime", type=click.Choice(["auto", "oci", "pyxis", "apptainer"]), default="auto",
+              show_default=True, help="oci: Slurm's --container (oci.conf); pyxis: --container-image; "
+                                      "apptainer: apptainer/singularity exec; auto: detect.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
 @pass_app
 def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node: int | None, account: str | None,
            qos: str | None, time_limit: str | None, comment: str | None, settings: tuple[str, ...],
-           python: str | None, template_dir: str | None, as_json: bool) -> None:
+           python: str | None, template_dir: str | None, container_image: str | None, container_runtime: str,
+           as_json: bool) -> None:
     """Submit acceptance job(s) with sbatch and print their job ids (one per line: KIND JOBID)."""
     from gpuclust.accept import submit as S
 
@@ -42,14 +57,21 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
     values = S.parse_settings(list(settings))
     templates = S.template_dir(template_dir)
     kinds = ["allreduce", "pairwise", "storage"] if kind == "all" else [kind]
+    spec = None
+    if container_image is not None:  # image, runtime and digest checked before anything is submitted
+        from gpuclust.accept import container as C
+
+        spec = C.resolve_with_client(container_image, container_runtime, app.slurm)
     plans = [S.build(k, config, partition, nodes, gpus_per_node=gpus_per_node, account=account, qos=qos,
-                     time_limit=time_limit, comment=comment, settings=values, python=python, templates=templates)
+                     time_limit=time_limit, comment=comment, settings=values, python=python, templates=templates,
+                     container=spec)
              for k in kinds]  # all validated before anything is submitted
     jobs = []
     for plan in plans:
         jobs.append({"kind": plan.kind, "job_id": S.submit(app.slurm, plan)})
     if as_json:
-        echo_json({"partition": partition, "nodes": nodes, "jobs": jobs})
+        echo_json({"partition": partition, "nodes": nodes, "jobs": jobs,
+                   **({"container": spec.as_dict()} if spec else {})})
     else:
         for job in jobs:
             click.echo(f"{job['kind']} {job['job_id']}")
@@ -61,9 +83,12 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
 @click.option("--results-dir", default=None, type=click.Path(file_okay=False),
               help="Results directory (default: results_dir of the site config).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (per-node verdicts and reasons).")
+@click.option("--compare-container", is_flag=True,
+              help="Per node, the latest containerised run against the latest bare-metal one (figures, versions); "
+                   "CRITICAL beyond the partition's container_tolerance.")
 @pass_app
-def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None,
-           as_json: bool) -> None:
+def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None, as_json: bool,
+           compare_container: bool) -> None:
     """Gate acceptance results; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (Nagios).
 
     Without --job/--since, the latest result of each kind in each partition is judged. History (all results in
@@ -78,9 +103,25 @@ def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_
         raise click.UsageError("give --job or --since, not both")
     config = app.config
     scan = scan_results(results_dir or config.results_dir)
-    result = rep.evaluate(scan, config, job=job_id, since=since.resolve(config.timezone) if since else None)
+    since_time = since.resolve(config.timezone) if since else None
+    if compare_container:
+        _compare_container(scan, config, job_id, since_time, as_json)
+    result = rep.evaluate(scan, config, job=job_id, since=since_time)
     if as_json:
         echo_json(result.as_dict())
     else:
         click.echo(rep.render_table(result))
     raise SystemExit(int(result.status))
+
+
+def _compare_container(scan: ResultScan, config: SiteConfig, job_id: str | None, since: datetime | None,
+                       as_json: bool) -> None:
+    """--compare-container: its own table/JSON and Nagios exit status (gpuclust.accept.container_compare)."""
+    from gpuclust.accept import container_compare as cc
+
+    comp = cc.compare(scan, config, since=since, jobs=(job_id,) if job_id else ())
+    if as_json:
+        echo_json(comp.as_dict())
+    else:
+        click.echo(cc.render_table(comp))
+    raise SystemExit(int(comp.status))

@@ -52,6 +52,8 @@ PARTITION = SectionSpec(
         Key("expect_checkpoint_read_mbps", v.parse_nonneg_float, "Expected checkpoint restore MB/s."),
         Key("expect_restore_seconds", v.parse_nonneg_float, "Maximum checkpoint restore time in seconds."),
         Key("storage_tolerance", v.parse_fraction, "Allowed shortfall on storage figures before CRITICAL.", default=0.2),
+        Key("container_tolerance", v.parse_fraction, "accept report --compare-container: allowed shortfall of a "
+            "containerised figure against bare metal on the same node before CRITICAL.", default=0.10),
         Key("max_time", v.parse_duration, "Policy: longest time limit a job may ask for (also checked against MaxTime)."),
         Key("require_gpu", v.parse_bool, "Policy: jobs here must request at least one GPU.", default=False),
         Key("require_typed_gpu", v.parse_bool, "Policy: GPU requests must name a type (gpu:h100:N).", default=False),
@@ -145,6 +147,7 @@ class PartitionConfig:
     expect_checkpoint_read_mbps: float | None = None
     expect_restore_seconds: float | None = None
     storage_tolerance: float = PARTITION.default("storage_tolerance")
+    container_tolerance: float = PARTITION.default("container_tolerance")
     max_time_s: int | None = None
     require_gpu: bool = PARTITION.default("require_gpu")
     require_typed_gpu: bool = PARTITION.default("require_typed_gpu")
