@@ -131,7 +131,7 @@ def _drain(app: AppContext, result: Report, as_json: bool, dry_run: bool, max_dr
     from gpuclust.accept.report import render_table
     from gpuclust.exitcodes import EXIT_SLURM
 
-    nodes = drain.read_nodes(app.slurm, result.nodes)
+    nodes = drain.read_nodes(app.slurm) if result.nodes else {}  # all: a name Slurm lacks is skipped, not fatal
     plan = drain.plan(result, nodes, max_fraction=max_drain)
     if not dry_run:
         drain.apply(app.slurm, plan)

@@ -31,7 +31,6 @@ from gpuclust.slurm.replay import ReplaySlurmClient
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = "[site]\ncluster_name = an\nresults_dir = {rdir}\nacceptance_stale_days = 7\n[partition gpu]\n"
-ALL = "node1,node2,node3,node4"
 
 
 def _drain_data(data_dir: Path) -> Path:
@@ -135,7 +134,7 @@ def test_reasons_are_one_bounded_line_with_the_prefix() -> None:
 def _client(data_dir: Path, show: str) -> ReplaySlurmClient:
     client = ReplaySlurmClient()
     text = (_drain_data(data_dir) / show).read_text()
-    client.add("scontrol", ["-o", "show", "node", ALL], text)
+    client.add("scontrol", ["-o", "show", "node"], text)
     for name in ("node1", "node2", "node3", "node4"):
         client.add("scontrol", ["-o", "show", "node", name],
                    "\n".join(line for line in text.splitlines() if line.startswith(f"NodeName={name} ")))
@@ -187,6 +186,13 @@ def test_cli_drain_runs_scontrol_and_a_failure_exits_3(results: Path, data_dir: 
     failing.fail("scontrol", args, 1, "slurm_update error: Invalid node state specified")
     code, out = _cli(["accept", "report", "--job", "22", "--drain"], failing, results, tmp_path)
     assert code == 3, out
+
+
+def test_node_unknown_to_slurm_is_skipped(results: Path, data_dir: Path) -> None:
+    nodes = _nodes(data_dir, "show_node_clean.txt")
+    del nodes["node3"]
+    plan = drain.plan(_report(results, "22"), nodes)
+    assert {a.node: a.action for a in plan.actions}["node3"] == "skip" and not plan.commands()
 
 
 def test_dry_run_needs_drain(results: Path, data_dir: Path, tmp_path: Path) -> None:
