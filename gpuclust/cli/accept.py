@@ -112,11 +112,11 @@ def report(app: AppContext, job_id: str | None, since: str | None, results_dir: 
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="--job")
     if job_id and since:
         raise click.UsageError("give --job or --since, not both")
+    if dry_run and not drain_nodes:
+        raise click.UsageError("--dry-run goes with --drain")
     config = app.config
     scan = scan_results(results_dir or config.results_dir)
     result = rep.evaluate(scan, config, job=job_id, since=_since(since))
-    if dry_run and not drain_nodes:
-        raise click.UsageError("--dry-run goes with --drain")
     if drain_nodes:
         _drain(app, result, as_json, dry_run, max_drain)
     if as_json:
