@@ -59,10 +59,11 @@ def _report(rdir: Path, job: str) -> rep.Report:
     return rep.evaluate(R.scan_results(rdir), config, job=job)  # type: ignore[arg-type]
 
 
-def test_recorded_states_parse(data_dir: Path) -> None:
+@pytest.mark.parametrize("drained", ["show_node_drained.txt", "show_node_drained_24.11.txt"])
+def test_recorded_states_parse(data_dir: Path, drained: str) -> None:
     clean = _nodes(data_dir, "show_node_clean.txt")
     assert not any(n.is_drain for n in clean.values())
-    mixed = _nodes(data_dir, "show_node_drained.txt")
+    mixed = _nodes(data_dir, drained)
     assert drain.is_ours(mixed["node3"]) and mixed["node3"].reason_time is not None
     assert mixed["node1"].is_drain and not drain.is_ours(mixed["node1"]) and mixed["node1"].reason == "admin: disk"
 
