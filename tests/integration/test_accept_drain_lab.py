@@ -16,7 +16,7 @@ import pytest
 
 from gpuclust.audit.records import NodeRecord, parse_nodes_text
 from tests.integration.labutil import lab_exec, run_cmd
-from tests.integration.test_accept_lab import Accept, outlier_nodes
+from tests.integration.test_accept_lab import Accept, cpu_load, outlier_nodes
 
 pytestmark = pytest.mark.slurm
 
@@ -45,6 +45,16 @@ def actions(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def test_drain_then_resume_never_touching_an_admin_drain(accept: Accept) -> None:
+    """GPUCLUST_THROTTLE_NODE picks the throttled node (default node3); GPUCLUST_DRAIN_CPU_LOAD=1 runs the
+    whole scenario under the busy-loop CPU load of test_pairwise_under_cpu_load_one_verdict."""
+    if os.environ.get("GPUCLUST_DRAIN_CPU_LOAD") == "1":
+        with cpu_load():
+            _drain_scenario(accept)
+    else:
+        _drain_scenario(accept)
+
+
+def _drain_scenario(accept: Accept) -> None:
     name = accept.lab.name
     throttled = os.environ.get("GPUCLUST_THROTTLE_NODE", "node3")
     admin = "node1" if throttled != "node1" else "node4"
