@@ -256,8 +256,20 @@ def capture_rank(
         gpus_seen=int(torch.cuda.device_count()) if torch.cuda.is_available() else 0,
         gpus_bound=R.count_visible_devices(cvd), devices_found=count_device_files(device_glob),
         device_glob=device_glob, declared_gres=declared_gres, backend=backend, device=str(device),
-        extra={"seen": container.seen_here()},
+        extra={"seen": container.seen_here(), **_topology_extra(torch, task)},
     )
+
+
+def _topology_extra(torch: Any, task: TaskEnv) -> dict[str, Any]:
+    """Once per node (local rank 0): the node's GPUs, NICs and NVLink as the job sees them."""
+    if task.local_rank != 0:
+        return {}
+    from gpuclust.accept import topology
+
+    try:
+        return {"topology": topology.capture(torch)}
+    except Exception as exc:  # never lose the acceptance run over the topology probe
+        return {"topology_error": f"{type(exc).__name__}: {exc}"}
 
 
 # ---- what Slurm declares (parsing: gpuclust.slurm.gres) ---------------------------------------------

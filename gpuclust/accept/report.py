@@ -15,6 +15,9 @@ Checks
   bound to its ranks (CUDA_VISIBLE_DEVICES); on GPU also each rank's torch.cuda.device_count() against what
   was bound to it. GPU model vs GRES type: WARNING.
 - baseline (WARNING): a node's figure below the median of its own last runs by more than the tolerance.
+- topology (CRITICAL): the partition's announced topology (gpus_per_node, nics_per_node, nic_speed_mbps,
+  nvlink) against what the job saw on each node (gpuclust.accept.topology); the comparison is kept in
+  report.json under "topology".
 - drift (WARNING): driver/CUDA/NCCL/torch changed since the node's previous result, or differs from the
   strict majority of the job's nodes (a tie: one run-level warning); gpuclust.accept.drift, as audit judges it.
 
@@ -80,6 +83,7 @@ class Report:
     jobs: list[JobSummary]
     findings: list[Finding]  # run-level ones (node None), input problems included
     problems: list[str]
+    topology: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> node -> announced vs seen
 
     def figures(self) -> dict[str, int]:
         """Jobs judged, nodes judged, nodes per verdict, run-level UNKNOWN findings, unreadable inputs."""
@@ -123,6 +127,7 @@ class Report:
             },
             "findings": [_reason(f) for f in self.findings],
             "problems": self.problems,
+            "topology": self.topology,
         }
 
 
@@ -420,6 +425,8 @@ def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
 
 def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
              since: datetime | None = None) -> Report:
+    from gpuclust.accept import topology
+
     history = scan.jobs
     chosen = select(history, job=job, since=since)
     nodes: dict[str, NodeVerdict] = {}
@@ -428,10 +435,15 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
     problems = [str(p) for p in scan.problems
                 if job is None or p.file.endswith(f"-{job}.jsonl")]  # --job: only that job's files count
     status = Nagios.OK
+    topologies: dict[str, dict[str, Any]] = {}
     for result in chosen:
         part = config.partitions.get(result.job.partition or "")
         findings = [*gate_findings(result, part), *outlier_findings(result), *gres_findings(result, part),
                     *baseline_findings(result, history, part), *drift_findings(result, history)]
+        compared, topo_findings = topology.compare(result, part)  # announced vs seen (gpuclust.accept.topology)
+        findings.extend(topo_findings)
+        if compared:
+            topologies[result.job_id] = compared
         job_status = Nagios.worst(*(x.status for x in findings)) if findings else Nagios.OK
         summaries.append(JobSummary(result.job_id, result.kind, result.job.partition, result.nodes,
                                     result.job.finished, result.job.passed, headline(result, part), job_status))
@@ -454,7 +466,7 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
         run_findings.append(_finding(None, Nagios.UNKNOWN, "input",
                                     f"{len(problems)} unreadable result line(s)/file(s); see problems"))
         status = Nagios.worst(status, Nagios.UNKNOWN)
-    return Report(status, nodes, summaries, run_findings, problems)
+    return Report(status, nodes, summaries, run_findings, problems, topologies)
 
 
 def render_table(report: Report) -> str:

@@ -73,6 +73,7 @@ def audit_snapshot(
         report.add(checks.check_site_typed_limits(site, snap.accounting_tres))
         report.add(checks.check_accounts(snap, part, part_cfg))
     if "acceptance" not in skip:
+        report.add(acceptance.check_gpuclust_drains(nodes))
         rdir = results_dir if results_dir is not None else (site.results_dir if site else "")
         stale_days = site.acceptance_stale_days if site else SITE.default("acceptance_stale_days")
         if rdir:

@@ -9,6 +9,8 @@
   acceptance.versions   WARNING   driver/CUDA/NCCL/torch on a node differs from the partition's strict majority,
                                   or differs with no majority (a tie names nobody); from each node's most
                                   recent job with rank records, judged by gpuclust.accept.drift
+  acceptance.drain      WARNING   nodes drained by `gpuclust accept report --drain` (reason "gpuclust accept: ..."),
+                                  shown as gpuclust's own (check_gpuclust_drains)
 
 "Passing" is JobResult.node_passed: correctness, not the performance gates `accept report` applies.
 Jobs recorded for another cluster (job.cluster set and different) are ignored: node names repeat across sites.
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from gpuclust.accept import drift
 from gpuclust.accept.results import JobResult, Versions, last_pass_by_node, scan_results
+from gpuclust.audit.records import NodeRecord
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.hostlist import fold
 
@@ -149,3 +152,25 @@ def _version_drift(jobs: Sequence[JobResult], nodes: Sequence[str]) -> list[Find
 
 def _shown(value: str | None) -> str:
     return "(none)" if value is None else value
+
+
+GPUCLUST_DRAIN_PREFIX = "gpuclust accept:"  # = gpuclust.accept.drain.REASON_PREFIX (not imported: no cycle)
+
+
+def check_gpuclust_drains(nodes: Sequence[NodeRecord]) -> list[Finding]:
+    """acceptance.drain WARNING: nodes drained by `gpuclust accept report --drain` (reason 'gpuclust accept:
+    ...'), shown as gpuclust's own: the same command resumes them once an acceptance run passes again.
+    Drains with any other reason are someone else's (node.drain reports them; gpuclust never touches them)."""
+    ours = [n for n in nodes if n.is_drain and (n.reason or "").startswith(GPUCLUST_DRAIN_PREFIX)]
+    groups: dict[str, list[NodeRecord]] = {}
+    for node in ours:
+        groups.setdefault(node.reason or "", []).append(node)
+    out = []
+    for reason, group in sorted(groups.items()):
+        first = min((n.reason_time for n in group if n.reason_time), default=None)
+        out.append(Finding.make(
+            "acceptance.drain", Nagios.WARNING,
+            f"drained by gpuclust acceptance (its own drain; `gpuclust accept report --drain` resumes it once it "
+            f"passes again): {reason!r}", [n.name for n in group],
+            owner="gpuclust", reason=reason, drained_at=first.isoformat() if first else None))
+    return out

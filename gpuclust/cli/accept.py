@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -14,6 +14,7 @@ from gpuclust.timespec import TimeSpec
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from gpuclust.accept.report import Report
     from gpuclust.accept.results import ResultScan
     from gpuclust.config.site import SiteConfig
 
@@ -45,11 +46,14 @@ def group() -> None:
               show_default=True, help="oci: Slurm's --container (oci.conf); pyxis: --container-image; "
                                       "apptainer: apptainer/singularity exec; auto: detect.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
+@click.option("--retest-drained", is_flag=True,
+              help="Let the job(s) onto the partition's nodes that gpuclust drained (accept report --drain): resume "
+                   "them until the jobs start, then drain them again with the same reason while they run.")
 @pass_app
 def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node: int | None, account: str | None,
            qos: str | None, time_limit: str | None, comment: str | None, settings: tuple[str, ...],
            python: str | None, template_dir: str | None, container_image: str | None, container_runtime: str,
-           as_json: bool) -> None:
+           as_json: bool, retest_drained: bool = False) -> None:
     """Submit acceptance job(s) with sbatch and print their job ids (one per line: KIND JOBID)."""
     from gpuclust.accept import submit as S
 
@@ -66,9 +70,17 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
                      time_limit=time_limit, comment=comment, settings=values, python=python, templates=templates,
                      container=spec)
              for k in kinds]  # all validated before anything is submitted
+    drained = {}
+    if retest_drained:
+        from gpuclust.accept import drain
+
+        drained = drain.own_drained(app.slurm, partition)
     jobs = []
     for plan in plans:
         jobs.append({"kind": plan.kind, "job_id": S.submit(app.slurm, plan)})
+    if drained:
+        for note in drain.retest(app.slurm, drained, [str(j["job_id"]) for j in jobs]):
+            click.echo(f"gpuclust: {note}", err=True)
     if as_json:
         echo_json({"partition": partition, "nodes": nodes, "jobs": jobs,
                    **({"container": spec.as_dict()} if spec else {})})
@@ -86,13 +98,22 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
 @click.option("--compare-container", is_flag=True,
               help="Per node, the latest containerised run against the latest bare-metal one (figures, versions); "
                    "CRITICAL beyond the partition's container_tolerance.")
+@click.option("--drain", "drain_nodes", is_flag=True,
+              help="Drain each failed node (reason 'gpuclust accept: CHECK job ID ...'); resume the nodes gpuclust "
+                   "drained once they pass again; never touch another's drain.")
+@click.option("--dry-run", is_flag=True, help="With --drain: print the scontrol commands, run none.")
+@click.option("--max-drain", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="With --drain: drain nothing when more than this fraction of the judged nodes failed.")
 @pass_app
 def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None, as_json: bool,
-           compare_container: bool) -> None:
+           compare_container: bool = False, drain_nodes: bool = False, dry_run: bool = False,
+           max_drain: float = 0.5) -> None:
     """Gate acceptance results; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (Nagios).
 
     Without --job/--since, the latest result of each kind in each partition is judged. History (all results in
     the directory) gives each node's baseline and version drift. A usage or config error is UNKNOWN (3).
+    --drain acts on the verdicts through scontrol (for cron after a nightly acceptance run); a failing scontrol
+    exits 3.
     """
     from gpuclust.accept import report as rep
     from gpuclust.accept.results import scan_results
@@ -101,12 +122,16 @@ def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="--job")
     if job_id and since:
         raise click.UsageError("give --job or --since, not both")
+    if dry_run and not drain_nodes:
+        raise click.UsageError("--dry-run goes with --drain")
     config = app.config
     scan = scan_results(results_dir or config.results_dir)
     since_time = since.resolve(config.timezone) if since else None
     if compare_container:
         _compare_container(scan, config, job_id, since_time, as_json)
     result = rep.evaluate(scan, config, job=job_id, since=since_time)
+    if drain_nodes:
+        _drain(app, result, as_json, dry_run, max_drain)
     if as_json:
         echo_json(result.as_dict())
     else:
@@ -125,3 +150,58 @@ def _compare_container(scan: ResultScan, config: SiteConfig, job_id: str | None,
     else:
         click.echo(cc.render_table(comp))
     raise SystemExit(int(comp.status))
+
+
+def _drain(app: AppContext, result: Report, as_json: bool, dry_run: bool, max_drain: float) -> NoReturn:
+    from gpuclust.accept import drain
+    from gpuclust.accept.report import render_table
+    from gpuclust.exitcodes import EXIT_SLURM
+
+    nodes = drain.read_nodes(app.slurm) if result.nodes else {}  # all: a name Slurm lacks is skipped, not fatal
+    plan = drain.plan(result, nodes, max_fraction=max_drain)
+    if not dry_run:
+        drain.apply(app.slurm, plan)
+    if as_json:
+        echo_json({**result.as_dict(), "drain": {**plan.as_dict(), "dry_run": dry_run}})
+    else:
+        click.echo(drain.render(plan, dry_run))
+        click.echo(render_table(result))
+    if plan.errors:
+        for error in plan.errors:
+            click.echo(f"gpuclust: scontrol failed: {error}", err=True)
+        raise SystemExit(EXIT_SLURM)
+    raise SystemExit(int(result.status))
+
+
+@group.command("node-status")
+@click.argument("node")
+@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+              help="Results directory (default: results_dir of the site config).")
+@click.option("--stale-days", type=click.IntRange(min=1), default=None,
+              help="A result older than this is stale (default: [site] acceptance_stale_days).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@pass_app
+def node_status(app: AppContext, node: str, results_dir: str | None, stale_days: int | None, as_json: bool) -> None:
+    """One node's acceptance status, for NHC (examples/nhc/gpuclust_accept.nhc): exit 0 when its latest results
+    pass and are fresh; 1 when the last one failed, is stale, or there is none; 2 on bad input."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from gpuclust.accept import drain
+    from gpuclust.accept.results import scan_results
+    from gpuclust.errors import UnsafeValueError
+
+    try:
+        drain.valid_node_name(node)
+    except UnsafeValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NODE") from None
+    config = app.config
+    if results_dir:
+        config = replace(config, results_dir=results_dir)
+    scan = scan_results(config.results_dir)
+    status = drain.node_status(scan, config, node, datetime.now(timezone.utc), stale_days)
+    if as_json:
+        echo_json(status.as_dict())
+    else:
+        click.echo(f"{status.status}: {status.message}")
+    raise SystemExit(0 if status.ok else 1)

@@ -61,6 +61,11 @@ PARTITION = SectionSpec(
         Key("allowed_accounts", v.parse_name_list, "Policy: only these accounts may submit here."),
         Key("require_wckey", v.parse_bool, "Policy: jobs here must set --wckey.", default=False),
         Key("qos", v.parse_slurm_name, "The partition QOS that carries its GPU limits, if any."),
+        # the topology the vendor announced; `accept report` compares it with what the jobs saw (check topology)
+        Key("nics_per_node", v.parse_nonneg_int, "Announced: fabric NICs per node (those matching nic_names)."),
+        Key("nic_speed_mbps", v.parse_positive_int, "Announced: speed of each fabric NIC in Mb/s (e.g. 200000 for HDR)."),
+        Key("nvlink", v.parse_bool, "Announced: GPUs linked by NVLink (checked in `nvidia-smi topo -m`)."),
+        Key("nic_names", v.parse_list, "Interfaces that count as fabric NICs: names or globs (default: all but lo)."),
     ),
     named=True,
 )
@@ -155,6 +160,10 @@ class PartitionConfig:
     allowed_accounts: tuple[str, ...] | None = None
     require_wckey: bool = PARTITION.default("require_wckey")
     qos: str | None = None
+    nics_per_node: int | None = None
+    nic_speed_mbps: int | None = None
+    nvlink: bool | None = None
+    nic_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
