@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpuclust.accounting import store
+from gpuclust.accounting import economics, store
 from gpuclust.accounting.fetch import fetch_day
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
@@ -32,9 +32,11 @@ class FetchSummary:
     days: list[dict[str, Any]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     rejected_rows: int = 0
+    economics: dict[str, Any] = field(default_factory=dict)  # node events, refusals (gpuclust.accounting.economics)
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "economics": self.economics,
             "store": self.store,
             "days": self.days,
             "rejected_rows": self.rejected_rows,
@@ -67,6 +69,7 @@ def fetch(
         if progress:
             progress(day)
     store.replace_days(root, tables, problems=problems)
+    summary.economics = economics.fetch_sources(client, config, period.utc_days())
     return summary
 
 
@@ -117,6 +120,10 @@ def build(
     delimiter: str = "|",
     target: float | None = None,
     top: int = DEFAULT_TOP,
+    events_path: str | None = None,
+    nodes_path: str | None = None,
+    sreport_path: str | None = None,
+    log_path: str | None = None,
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report)."""
     info: dict[str, Any]
@@ -161,6 +168,8 @@ def build(
             ],
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
+    economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
+                     sreport_path=sreport_path, log_path=log_path, offline=bool(input_path), target=target)
     return report, parsed
 
 
