@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from gpuclust.accounting import svgplot
+from gpuclust.accounting.economics_render import economics_html, economics_prom
 from gpuclust.accounting.metrics import Report
 from gpuclust.atomicfile import write_atomic
 from gpuclust.cli.output import to_json
@@ -135,6 +136,8 @@ def render_prom(report: Report) -> str:
         if reason in left:
             gauge("input_left_out_rows", "Input rows that are no attempt (running, not started, no allocation).",
                   left[reason], {"reason": reason})
+    for sample in economics_prom(d):  # (econ14: plain records; the writer emits them)
+        gauge(sample.name, sample.help, sample.value, sample.labels)
     return "\n".join(lines) + "\n"
 
 
@@ -219,6 +222,7 @@ def render_html(report: Report) -> str:
         if name in ("totals", "sizing"):
             continue
         parts.append(f"<h3>{e(name.replace('_', ' '))}</h3>" + _table_html(frame))
+    parts.append(economics_html(d))  # (econ14: the unit economics section)
     parts.append("<h2>Metric definitions</h2><dl>")
     for key, text in d["definitions"].items():
         parts.append(f"<dt>{e(key)}</dt><dd>{e(text)}</dd>")
