@@ -395,8 +395,9 @@ def build_economics(
                           "unreadable_lines": refusal_source.bad_lines,
                           "missing_days": refusal_source.missing_days,
                           **counts(refusal_source.refusals)}
-    waits, wait_note = _pending_waits(table, period)
-    notes.append(wait_note)
+    waits, wait_note = _pending_waits(table, period, events.reasons if events is not None else None)
+    if wait_note:
+        notes.append(wait_note)
     data = {
         "currency": econ.currency,
         "denominator": econ.denominator,
@@ -591,28 +592,37 @@ def _iso_utc(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _pending_waits(table: pa.Table, period: Period) -> tuple[list[dict[str, Any]], str]:
+def _pending_waits(table: pa.Table, period: Period,
+                   reasons: dict[tuple[int, float], str] | None) -> tuple[list[dict[str, Any]], str]:
     """Queue wait of attempts started in the period, by the class of the pending reason sacct kept."""
-    if table.num_rows == 0 or "reason" not in table.column_names:
-        return [], ("Queue wait by pending reason: this input has no sacct Reason field (`report fetch` from a "
-                    "gpuclust that asks for it, or an --input dump with a Reason column).")
+    if reasons is None:
+        return [], ("Queue wait by pending reason: unknown for this input (`report fetch` stores sacct's Reason; "
+                    "with --input give --reasons: `sacct -a -D -X -P -n -o JobIDRaw,Start,Reason`).")
+    if table.num_rows == 0:
+        return [], ""
     start = _floats(table, "start")
     eligible = _floats(table, "eligible")
     submit = _floats(table, "submit")
     since = np.where(np.isnan(eligible), submit, eligible)
+    alloc = np.asarray([bool(v) for v in _strings(table, "alloc_tres")], dtype=bool)
     with np.errstate(invalid="ignore"):
-        chosen = (start >= period.start_epoch) & (start < period.end_epoch)
-    reasons = _strings(table, "reason")
+        chosen = (start >= period.start_epoch) & (start < period.end_epoch) & alloc
+    raw = np.nan_to_num(_floats(table, "job_id_raw"), nan=-1)
+    het = np.nan_to_num(_floats(table, "het_offset"), nan=0)
     wait: dict[str, list[float]] = {c: [] for c in PENDING_CLASSES}
-    for i in np.flatnonzero(chosen):
-        wait[pending_class(reasons[i])].append(float(start[i] - since[i]))
+    for i in np.flatnonzero(chosen & (het <= 0)):
+        reason = reasons.get((int(raw[i]), float(start[i])), "")
+        wait[pending_class(reason)].append(float(start[i] - since[i]))
     out = []
     for c in PENDING_CLASSES:
         v = np.asarray(wait[c])
         out.append({"pending_reason": c, "jobs": len(v), "wait_s_total": _r(float(v.sum()) if len(v) else 0.0),
-                    "median_s": _r(float(np.median(v))) if len(v) else None})
-    return out, ("Queue wait by pending reason uses the one reason sacct keeps per job (the last); Slurm 22.05 "
-                 "and 24.11 reset it to None when a job starts, so started jobs mostly show 'none (not kept)'.")
+                    "median_s": _r(float(np.median(v))) if len(v) else None,
+                    "max_s": _r(float(v.max())) if len(v) else None})
+    return out, ("Queue wait by pending reason uses the one Reason sacct keeps per job: the last one slurmctld sent "
+                 "to slurmdbd (text and --json alike, 22.05 and 24.11). A job that waited on Resources or Priority "
+                 "mostly shows None once it started (lab, 22.05), while quota reasons such as AssocGrpGRES stayed: "
+                 "'none (not kept)' is wait whose reason sacct did not keep.")
 
 
 # ---- hooks: fetch, build ------------------------------------------------------------------------------
@@ -646,7 +656,7 @@ def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str,
 
 def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, events_path: str | None = None,
            nodes_path: str | None = None, sreport_path: str | None = None, log_path: str | None = None,
-           offline: bool = False, target: float | None = None) -> None:
+           reasons_path: str | None = None, offline: bool = False, target: float | None = None) -> None:
     """Add the economics block, its tables and definitions to a built Report (from the store, or offline from
     the files given beside --input)."""
     from zoneinfo import ZoneInfo
@@ -658,7 +668,8 @@ def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, 
     source: EventSource | None
     refusal_source: RefusalSource | None
     if offline:
-        source = events_mod.read_files(events_path, nodes_path, sreport_path) if (events_path or nodes_path) else None
+        source = events_mod.read_files(events_path, nodes_path, sreport_path, reasons_path) \
+            if (events_path or nodes_path or reasons_path) else None
         refusal_source = refusals_mod.read_file(log_path, ZoneInfo(config.timezone), float(period.start_epoch),
                                                 float(period.end_epoch)) if log_path else None
     else:

@@ -40,6 +40,8 @@ _HEADER_ALIASES = {"TimeStart": "Start", "TimeEnd": "End"}
 EVENTS_FILE = "events.txt"
 NODES_FILE = "nodes.txt"
 SREPORT_FILE = "sreport.txt"
+REASONS_FILE = "reasons.txt"
+REASON_FIELDS = ("JobIDRaw", "Start", "Reason")
 META_FILE = "meta.json"
 
 
@@ -240,6 +242,9 @@ def fetch_day(client: SlurmClient, state_dir: str, day: date) -> dict[str, Any]:
             sreport_text = run("sreport", sreport_args(since, until)).stdout
         except (GpuclustError, ValueError):
             sreport_text = ""  # the cross-check is optional: the report says it is missing
+    reasons_text = client.sacct(["-a", "-D", "-X", "-S", since.strftime(SLURM_TIME_FORMAT), "-E",
+                                 until.strftime(SLURM_TIME_FORMAT), "--parsable2", "-n", "-o", ",".join(REASON_FIELDS)])
+    write_atomic(target / REASONS_FILE, reasons_text, make_parents=True)
     write_atomic(target / EVENTS_FILE, events_text, make_parents=True)
     write_atomic(target / NODES_FILE, nodes_text, make_parents=True)
     write_atomic(target / SREPORT_FILE, sreport_text, make_parents=True)
@@ -260,6 +265,24 @@ class EventSource:
     missing: list[str] = field(default_factory=list)
     source: str = ""
     sreport_window: tuple[float, float] | None = None  # what sreport covered (None: the period itself)
+    reasons: dict[tuple[int, float], str] | None = None  # (JobIDRaw, Start epoch) -> the pending reason sacct kept
+
+
+def parse_reasons(text: str) -> dict[tuple[int, float], str]:
+    """`sacct -a -D -X -P -n -o JobIDRaw,Start,Reason` -> {(JobIDRaw, Start epoch): Reason}; rows that never
+    started are skipped (no queue wait)."""
+    out: dict[tuple[int, float], str] = {}
+    for line in text.splitlines():
+        cells = line.split("|")
+        if len(cells) != 3 or not cells[0].isdigit():
+            continue
+        try:
+            start = parse_slurm_time(cells[1])
+        except (SlurmOutputError, ValueError):
+            continue
+        if start is not None:
+            out[(int(cells[0]), start.timestamp())] = cells[2]
+    return out
 
 
 def load_stored(state_dir: str, days: list[date]) -> EventSource:
@@ -269,6 +292,7 @@ def load_stored(state_dir: str, days: list[date]) -> EventSource:
     nodes: list[Node] | None = None
     missing: list[str] = []
     sreport_days: list[SreportGpu] = []
+    reasons: dict[tuple[int, float], str] | None = None
     as_of: float | None = None
     seen: dict[tuple[str, float, str], tuple[float, NodeEvent]] = {}
     cluster_seen: dict[float, tuple[float, ClusterTres]] = {}
@@ -294,6 +318,8 @@ def load_stored(state_dir: str, days: list[date]) -> EventSource:
             else None
         if sr is not None:
             sreport_days.append(sr)
+        if (target / REASONS_FILE).exists():
+            reasons = {**(reasons or {}), **parse_reasons((target / REASONS_FILE).read_text(encoding="utf-8"))}
         as_of = max(as_of or 0.0, fetched) if fetched else as_of
     events.nodes = [ev for _, ev in seen.values()]
     events.cluster = [ct for _, ct in cluster_seen.values()]
@@ -301,15 +327,16 @@ def load_stored(state_dir: str, days: list[date]) -> EventSource:
     if sreport_days and len(sreport_days) == len(days) - len(missing):
         sreport = SreportGpu(*(sum(getattr(s, f) for s in sreport_days) for f in SreportGpu.__dataclass_fields__))
     if missing and len(missing) == len(days):
-        return EventSource(None, nodes, None, None, missing, str(economics_dir(state_dir)))
+        return EventSource(None, nodes, None, None, missing, str(economics_dir(state_dir)), None, reasons)
     window = None
     if days:
         first = datetime(days[0].year, days[0].month, days[0].day, tzinfo=timezone.utc).timestamp()
         window = (first, datetime(days[-1].year, days[-1].month, days[-1].day, tzinfo=timezone.utc).timestamp() + 86400)
-    return EventSource(events, nodes, sreport, as_of, missing, str(economics_dir(state_dir)), window)
+    return EventSource(events, nodes, sreport, as_of, missing, str(economics_dir(state_dir)), window, reasons)
 
 
-def read_files(events_path: str | None, nodes_path: str | None, sreport_path: str | None = None) -> EventSource:
+def read_files(events_path: str | None, nodes_path: str | None, sreport_path: str | None = None,
+               reasons_path: str | None = None) -> EventSource:
     """The offline form (`report build --input ... --events FILE --nodes FILE [--sreport FILE]`): files holding
     what `report fetch` would have read. A missing file leaves that part unknown."""
     def read(path: str) -> str:
@@ -326,4 +353,5 @@ def read_files(events_path: str | None, nodes_path: str | None, sreport_path: st
     if nodes is None:
         missing.append("nodes")
     sreport = parse_sreport(read(sreport_path)) if sreport_path else None
-    return EventSource(events, nodes, sreport, None, missing, events_path or "")
+    reasons = parse_reasons(read(reasons_path)) if reasons_path else None
+    return EventSource(events, nodes, sreport, None, missing, events_path or "", None, reasons)

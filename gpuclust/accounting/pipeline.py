@@ -124,6 +124,7 @@ def build(
     nodes_path: str | None = None,
     sreport_path: str | None = None,
     log_path: str | None = None,
+    reasons_path: str | None = None,
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report)."""
     info: dict[str, Any]
@@ -169,7 +170,8 @@ def build(
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
     economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
-                     sreport_path=sreport_path, log_path=log_path, offline=bool(input_path), target=target)
+                     sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
+                     offline=bool(input_path), target=target)
     return report, parsed
 
 

@@ -93,6 +93,8 @@ def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name
               help="With --input: `scontrol show node -o` output (each node's GPUs and partitions).")
 @click.option("--sreport", "sreport_path", type=click.Path(dir_okay=False, exists=True),
               help="With --input: `sreport -P -n cluster utilization -T gres/gpu -t minutes` output (cross-check).")
+@click.option("--reasons", "reasons_path", type=click.Path(dir_okay=False, exists=True),
+              help="With --input: `sacct -a -D -X -P -n -o JobIDRaw,Start,Reason` output (queue wait by pending reason).")
 @click.option("--slurmctld-log", "log_path", type=click.Path(dir_okay=False),
               help="With --input: slurmctld's log (its rotated .1 and .gz siblings are read too) for the refusals.")
 @click.option("--delimiter", default="|", show_default=True,
@@ -110,7 +112,7 @@ def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name
 @pass_app
 def build_cmd(app: AppContext, since: str | None, until: str | None, period_name: str | None,
               input_path: str | None, events_path: str | None, nodes_path: str | None, sreport_path: str | None,
-              log_path: str | None, delimiter: str, formats: str, out_dir: str | None, target: float | None,
+              reasons_path: str | None, log_path: str | None, delimiter: str, formats: str, out_dir: str | None, target: float | None,
               top: int, strict: bool, as_json: bool) -> None:
     """Build report.html, CSV tables, report.json and gpuclust.prom for a period.
 
@@ -125,11 +127,12 @@ def build_cmd(app: AppContext, since: str | None, until: str | None, period_name
     period = resolve_period(since, until, period_name, config.timezone)
     if period is None and not input_path:
         period = resolve_period(None, None, "yesterday", config.timezone)
-    if not input_path and (events_path or nodes_path or sreport_path or log_path):
-        raise InputError("--events, --nodes, --sreport and --slurmctld-log go with --input (the store has its own)")
+    if not input_path and (events_path or nodes_path or sreport_path or log_path or reasons_path):
+        raise InputError("--events, --nodes, --sreport, --reasons and --slurmctld-log go with --input (the store "
+                         "has its own)")
     report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim,
                                target=target, top=top, events_path=events_path, nodes_path=nodes_path,
-                               sreport_path=sreport_path, log_path=log_path)
+                               sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path)
     info = report.data["input"]
     for problem in info.get("problems", []):
         click.echo(f"warning: {problem}", err=True)
