@@ -352,6 +352,11 @@ def build_economics(
             idle = cap - allocated - row["unavailable"]["gpu_hours"]
             row["idle"]["gpu_hours"] = idle
             row["idle"]["cost"] = idle * _capacity_price(row, name, node_list, pricing, win)
+        if all(len(nd.partitions) <= 1 for nd in node_list) and not any(
+                rows[p]["capacity_gpu_hours"] is None for p in parts):
+            # disjoint partitions: the total's idle is theirs, each at its own price (the average price of all
+            # nodes would misprice idle GPUs that sit mostly in one partition)
+            rows[TOTAL]["idle"]["cost"] = sum(rows[p]["idle"]["cost"] for p in parts)
             if idle < -1e-6:
                 notes.append(f"{name}: allocated + unavailable exceed capacity by {-idle:.3f} GPU-hours (the node "
                              "inventory changed during the period, or partitions overlap).")
