@@ -81,10 +81,10 @@ def economics_html(data: dict[str, Any]) -> str:
     denominator = "completed runs" if econ["denominator"] == "runs" else f"accepted units ({econ['units_label']}=N)"
     parts.append(f"<p>Denominator: <b>{e(denominator)}</b>. Window: {e(econ['window']['start'])}, "
                  f"{econ['window']['hours']:.3f} h. Currency: {e(cur or 'none set')}.</p>")
-    if econ["capacity"] == "known":
+    if econ["capacity"] == "known":  # (unknown capacity: no bar, since its idle part is not known)
         parts.append(stacked_bars(rows, "gpu_hours", ("useful", "retries_failures", "in_progress", "unavailable",
                                                       "idle"), "Capacity GPU-hours by use, per partition"))
-    parts.append(stacked_bars(rows, "cost", TERMS, f"Cost by term, per partition ({cur})"))
+        parts.append(stacked_bars(rows, "cost", TERMS, f"Cost by term, per partition ({cur})"))
     head = "".join(f"<th>{e(LABELS[t])}</th>" for t in TERMS)
     table = [f"<table class='t'><tr><th>partition</th><th>capacity GPU-h</th>{head}<th>total cost</th>"
              "<th>units</th><th>unit cost</th><th>useful share</th></tr>"]

@@ -69,7 +69,8 @@ def fetch(
         if progress:
             progress(day)
     store.replace_days(root, tables, problems=problems)
-    summary.economics = economics.fetch_sources(client, config, period.utc_days())
+    if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
+        summary.economics = economics.fetch_sources(client, config, period.utc_days())
     return summary
 
 

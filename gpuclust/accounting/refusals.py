@@ -191,7 +191,9 @@ class RefusalSource:
     missing_days: list[str] = field(default_factory=list)
 
 
-def load_stored(state_dir: str, days: list[date]) -> RefusalSource:
+def load_stored(state_dir: str, days: list[date], since: float | None = None,
+                until: float | None = None) -> RefusalSource:
+    """The stored refusals of `days`, those in [since, until) (a period need not be whole days)."""
     items: list[Refusal] = []
     ignored = 0
     bad: list[str] = []
@@ -202,7 +204,8 @@ def load_stored(state_dir: str, days: list[date]) -> RefusalSource:
             missing.append(d.isoformat())
             continue
         data = json.loads(path.read_text(encoding="utf-8"))
-        items += [Refusal.from_dict(x) for x in data["refusals"]]
+        items += [r for r in (Refusal.from_dict(x) for x in data["refusals"])
+                  if (since is None or r.time >= since) and (until is None or r.time < until)]
         ignored = max(ignored, int(data.get("ignored_lines", 0)))  # (one read of the log serves several days)
         bad += [b for b in data.get("bad_lines", []) if b not in bad]
     if len(missing) == len(days):

@@ -74,6 +74,8 @@ def fetch_cmd(app: AppContext, since: str | None, until: str | None, period_name
         summary = pipeline.fetch(app.slurm, config, period, via=via)
     for problem in summary.problems[:50]:
         click.echo(f"warning: {problem}", err=True)
+    for problem in summary.economics.get("problems", [])[:50]:
+        click.echo(f"warning: {problem}", err=True)
     if as_json:
         echo_json(summary.as_dict())
     else:

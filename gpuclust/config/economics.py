@@ -118,10 +118,17 @@ class EconomicsConfig:
     denominator: str = "runs"
     units_label: str = "units"
     units_per_job: dict[str, float] = field(default_factory=dict)  # account -> default units
+    configured: bool = False  # any of [costs], [baseline NAME], slurmctld_log (see `enabled`)
 
     @property
     def currency(self) -> str | None:
         return self.costs.currency
+
+    @property
+    def enabled(self) -> bool:
+        """Unit economics is on (`report fetch` reads node events, inventory, sreport, reasons and the log) when
+        the site config has a [costs] or [baseline NAME] section, or slurmctld_log."""
+        return self.configured
 
 
 _GPU_HOUR_KEYS = ("price_per_gpu_hour", "speed")
@@ -179,5 +186,6 @@ def economics_config(
         denominator=site.get("denominator", "runs") if site else "runs",
         units_label=site.get("units_label", "units") if site else "units",
         units_per_job=units,
+        configured=bool(costs or baselines or (site is not None and "slurmctld_log" in site.values)),
     )
     return cfg, problems
