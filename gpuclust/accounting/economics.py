@@ -65,9 +65,10 @@ DEFINITIONS: dict[str, str] = {
     "useful share / baseline unit cost (above 1: the cluster cannot match it).",
     "required_gpu_capacity": "target per month / useful work per GPU-month, where useful work per GPU-month = "
     "accepted units / (capacity GPU-hours / 730): measured after failures, idle, retries and unavailability.",
-    "node_loss_what_if": "A node lost mid-run costs the work of the runs on it since their start (the mean elapsed "
-    "GPU-hours of the partition's attempts, halved: lost at a uniformly random moment) plus their restart: the "
-    "partition's expect_restore_seconds (acceptance storage restore time) x the node's GPUs.",
+    "node_loss_what_if": "A node lost mid-run costs the work of the run on it since its start (the mean GPU-hours of "
+    "the partition's attempts, halved: lost at a uniformly random moment) plus its restart: the restore time x the "
+    "mean GPUs of an attempt. The restore time is the median checkpoint_read seconds the acceptance storage job "
+    "measured on the partition (results_dir), else the partition's expect_restore_seconds.",
     "refusals": "Jobs the submit policy rejected: one `gpuclust-policy-reject v1` line each in slurmctld's log "
     "(rotated files included), counted by rule, account (the job's, else the user's default), user and partition. "
     "Lines not written by gpuclust are ignored and counted.",
@@ -190,6 +191,7 @@ def build_economics(
     refusal_source: RefusalSource | None,
     *,
     target: float | None = None,
+    restore_measured: dict[str, float] | None = None,
 ) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
     """report.json's `economics` block and its tables (economics_terms, economics_baselines, refusals_by_*,
     wait_by_pending_reason)."""
@@ -386,7 +388,7 @@ def build_economics(
     if capacity_known and events is not None:
         cross = _cross_check(events, total_row, period)
     baselines = _baselines(config, total_row, by_type_hours)
-    sizing = _sizing(config, total_row, target, out_rows)
+    sizing = _sizing(config, total_row, target, out_rows, restore_measured)
     for r in out_rows:
         for k in ("attempts", "attempt_gpus", "_price"):
             r.pop(k)
@@ -547,7 +549,28 @@ def _baselines(config: SiteConfig, total: dict[str, Any], by_type_hours: dict[st
     return out
 
 
-def _sizing(config: SiteConfig, total: dict[str, Any], target: float | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def measured_restore_seconds(results_dir: str) -> dict[str, float]:
+    """Per partition, the median checkpoint restore time (checkpoint_read seconds) of the acceptance storage
+    jobs that passed it, from the results directory; {} when there is none."""
+    from gpuclust.accept.results import scan_results
+
+    try:
+        scan = scan_results(results_dir)
+    except OSError:
+        return {}
+    seconds: dict[str, list[float]] = {}
+    for result in scan.jobs:
+        part = result.job.partition
+        if not part:
+            continue
+        for rec in result.storage:
+            if rec.metric == "checkpoint_read" and rec.ok and rec.seconds > 0:
+                seconds.setdefault(part, []).append(float(rec.seconds))
+    return {p: float(np.median(v)) for p, v in seconds.items()}
+
+
+def _sizing(config: SiteConfig, total: dict[str, Any], target: float | None, rows: list[dict[str, Any]],
+            restore_measured: dict[str, float] | None = None) -> dict[str, Any]:
     cap = total["capacity_gpu_hours"]
     units = total["accepted_units"] or 0.0
     per_gpu_month = units / (cap / MONTH_HOURS) if cap else None
@@ -556,7 +579,8 @@ def _sizing(config: SiteConfig, total: dict[str, Any], target: float | None, row
     what_if = []
     for r in rows[:-1]:
         part = config.partitions.get(r["partition"])
-        restore = part.expect_restore_seconds if part else None
+        measured = (restore_measured or {}).get(r["partition"])
+        restore = measured if measured is not None else (part.expect_restore_seconds if part else None)
         attempts = r["attempts"]
         if not attempts:
             continue
@@ -564,11 +588,14 @@ def _sizing(config: SiteConfig, total: dict[str, Any], target: float | None, row
         mean_gpus = r["attempt_gpus"] / attempts
         lost = mean_h / 2 + (restore or 0.0) / 3600.0 * mean_gpus
         price = r["_price"]
-        what_if.append({"partition": r["partition"], "restore_seconds": restore, "mean_attempt_gpu_hours": _r(mean_h),
+        what_if.append({"partition": r["partition"], "restore_seconds": restore,
+                        "restore_source": "measured (acceptance storage, median)" if measured is not None
+                        else ("expect_restore_seconds" if restore is not None else None),
+                        "mean_attempt_gpu_hours": _r(mean_h),
                         "mean_attempt_gpus": _r(mean_gpus), "gpu_hours_lost_per_node_loss": _r(lost),
                         "cost_per_node_loss": _r(lost * price) if price is not None else None,
-                        "note": None if restore is not None else "no expect_restore_seconds for this partition: "
-                        "restart time counted as 0"})
+                        "note": None if restore is not None else "no restore time measured or expected for this "
+                        "partition: restart time counted as 0"})
     return {"useful_work_per_gpu_month": _r(per_gpu_month), "target_per_month": goal,
             "required_gpu_capacity": _r(required), "gpu_month_hours": MONTH_HOURS, "node_loss_what_if": what_if}
 
@@ -682,7 +709,8 @@ def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, 
         source = events_mod.load_stored(config.state_dir, days)
         refusal_source = refusals_mod.load_stored(config.state_dir, days, float(period.start_epoch),
                                                   float(period.end_epoch))
-    data, tables = build_economics(table, config, period, source, refusal_source, target=target)
+    data, tables = build_economics(table, config, period, source, refusal_source, target=target,
+                                   restore_measured=measured_restore_seconds(config.results_dir))
     report.data["economics"] = data
     report.tables.update(tables)
     report.data["definitions"] = {**report.data.get("definitions", {}), **{f"economics.{k}": v

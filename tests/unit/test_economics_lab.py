@@ -169,3 +169,24 @@ def test_outputs(tmp_path):
     assert 'gpuclust_report_policy_refusals{by="rule",group="account_missing"} 3' in prom
     data = json.loads((tmp_path / "report.json").read_text())
     assert "economics.idle_gpu_hours" in data["definitions"]
+
+
+def test_node_loss_what_if_uses_the_measured_restore_time():
+    from gpuclust.accounting.economics import measured_restore_seconds
+
+    lab_results = DATA.parent / "accept" / "lab_results"  # a real acceptance storage job on the lab, partition gpu
+    measured = measured_restore_seconds(str(lab_results))
+    assert measured["gpu"] == pytest.approx(0.01773869800013017)
+    text = (DATA / "site.conf").read_text().replace("state_dir = /var/lib/gpuclust-lab/econ-site",
+                                                    f"state_dir = /var/lib/gpuclust-lab/econ-site\nresults_dir = {lab_results}")
+    econ = _build(parse_config(text, "site.conf")).data["economics"]
+    what_if = {w["partition"]: w for w in econ["sizing"]["node_loss_what_if"]}
+    gpu = what_if["gpu"]
+    assert gpu["restore_source"].startswith("measured") and gpu["restore_seconds"] == pytest.approx(measured["gpu"])
+    # gpu: attempts 4, 5, 6 = 470 GPU-s over 3 attempts, 7 GPUs over 3 attempts
+    assert gpu["mean_attempt_gpu_hours"] == pytest.approx(470 * H / 3, abs=1e-6)
+    assert gpu["gpu_hours_lost_per_node_loss"] == pytest.approx(470 * H / 3 / 2 + measured["gpu"] / 3600 * 7 / 3,
+                                                                 abs=1e-6)
+    assert what_if["a100"]["restore_source"] is None  # nothing measured, nothing expected
+    sizing = econ["sizing"]
+    assert sizing["useful_work_per_gpu_month"] == pytest.approx(6 / (4.0 / 730), rel=1e-6)
