@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -190,3 +191,26 @@ def test_node_loss_what_if_uses_the_measured_restore_time():
     assert what_if["a100"]["restore_source"] is None  # nothing measured, nothing expected
     sizing = econ["sizing"]
     assert sizing["useful_work_per_gpu_month"] == pytest.approx(6 / (4.0 / 730), rel=1e-6)
+
+
+def test_slurm_24_11_recordings_parse():
+    """24.11 (lab, Debian 13 root): the same event, node and reason shapes; its cluster TRES adds gres/gpumem and
+    gres/gpuutil, which are no GPUs."""
+    from gpuclust.accounting import events, refusals
+    from gpuclust.accounting.economics import pending_class
+
+    d = DATA / "24.11"
+    ev = events.parse_events((d / "events.txt").read_text(), "events.txt")
+    assert not ev.problems and ev.cluster[0].gpus == 16 and ev.cluster[0].gpu_types == {"h100": 16}
+    (drain,) = ev.nodes
+    assert (drain.node, drain.state, drain.user, drain.gpus, drain.reason) == ("node4", "DRAIN", "root(0)", 4,
+                                                                               "econ14 test drain")
+    assert drain.end is not None and drain.end - drain.start == 20
+    nodes = events.parse_nodes((d / "nodes.txt").read_text())
+    assert [(n.name, n.gpus, n.partitions) for n in nodes][0] == ("node1", 4, ("gpu", "debug"))
+    reasons = events.parse_reasons((d / "reasons.txt").read_text())
+    assert sorted(pending_class(r) for r in reasons.values()) == ["none (not kept)", "none (not kept)", "quota"]
+    lines = (d / "slurmctld-reject-lines.log").read_text().splitlines()
+    parsed = [refusals.parse_line(line, ZoneInfo("UTC")) for line in lines]
+    assert [(r.rule, r.gpus) for r in parsed if r] == [("account_missing", 1), ("partition_max_gpus", 3),
+                                                       ("partition_max_gpus", 5)]
