@@ -47,6 +47,8 @@ DEFINITIONS: dict[str, str] = {
     "event`: an open event runs to the period end), overlapping events of a node merged, minus the GPU-hours jobs "
     "still held on that node meanwhile (a draining node finishes its jobs: those count as allocated).",
     "idle_gpu_hours": "capacity - allocated - unavailable.",
+    "registered_capacity_gpu_hours": "Cross-check of capacity: the GPUs of slurmdbd's 'Cluster Registered TRES' "
+    "events x their time in the period (it follows node and GRES changes; the capacity uses today's inventory).",
     "term_cost": "GPU-hour terms are priced like jobs: a job's GPU type (else its partition's) at [gpu_type] "
     "price_per_gpu_hour, else the partition's price; idle and unavailable at their nodes' GPU types. With [costs] "
     "compute_per_month, the compute cost of the period (prorated) is spread evenly over the capacity GPU-hours "
@@ -387,6 +389,13 @@ def build_economics(
     total_row = out_rows[-1]
     if capacity_known and events is not None:
         cross = _cross_check(events, total_row, period)
+    registered = None
+    if events is not None and events.events is not None and events.events.cluster:
+        registered = 0.0
+        for ct in events.events.cluster:  # slurmdbd's "Cluster Registered TRES": the GPUs slurmctld registered
+            a, b = max(ct.start, win.start), min(ct.end if ct.end is not None else win.end, win.end)
+            if b > a:
+                registered += ct.gpus * (b - a) / 3600.0
     baselines = _baselines(config, total_row, by_type_hours)
     sizing = _sizing(config, total_row, target, out_rows, restore_measured)
     for r in out_rows:
@@ -417,6 +426,7 @@ def build_economics(
         "baselines": baselines,
         "sizing": sizing,
         "sreport_cross_check": cross,
+        "registered_capacity_gpu_hours": _r(registered),
         "refusals": refusals_block,
         "pending_reason_wait": waits,
         "notes": notes,

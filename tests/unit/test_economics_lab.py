@@ -214,3 +214,8 @@ def test_slurm_24_11_recordings_parse():
     parsed = [refusals.parse_line(line, ZoneInfo("UTC")) for line in lines]
     assert [(r.rule, r.gpus) for r in parsed if r] == [("account_missing", 1), ("partition_max_gpus", 3),
                                                        ("partition_max_gpus", 5)]
+
+
+def test_registered_capacity_cross_check(econ):
+    # 'Cluster Registered TRES' gres/gpu=12 from 09:03:58 (16 before the lab's reconfiguration at 09:03:58)
+    assert econ["registered_capacity_gpu_hours"] == pytest.approx((238 * 16 + (1200 - 238) * 12) / 3600, abs=1e-6)
