@@ -102,15 +102,6 @@ def _floats(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _strings(table: pa.Table, name: str) -> list[str]:
-    col = _col(table, name)
-    if col is None:
-        return [""] * table.num_rows
-    if pa.types.is_dictionary(col.type):
-        col = pc.cast(col, pa.string())
-    return [v or "" for v in col.to_pylist()]
-
-
 def _mix(gpu_type: str) -> dict[str, float]:
     """'h100' -> {'h100': 1}; 'a100=1,h100=3' -> shares; '' -> {'': 1} (the partition's type)."""
     if "=" not in gpu_type:
@@ -212,30 +203,31 @@ def build_economics(
     if events is not None and events.missing and have_events:
         notes.append(f"Node events missing for day(s) {', '.join(events.missing)}: unavailable GPU-hours may be low.")
 
-    # ---- allocated GPU-hours per row ----
+    # ---- allocated GPU-hours per row (numpy over dictionary codes: a million rows take well under a second) ----
     n = table.num_rows
-    start = _floats(table, "start") if n else np.zeros(0)
-    end = _floats(table, "end") if n else np.zeros(0)
-    gpus = np.nan_to_num(_floats(table, "gpus")) if n else np.zeros(0)
-    alloc = np.asarray([bool(v) for v in _strings(table, "alloc_tres")], dtype=bool) if n else np.zeros(0, bool)
+    start = _floats(table, "start")
+    end = _floats(table, "end")
+    gpus = np.nan_to_num(_floats(table, "gpus"))
+    alloc = _alloc_mask(table)
     running = np.isnan(end) & ~np.isnan(start)
     end_eff = np.where(running, win.end, end)
     s = np.maximum(start, win.start)
     e = np.minimum(end_eff, win.end)
     with np.errstate(invalid="ignore"):
         hours = np.where(alloc & ~np.isnan(s) & (e > s), (e - s) / 3600.0, 0.0) * gpus
-    state = _strings(table, "state")
-    code = np.nan_to_num(_floats(table, "exit_code"), nan=-1) if n else np.zeros(0)
-    sig = np.nan_to_num(_floats(table, "exit_signal"), nan=-1) if n else np.zeros(0)
-    known = np.asarray([v is not False for v in table.column("exit_code_known").to_pylist()], dtype=bool) if n \
-        else np.zeros(0, bool)
-    done = np.asarray([st == "COMPLETED" for st in state], dtype=bool) & (((code == 0) & (sig == 0)) | ~known)
+    state_codes, state_values = _codes(table, "state")
+    code = np.nan_to_num(_floats(table, "exit_code"), nan=-1)
+    sig = np.nan_to_num(_floats(table, "exit_signal"), nan=-1)
+    known = np.asarray(pc.fill_null(table.column("exit_code_known"), True).to_numpy(zero_copy_only=False),
+                       dtype=bool) if n else np.zeros(0, dtype=bool)
+    completed_state = np.array([v == "COMPLETED" for v in state_values] + [False], dtype=bool)[state_codes]
+    done = completed_state & (((code == 0) & (sig == 0)) | ~known)
     kind = np.where(running, 2, np.where(done, 0, 1))  # 0 useful, 1 retries/failures, 2 in progress
-    partition = _strings(table, "partition")
-    gtype = _strings(table, "gpu_type")
-    account = _strings(table, "account")
-    comment = _strings(table, "comment")
-    het = np.nan_to_num(_floats(table, "het_offset"), nan=0) if n else np.zeros(0)
+    pcodes, pvalues = _codes(table, "partition")
+    gcodes, gvalues = _codes(table, "gpu_type")
+    het = np.nan_to_num(_floats(table, "het_offset"), nan=0)
+    pnames = [v or "(none)" for v in pvalues] + ["(none)"]
+    gnames = [v or "" for v in gvalues] + [""]
 
     compute_rate = None
     cap_total_h: float | None = None
@@ -253,52 +245,65 @@ def build_economics(
     if compute_rate is not None and math.isnan(compute_rate):
         pricing.price = lambda gpu_type, partition: None  # type: ignore[method-assign]
 
-    parts = sorted({p for p in partition if p} | {p for nd in node_list for p in nd.partitions})
+    parts = sorted({v for v in pvalues if v} | {p for nd in node_list for p in nd.partitions})
     rows: dict[str, dict[str, Any]] = {p: _empty_row() for p in [*parts, TOTAL]}
-    unpriced_h = 0.0
-    price_cache: dict[tuple[str, str], float | None] = {}
     by_type_hours: dict[str, float] = {}
-    for i in np.flatnonzero(hours > 0):
-        p = partition[i]
-        key = (gtype[i], p)
-        if key not in price_cache:
-            price_cache[key] = pricing.price(*key)
-        price = price_cache[key]
-        term = HOUR_TERMS[int(kind[i])]
-        h = float(hours[i])
-        for target_row in (rows.setdefault(p or "(none)", _empty_row()), rows[TOTAL]):
-            target_row[term]["gpu_hours"] += h
-            if price is None:
-                target_row["unpriced_gpu_hours"] += h
-            else:
-                target_row[term]["cost"] += h * price
-        if term != "in_progress":
-            for target_row in (rows[p or "(none)"], rows[TOTAL]):
-                target_row["attempts"] += 1
-                target_row["attempt_gpus"] += float(gpus[i])
-            for t, share in _mix(gtype[i] or (config.partition_gpu_type(p) or "")).items():
-                t = t or config.partition_gpu_type(p) or ""
-                by_type_hours[t] = by_type_hours.get(t, 0.0) + h * share
-        if price is None:
-            unpriced_h += h
+    sel = np.flatnonzero(hours > 0)
+    if len(sel):
+        # sums per (partition, GPU type, term): few groups, priced once each
+        combo = (pcodes[sel].astype(np.int64) * (len(gnames)) + gcodes[sel]) * 3 + kind[sel]
+        keys, inverse = np.unique(combo, return_inverse=True)
+        group_hours = np.bincount(inverse, weights=hours[sel], minlength=len(keys))
+        group_gpus = np.bincount(inverse, weights=gpus[sel], minlength=len(keys))
+        group_n = np.bincount(inverse, minlength=len(keys))
+        for key, h, g, cnt in zip(keys.tolist(), group_hours.tolist(), group_gpus.tolist(), group_n.tolist(),
+                                  strict=True):
+            k = key % 3
+            gi = (key // 3) % len(gnames)
+            pi = key // 3 // len(gnames)
+            p_name, g_name = pnames[pi], gnames[gi]
+            price = pricing.price(g_name, "" if p_name == "(none)" else p_name)
+            term = HOUR_TERMS[k]
+            for target_row in (rows.setdefault(p_name, _empty_row()), rows[TOTAL]):
+                target_row[term]["gpu_hours"] += h
+                if price is None:
+                    target_row["unpriced_gpu_hours"] += h
+                else:
+                    target_row[term]["cost"] += h * price
+                if term != "in_progress":
+                    target_row["attempts"] += cnt
+                    target_row["attempt_gpus"] += g
+            if term != "in_progress":
+                fallback = config.partition_gpu_type(p_name) or ""
+                for t, share in _mix(g_name or fallback).items():
+                    t = t or fallback
+                    by_type_hours[t] = by_type_hours.get(t, 0.0) + h * share
 
     # ---- units ----
-    ended_in = done & ~np.isnan(end) & (end >= period.start_epoch) & (end < period.end_epoch) & (het <= 0) & alloc
+    with np.errstate(invalid="ignore"):
+        ended_in = done & ~np.isnan(end) & (end >= period.start_epoch) & (end < period.end_epoch) & (het <= 0) & alloc
+    at = np.flatnonzero(ended_in)
     without_units = 0
-    for i in np.flatnonzero(ended_in):
-        if econ.denominator == "units":
-            u = _units_of(comment[i], econ.units_label)
-            if u is None:
-                u = econ.units_per_job.get(account[i])
-            if u is None:
-                without_units += 1
-                u = 0.0
-        else:
-            u = 1.0
-        rows.setdefault(partition[i] or "(none)", _empty_row())["units"] += u
-        rows[TOTAL]["units"] += u
-        rows[partition[i] or "(none)"]["completed"] += 1
-        rows[TOTAL]["completed"] += 1
+    if econ.denominator == "units" and len(at):
+        ccodes, cvalues = _codes(table, "comment")
+        acodes, avalues = _codes(table, "account")
+        from_comment = np.array([_units_of(v or "", econ.units_label) if v else None for v in cvalues] + [None],
+                                dtype=float)[ccodes[at]]
+        default = np.array([econ.units_per_job.get(v or "") for v in avalues] + [None], dtype=float)[acodes[at]]
+        units = np.where(np.isnan(from_comment), default, from_comment)
+        without_units = int(np.isnan(units).sum())
+        units = np.nan_to_num(units)
+    else:
+        units = np.ones(len(at))
+    if len(at):
+        unit_sums = np.bincount(pcodes[at], weights=units, minlength=len(pnames))
+        unit_counts = np.bincount(pcodes[at], minlength=len(pnames))
+        for pi in np.flatnonzero(unit_counts).tolist():
+            row = rows.setdefault(pnames[pi], _empty_row())
+            row["units"] += float(unit_sums[pi])
+            row["completed"] += int(unit_counts[pi])
+        rows[TOTAL]["units"] += float(units.sum())
+        rows[TOTAL]["completed"] += len(at)
 
     # ---- capacity, unavailable, idle ----
     cross: dict[str, Any] | None = None
@@ -312,7 +317,8 @@ def build_economics(
         unknown_nodes = sorted(set(ev_by_node) - set(by_node))
         if unknown_nodes:
             notes.append(f"Node events of node(s) not in the inventory are left out: {', '.join(unknown_nodes)}.")
-        node_rows = _node_allocations(table, hours > 0, s, e, gpus, set(ev_by_node) & set(by_node))
+        node_rows = _node_allocations(table, hours > 0, s, e, gpus,
+                                      {k: v for k, v in ev_by_node.items() if k in by_node})
         unavailable_node: dict[str, float] = {}
         for name, ivs in ev_by_node.items():
             if name not in by_node:
@@ -321,11 +327,11 @@ def build_economics(
             g = by_node[name].gpus
             total = sum((b - a) for a, b in merged) / 3600.0 * g
             held = 0.0
-            for js, je, jg in node_rows.get(name, []):
-                for a, b in merged:
-                    ov = min(je, b) - max(js, a)
-                    if ov > 0:
-                        held += ov / 3600.0 * jg
+            if name in node_rows:
+                js, je, jg = node_rows[name]
+                for a, b in merged:  # (few intervals; the rows are arrays)
+                    ov = np.minimum(je, b) - np.maximum(js, a)
+                    held += float((np.clip(ov, 0.0, None) * jg).sum()) / 3600.0
             unavailable_node[name] = max(0.0, total - held)
         shares: dict[str, float] = {}
         for p in parts:
@@ -464,22 +470,55 @@ def _capacity_price(row: dict[str, Any], name: str, nodes: list[Node], pricing: 
 
 
 def _node_allocations(table: pa.Table, rows: np.ndarray, s: np.ndarray, e: np.ndarray, gpus: np.ndarray,
-                      wanted: set[str]) -> dict[str, list[tuple[float, float, float]]]:
-    """Per node of `wanted`: (start, end, GPUs on that node) of the allocation rows on it (GPUs split evenly over
-    the row's nodes)."""
-    out: dict[str, list[tuple[float, float, float]]] = {}
-    if not wanted:
+                      intervals: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[np.ndarray, ...]]:
+    """Per node with events: the (start, end, GPUs on that node) arrays of the allocation rows on it that overlap
+    some event (GPUs split evenly over the row's nodes). Each distinct NodeList is expanded once."""
+    out: dict[str, tuple[np.ndarray, ...]] = {}
+    merged = _merge([iv for ivs in intervals.values() for iv in ivs])
+    if not merged or not rows.any():
         return out
-    nodelist = _strings(table, "nodelist")
-    nnodes = np.nan_to_num(_floats(table, "nnodes"), nan=1.0)
-    for i in np.flatnonzero(rows):
-        names = [x for x in expand(nodelist[i]) if x in wanted] if nodelist[i] else []
-        if not names:
-            continue
-        per = float(gpus[i]) / max(1.0, float(nnodes[i]))
-        for name in names:
-            out.setdefault(name, []).append((float(s[i]), float(e[i]), per))
+    starts = np.array([a for a, _ in merged])
+    ends = np.array([b for _, b in merged])
+    idx = np.flatnonzero(rows)
+    k = np.searchsorted(starts, e[idx], side="left") - 1  # the last event interval starting before the row ends
+    idx = idx[(k >= 0) & (ends[np.maximum(k, 0)] > s[idx])]
+    if not len(idx):
+        return out
+    ncodes, nvalues = _codes(table, "nodelist")
+    per = gpus[idx] / np.maximum(1.0, np.nan_to_num(_floats(table, "nnodes"), nan=1.0)[idx])
+    codes_at = ncodes[idx]
+    members: dict[str, list[int]] = {}
+    for c in np.unique(codes_at).tolist():
+        text = nvalues[c] if c < len(nvalues) else None
+        for name in expand(text) if text else []:
+            if name in intervals:
+                members.setdefault(name, []).append(c)
+    for name, codes in members.items():
+        on = np.isin(codes_at, codes)
+        out[name] = (s[idx][on], e[idx][on], per[on])
     return out
+
+
+def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str | None]]:
+    """A string column as integer codes into its distinct values; the code len(values) stands for null (and for
+    a column the input lacks)."""
+    col = _col(table, name)
+    if col is None or table.num_rows == 0:
+        return np.zeros(table.num_rows, dtype=np.int64), []
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    values = col.dictionary.to_pylist()
+    indices = col.indices
+    codes = np.asarray((pc.fill_null(indices, len(values)) if indices.null_count else indices).to_numpy(
+        zero_copy_only=False), dtype=np.int64)
+    return codes, values
+
+
+def _alloc_mask(table: pa.Table) -> np.ndarray:
+    """Rows with an allocation (AllocTRES not empty): a job cancelled while pending has none."""
+    codes, values = _codes(table, "alloc_tres")
+    return np.array([bool(v) for v in values] + [False], dtype=bool)[codes]
 
 
 def _r(v: float | None, nd: int = 6) -> float | None:
@@ -646,18 +685,29 @@ def _pending_waits(table: pa.Table, period: Period,
     eligible = _floats(table, "eligible")
     submit = _floats(table, "submit")
     since = np.where(np.isnan(eligible), submit, eligible)
-    alloc = np.asarray([bool(v) for v in _strings(table, "alloc_tres")], dtype=bool)
+    alloc = _alloc_mask(table)
     with np.errstate(invalid="ignore"):
         chosen = (start >= period.start_epoch) & (start < period.end_epoch) & alloc
-    raw = np.nan_to_num(_floats(table, "job_id_raw"), nan=-1)
+    raw = np.nan_to_num(_floats(table, "job_id_raw"), nan=-1).astype(np.int64)
     het = np.nan_to_num(_floats(table, "het_offset"), nan=0)
-    wait: dict[str, list[float]] = {c: [] for c in PENDING_CLASSES}
-    for i in np.flatnonzero(chosen & (het <= 0)):
-        reason = reasons.get((int(raw[i]), float(start[i])), "")
-        wait[pending_class(reason)].append(float(start[i] - since[i]))
+    at = np.flatnonzero(chosen & (het <= 0))
+    names = sorted(set(reasons.values()))
+    klass = [PENDING_CLASSES.index(pending_class(r)) for r in names]
+    rkeys = np.array([(raw_id << 32) | int(st) for raw_id, st in reasons], dtype=np.int64)
+    rclass = np.array([klass[names.index(v)] for v in reasons.values()], dtype=np.int64) if reasons else \
+        np.zeros(0, dtype=np.int64)
+    order = np.argsort(rkeys)
+    rkeys, rclass = rkeys[order], rclass[order]
+    keys = (raw[at] << 32) | start[at].astype(np.int64)
+    pos = np.minimum(np.searchsorted(rkeys, keys), max(len(rkeys) - 1, 0))
+    found = (rkeys[pos] == keys) if len(rkeys) else np.zeros(len(at), dtype=bool)
+    none_class = PENDING_CLASSES.index("none (not kept)")
+    cls = np.where(found, rclass[pos] if len(rkeys) else none_class, none_class)
+    values = start[at] - since[at]
+    wait: dict[str, np.ndarray] = {c: values[cls == i] for i, c in enumerate(PENDING_CLASSES)}
     out = []
     for c in PENDING_CLASSES:
-        v = np.asarray(wait[c])
+        v = wait[c]
         out.append({"pending_reason": c, "jobs": len(v), "wait_s_total": _r(float(v.sum()) if len(v) else 0.0),
                     "median_s": _r(float(np.median(v))) if len(v) else None,
                     "max_s": _r(float(v.max())) if len(v) else None})
