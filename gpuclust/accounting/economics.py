@@ -197,7 +197,8 @@ def build_economics(
     capacity_known = have_events and nodes is not None
     if events is None or events.events is None:
         notes.append("No node events (sacctmgr show event) for the period: capacity, idle and unavailable GPU-hours "
-                     "are unknown (run `report fetch`, or give --events and --nodes with --input).")
+                     "are unknown. `report fetch` stores them when the site config has [costs], a [baseline NAME] "
+                     "or slurmctld_log; with --input give --events and --nodes.")
     elif nodes is None:
         notes.append("No node inventory (scontrol show node): capacity and idle are unknown.")
     if events is not None and events.missing and have_events:
