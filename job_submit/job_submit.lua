@@ -502,6 +502,7 @@ local function decide(ok, rc, rule, msg, where, job)
     if P.fail_mode == "open" then return RC_OK end
     pcall(slurm.log_user, "%s", "gpuclust policy [internal_error]: the submit policy failed, so the job is rejected "
       .. "(fail_mode=closed); please report this to the cluster admins")
+    pcall(log_reject, job, "internal_error", where)
     return RC_ERROR
   end
   if rc == RC_OK then return RC_OK end

@@ -188,3 +188,12 @@ def test_fetch_days_stores_each_day(tmp_path):
     assert stored.refusals is not None and len(stored.refusals) == 7
     assert refusals.load_stored(str(tmp_path / "state"), [date(2026, 12, 2)]).refusals == []
     assert refusals.load_stored(str(tmp_path / "state"), [date(2026, 12, 5)]).refusals is None
+
+
+def test_lua_logs_a_fail_closed_internal_error_as_a_rejection():
+    policy = _lua_policy()
+    res = policy.submit({"user_name": "bob", "account": "ml", "partition": "gpu", "tres_per_job": "gres:gpu:1"},
+                        explode_on="tres_per_job")
+    assert not res.accepted
+    lines = _logged(policy)
+    assert len(lines) == 1 and " rule=internal_error account=ml user=bob partition=gpu gpus=" in lines[0]
