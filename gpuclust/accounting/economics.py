@@ -357,7 +357,9 @@ def build_economics(
                 rows[TOTAL]["unavailable"]["cost"] += h * price
         for name, row in rows.items():
             cap = row["capacity_gpu_hours"]
-            if cap is None:
+            if cap is None:  # a partition the inventory does not have (removed, or no partition): unknown
+                row["idle"] = {"gpu_hours": None, "cost": None}
+                row["unavailable"] = {"gpu_hours": None, "cost": None}
                 continue
             allocated = sum(row[t]["gpu_hours"] for t in ("useful", "retries_failures", "in_progress"))
             idle = cap - allocated - row["unavailable"]["gpu_hours"]
