@@ -664,8 +664,10 @@ def _cross_check(events: EventSource, total: dict[str, Any], period: Period) -> 
             "gpuclust_gpu_hours": {"capacity": total["capacity_gpu_hours"], "allocated": total["allocated_gpu_hours"],
                                    "unavailable": total["terms"]["unavailable"]["gpu_hours"],
                                    "idle": total["terms"]["idle"]["gpu_hours"]},
-            "note": "sreport reads slurmdbd's hourly rollups: the current hour is missing until rolled up; sreport "
-                    "counts a drained node's unallocated GPUs as Idle and Down only for down or failed nodes"
+            "note": "sreport reads slurmdbd's hourly rollups (the current hour is missing until rolled up) and "
+                    "prints whole GPU-minutes; its Down covers drained nodes too (lab, 22.05), so it compares with "
+                    "unavailable; its Reported follows the GPUs slurmctld registered (see "
+                    "registered_capacity_gpu_hours)"
                     + ("" if same else "; `report fetch` stores sreport per UTC day, so it covers whole days here "
                        "while the report period does not")}
 

@@ -219,3 +219,25 @@ def test_slurm_24_11_recordings_parse():
 def test_registered_capacity_cross_check(econ):
     # 'Cluster Registered TRES' gres/gpu=12 from 09:03:58 (16 before the lab's reconfiguration at 09:03:58)
     assert econ["registered_capacity_gpu_hours"] == pytest.approx((238 * 16 + (1200 - 238) * 12) / 3600, abs=1e-6)
+
+
+def test_sreport_cross_check_over_the_rolled_up_hour():
+    """09:00-10:00, after slurmdbd's rollup: sreport -t minutes said Allocated 13, Down 24, Idle 699, Reported 736
+    GPU-minutes. The hour also holds the integration test's three 20 s drains of node4 and its jobs."""
+    period = Period(datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc), datetime(2026, 12, 3, 10, 0, tzinfo=timezone.utc))
+    report, _ = pipeline.build(load_config(str(DATA / "site.conf")), period,
+                               input_path=str(DATA / "sacct-0900-1000.txt"),
+                               events_path=str(DATA / "events-0900-1000.txt"), nodes_path=str(DATA / "nodes.txt"),
+                               sreport_path=str(DATA / "sreport-0900-1000.txt"))
+    econ = report.data["economics"]
+    cross = econ["sreport_cross_check"]
+    assert cross["same_window"] and cross["sreport_gpu_hours"]["down"] == pytest.approx(24 / 60)
+    ours = cross["gpuclust_gpu_hours"]
+    # node4 600 s + 3 x 20 s, node3 66 s, 2 GPUs each
+    assert ours["unavailable"] == pytest.approx(2 * (600 + 60 + 66) / 3600, abs=1e-6)
+    assert abs(ours["unavailable"] - cross["sreport_gpu_hours"]["down"]) <= 1 / 60  # sreport: whole minutes
+    assert abs(ours["allocated"] - cross["sreport_gpu_hours"]["allocated"]) <= 1 / 60
+    # sreport's Reported is the registered GPUs (16 until the lab's reconfiguration at 09:03:58, then 12)
+    assert econ["registered_capacity_gpu_hours"] == pytest.approx((238 * 16 + 3362 * 12) / 3600, abs=1e-6)
+    assert abs(econ["registered_capacity_gpu_hours"] - cross["sreport_gpu_hours"]["reported"]) <= 1 / 60
+    assert ours["capacity"] == pytest.approx(12.0)
