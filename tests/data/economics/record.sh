@@ -5,7 +5,7 @@
 set -eu
 DRAIN_START_FILE=${DRAIN_START_FILE:-/tmp/econ14-drain-start}
 DRAIN_S=${DRAIN_S:-600}
-S() { sbatch --parsable "$@"; }
+S() { sbatch --parsable -o /dev/null "$@"; }
 J1=$(S -A ml -p a100 --gres=gpu:a100:2 -J a100-ok --comment "team=ml units=5" --wrap "sleep 60")
 J2=$(S -A ml -p a100 --gres=gpu:a100:1 -J a100-retry --comment "team=ml units=7" --wrap "sleep 20; exit 1")
 J4=$(S -A physics -p gpu --gres=gpu:h100:4 -J h100-ok --comment "team=physics" --wrap "sleep 90")

@@ -3,7 +3,7 @@
 # stay allocated, only the rest counts as unavailable), then resumed DRAIN_S seconds after the drain.
 set -eu
 DRAIN_S=${DRAIN_S:-120}
-J=$(sbatch --parsable -A ml -p a100 -w node3 --gres=gpu:a100:2 -J a100-draining --comment "team=ml" --wrap "sleep 60")
+J=$(sbatch --parsable -o /dev/null -A ml -p a100 -w node3 --gres=gpu:a100:2 -J a100-draining --comment "team=ml" --wrap "sleep 60")
 while [ "$(squeue -h -j "$J" -o %T)" != "RUNNING" ]; do sleep 1; done
 sleep 5
 scontrol update nodename=node3 state=drain reason="econ draining with a job"
