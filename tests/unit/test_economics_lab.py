@@ -165,6 +165,11 @@ def test_outputs(tmp_path):
     html = (tmp_path / "report.html").read_text()
     assert "Unit economics" in html
     assert "aria-label='Capacity GPU-hours by use, per partition'" in html and "aria-label='Cost by term" in html
+    import re
+    from xml.etree import ElementTree
+
+    for chart in re.findall(r"<svg .*?</svg>", html, flags=re.S):
+        ElementTree.fromstring(chart)  # well-formed standalone XML, like the report's other charts
     prom = (tmp_path / "gpuclust.prom").read_text()
     assert 'gpuclust_report_economics_gpu_hours{partition="a100",term="unavailable"} 0.37' in prom
     assert 'gpuclust_report_policy_refusals{by="rule",group="account_missing"} 3' in prom
