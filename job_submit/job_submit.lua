@@ -471,31 +471,56 @@ local function evaluate_modify(desc, rec)
   return evaluate(merged_view(desc, rec))
 end
 
+-- One value of the structured rejection line: bytes other than [A-Za-z0-9_.,:/@+-] as %XX (so a space, '=' or
+-- newline cannot break the line; gpuclust/accounting/refusals.py decodes it); nil as the empty string.
+local function log_value(v)
+  if v == nil then return "" end
+  return (sgsub(ssub(tostring(v), 1, 200), "[^%w_%.,:/@%+%-]", function(c) return sformat("%%%02X", sbyte(c)) end))
+end
+
+-- The structured line `report fetch` counts refusals from (slurm.log_info only; read fields via pcall: a
+-- rejection must never turn into an error here). Format v1, fields in this order:
+--   gpuclust-policy-reject v1 op=submit|modify rule=R account=A user=U partition=P gpus=N
+local function log_reject(job, rule, where)
+  if job == nil then return end
+  local function get(k) local ok, v = pcall(function() return job[k] end); if ok then return v end; return nil end
+  local okg, gpus = pcall(gpu_request, job)
+  if not okg then gpus = nil end
+  local part = nonempty(get("partition")) or P.default_partition
+  local op = "submit"
+  if where == "slurm_job_modify" then op = "modify" end
+  pcall(slurm.log_info, "%s", "gpuclust-policy-reject v1 op=" .. op .. " rule=" .. log_value(rule)
+    .. " account=" .. log_value(nonempty(get("account")) or nonempty(get("default_account")))
+    .. " user=" .. log_value(get("user_name")) .. " partition=" .. log_value(part) .. " gpus=" .. log_value(gpus))
+end
+
 -- The engine runs under pcall: an engine error neither crashes slurmctld nor silently accepts (an uncaught
 -- error in slurm_job_submit accepts the job in 22.05); the configured fail_mode decides.
-local function decide(ok, rc, rule, msg, where)
+local function decide(ok, rc, rule, msg, where, job)
   if not ok then
     pcall(slurm.log_error, "gpuclust policy: internal error in %s (fail_mode=%s): %s", where, P.fail_mode, tostring(rc))
     if P.fail_mode == "open" then return RC_OK end
     pcall(slurm.log_user, "%s", "gpuclust policy [internal_error]: the submit policy failed, so the job is rejected "
       .. "(fail_mode=closed); please report this to the cluster admins")
+    pcall(log_reject, job, "internal_error", where)
     return RC_ERROR
   end
   if rc == RC_OK then return RC_OK end
   pcall(slurm.log_user, "%s", msg)
   pcall(slurm.log_info, "%s: %s", where, msg)
+  pcall(log_reject, job, rule, where)
   return rc
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, rc, rule, msg = pcall(evaluate, job_desc)
-  return decide(ok, rc, rule, msg, "slurm_job_submit")
+  return decide(ok, rc, rule, msg, "slurm_job_submit", job_desc)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 then return RC_OK end -- root/SlurmUser edits are never blocked by the submit policy
   local ok, rc, rule, msg = pcall(evaluate_modify, job_desc, job_rec)
-  return decide(ok, rc, rule, msg, "slurm_job_modify")
+  return decide(ok, rc, rule, msg, "slurm_job_modify", merged_view(job_desc, job_rec))
 end
 
 return slurm.SUCCESS

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from gpuclust.accounting import reportdoc, store, trend
+from gpuclust.accounting import economics, reportdoc, store, trend
 from gpuclust.accounting.fetch import fetch_day
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
@@ -34,9 +34,11 @@ class FetchSummary:
     days: list[dict[str, Any]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     rejected_rows: int = 0
+    economics: dict[str, Any] = field(default_factory=dict)  # node events, refusals (gpuclust.accounting.economics)
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "economics": self.economics,
             "store": self.store,
             "days": self.days,
             "rejected_rows": self.rejected_rows,
@@ -69,6 +71,8 @@ def fetch(
         if progress:
             progress(day)
     store.replace_days(root, tables, problems=problems)
+    if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
+        summary.economics = economics.fetch_sources(client, config, period.utc_days())
     return summary
 
 
@@ -120,6 +124,11 @@ def build(
     target: float | None = None,
     top: int = DEFAULT_TOP,
     trend_days: int = max(trend.TREND_DAYS),
+    events_path: str | None = None,
+    nodes_path: str | None = None,
+    sreport_path: str | None = None,
+    log_path: str | None = None,
+    reasons_path: str | None = None,
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report). From the store, the
     report also holds the daily trend of the `trend_days` days before its end (0: none)."""
@@ -165,6 +174,9 @@ def build(
             ],
         }
     report = build_report(table, config, period, target=target, top=top, input_info=info)
+    economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
+                     sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
+                     offline=bool(input_path), target=target)
     if not input_path and trend_days:
         add_trend(report, config, trend_days)
     return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed

@@ -19,13 +19,17 @@ from typing import Any
 import pandas as pd
 
 from gpuclust.accounting import prom, svgplot
+from gpuclust.accounting.economics_render import economics_families, economics_html
 from gpuclust.accounting.metrics import Report
 from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
 from gpuclust.output import to_json
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
-TREND_VIEWS = (30, 90)  # days shown in the HTML trend view (the report holds the longest)
+# Families other parts of the report add to gpuclust.prom, besides the accounting ones prom.py writes itself.
+PROM_CONTRIBUTORS: tuple[prom.Contributor, ...] = (economics_families,)
+TREND_VIEWS = (30, 90)
+ECONOMICS_SECTION_TABLES = frozenset({"economics_terms", "economics_baselines"})  # shown in its own section  # days shown in the HTML trend view (the report holds the longest)
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -98,7 +102,7 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
             written.append(path)
         elif fmt == "prom":
             path = out_dir / prom.FILENAME
-            prom.write_textfile(report, path)
+            prom.write_textfile(report, path, PROM_CONTRIBUTORS)
             written.append(path)
     return written
 
@@ -407,9 +411,10 @@ def render_html(report: Report) -> str:
         if extra:
             parts.append(extra)
     for name, frame in report.tables.items():
-        if name in ("totals", "sizing"):
+        if name in ("totals", "sizing") or name in ECONOMICS_SECTION_TABLES:
             continue
         parts.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>" + table_html(frame, currency=currency))
+    parts.append(economics_html(d))
     parts.append("<h2>Metric definitions</h2><dl>")
     for key, text in d["definitions"].items():
         parts.append(f"<dt>{e(key)}</dt><dd>{e(text)}</dd>")

@@ -90,6 +90,8 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         summary = pipeline.fetch(app.slurm, config, period, via=via)
     for problem in summary.problems[:50]:
         click.echo(f"warning: {problem}", err=True)
+    for problem in summary.economics.get("problems", [])[:50]:
+        click.echo(f"warning: {problem}", err=True)
     if as_json:
         echo_json(summary.as_dict())
     else:
@@ -102,6 +104,17 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 @_period_options
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
               help="Read this sacct dump (--parsable2 with a header, or --json) instead of the store.")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False, exists=True),
+              help="With --input: `sacctmgr show event -P format=Event,NodeName,Start,End,State,User,TRES,Reason` "
+                   "output for the period (capacity unknown without it).")
+@click.option("--nodes", "nodes_path", type=click.Path(dir_okay=False, exists=True),
+              help="With --input: `scontrol show node -o` output (each node's GPUs and partitions).")
+@click.option("--sreport", "sreport_path", type=click.Path(dir_okay=False, exists=True),
+              help="With --input: `sreport -P -n cluster utilization -T gres/gpu -t minutes` output (cross-check).")
+@click.option("--reasons", "reasons_path", type=click.Path(dir_okay=False, exists=True),
+              help="With --input: `sacct -a -D -X -P -n -o JobIDRaw,Start,Reason` output (queue wait by pending reason).")
+@click.option("--slurmctld-log", "log_path", type=click.Path(dir_okay=False),
+              help="With --input: slurmctld's log (its rotated .1 and .gz siblings are read too) for the refusals.")
 @click.option("--delimiter", default="|", show_default=True, callback=_named(decode_delimiter),
               help="Delimiter of a --parsable2 --input file; backslash escapes allowed, e.g. '\\x1f|\\x1e'.")
 @click.option("--format", "formats", default="html,csv,json,prom", show_default=True, callback=_named(parse_formats),
@@ -116,7 +129,9 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 @click.option("--json", "as_json", is_flag=True, help="Print report.json's content on stdout too.")
 @pass_app
 def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
-              input_path: str | None, delimiter: str, formats: str, out_dir: str | None, target: float | None,
+              input_path: str | None, events_path: str | None, nodes_path: str | None, sreport_path: str | None,
+              reasons_path: str | None, log_path: str | None, delimiter: str, formats: str, out_dir: str | None,
+              target: float | None,
               top: int, strict: bool, as_json: bool) -> None:
     """Build report.html, CSV tables, report.json and gpuclust.prom for a period.
 
@@ -131,8 +146,12 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
     period = resolve_period(since, until, period_name, config.timezone)
     if period is None and not input_path:
         period = resolve_period(None, None, "yesterday", config.timezone)
+    if not input_path and (events_path or nodes_path or sreport_path or log_path or reasons_path):
+        raise InputError("--events, --nodes, --sreport, --reasons and --slurmctld-log go with --input (the store "
+                         "has its own)")
     report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim,
-                               target=target, top=top)
+                               target=target, top=top, events_path=events_path, nodes_path=nodes_path,
+                               sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path)
     info = report.data["input"]
     for problem in info.get("problems", []):
         click.echo(f"warning: {problem}", err=True)

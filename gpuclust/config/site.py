@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuclust.config import values as v
+from gpuclust.config.economics import (
+    ACCOUNT_KEYS,
+    ECONOMICS_SECTIONS,
+    SITE_KEYS,
+    EconomicsConfig,
+    economics_config,
+)
 from gpuclust.config.ini import decode_config, parse_ini
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.errors import ConfigError, Problem
@@ -31,7 +38,7 @@ SITE = SectionSpec(
         Key("report_labels", v.parse_name_list, "Comment label keys reported as dimensions, e.g. team, project, model.", default=()),
         Key("target_completed_runs_per_month", v.parse_nonneg_float, "Sizing target for `report build`."),
         Key("acceptance_stale_days", v.parse_positive_int, "A node's last passing acceptance result goes stale after this.", default=7),
-        Key("currency", v.parse_currency, "ISO 4217 code of the prices (EUR, USD); labels cost in report.json and gpuclust.prom.", default=""),
+        *SITE_KEYS,
     ),
     required=True,
 )
@@ -92,6 +99,7 @@ ACCOUNT = SectionSpec(
         Key("allowed_partitions", v.parse_name_list, "Policy: partitions this account may submit to."),
         *_LIMIT_KEYS,
         Key("max_gpus_per_user", v.parse_positive_int, "GrpTRES=gres/gpu=N on each user association under the account."),
+        *ACCOUNT_KEYS,
     ),
     named=True,
 )
@@ -122,7 +130,7 @@ POLICY = SectionSpec(
     ),
 )
 
-SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY)
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS)
 
 
 @dataclass(frozen=True)
@@ -206,12 +214,17 @@ class SiteConfig:
     report_labels: tuple[str, ...] = SITE.default("report_labels")
     target_completed_runs_per_month: float | None = None
     acceptance_stale_days: int = SITE.default("acceptance_stale_days")
-    currency: str = SITE.default("currency")
     partitions: dict[str, PartitionConfig] = field(default_factory=dict)
     gpu_type_prices: dict[str, float] = field(default_factory=dict)
     accounts: dict[str, AccountConfig] = field(default_factory=dict)
     qos: dict[str, QosConfig] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    economics: EconomicsConfig = field(default_factory=EconomicsConfig)
+
+    @property
+    def currency(self) -> str:
+        """The currency of every price and cost: [costs] currency ("" when unset)."""
+        return self.economics.currency or ""
 
     def price_per_gpu_hour(self, gpu_type: str | None, partition: str | None) -> float | None:
         """The GPU type's price, falling back to the partition's; None when neither is configured."""
@@ -270,6 +283,9 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
     prices = {s.name: s.values["price_per_gpu_hour"] for s in by_kind.get("gpu_type", []) if s.name and "price_per_gpu_hour" in s.values}
     policy_cfg = _policy(policy) if policy else PolicyConfig()
     problems += _cross_check(path, partitions, accounts, qos, policy, policy_cfg)
+    economics, economics_problems = economics_config(path, site, by_kind.get("account", []), by_kind.get("costs", []),
+                                                     by_kind.get("baseline", []))
+    problems += economics_problems
     if problems or site is None:
         raise ConfigError(problems or [Problem(path, None, "missing required section [site]")])
     state_dir = site.get("state_dir")
@@ -284,12 +300,12 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         report_labels=site.get("report_labels"),
         target_completed_runs_per_month=site.get("target_completed_runs_per_month"),
         acceptance_stale_days=site.get("acceptance_stale_days"),
-        currency=site.get("currency"),
         partitions=partitions,
         gpu_type_prices=prices,
         accounts=accounts,
         qos=qos,
         policy=policy_cfg,
+        economics=economics,
     )
 
 

@@ -74,6 +74,7 @@ end
 
 function gpuclust_sim_reset() user_msgs, errors, infos = {}, {}, {} end
 function gpuclust_sim_messages() return user_msgs[#user_msgs], #user_msgs, errors[#errors], #errors end
+function gpuclust_sim_infos() return table.concat(infos, "\n") end
 function gpuclust_sim_submit(fields, known, explode_on)
   return slurm_job_submit(proxy(fields, known, explode_on), {}, 0)
 end

@@ -16,7 +16,7 @@ from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S, CommandResult, run_command
 
 # ISO-like, unambiguous, parseable by datetime.fromisoformat; Slurm honours it in sacct/scontrol text output.
 SLURM_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
-SLURM_TOOLS = ("sacct", "scontrol", "sinfo", "sbatch", "scancel", "sacctmgr", "squeue", "srun")
+SLURM_TOOLS = ("sacct", "scontrol", "sinfo", "sbatch", "scancel", "sacctmgr", "squeue", "srun", "sreport")
 
 
 @runtime_checkable

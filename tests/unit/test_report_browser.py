@@ -131,7 +131,7 @@ def _store_report(tmp: Path) -> Report:
     """The recorded lab corpus fetched into a store, then built from it (as the nightly build does)."""
     conf = tmp / "site.conf"
     conf.write_text((DATA / "site.conf").read_text().replace("/nonexistent/replaced-by-tests", str(tmp / "state"))
-                    .replace("[site]\n", "[site]\ncurrency = EUR\n", 1))
+                    + "\n[costs]\ncurrency = EUR\n")
     config = load_config(str(conf))
     parsed = pipeline.read_input(str(DATA / "lab-parsable.txt"), "\x1f|\x1e")
     days = {v.date() for v in parsed.table.column("end").to_pylist() if v}

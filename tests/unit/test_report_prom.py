@@ -24,8 +24,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def _conf(tmp_path: Path, extra: str = "") -> Path:
     conf = tmp_path / "site.conf"
     text = (DATA / "site.conf").read_text().replace("/nonexistent/replaced-by-tests", str(tmp_path / "state"))
-    if extra:
-        text = text.replace("[site]\n", f"[site]\n{extra}\n", 1)
+    if extra:  # a [costs] key (the currency of every price and cost)
+        text += f"\n[costs]\n{extra}\n"
     conf.write_text(text)
     return conf
 
@@ -100,8 +100,17 @@ def test_every_metric_is_documented_in_the_readme(tmp_path):
     documented = _documented_metrics()
     # cost_per_completed_run and the like may be absent from one report; none may be undocumented.
     assert written - documented == set()
-    every = {prom.PREFIX + name for name in _all_core_names()}
+    every = {prom.PREFIX + name for name in _all_core_names()} | _economics_names()
     assert every == documented
+
+
+def _economics_names() -> set[str]:
+    """The families the unit-economics contributor writes for a report with every part known (the recorded
+    economics lab scenario: capacity, baselines, refusals)."""
+    from gpuclust.accounting.economics_render import economics_families
+    from tests.unit.test_economics_lab import _build
+
+    return {family.name for family in economics_families(prom.context_of(_build()))}
 
 
 def _all_core_names() -> set[str]:
