@@ -240,6 +240,9 @@ def by_unique(func: Callable[[pa.Array], tuple[Any, ...]], text: pa.Array) -> tu
     return tuple(out)
 
 
+BY_UNIQUE = by_unique  # (tests swap `by_unique` for a plain call: the reference without this optimisation)
+
+
 def v_job_id(text: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray, np.ndarray]:
     """-> ({job_base, array_task, array_pending, het_offset}, is_step, bad).
 

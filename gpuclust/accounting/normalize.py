@@ -6,6 +6,7 @@ returned as a Problem naming its line and field: never dropped silently.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting import fields as f
-from gpuclust.accounting.schema import PLAIN_STRING_COLUMNS, RAW_FIELDS, SCHEMA
+from gpuclust.accounting.registry import REGISTRY, Parsed, Registry
 from gpuclust.errors import Problem
 
 MAX_PROBLEMS_LISTED = 1000  # a badly broken file still reports its count; the list is capped
@@ -43,25 +44,30 @@ class ParseResult:
     source: str = ""
     exit_codes_known: bool = True
     notes: list[str] = field(default_factory=list)
+    reader: str = ""  # which reader made it: "direct" or "reference" (text), "json"; "a+b" after extend
 
     def extend(self, other: ParseResult) -> None:
         tables = [self.table, other.table]
         if not tables[0].schema.equals(tables[1].schema):  # e.g. dictionary-encoded text and plain JSON
-            tables = [t.cast(SCHEMA) for t in tables]
+            tables = [t.cast(plain_schema(t.schema)) for t in tables]
         self.table = pa.concat_tables(tables)
         self.problems += other.problems[: max(0, MAX_PROBLEMS_LISTED - len(self.problems))]
         self.rejected += other.rejected
         self.steps_dropped += other.steps_dropped
         self.exit_codes_known = self.exit_codes_known and other.exit_codes_known
         self.notes += [n for n in other.notes if n not in self.notes]
+        readers = [r for r in dict.fromkeys([*self.reader.split("+"), *other.reader.split("+")]) if r]
+        self.reader = "+".join(readers)
 
 
-def _bind(func: Callable[[pa.Array], Any], arg: pa.Array) -> Callable[[], Any]:
-    return lambda: func(arg)
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with every dictionary-encoded column in its plain type."""
+    return pa.schema([pa.field(fd.name, fd.type.value_type if pa.types.is_dictionary(fd.type) else fd.type)
+                      for fd in schema])
 
 
 def empty_table() -> pa.Table:
-    return SCHEMA.empty_table()
+    return REGISTRY.schema.empty_table()
 
 
 def normalize(
@@ -71,63 +77,60 @@ def normalize(
     source: str,
     *,
     extra_problems: list[Problem] | None = None,
+    registry: Registry = REGISTRY,
+    parallel_min_rows: int = PARALLEL_MIN_ROWS,
 ) -> ParseResult:
-    """`raw` maps each name of RAW_FIELDS (optional ones may be missing) to a string array."""
+    """`raw` maps each field of the registry (optional ones may be missing) to a string array."""
     n = len(lines)
     blank = pa.array([""] * n, pa.string()) if n else pa.array([], pa.string())
-    rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in RAW_FIELDS}
-    columns, bad, is_step, exit_all = parse_fields(rawc, exit_known)
+    rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in registry.raw}
+    columns, bad, is_step, exit_all = parse_fields(rawc, exit_known, registry, parallel=n >= parallel_min_rows)
     columns["line"] = pc.cast(lines, pa.int64())
 
     result = finish(
         n, columns, bad, is_step, lambda name, i: rawc[name][i].as_py(),
-        lines.to_numpy(zero_copy_only=False), source, extra_problems,
+        lines.to_numpy(zero_copy_only=False), source, extra_problems, schema=registry.schema,
     )
-    result.table = result.table.cast(SCHEMA)
+    result.table = result.table.cast(registry.schema)
     result.exit_codes_known = exit_all
     return result
 
 
 def parse_fields(
-    rawc: Mapping[str, pa.Array], exit_known: pa.Array
+    rawc: Mapping[str, pa.Array], exit_known: pa.Array, registry: Registry = REGISTRY, *, parallel: bool = False,
 ) -> tuple[dict[str, pa.Array], dict[str, np.ndarray], np.ndarray, bool]:
-    """Every field of `rawc` (one string array per RAW_FIELDS name) parsed: (the SCHEMA columns but `line`,
-    the bad mask of each raw field, the step mask, whether every exit code is known)."""
+    """Every field of `rawc` (one string array per registry field) parsed: (the schema's columns but `line`,
+    the bad mask of each checked field in check order, the step mask, whether every exit code is known)."""
     n = len(exit_known)
     columns: dict[str, pa.Array] = {}
     bad: dict[str, np.ndarray] = {}
-
-    # The field parsers are independent and their pyarrow kernels release the GIL: run them side by side.
     exit_all = n == 0 or bool(pc.all(exit_known).as_py())
+    known_mask = None if exit_all else np.asarray(pc.fill_null(exit_known, False).to_numpy(zero_copy_only=False),
+                                                  dtype=bool)
+    # The field parsers are independent and their pyarrow kernels release the GIL: run them side by side.
     tasks: dict[str, Callable[[], Any]] = {
-        "JobID": lambda: f.v_job_id(rawc["JobID"]),
-        "JobIDRaw": lambda: f.v_int(rawc["JobIDRaw"]),
-        "State": lambda: f.by_unique(f.v_state, rawc["State"]),
-        "ExitCode": lambda: (
-            f.by_unique(lambda t: f.v_exit_code(t, pa.array(np.ones(len(t), dtype=bool))), rawc["ExitCode"])
-            if exit_all
-            else f.v_exit_code(rawc["ExitCode"], exit_known)
-        ),
-        **{name: _bind(f.v_time, rawc[name]) for name in ("Submit", "Eligible", "Start", "End")},
-        "Elapsed": lambda: f.by_unique(f.v_elapsed, rawc["Elapsed"]),
-        "NNodes": lambda: f.by_unique(f.v_int, rawc["NNodes"]),
-        "AllocTRES": lambda: f.by_unique(f.v_alloc_tres, rawc["AllocTRES"]),
+        fd.name: functools.partial(fd.parse_values, rawc[fd.name], f.by_unique is f.BY_UNIQUE)
+        for fd in registry.fields if fd.vparse
     }
-    done = run_parallel(tasks, parallel=n >= PARALLEL_MIN_ROWS)
-
-    ids, is_step, bad["JobID"] = done["JobID"]
-    columns.update(ids)
-    columns["job_id_raw"], bad["JobIDRaw"] = done["JobIDRaw"]
-    for raw_name, col in PLAIN_STRING_COLUMNS.items():
-        columns[col] = rawc[raw_name]
-    columns["state"], bad["State"] = done["State"]
-    columns["exit_code"], columns["exit_signal"], bad["ExitCode"] = done["ExitCode"]
-    columns["exit_code_known"] = exit_known
-    for raw_name, col in (("Submit", "submit"), ("Eligible", "eligible"), ("Start", "start"), ("End", "end")):
-        columns[col], bad[raw_name] = done[raw_name]
-    columns["elapsed_s"], bad["Elapsed"] = done["Elapsed"]
-    columns["nnodes"], bad["NNodes"] = done["NNodes"]
-    columns["gpus"], columns["gpu_type"], columns["mem_mb"], bad["AllocTRES"] = done["AllocTRES"]
+    done = run_parallel(tasks, parallel=parallel)
+    is_step = np.zeros(n, dtype=bool)
+    for fd in registry.fields:
+        if fd.copy:
+            columns[fd.copy.name] = rawc[fd.name]
+        if fd.unknowable:
+            columns[fd.unknowable.name] = exit_known
+        parsed: Parsed | None = done.get(fd.name)
+        if parsed is None:
+            continue
+        cols, field_bad = parsed.columns, parsed.bad
+        if fd.unknowable and known_mask is not None:
+            # Unknown values (sacct --json 22.05's exit codes) are null, not errors.
+            cols = {k: pc.if_else(exit_known, v, pa.scalar(None, v.type)) for k, v in cols.items()}
+            field_bad = field_bad & known_mask
+        columns.update(cols)
+        bad[fd.name] = field_bad
+        if parsed.is_step is not None:
+            is_step = parsed.is_step
     return columns, bad, is_step, exit_all
 
 
@@ -141,6 +144,8 @@ def finish(
     source: str,
     extra_problems: list[Problem] | None = None,
     dropped: np.ndarray | None = None,
+    *,
+    schema: pa.Schema = REGISTRY.schema,
 ) -> ParseResult:
     """The rows of `columns` (every SCHEMA column, `n` rows) less the bad ones and the steps, with one
     Problem per bad row (its first bad field, in the order of `bad`) after `extra_problems`.
@@ -176,7 +181,7 @@ def finish(
 
     specs = []
     arrays = []
-    for spec in SCHEMA:
+    for spec in schema:
         col = columns[spec.name]
         if not pa.types.is_dictionary(col.type) and col.type != spec.type:
             col = col.cast(spec.type)

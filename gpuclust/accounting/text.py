@@ -37,7 +37,7 @@ import pyarrow.csv as pacsv
 from gpuclust.accounting import fields
 from gpuclust.accounting import normalize as _normalize
 from gpuclust.accounting.normalize import ParseResult, finish, normalize
-from gpuclust.accounting.schema import FREE_TEXT_FIELDS, PLAIN_STRING_COLUMNS, RAW_FIELDS, REQUIRED_FIELDS
+from gpuclust.accounting.registry import REGISTRY, Registry, SacctField
 from gpuclust.errors import InputError, Problem
 
 # Bytes that may stand in for a multi-character delimiter, tried in order; one absent from the data is used.
@@ -60,7 +60,8 @@ def decode_delimiter(text: str) -> str:
 
 
 def parse_parsable(
-    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>"
+    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>",
+    *, registry: Registry = REGISTRY,
 ) -> ParseResult:
     """Parse a --parsable2 dump (header line first) into the normalized schema.
 
@@ -85,7 +86,7 @@ def parse_parsable(
                 source, 1, f"duplicate column {name!r} in the header (columns {seen[name]} and {col}): "
                 "which one holds the data is ambiguous", name))
         seen[name] = col
-    missing = [name for name in REQUIRED_FIELDS if name not in header]
+    missing = [name for name in registry.required if name not in header]
     if missing:
         raise InputError(
             Problem(
@@ -95,7 +96,7 @@ def parse_parsable(
             )
         )
     if FAST_READER and header_end >= 0:
-        result = _direct(src, header_end + 1, delim, header, source)
+        result = _direct(src, header_end + 1, delim, header, source, registry)
         if result is not None:
             last_reader = "direct"
             return result
@@ -103,10 +104,10 @@ def parse_parsable(
     whole = src.tobytes()
     body = b"" if header_end < 0 else whole[header_end + 1 :]
     del whole
-    return _reference(body, delim, header, source)
+    return _reference(body, delim, header, source, registry)
 
 
-def _reference(body: bytes, delim: bytes, header: list[str], source: str) -> ParseResult:
+def _reference(body: bytes, delim: bytes, header: list[str], source: str, reg: Registry) -> ParseResult:
     """The reference: the delimiter swapped for a free byte, pyarrow.csv over the whole body, and the
     line-level pass where any line is not a whole record."""
     if len(delim) == 1:
@@ -114,12 +115,12 @@ def _reference(body: bytes, delim: bytes, header: list[str], source: str) -> Par
     else:
         sep = next((c for c in _STAND_INS if c not in body), b"")
         if not sep:  # pathological: every stand-in byte occurs in the data
-            return _line_level(body, delim, header, source)
+            return _line_level(body, delim, header, source, reg)
         body = _replace(body, delim, sep)
     blank_line = body.startswith(b"\n") or b"\n\n" in body
-    result = None if blank_line and _tail_continuation(header) else _fast(body, sep, header, source)
+    result = None if blank_line and _tail_continuation(header, reg) else _fast(body, sep, header, source, reg)
     if result is None:
-        result = _line_level(body, sep, header, source, original=delim)
+        result = _line_level(body, sep, header, source, reg, original=delim)
     return result
 
 
@@ -155,8 +156,8 @@ def _replace(body: bytes, old: bytes, new: bytes) -> bytes:
         return b"".join(pool.map(one, range(len(cuts) - 1)))
 
 
-def _wanted(header: list[str]) -> list[str]:
-    return [name for name in RAW_FIELDS if name in header]
+def _wanted(header: list[str], reg: Registry) -> list[str]:
+    return [name for name in reg.raw if name in header]
 
 
 def _read_csv(
@@ -166,7 +167,7 @@ def _read_csv(
     """pyarrow.csv with sacct's rules: one-byte delimiter, no quoting or escaping, no newlines inside values,
     the `wanted` columns only, read as `kind` (string or binary). Raises pa.ArrowInvalid."""
     # Column names must be unique for pyarrow; ignored columns get placeholder names.
-    names = [name if name in RAW_FIELDS and header.index(name) == i else f"_ignored{i}" for i, name in enumerate(header)]
+    names = [name if name in wanted and header.index(name) == i else f"_ignored{i}" for i, name in enumerate(header)]
     return pacsv.read_csv(
         io.BytesIO(data),
         read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
@@ -181,10 +182,10 @@ def _read_csv(
     )
 
 
-def _fast(body: bytes, sep: bytes, header: list[str], source: str) -> ParseResult | None:
+def _fast(body: bytes, sep: bytes, header: list[str], source: str, reg: Registry) -> ParseResult | None:
     """pyarrow.csv over the whole body; None when any line is not a whole record."""
     if not body.strip(b"\n"):
-        return _from_columns({}, np.zeros(0, dtype=np.int64), header, source, [])
+        return _from_columns({}, np.zeros(0, dtype=np.int64), header, source, [], reg)
     invalid: list[int] = []
 
     def on_invalid(row: object) -> str:
@@ -193,7 +194,7 @@ def _fast(body: bytes, sep: bytes, header: list[str], source: str) -> ParseResul
         return "error"
 
     on_invalid._direct_reader = _DecodeFailure()  # type: ignore[attr-defined]
-    wanted = _wanted(header)
+    wanted = _wanted(header, reg)
     try:
         with _quiet_row_decode():
             table = _read_csv(body, sep, header, wanted, pa.string(), on_invalid)
@@ -203,7 +204,7 @@ def _fast(body: bytes, sep: bytes, header: list[str], source: str) -> ParseResul
         return None
     lines = np.arange(2, table.num_rows + 2, dtype=np.int64)
     cols = {name: table.column(name).combine_chunks() for name in wanted}
-    return _from_columns(cols, lines, header, source, [])
+    return _from_columns(cols, lines, header, source, [], reg)
 
 
 SCAN_BLOCK = 1 << 22
@@ -284,7 +285,7 @@ class _Lines:
 
 
 def _line_level(
-    body: bytes, sep: bytes, header: list[str], source: str, original: bytes | None = None,
+    body: bytes, sep: bytes, header: list[str], source: str, reg: Registry, original: bytes | None = None,
 ) -> ParseResult:
     """Find records by counting delimiters per physical line; join short lines; repair or report the rest."""
     nfields = len(header)
@@ -292,8 +293,8 @@ def _line_level(
     counts = physical.counts()
     good = counts == nfields - 1
     odd_idx = np.flatnonzero(~good)
-    wanted = _wanted(header)
-    free = [header.index(name) for name in FREE_TEXT_FIELDS if name in header]
+    wanted = _wanted(header, reg)
+    free = [header.index(name) for name in reg.free_text if name in header]
     joined_sep = original or sep
 
     extra_rows: list[list[str]] = []
@@ -303,7 +304,7 @@ def _line_level(
     # A free-text last column (a plain dump ending in Comment): a newline in it puts the rest of the value on
     # the lines after a whole record. With JobID first, a record starts only on a line that starts with a
     # JobID; the lines after a record that do not (blank ones too) continue its last value.
-    tail = _tail_continuation(header)
+    tail = _tail_continuation(header, reg)
     for odd in odd_idx:
         if consumed[odd]:
             continue
@@ -332,7 +333,7 @@ def _line_level(
         values = [v.decode("utf-8", "replace") for v in record.split(sep)]
         if len(values) > nfields and free:
             # A plain `|` dump: extra separators came from the free-text fields (JobName, Comment).
-            values = _repair(values, header, free, joined_sep.decode("utf-8", "replace")) or values
+            values = _repair(values, header, free, joined_sep.decode("utf-8", "replace"), reg) or values
         if len(values) != nfields:
             problems.append(
                 Problem(source, int(i) + 2, f"record has {len(values)} fields, header has {nfields}: {record[:120]!r}")
@@ -348,7 +349,7 @@ def _line_level(
         cols = spliced
         lines = np.concatenate([lines, np.array(extra_lines, dtype=np.int64)])
         lines = lines[np.argsort(lines, kind="stable")]
-        return _from_columns(cols, lines, header, source, problems)
+        return _from_columns(cols, lines, header, source, problems, reg)
     cols = _good_columns(physical, good, good_idx, header, wanted)
     if extra_rows:
         # The joined/repaired records go back in line order. They are few: splice them between slices of the
@@ -373,16 +374,16 @@ def _line_level(
         lines = lines[np.argsort(lines, kind="stable")]
     else:
         cols = {name: _single(col) for name, col in cols.items()}
-    return _from_columns(cols, lines, header, source, problems)
+    return _from_columns(cols, lines, header, source, problems, reg)
 
 
 _JOB_ID_BYTES = re.compile(rb"[0-9]+(?:_[0-9]+|_\[[^\]]*\]|\+[0-9]+)?(?:\.[^.]+)?")  # (any length)
 
 
-def _tail_continuation(header: list[str]) -> bool:
+def _tail_continuation(header: list[str], reg: Registry) -> bool:
     """Whether lines after a whole record can continue its last value: the last column is free text and
     the first is JobID (which tells where a record starts)."""
-    return len(header) > 1 and header[0] == "JobID" and header[-1] in FREE_TEXT_FIELDS
+    return len(header) > 1 and header[0] == "JobID" and header[-1] in reg.free_text
 
 
 def _starts_record(line: bytes, sep: bytes) -> bool:
@@ -516,7 +517,7 @@ def _split_ways(extra: int, slots: int) -> list[tuple[int, ...]]:
     return [(first, *rest) for first in range(extra + 1) for rest in _split_ways(extra - first, slots - 1)]
 
 
-def _repair(values: list[str], header: list[str], free: list[int], sep: str) -> list[str] | None:
+def _repair(values: list[str], header: list[str], free: list[int], sep: str, reg: Registry) -> list[str] | None:
     """Give the extra fields to the free-text columns in the one way that leaves every other field valid.
 
     None when no way, or more than one way, works (the record is then reported, not guessed).
@@ -531,26 +532,9 @@ def _repair(values: list[str], header: list[str], free: list[int], sep: str) -> 
             take = 1 + (shares[order.index(col)] if col in order else 0)
             out.append(sep.join(values[pos : pos + take]))
             pos += take
-        if _plausible(dict(zip(header, out, strict=True))):
+        if reg.plausible(dict(zip(header, out, strict=True))):
             valid.append(out)
     return valid[0] if len(valid) == 1 else None
-
-
-def _plausible(rec: dict[str, str]) -> bool:
-    from gpuclust.accounting import fields as f
-    from gpuclust.errors import SlurmOutputError
-
-    try:
-        f.parse_job_id(rec["JobID"])
-        f.parse_state(rec["State"])
-        f.parse_exit_code(rec["ExitCode"])
-        f.parse_elapsed(rec["Elapsed"])
-        for name in ("Submit", "Eligible", "Start", "End"):
-            f.parse_time_epoch(rec[name])
-        f.parse_alloc_tres(rec["AllocTRES"])
-    except SlurmOutputError:
-        return False
-    return rec["JobIDRaw"].isdigit() and rec["NNodes"].isdigit()
 
 
 def _to_utf8(col: pa.Array) -> pa.Array:
@@ -561,12 +545,13 @@ def _to_utf8(col: pa.Array) -> pa.Array:
 
 
 def _from_columns(
-    cols: dict[str, pa.Array], lines: np.ndarray, header: list[str], source: str, problems: list[Problem]
+    cols: dict[str, pa.Array], lines: np.ndarray, header: list[str], source: str, problems: list[Problem],
+    reg: Registry,
 ) -> ParseResult:
     n = len(lines)
-    raw = {name: cols[name] if name in cols else pa.array([""] * n, pa.string()) for name in _wanted(header)}
+    raw = {name: cols[name] if name in cols else pa.array([""] * n, pa.string()) for name in _wanted(header, reg)}
     known = pa.array(np.ones(n, dtype=bool))
-    return normalize(raw, pa.array(lines), known, source, extra_problems=problems)
+    return normalize(raw, pa.array(lines), known, source, extra_problems=problems, registry=reg)
 
 
 # ==== the direct reader ======================================================================================
@@ -593,16 +578,8 @@ MAX_BLANK_CANDIDATES = 100_000
 MMAP_MIN_BYTES = 1 << 20  # pipeline.read_input memory-maps files from this size on (smaller ones are read)
 GROUP_ROWS = 1 << 16  # the fixed-width parsers run on pieces of at least this many rows
 
-# Read dictionary-encoded (the reader builds the codes while it tokenises; values parsed once each).
-DICT_FIELDS = frozenset(
-    {"JobName", "Comment", "WCKey", "User", "Account", "Partition", "QOS", "State", "ExitCode", "AllocTRES",
-     "NodeList", "NNodes"}
-)
-TIME_FIELDS = ("Submit", "Eligible", "Start", "End")
-_FIXED_COLUMNS = {"Submit": "submit", "Eligible": "eligible", "Start": "start", "End": "end", "Elapsed": "elapsed_s"}
 _BOM = b"\xef\xbb\xbf"
 _DICT_BINARY = pa.dictionary(pa.int32(), pa.binary())
-_TIME_TYPE = pa.timestamp("s", tz="UTC")
 
 
 class _Fallback(Exception):
@@ -666,7 +643,8 @@ def _quiet_row_decode() -> Iterator[None]:
         sys.unraisablehook = previous
 
 
-def _direct(src: _Source, body_start: int, delim: bytes, header: list[str], source: str) -> ParseResult | None:
+def _direct(src: _Source, body_start: int, delim: bytes, header: list[str], source: str,
+            reg: Registry) -> ParseResult | None:
     d0, rest = delim[:1], delim[1:]
     if (d0 in b"\r\n" or d0 in rest or b"\r" in delim or d0[0] >= 0x80 or d0 == b"\0"
             or (len(delim) > 1 and not delim.strip())):
@@ -675,7 +653,7 @@ def _direct(src: _Source, body_start: int, delim: bytes, header: list[str], sour
         return None
     try:
         with _quiet_row_decode():
-            return _Direct(src, body_start, delim, header, source).run()
+            return _Direct(src, body_start, delim, header, source, reg).run()
     except _Fallback:
         return None
     except (pa.ArrowException, UnicodeDecodeError, ValueError, OverflowError, IndexError, KeyError):
@@ -753,14 +731,16 @@ class _Column:
 
 
 class _Direct:
-    def __init__(self, src: _Source, body_start: int, delim: bytes, header: list[str], source: str) -> None:
+    def __init__(self, src: _Source, body_start: int, delim: bytes, header: list[str], source: str,
+                 reg: Registry) -> None:
         self.src, self.body_start, self.delim, self.header, self.source = src, body_start, delim, header, source
+        self.reg = reg
         self.d0, self.rest = delim[:1], delim[1:]
         self.delim_text = delim.decode("utf-8")
         self.nfields = len(header)
-        self.wanted = _wanted(header)
+        self.wanted = _wanted(header, reg)
         self.positions = [header.index(name) for name in self.wanted]
-        self.names = [name if name in RAW_FIELDS and header.index(name) == i else f"_ignored{i}"
+        self.names = [name if name in reg.raw and header.index(name) == i else f"_ignored{i}"
                       for i, name in enumerate(header)]
         self.first = self.names[0]
         self.read = self.wanted + ([self.first] if self.first not in self.wanted else [])
@@ -779,16 +759,15 @@ class _Direct:
             self.candidates = self._blank_candidates()
             # The work that needs no line order starts now, in the pool, while this thread joins the lines
             # that are not whole records (Python) and puts the rows in order.
-            self.prepared = self._start({
-                **{name: functools.partial(self._dict_prepare, name) for name in sorted(DICT_FIELDS)},
-                "Submit": functools.partial(self._fixed_prepare, ("Submit", "Eligible"), 19, fields.fixed_times,
-                                            fields._v_time_ref),
-                **{name: functools.partial(self._fixed_prepare, (name,), 19, fields.fixed_times,
-                                           fields._v_time_ref) for name in ("Start", "End")},
-                "Elapsed": functools.partial(self._fixed_prepare, ("Elapsed",), 8, fields.fixed_clock,
-                                             fields.v_elapsed),
-                "JobIDRaw": self._int_prepare,
-            })
+            prepare: dict[str, Callable[[], Any]] = {}
+            for fd in self.reg.fields:
+                if fd.direct == "dict":
+                    prepare[fd.name] = functools.partial(self._dict_prepare, fd.name)
+                elif fd.direct == "int":
+                    prepare[fd.name] = functools.partial(self._int_prepare, fd.name)
+            for key, group in _fixed_groups(self.reg).items():
+                prepare[key] = functools.partial(self._fixed_prepare, group)
+            self.prepared = self._start(prepare)
             self._classify()
             return self._build()
 
@@ -834,7 +813,7 @@ class _Direct:
             return "skip"
 
         on_invalid._direct_reader = self  # type: ignore[attr-defined]
-        types = {name: (_DICT_BINARY if name in DICT_FIELDS else pa.binary()) for name in self.read}
+        types = {name: (_DICT_BINARY if name in self.reg.dictionary else pa.binary()) for name in self.read}
         try:
             return self._read_csv(a, b, on_invalid, types), invalid
         except pa.ArrowInvalid as exc:
@@ -895,7 +874,7 @@ class _Direct:
         self.extras: list[tuple[int, list[str]]] = []
         self.problems: list[Problem] = []
         self.line_mode = self.odd  # decided later when no line is odd (blank lines are then the only question)
-        if (self.odd or len(self.candidates)) and _tail_continuation(self.header):
+        if (self.odd or len(self.candidates)) and _tail_continuation(self.header, self.reg):
             raise _Fallback("lines that may continue a free-text last column: the reference reads them")
         if self.odd:
             self._stitch()
@@ -954,7 +933,7 @@ class _Direct:
             info[int(self.g_lines[row])] = (b"", 0)
             self.removed.add(row)  # a blank line holds no data: skipped, or joined into the record before it
         header = self.header
-        free = [header.index(name) for name in FREE_TEXT_FIELDS if name in header]
+        free = [header.index(name) for name in self.reg.free_text if name in header]
         consumed: set[int] = set()
         for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
             if line in consumed:
@@ -978,7 +957,7 @@ class _Direct:
             record = b"\n".join(texts)
             values = self._values(record)
             if len(values) > self.nfields and free:
-                values = _repair(values, header, free, self.delim_text) or values
+                values = _repair(values, header, free, self.delim_text, self.reg) or values
             if len(values) != self.nfields:
                 shown = self._as_reference_shows(record)
                 self.problems.append(Problem(
@@ -1121,8 +1100,11 @@ class _Direct:
         m = self.merge
         prepared = self.prepared[name].result()
         values = prepared["values"]
-        # ExitCode and NNodes give numbers only: their codes are kept as indices for numpy (no int32 copy).
-        kind = np.intp if name in ("ExitCode", "NNodes") else np.int32
+        # A field that gives numbers only (ExitCode, NNodes): its codes are kept as indices for numpy (no int32
+        # copy); one with a text column keeps int32 codes for the dictionary array.
+        fd = self.reg[name]
+        numbers_only = fd.copy is None and not any(pa.types.is_string(c.type) for c in fd.parsed)
+        kind = np.intp if numbers_only else np.int32
         if prepared["indices"] is None:
             codes = np.zeros(m.size, dtype=kind)
         else:
@@ -1136,7 +1118,7 @@ class _Direct:
             if len(new):
                 values = pa.concat_arrays([values, new])
             m.place_e(codes, np.asarray(pc.index_in(e_values, value_set=values).to_numpy(zero_copy_only=False)))
-        return {"values": values, "codes": codes, "utf8": prepared["utf8"], **_derived(name, values, codes)}
+        return {"values": values, "codes": codes, "utf8": prepared["utf8"], **_derived(fd, values, codes)}
 
     def _spliced(self, name: str) -> pa.Array:
         """Field `name` of every final row, without prefix, as bytes: the good rows' values with the extra
@@ -1145,10 +1127,10 @@ class _Direct:
         chunks = [self._strip(col, chunk, start) for start, chunk in self._chunks(col)]
         return self.merge.splice(chunks, self.e_rawc[name].cast(pa.binary()))
 
-    def _job_id_task(self) -> dict[str, Any]:
+    def _job_id_task(self, name: str) -> dict[str, Any]:
         """JobID of every final row: the two usual shapes by `fields.job_ids_swar`, the rest by the regex."""
         m = self.merge
-        raw = self._spliced("JobID")
+        raw = self._spliced(name)
         text, utf8 = _to_strings(raw)
         data, offsets = _parts(raw)
         base, task, has_task, ok = fields.job_ids_swar(data, offsets)
@@ -1178,10 +1160,10 @@ class _Direct:
             "bad": {"JobID": bad}, "is_step": is_step, "utf8": utf8,
         }
 
-    def _int_prepare(self) -> dict[str, Any]:
+    def _int_prepare(self, name: str) -> dict[str, Any]:
         """JobIDRaw of the good rows: `v_int` by a decimal test and one cast (no UTF-8 check is needed for that:
         a byte outside ASCII is not a digit; only the other values are decoded, for the UTF-8 verdict)."""
-        col = self.cols["JobIDRaw"]
+        col = self.cols[name]
         values = np.empty(self.n_g, dtype=np.int64)  # every row is written below
         bad: np.ndarray | None = None
         utf8 = True
@@ -1203,26 +1185,26 @@ class _Direct:
                 utf8 &= valid
         return {"values": values, "bad": bad, "utf8": utf8}
 
-    def _int_task(self) -> dict[str, Any]:
+    def _int_task(self, name: str) -> dict[str, Any]:
         m = self.merge
-        prepared = self.prepared["JobIDRaw"].result()
+        fd = self.reg[name]
+        prepared = self.prepared[name].result()
         values = m.full(prepared["values"])
         bad = np.zeros(m.size, dtype=bool) if prepared["bad"] is None else m.full(prepared["bad"])
         if m.n_e:
-            e_values, e_bad = fields.v_int(self.e_rawc["JobIDRaw"])
+            e_values, e_bad = _reference_of(fd)(self.e_rawc[name])
             m.place_e(values, _ints(pc.fill_null(e_values, 0)))
             m.place_e(bad, e_bad)
-        return {"columns": {"job_id_raw": _nullable(values, ~bad, pa.int64())}, "bad": {"JobIDRaw": bad},
+        return {"columns": {fd.parsed[0].name: _nullable(values, ~bad, pa.int64())}, "bad": {name: bad},
                 "utf8": prepared["utf8"]}
 
-    def _fixed_prepare(
-        self, names: tuple[str, ...], width: int,
-        kernel: Callable[..., tuple[np.ndarray, np.ndarray]],
-        reference: Callable[[pa.Array], tuple[pa.Array, np.ndarray]],
-    ) -> dict[str, Any]:
+    def _fixed_prepare(self, group: tuple[SacctField, ...]) -> dict[str, Any]:
         """Fixed-width fields over the good rows: `kernel` over the rows that are exactly prefix + `width`
         bytes, `reference` over the others. Several fields go side by side: a row whose bytes equal the first
         field's (Eligible is mostly Submit) takes its result instead of a parse."""
+        names = tuple(fd.name for fd in group)
+        assert group[0].fixed is not None
+        width, kernel, reference = group[0].fixed.width, group[0].fixed.kernel, _reference_of(group[0])
         cols = [self.cols[name] for name in names]
         values = [np.empty(self.n_g, dtype=np.int64) for _ in names]  # every row is written below
         valid: list[np.ndarray | None] = [None for _ in names]  # None: all valid
@@ -1272,13 +1254,13 @@ class _Direct:
             out[name] = {"values": values[f], "valid": valid[f], "bad": bad}
         return out
 
-    def _fixed_task(self, key: str, names: tuple[str, ...], kind: pa.DataType,
-                    reference: Callable[[pa.Array], tuple[pa.Array, np.ndarray]]) -> dict[str, Any]:
-        """The prepared fields in final order, the extra records' values parsed by `reference`."""
+    def _fixed_task(self, key: str, group: tuple[SacctField, ...]) -> dict[str, Any]:
+        """The prepared fields in final order, the extra records' values parsed by the vectorised parser."""
         m = self.merge
         prepared = self.prepared[key].result()
         out: dict[str, Any] = {"columns": {}, "bad": {}, "utf8": prepared["utf8"]}
-        for name in names:
+        for fd in group:
+            name, column, reference = fd.name, fd.parsed[0], _reference_of(fd)
             g = prepared[name]
             e_arr, e_bad = reference(self.e_rawc[name]) if m.n_e else (None, None)
             values = m.full(g["values"])
@@ -1302,7 +1284,7 @@ class _Direct:
                     m.place_e(valid, fields.valid_mask(e_arr))
                 if bad is not None:
                     m.place_e(bad, e_bad)
-            out["columns"][_FIXED_COLUMNS[name]] = _nullable(values, valid, kind)
+            out["columns"][column.name] = _nullable(values, valid, column.type)
             out["bad"][name] = bad
         return out
 
@@ -1316,18 +1298,18 @@ class _Direct:
         self.e_raw = {name: pa.array([row[pos] for _, row in self.extras], pa.string())
                       for pos, name in enumerate(self.wanted)}
         blank_e = pa.array([""] * m.n_e, pa.string())
-        self.e_rawc = {name: self.e_raw.get(name, blank_e) for name in RAW_FIELDS}
+        self.e_rawc = {name: self.e_raw.get(name, blank_e) for name in self.reg.raw}
 
-        tasks: dict[str, Callable[[], Any]] = {
-            "JobID": self._job_id_task,
-            **{name: functools.partial(self._dict_task, name) for name in sorted(DICT_FIELDS)},
-            "Submit": functools.partial(self._fixed_task, "Submit", ("Submit", "Eligible"), _TIME_TYPE,
-                                        fields._v_time_ref),
-            **{name: functools.partial(self._fixed_task, name, (name,), _TIME_TYPE, fields._v_time_ref)
-               for name in ("Start", "End")},
-            "Elapsed": functools.partial(self._fixed_task, "Elapsed", ("Elapsed",), pa.int64(), fields.v_elapsed),
-            "JobIDRaw": self._int_task,
-        }
+        tasks: dict[str, Callable[[], Any]] = {}
+        for fd in self.reg.fields:
+            if fd.direct == "job_id":
+                tasks[fd.name] = functools.partial(self._job_id_task, fd.name)
+            elif fd.direct == "dict":
+                tasks[fd.name] = functools.partial(self._dict_task, fd.name)
+            elif fd.direct == "int":
+                tasks[fd.name] = functools.partial(self._int_task, fd.name)
+        for key, group in _fixed_groups(self.reg).items():
+            tasks[key] = functools.partial(self._fixed_task, key, group)
         done = self._run(tasks)
         for out in done.values():
             self.utf8_ok &= bool(out["utf8"])
@@ -1355,13 +1337,15 @@ class _Direct:
         for out in done.values():
             columns.update(out["columns"])
             bad.update(out["bad"])
-        columns["exit_code_known"] = pa.array(np.ones(m.size, dtype=bool))
         columns["line"] = pa.array(m.lines)
-        order = ("JobID", "JobIDRaw", "State", "ExitCode", *TIME_FIELDS, "Elapsed", "NNodes", "AllocTRES")
-        bad = {name: bad.get(name) for name in order}
+        for fd in self.reg.fields:
+            if fd.unknowable:
+                columns[fd.unknowable.name] = pa.array(np.ones(m.size, dtype=bool))
+        bad = {name: bad.get(name) for name in self.reg.checked}
+        is_step = next(out["is_step"] for out in done.values() if "is_step" in out)
 
         def raw_value(name: str, i: int) -> Any:
-            if name in DICT_FIELDS:
+            if name in self.reg.dictionary:
                 return done[name]["values"][int(done[name]["codes"][i])].as_py()
             src = m.source(i)
             if src >= m.n_g:
@@ -1369,8 +1353,8 @@ class _Direct:
             text, _ = self._rows_text(self.cols[name], np.array([src], dtype=np.int64))
             return text[0].as_py()
 
-        return finish(m.size, columns, bad, done["JobID"]["is_step"], raw_value, m.lines, self.source,
-                      self.problems, dropped)
+        return finish(m.size, columns, bad, is_step, raw_value, m.lines, self.source, self.problems, dropped,
+                      schema=self.reg.schema)
 
     def _run(self, tasks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
         if self.pool is None or _normalize.WORKERS == 1:
@@ -1379,37 +1363,43 @@ class _Direct:
         return {name: fut.result() for name, fut in futures.items()}
 
 
-def _derived(name: str, values: pa.Array, codes: np.ndarray) -> dict[str, Any]:
+def _derived(fd: SacctField, values: pa.Array, codes: np.ndarray) -> dict[str, Any]:
     """The columns of a dictionary-read field: its text (dictionary-encoded), and what is parsed from it (once
-    per distinct value, taken to the rows by their codes)."""
+    per distinct value, taken to the rows by their codes: text columns dictionary-encoded)."""
     columns: dict[str, pa.Array] = {}
     bad: dict[str, np.ndarray | None] = {}
-    if name in PLAIN_STRING_COLUMNS:
+    if fd.copy:
         indices = pa.Array.from_buffers(pa.int32(), len(codes), [None, pa.py_buffer(codes.astype(np.int32, copy=False))])
-        columns[PLAIN_STRING_COLUMNS[name]] = pa.DictionaryArray.from_arrays(indices, values)
-    if name not in ("State", "ExitCode", "NNodes", "AllocTRES"):
+        columns[fd.copy.name] = pa.DictionaryArray.from_arrays(indices, values)
+    if fd.vparse is None:
         return {"columns": columns, "bad": bad}
     rows = codes.astype(np.intp, copy=False)
-    if name == "State":
-        states, state_bad = fields.v_state(values)
-        columns["state"] = _encoded(states, rows)
-        bad["State"] = _row_mask(state_bad, rows)
-    elif name == "ExitCode":
-        code, sig, exit_bad = fields.v_exit_code(values, pa.array(np.ones(len(values), dtype=bool)))
-        columns["exit_code"] = _lookup(code, rows)
-        columns["exit_signal"] = _lookup(sig, rows)
-        bad["ExitCode"] = _row_mask(exit_bad, rows)
-    elif name == "NNodes":
-        nodes, nodes_bad = fields.v_int(values)
-        columns["nnodes"] = _lookup(nodes, rows)
-        bad["NNodes"] = _row_mask(nodes_bad, rows)
-    else:
-        gpus, gtype, mem, tres_bad = fields.v_alloc_tres(values)
-        columns["gpus"] = _lookup(gpus, rows)
-        columns["gpu_type"] = _encoded(gtype, rows)
-        columns["mem_mb"] = _lookup(mem, rows)
-        bad["AllocTRES"] = _row_mask(tres_bad, rows)
+    parsed = fd.vparse(values)
+    for name, arr in parsed.columns.items():
+        columns[name] = _encoded(arr, rows) if pa.types.is_string(arr.type) else _lookup(arr, rows)
+    bad[fd.name] = _row_mask(parsed.bad, rows)
     return {"columns": columns, "bad": bad}
+
+
+def _fixed_groups(reg: Registry) -> dict[str, tuple[SacctField, ...]]:
+    """The fixed-width fields, each with those that are `like` it (read side by side), by the first's name."""
+    groups: dict[str, list[SacctField]] = {}
+    for fd in reg.fields:
+        if fd.direct == "fixed" and fd.fixed is not None:
+            groups.setdefault(fd.fixed.like or fd.name, []).append(fd)
+    return {key: tuple(sorted(group, key=lambda fd: fd.name != key)) for key, group in groups.items()}
+
+
+def _reference_of(fd: SacctField) -> Callable[[pa.Array], tuple[pa.Array, np.ndarray]]:
+    """A one-column field's vectorised parser as (values, bad)."""
+    assert fd.vparse is not None and len(fd.parsed) == 1
+    vparse, column = fd.vparse, fd.parsed[0].name
+
+    def parse(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+        parsed = vparse(text)
+        return parsed.columns[column], parsed.bad
+
+    return parse
 
 
 class _Merge:
