@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from gpuclust.accounting.normalize import ParseResult, normalize
-from gpuclust.accounting.registry import REGISTRY, Registry
+from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, normalize
 from gpuclust.errors import InputError, Problem
 from gpuclust.slurm.jsonshape import UnknownShape, read_shape
 from gpuclust.slurm.sacct_json import BadField, OpenapiDbV0038, SacctJsonAdapter, adapter_for
@@ -66,7 +65,7 @@ def _job_label(job: Mapping[str, Any]) -> str:
     return f", JobID {jid}" if isinstance(jid, int) and not isinstance(jid, bool) else ""
 
 
-def parse_json(data: bytes | str, source: str = "<input>", *, registry: Registry = REGISTRY) -> ParseResult:
+def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOptions = DEFAULT_OPTIONS) -> ParseResult:
     doc = load_document(data, source)
     if not isinstance(doc, Mapping):
         kind = "a list" if isinstance(doc, list) else type(doc).__name__
@@ -84,6 +83,7 @@ def parse_json(data: bytes | str, source: str = "<input>", *, registry: Registry
             adapter = adapter_for(shape)
         except UnknownShape as exc:
             raise InputError(Problem(source, None, str(exc))) from None
+    registry = options.registry
     cols: dict[str, list[str]] = {name: [] for name in registry.raw}
     unknowable = [fd.name for fd in registry.fields if fd.unknowable]
     known: list[bool] = []
@@ -107,7 +107,7 @@ def parse_json(data: bytes | str, source: str = "<input>", *, registry: Registry
         lines.append(number)
     raw = {name: pa.array(values, pa.string()) for name, values in cols.items()}
     result = normalize(raw, pa.array(np.array(lines, dtype=np.int64)), pa.array(known, pa.bool_()), source,
-                       extra_problems=problems, registry=registry)
+                       extra_problems=problems, options=options)
     result.reader = "json"
     if not adapter.exit_code_known and jobs:
         result.notes.append(adapter.note)
@@ -116,7 +116,8 @@ def parse_json(data: bytes | str, source: str = "<input>", *, registry: Registry
 
 
 def parse_input(
-    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>"
+    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>",
+    *, options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> ParseResult:
     """Either form, told apart by the first non-blank byte after an optional UTF-8 BOM: JSON starts with '{'
     (or '[', which the JSON reader then refuses by name; no sacct text starts with either). `data` may be any
@@ -124,8 +125,8 @@ def parse_input(
     from gpuclust.accounting.text import parse_parsable
 
     if _first_byte(data) in (b"{", b"["):
-        return parse_json(data if isinstance(data, bytes) else bytes(memoryview(data)), source)
-    return parse_parsable(data, delimiter, source)
+        return parse_json(data if isinstance(data, bytes) else bytes(memoryview(data)), source, options=options)
+    return parse_parsable(data, delimiter, source, options=options)
 
 
 def _first_byte(data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer) -> bytes:

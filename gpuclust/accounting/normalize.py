@@ -26,11 +26,36 @@ PARALLEL_MIN_ROWS = 20_000  # below this, threads cost more than they save
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
-def run_parallel(tasks: Mapping[str, Callable[[], Any]], *, parallel: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How the readers run. The defaults are what `gpuclust report` uses; tests pass others to reach every
+    path (small pieces and blocks, one worker, the reference alone)."""
+
+    registry: Registry = REGISTRY  # the sacct fields read
+    fast: bool = True  # the direct text reader, where it can vouch for the reference's result
+    strict: bool = False  # an unexpected error inside the direct reader is raised, not a quiet fallback
+    by_unique: bool = True  # repetitive fields parsed once per distinct value
+    workers: int = WORKERS  # threads for the readers and the field parsers
+    parallel_min_rows: int = PARALLEL_MIN_ROWS  # below this, the field parsers run on one thread
+    pieces: int = 0  # pieces the direct reader reads the body in; 0: two per worker
+    min_piece_bytes: int = 1 << 22
+    read_block: int = 1 << 21  # small blocks: pyarrow.csv then converts each while it is in cache
+    group_rows: int = 1 << 16  # the fixed-width parsers run on pieces of at least this many rows
+    swar_block_rows: int = f.SWAR_BLOCK_ROWS  # rows per block of the byte kernels
+    max_blank_candidates: int = 100_000
+    scan_block: int = 1 << 22  # bytes per block of the line scans
+    parallel_replace_bytes: int = 16 << 20  # from this size the delimiter swap runs in pieces side by side
+
+
+DEFAULT_OPTIONS = ReaderOptions()
+
+
+def run_parallel(tasks: Mapping[str, Callable[[], Any]], *, parallel: bool = True,
+                 workers: int = WORKERS) -> dict[str, Any]:
     """Run independent, GIL-releasing (pyarrow / numpy) tasks in a small thread pool; results by name."""
-    if not parallel or WORKERS == 1:
+    if not parallel or workers == 1:
         return {name: task() for name, task in tasks.items()}
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {name: pool.submit(task) for name, task in tasks.items()}
         return {name: fut.result() for name, fut in futures.items()}
 
@@ -77,14 +102,14 @@ def normalize(
     source: str,
     *,
     extra_problems: list[Problem] | None = None,
-    registry: Registry = REGISTRY,
-    parallel_min_rows: int = PARALLEL_MIN_ROWS,
+    options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> ParseResult:
     """`raw` maps each field of the registry (optional ones may be missing) to a string array."""
+    registry = options.registry
     n = len(lines)
     blank = pa.array([""] * n, pa.string()) if n else pa.array([], pa.string())
     rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in registry.raw}
-    columns, bad, is_step, exit_all = parse_fields(rawc, exit_known, registry, parallel=n >= parallel_min_rows)
+    columns, bad, is_step, exit_all = parse_fields(rawc, exit_known, options)
     columns["line"] = pc.cast(lines, pa.int64())
 
     result = finish(
@@ -97,11 +122,12 @@ def normalize(
 
 
 def parse_fields(
-    rawc: Mapping[str, pa.Array], exit_known: pa.Array, registry: Registry = REGISTRY, *, parallel: bool = False,
+    rawc: Mapping[str, pa.Array], exit_known: pa.Array, options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> tuple[dict[str, pa.Array], dict[str, np.ndarray], np.ndarray, bool]:
     """Every field of `rawc` (one string array per registry field) parsed: (the schema's columns but `line`,
     the bad mask of each checked field in check order, the step mask, whether every exit code is known)."""
     n = len(exit_known)
+    registry = options.registry
     columns: dict[str, pa.Array] = {}
     bad: dict[str, np.ndarray] = {}
     exit_all = n == 0 or bool(pc.all(exit_known).as_py())
@@ -109,10 +135,10 @@ def parse_fields(
                                                   dtype=bool)
     # The field parsers are independent and their pyarrow kernels release the GIL: run them side by side.
     tasks: dict[str, Callable[[], Any]] = {
-        fd.name: functools.partial(fd.parse_values, rawc[fd.name], f.by_unique is f.BY_UNIQUE)
+        fd.name: functools.partial(fd.parse_values, rawc[fd.name], options.by_unique)
         for fd in registry.fields if fd.vparse
     }
-    done = run_parallel(tasks, parallel=parallel)
+    done = run_parallel(tasks, parallel=n >= options.parallel_min_rows, workers=options.workers)
     is_step = np.zeros(n, dtype=bool)
     for fd in registry.fields:
         if fd.copy:

@@ -35,9 +35,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from gpuclust.accounting import fields
-from gpuclust.accounting import normalize as _normalize
-from gpuclust.accounting.normalize import ParseResult, finish, normalize
-from gpuclust.accounting.registry import REGISTRY, Registry, SacctField
+from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, finish, normalize
+from gpuclust.accounting.registry import Registry, SacctField
 from gpuclust.errors import InputError, Problem
 
 # Bytes that may stand in for a multi-character delimiter, tried in order; one absent from the data is used.
@@ -61,18 +60,19 @@ def decode_delimiter(text: str) -> str:
 
 def parse_parsable(
     data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>",
-    *, registry: Registry = REGISTRY,
+    *, options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> ParseResult:
     """Parse a --parsable2 dump (header line first) into the normalized schema.
 
     `data` may be any buffer (a memory-mapped file is read without a copy). The direct reader
     (`_direct`) handles it where it can be sure to give the reference's result; anything else (and every
-    input while ``FAST_READER`` is off) goes through the reference (`_reference`)."""
-    global last_reader
+    input while ``options.fast`` is off) goes through the reference (`_reference`); the result's `reader`
+    says which ran."""
+    registry = options.registry
     delim = delimiter.encode("utf-8")
     if not delim or b"\n" in delim:
         raise InputError(f"bad delimiter {delimiter!r}")
-    src = _Source(data)
+    src = _Source(data, options.scan_block)
     head = 3 if src.read(0, 3) == _BOM else 0  # a UTF-8 byte order mark before the header is no data
     header_end = src.find(b"\n", head)
     header_line = src.read(head, src.size if header_end < 0 else header_end)
@@ -95,19 +95,20 @@ def parse_parsable(
                 f"header starts {header_line[:80]!r})",
             )
         )
-    if FAST_READER and header_end >= 0:
-        result = _direct(src, header_end + 1, delim, header, source, registry)
+    if options.fast and header_end >= 0:
+        result = _direct(src, header_end + 1, delim, header, source, options)
         if result is not None:
-            last_reader = "direct"
+            result.reader = "direct"
             return result
-    last_reader = "reference"
     whole = src.tobytes()
     body = b"" if header_end < 0 else whole[header_end + 1 :]
     del whole
-    return _reference(body, delim, header, source, registry)
+    result = _reference(body, delim, header, source, options)
+    result.reader = "reference"
+    return result
 
 
-def _reference(body: bytes, delim: bytes, header: list[str], source: str, reg: Registry) -> ParseResult:
+def _reference(body: bytes, delim: bytes, header: list[str], source: str, opts: ReaderOptions) -> ParseResult:
     """The reference: the delimiter swapped for a free byte, pyarrow.csv over the whole body, and the
     line-level pass where any line is not a whole record."""
     if len(delim) == 1:
@@ -115,26 +116,21 @@ def _reference(body: bytes, delim: bytes, header: list[str], source: str, reg: R
     else:
         sep = next((c for c in _STAND_INS if c not in body), b"")
         if not sep:  # pathological: every stand-in byte occurs in the data
-            return _line_level(body, delim, header, source, reg)
-        body = _replace(body, delim, sep)
+            return _line_level(body, delim, header, source, opts)
+        body = _replace(body, delim, sep, opts)
     blank_line = body.startswith(b"\n") or b"\n\n" in body
-    result = None if blank_line and _tail_continuation(header, reg) else _fast(body, sep, header, source, reg)
+    result = None if blank_line and _tail_continuation(header, opts) else _fast(body, sep, header, source, opts)
     if result is None:
-        result = _line_level(body, sep, header, source, reg, original=delim)
+        result = _line_level(body, sep, header, source, opts, original=delim)
     return result
 
 
-PARALLEL_REPLACE_BYTES = 16 << 20
-
-
-def _replace(body: bytes, old: bytes, new: bytes) -> bytes:
+def _replace(body: bytes, old: bytes, new: bytes, opts: ReaderOptions = DEFAULT_OPTIONS) -> bytes:
     """``body.replace(old, new)``; on a large body, pieces cut at newlines (which `old` never holds, so no
     match spans a cut) are replaced side by side by the pyarrow kernel, which releases the GIL."""
-    from gpuclust.accounting.normalize import WORKERS
-
-    if len(body) < PARALLEL_REPLACE_BYTES or WORKERS == 1:
+    if len(body) < opts.parallel_replace_bytes or opts.workers == 1:
         return body.replace(old, new)
-    pieces = 4 * WORKERS
+    pieces = 4 * opts.workers
     cuts = [0]
     for k in range(1, pieces):
         at = body.find(b"\n", max(cuts[-1], len(body) * k // pieces))
@@ -152,12 +148,12 @@ def _replace(body: bytes, old: bytes, new: bytes) -> bytes:
         piece = out[0].as_buffer()  # joined below straight from the Arrow buffer: one copy less
         return b"" if piece is None else piece
 
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=opts.workers) as pool:
         return b"".join(pool.map(one, range(len(cuts) - 1)))
 
 
-def _wanted(header: list[str], reg: Registry) -> list[str]:
-    return [name for name in reg.raw if name in header]
+def _wanted(header: list[str], opts: ReaderOptions) -> list[str]:
+    return [name for name in opts.registry.raw if name in header]
 
 
 def _read_csv(
@@ -182,10 +178,10 @@ def _read_csv(
     )
 
 
-def _fast(body: bytes, sep: bytes, header: list[str], source: str, reg: Registry) -> ParseResult | None:
+def _fast(body: bytes, sep: bytes, header: list[str], source: str, opts: ReaderOptions) -> ParseResult | None:
     """pyarrow.csv over the whole body; None when any line is not a whole record."""
     if not body.strip(b"\n"):
-        return _from_columns({}, np.zeros(0, dtype=np.int64), header, source, [], reg)
+        return _from_columns({}, np.zeros(0, dtype=np.int64), header, source, [], opts)
     invalid: list[int] = []
 
     def on_invalid(row: object) -> str:
@@ -194,7 +190,7 @@ def _fast(body: bytes, sep: bytes, header: list[str], source: str, reg: Registry
         return "error"
 
     on_invalid._direct_reader = _DecodeFailure()  # type: ignore[attr-defined]
-    wanted = _wanted(header, reg)
+    wanted = _wanted(header, opts)
     try:
         with _quiet_row_decode():
             table = _read_csv(body, sep, header, wanted, pa.string(), on_invalid)
@@ -204,27 +200,27 @@ def _fast(body: bytes, sep: bytes, header: list[str], source: str, reg: Registry
         return None
     lines = np.arange(2, table.num_rows + 2, dtype=np.int64)
     cols = {name: table.column(name).combine_chunks() for name in wanted}
-    return _from_columns(cols, lines, header, source, [], reg)
+    return _from_columns(cols, lines, header, source, [], opts)
 
 
-SCAN_BLOCK = 1 << 22
+SCAN_BLOCK = DEFAULT_OPTIONS.scan_block
 
 
-def _positions(buf: np.ndarray, byte: int) -> np.ndarray:
+def _positions(buf: np.ndarray, byte: int, block: int = SCAN_BLOCK) -> np.ndarray:
     """``np.flatnonzero(buf == byte)`` in blocks: the compare mask stays small and in cache instead of being a
     fresh array as large as the body (whose page faults cost more than the scan)."""
-    parts = [np.flatnonzero(buf[a : a + SCAN_BLOCK] == byte) + a for a in range(0, len(buf), SCAN_BLOCK)]
+    parts = [np.flatnonzero(buf[a : a + block] == byte) + a for a in range(0, len(buf), block)]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
-def _counts_between(buf: np.ndarray, byte: int, bounds: np.ndarray) -> np.ndarray:
+def _counts_between(buf: np.ndarray, byte: int, bounds: np.ndarray, block: int = SCAN_BLOCK) -> np.ndarray:
     """``np.diff(np.searchsorted(np.flatnonzero(buf == byte), bounds))`` for sorted `bounds`, in blocks (no
     array of every hit): the hits before each bound are those of earlier blocks plus those in its own."""
     before = np.empty(len(bounds), np.int64)
     total = 0
     lo = 0
-    for a in range(0, len(buf), SCAN_BLOCK):
-        b = min(a + SCAN_BLOCK, len(buf))
+    for a in range(0, len(buf), block):
+        b = min(a + block, len(buf))
         hi = int(np.searchsorted(bounds, b, side="left"))
         hits = np.flatnonzero(buf[a:b] == byte) + a
         before[lo:hi] = total + np.searchsorted(hits, bounds[lo:hi])
@@ -238,14 +234,15 @@ class _Lines:
     """The physical lines of `body` (split on b"\\n", a final empty piece dropped, as ``body.split``) without
     making a Python object per line: line i is ``body[start[i]:end[i]]``."""
 
-    def __init__(self, body: bytes, sep: bytes) -> None:
+    def __init__(self, body: bytes, sep: bytes, scan_block: int = SCAN_BLOCK) -> None:
         self.body = body
         self.sep = sep
+        self.scan_block = scan_block
         if not body:
             self.start = np.zeros(0, np.int64)
             self.end = np.zeros(0, np.int64)
         else:
-            nl = _positions(np.frombuffer(body, dtype=np.uint8), 0x0A)
+            nl = _positions(np.frombuffer(body, dtype=np.uint8), 0x0A, scan_block)
             self.start = np.concatenate([np.zeros(1, np.int64), nl + 1])
             self.end = np.concatenate([nl, np.array([len(body)], np.int64)])
             if body.endswith(b"\n"):
@@ -276,7 +273,8 @@ class _Lines:
             if len(self) and len(self.sep) == 1:
                 # One byte: find it with numpy and count the hits between line starts; the same counts as below.
                 bounds = np.concatenate([self.start, np.array([len(self.body)], np.int64)])
-                self._counts = _counts_between(np.frombuffer(self.body, dtype=np.uint8), self.sep[0], bounds)
+                self._counts = _counts_between(np.frombuffer(self.body, dtype=np.uint8), self.sep[0], bounds,
+                                               self.scan_block)
             elif len(self):
                 self._counts = pc.count_substring(self.array(), self.sep.decode("latin-1")).to_numpy(zero_copy_only=False)
             else:
@@ -285,16 +283,16 @@ class _Lines:
 
 
 def _line_level(
-    body: bytes, sep: bytes, header: list[str], source: str, reg: Registry, original: bytes | None = None,
+    body: bytes, sep: bytes, header: list[str], source: str, opts: ReaderOptions, original: bytes | None = None,
 ) -> ParseResult:
     """Find records by counting delimiters per physical line; join short lines; repair or report the rest."""
     nfields = len(header)
-    physical = _Lines(body, sep)
+    physical = _Lines(body, sep, opts.scan_block)
     counts = physical.counts()
     good = counts == nfields - 1
     odd_idx = np.flatnonzero(~good)
-    wanted = _wanted(header, reg)
-    free = [header.index(name) for name in reg.free_text if name in header]
+    wanted = _wanted(header, opts)
+    free = [header.index(name) for name in opts.registry.free_text if name in header]
     joined_sep = original or sep
 
     extra_rows: list[list[str]] = []
@@ -304,7 +302,7 @@ def _line_level(
     # A free-text last column (a plain dump ending in Comment): a newline in it puts the rest of the value on
     # the lines after a whole record. With JobID first, a record starts only on a line that starts with a
     # JobID; the lines after a record that do not (blank ones too) continue its last value.
-    tail = _tail_continuation(header, reg)
+    tail = _tail_continuation(header, opts)
     for odd in odd_idx:
         if consumed[odd]:
             continue
@@ -333,7 +331,7 @@ def _line_level(
         values = [v.decode("utf-8", "replace") for v in record.split(sep)]
         if len(values) > nfields and free:
             # A plain `|` dump: extra separators came from the free-text fields (JobName, Comment).
-            values = _repair(values, header, free, joined_sep.decode("utf-8", "replace"), reg) or values
+            values = _repair(values, header, free, joined_sep.decode("utf-8", "replace"), opts) or values
         if len(values) != nfields:
             problems.append(
                 Problem(source, int(i) + 2, f"record has {len(values)} fields, header has {nfields}: {record[:120]!r}")
@@ -349,7 +347,7 @@ def _line_level(
         cols = spliced
         lines = np.concatenate([lines, np.array(extra_lines, dtype=np.int64)])
         lines = lines[np.argsort(lines, kind="stable")]
-        return _from_columns(cols, lines, header, source, problems, reg)
+        return _from_columns(cols, lines, header, source, problems, opts)
     cols = _good_columns(physical, good, good_idx, header, wanted)
     if extra_rows:
         # The joined/repaired records go back in line order. They are few: splice them between slices of the
@@ -374,16 +372,16 @@ def _line_level(
         lines = lines[np.argsort(lines, kind="stable")]
     else:
         cols = {name: _single(col) for name, col in cols.items()}
-    return _from_columns(cols, lines, header, source, problems, reg)
+    return _from_columns(cols, lines, header, source, problems, opts)
 
 
 _JOB_ID_BYTES = re.compile(rb"[0-9]+(?:_[0-9]+|_\[[^\]]*\]|\+[0-9]+)?(?:\.[^.]+)?")  # (any length)
 
 
-def _tail_continuation(header: list[str], reg: Registry) -> bool:
+def _tail_continuation(header: list[str], opts: ReaderOptions) -> bool:
     """Whether lines after a whole record can continue its last value: the last column is free text and
     the first is JobID (which tells where a record starts)."""
-    return len(header) > 1 and header[0] == "JobID" and header[-1] in reg.free_text
+    return len(header) > 1 and header[0] == "JobID" and header[-1] in opts.registry.free_text
 
 
 def _starts_record(line: bytes, sep: bytes) -> bool:
@@ -517,7 +515,7 @@ def _split_ways(extra: int, slots: int) -> list[tuple[int, ...]]:
     return [(first, *rest) for first in range(extra + 1) for rest in _split_ways(extra - first, slots - 1)]
 
 
-def _repair(values: list[str], header: list[str], free: list[int], sep: str, reg: Registry) -> list[str] | None:
+def _repair(values: list[str], header: list[str], free: list[int], sep: str, opts: ReaderOptions) -> list[str] | None:
     """Give the extra fields to the free-text columns in the one way that leaves every other field valid.
 
     None when no way, or more than one way, works (the record is then reported, not guessed).
@@ -532,7 +530,7 @@ def _repair(values: list[str], header: list[str], free: list[int], sep: str, reg
             take = 1 + (shares[order.index(col)] if col in order else 0)
             out.append(sep.join(values[pos : pos + take]))
             pos += take
-        if reg.plausible(dict(zip(header, out, strict=True))):
+        if opts.registry.plausible(dict(zip(header, out, strict=True))):
             valid.append(out)
     return valid[0] if len(valid) == 1 else None
 
@@ -546,12 +544,12 @@ def _to_utf8(col: pa.Array) -> pa.Array:
 
 def _from_columns(
     cols: dict[str, pa.Array], lines: np.ndarray, header: list[str], source: str, problems: list[Problem],
-    reg: Registry,
+    opts: ReaderOptions,
 ) -> ParseResult:
     n = len(lines)
-    raw = {name: cols[name] if name in cols else pa.array([""] * n, pa.string()) for name in _wanted(header, reg)}
+    raw = {name: cols[name] if name in cols else pa.array([""] * n, pa.string()) for name in _wanted(header, opts)}
     known = pa.array(np.ones(n, dtype=bool))
-    return normalize(raw, pa.array(lines), known, source, extra_problems=problems, registry=reg)
+    return normalize(raw, pa.array(lines), known, source, extra_problems=problems, options=opts)
 
 
 # ==== the direct reader ======================================================================================
@@ -568,15 +566,8 @@ def _from_columns(
 # byte-order mark in the body, a field that does not start with p, a line only of d0 bytes next to blank
 # lines, a delimiter pyarrow cannot split on...); parse_parsable then runs the reference.
 
-FAST_READER = True  # False: every input goes through the reference
-DIRECT_STRICT = False  # tests: an unexpected error inside the direct reader is raised, not a quiet fallback
-last_reader = ""  # "direct" or "reference": the path the last parse_parsable call took (for tests)
-PIECES = 0  # pieces the body is read in; 0: two per worker
-MIN_PIECE_BYTES = 1 << 22
-READ_BLOCK = 1 << 21  # small blocks: pyarrow.csv then converts each while it is in cache (much faster)
-MAX_BLANK_CANDIDATES = 100_000
-MMAP_MIN_BYTES = 1 << 20  # pipeline.read_input memory-maps files from this size on (smaller ones are read)
-GROUP_ROWS = 1 << 16  # the fixed-width parsers run on pieces of at least this many rows
+# (Its knobs are ReaderOptions fields: fast, strict, pieces, min_piece_bytes, read_block, group_rows,
+# swar_block_rows, max_blank_candidates, workers.)
 
 _BOM = b"\xef\xbb\xbf"
 _DICT_BINARY = pa.dictionary(pa.int32(), pa.binary())
@@ -589,8 +580,10 @@ class _Fallback(Exception):
 class _Source:
     """The input, without a copy: a pa.Buffer for pyarrow, `find` (memchr speed on bytes and mmap)."""
 
-    def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer) -> None:
+    def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer,
+                 scan_block: int = SCAN_BLOCK) -> None:
         self.obj = data
+        self.scan_block = scan_block
         self.buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
         self.size = self.buffer.size
         self._find = data.find if isinstance(data, bytes | bytearray | mmap.mmap) else None
@@ -601,8 +594,8 @@ class _Source:
             return int(self._find(sub, start, end))
         if len(sub) == 1:
             arr = np.frombuffer(self.buffer, dtype=np.uint8)
-            for a in range(start, end, SCAN_BLOCK):
-                hits = np.flatnonzero(arr[a : min(a + SCAN_BLOCK, end)] == sub[0])
+            for a in range(start, end, self.scan_block):
+                hits = np.flatnonzero(arr[a : min(a + self.scan_block, end)] == sub[0])
                 if len(hits):
                     return a + int(hits[0])
             return -1
@@ -644,7 +637,7 @@ def _quiet_row_decode() -> Iterator[None]:
 
 
 def _direct(src: _Source, body_start: int, delim: bytes, header: list[str], source: str,
-            reg: Registry) -> ParseResult | None:
+            opts: ReaderOptions) -> ParseResult | None:
     d0, rest = delim[:1], delim[1:]
     if (d0 in b"\r\n" or d0 in rest or b"\r" in delim or d0[0] >= 0x80 or d0 == b"\0"
             or (len(delim) > 1 and not delim.strip())):
@@ -653,11 +646,11 @@ def _direct(src: _Source, body_start: int, delim: bytes, header: list[str], sour
         return None
     try:
         with _quiet_row_decode():
-            return _Direct(src, body_start, delim, header, source, reg).run()
+            return _Direct(src, body_start, delim, header, source, opts).run()
     except _Fallback:
         return None
     except (pa.ArrowException, UnicodeDecodeError, ValueError, OverflowError, IndexError, KeyError):
-        if DIRECT_STRICT:
+        if opts.strict:
             raise
         return None
 
@@ -732,15 +725,16 @@ class _Column:
 
 class _Direct:
     def __init__(self, src: _Source, body_start: int, delim: bytes, header: list[str], source: str,
-                 reg: Registry) -> None:
+                 opts: ReaderOptions) -> None:
         self.src, self.body_start, self.delim, self.header, self.source = src, body_start, delim, header, source
-        self.reg = reg
+        self.opts = opts
+        self.reg = opts.registry
         self.d0, self.rest = delim[:1], delim[1:]
         self.delim_text = delim.decode("utf-8")
         self.nfields = len(header)
-        self.wanted = _wanted(header, reg)
+        self.wanted = _wanted(header, opts)
         self.positions = [header.index(name) for name in self.wanted]
-        self.names = [name if name in reg.raw and header.index(name) == i else f"_ignored{i}"
+        self.names = [name if name in opts.registry.raw and header.index(name) == i else f"_ignored{i}"
                       for i, name in enumerate(header)]
         self.first = self.names[0]
         self.read = self.wanted + ([self.first] if self.first not in self.wanted else [])
@@ -753,7 +747,7 @@ class _Direct:
     # ---- reading ------------------------------------------------------------------------------------
 
     def run(self) -> ParseResult:
-        with ThreadPoolExecutor(max_workers=_normalize.WORKERS) as pool:
+        with ThreadPoolExecutor(max_workers=self.opts.workers) as pool:
             self.pool = pool
             self._read_pieces()
             self.candidates = self._blank_candidates()
@@ -773,7 +767,7 @@ class _Direct:
 
     def _start(self, tasks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
         """Futures of `tasks` in the pool (run at once, in order, with one worker)."""
-        if self.pool is None or _normalize.WORKERS == 1:
+        if self.pool is None or self.opts.workers == 1:
             out: dict[str, Any] = {}
             for name, task in tasks.items():
                 fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -783,13 +777,13 @@ class _Direct:
         return {name: self.pool.submit(task) for name, task in tasks.items()}
 
     def _map(self, func: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-        if self.pool is None or _normalize.WORKERS == 1 or len(items) < 2:
+        if self.pool is None or self.opts.workers == 1 or len(items) < 2:
             return [func(item) for item in items]
         return list(self.pool.map(func, items))
 
     def _cuts(self) -> list[int]:
         size = self.src.size - self.body_start
-        k = max(1, min(PIECES or 2 * _normalize.WORKERS, size // max(1, MIN_PIECE_BYTES)))
+        k = max(1, min(self.opts.pieces or 2 * self.opts.workers, size // max(1, self.opts.min_piece_bytes)))
         cuts = [self.body_start]
         for i in range(1, k):
             target = max(self.body_start + size * i // k, cuts[-1])
@@ -824,7 +818,7 @@ class _Direct:
     def _read_csv(self, a: int, b: int, on_invalid: Callable[[Any], str], types: dict[str, pa.DataType]) -> pa.Table:
         return pacsv.read_csv(
             pa.BufferReader(self.src.buffer.slice(a, b - a)),
-            read_options=pacsv.ReadOptions(column_names=self.names, block_size=READ_BLOCK, use_threads=False),
+            read_options=pacsv.ReadOptions(column_names=self.names, block_size=self.opts.read_block, use_threads=False),
             parse_options=pacsv.ParseOptions(
                 delimiter=self.d0.decode("latin-1"), quote_char=False, escape_char=False,
                 newlines_in_values=False, ignore_empty_lines=False, invalid_row_handler=on_invalid,
@@ -874,7 +868,7 @@ class _Direct:
         self.extras: list[tuple[int, list[str]]] = []
         self.problems: list[Problem] = []
         self.line_mode = self.odd  # decided later when no line is odd (blank lines are then the only question)
-        if (self.odd or len(self.candidates)) and _tail_continuation(self.header, self.reg):
+        if (self.odd or len(self.candidates)) and _tail_continuation(self.header, self.opts):
             raise _Fallback("lines that may continue a free-text last column: the reference reads them")
         if self.odd:
             self._stitch()
@@ -896,7 +890,7 @@ class _Direct:
         if not found:
             return np.zeros(0, dtype=np.int64)
         rows = np.concatenate(found)
-        if len(rows) > MAX_BLANK_CANDIDATES:
+        if len(rows) > self.opts.max_blank_candidates:
             raise _Fallback("too many empty lines")
         empty = np.ones(len(rows), dtype=bool)
         for other in self.cols.values():
@@ -957,7 +951,7 @@ class _Direct:
             record = b"\n".join(texts)
             values = self._values(record)
             if len(values) > self.nfields and free:
-                values = _repair(values, header, free, self.delim_text, self.reg) or values
+                values = _repair(values, header, free, self.delim_text, self.opts) or values
             if len(values) != self.nfields:
                 shown = self._as_reference_shows(record)
                 self.problems.append(Problem(
@@ -1035,7 +1029,7 @@ class _Direct:
         for i, (start, chunk) in enumerate(chunks):
             group.append((start, chunk))
             rows += len(chunk)
-            if rows < GROUP_ROWS and i + 1 < len(chunks):
+            if rows < self.opts.group_rows and i + 1 < len(chunks):
                 continue
             if len(group) == 1:
                 yield group[0]
@@ -1133,7 +1127,7 @@ class _Direct:
         raw = self._spliced(name)
         text, utf8 = _to_strings(raw)
         data, offsets = _parts(raw)
-        base, task, has_task, ok = fields.job_ids_swar(data, offsets)
+        base, task, has_task, ok = fields.job_ids_swar(data, offsets, self.opts.swar_block_rows)
         het = np.zeros(m.size, dtype=np.int64)
         has_het, is_step, bad = (np.zeros(m.size, dtype=bool) for _ in range(3))
         pending: pa.Array = pa.nulls(m.size, pa.string())
@@ -1226,11 +1220,11 @@ class _Direct:
                     v[same], k[same] = first[0][same], first[1][same]
                     todo = ~same
                 if todo.all():
-                    kernel(data, int(offsets[0]), n, prefix, out=(v, k))
+                    kernel(data, int(offsets[0]), n, prefix, out=(v, k), block_rows=self.opts.swar_block_rows)
                 elif todo.any():
                     sel = np.flatnonzero(todo)
                     d2, o2 = _parts(chunk.filter(pa.array(todo)))
-                    v[sel], k[sel] = kernel(d2, int(o2[0]), len(sel), prefix)
+                    v[sel], k[sel] = kernel(d2, int(o2[0]), len(sel), prefix, block_rows=self.opts.swar_block_rows)
                 if f == 0:
                     first = (v, k, data, int(offsets[0]), fixed)
                 if not k.all():
@@ -1357,7 +1351,7 @@ class _Direct:
                       schema=self.reg.schema)
 
     def _run(self, tasks: dict[str, Callable[[], Any]]) -> dict[str, Any]:
-        if self.pool is None or _normalize.WORKERS == 1:
+        if self.pool is None or self.opts.workers == 1:
             return {name: task() for name, task in tasks.items()}
         futures = {name: self.pool.submit(task) for name, task in tasks.items()}
         return {name: fut.result() for name, fut in futures.items()}

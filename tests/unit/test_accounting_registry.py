@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 
 from gpuclust.accounting import registry as r
-from gpuclust.accounting import schema, text
+from gpuclust.accounting import schema
 from gpuclust.accounting.jsonin import parse_json
+from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.text import parse_parsable
 from gpuclust.slurm import sacct_json as sj
 
@@ -59,14 +60,13 @@ def test_new_field_is_in_fetch_list_and_schema() -> None:
 
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("delimiter", ["|", "\x1f|\x1e"])
-def test_new_field_flows_through_both_text_readers(fast: bool, delimiter: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_field_flows_through_both_text_readers(fast: bool, delimiter: str) -> None:
     rows = [dict(ROW, JobID=str(i), JobIDRaw=str(i), Reason=f"r{i % 3}", Priority=str(1000 + i)) for i in range(1, 40)]
     rows[5]["Priority"] = "high"  # rejected, and named
     rows[7]["JobName"] = "multi\nline"  # a record the readers join
     data = _dump(rows, EXTENDED.fetch, delimiter)
-    monkeypatch.setattr(text, "FAST_READER", fast)
-    res = parse_parsable(data, delimiter, "new.txt", registry=EXTENDED)
-    assert text.last_reader == ("direct" if fast else "reference")
+    res = parse_parsable(data, delimiter, "new.txt", options=ReaderOptions(registry=EXTENDED, fast=fast, strict=True))
+    assert res.reader == ("direct" if fast else "reference")
     assert [(p.line, p.field) for p in res.problems] == [(7, "Priority")]
     table = res.table.cast(EXTENDED.schema)
     assert table.schema.equals(EXTENDED.schema)
@@ -74,21 +74,21 @@ def test_new_field_flows_through_both_text_readers(fast: bool, delimiter: str, m
     assert table.column("reason").to_pylist() == [row["Reason"] for row in kept]
     assert table.column("priority").to_pylist() == [int(row["Priority"]) for row in kept]
     # The default registry reads the same file without the new columns (extra columns are ignored).
-    plain = parse_parsable(data, delimiter, "new.txt")
+    plain = parse_parsable(data, delimiter, "new.txt", options=ReaderOptions(fast=fast))
     assert "reason" not in plain.table.column_names and plain.table.num_rows == len(rows)
 
 
 def test_new_field_is_optional_in_old_dumps() -> None:
     """An optional text field absent from a dump reads as "" (a parsed one must then accept "" or be required)."""
     data = _dump([ROW], schema.RAW_FIELDS, "|")
-    res = parse_parsable(data, "|", "old.txt", registry=r.REGISTRY.with_field(REASON))
+    res = parse_parsable(data, "|", "old.txt", options=ReaderOptions(registry=r.REGISTRY.with_field(REASON)))
     assert res.problems == [] and res.table.column("reason").to_pylist() == [""]
 
 
 @pytest.mark.parametrize("path", ["lab-json.json", "24.11/lab-json.json", "26.05/lab-json.json"])
 def test_new_field_flows_through_the_json_reader(path: str) -> None:
     data = (DATA / path).read_bytes()
-    res = parse_json(data, path, registry=EXTENDED)
+    res = parse_json(data, path, options=ReaderOptions(registry=EXTENDED))
     assert res.reader == "json"
     assert res.table.schema.equals(EXTENDED.schema)
     assert set(res.table.column("reason").to_pylist()) >= {"None"}
@@ -103,7 +103,7 @@ def test_json_path_per_shape() -> None:
     by_shape = r.SacctField("Reason", 19, r.at("state.reason"), copy=r.Column("reason", pa.string()),
                             required=False, json_by_shape={"data_parser/v0.0.42": lambda a, job: "from-42"})
     reg = r.REGISTRY.with_field(by_shape)
-    new = parse_json((DATA / "24.11/lab-json.json").read_bytes(), "x", registry=reg)
-    old = parse_json((DATA / "lab-json.json").read_bytes(), "x", registry=reg)
+    new = parse_json((DATA / "24.11/lab-json.json").read_bytes(), "x", options=ReaderOptions(registry=reg))
+    old = parse_json((DATA / "lab-json.json").read_bytes(), "x", options=ReaderOptions(registry=reg))
     assert set(new.table.column("reason").to_pylist()) == {"from-42"}
     assert "from-42" not in old.table.column("reason").to_pylist()
