@@ -559,7 +559,7 @@ def _seconds_of_day(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None
 
 def fixed_times(
     data: np.ndarray, first: int, rows: int, prefix: bytes, out: tuple[np.ndarray, np.ndarray] | None = None,
-    block_rows: int = SWAR_BLOCK_ROWS,
+    block_rows: int = SWAR_BLOCK_ROWS, tail: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``prefix + "YYYY-MM-DDTHH:MM:SS"`` (len(prefix) <= 8) back to back in `data` from byte `first`
     -> (epoch seconds UTC, ok), written to `out` when given. ok: the row has exactly that shape, a year
@@ -568,7 +568,7 @@ def fixed_times(
     plen = len(prefix)
     if plen > 8:
         raise ValueError("prefix longer than 8 bytes")
-    stride = plen + 19
+    stride = plen + 19 + tail  # (`tail` bytes after each value, not looked at)
     epoch, ok = out if out is not None else (np.empty(rows, dtype=np.int64), np.empty(rows, dtype=bool))
     table = _date_table()
     size = min(rows, block_rows)
@@ -613,14 +613,14 @@ def fixed_times(
 
 def fixed_clock(
     data: np.ndarray, first: int, rows: int, prefix: bytes, out: tuple[np.ndarray, np.ndarray] | None = None,
-    block_rows: int = SWAR_BLOCK_ROWS,
+    block_rows: int = SWAR_BLOCK_ROWS, tail: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``prefix + "HH:MM:SS"`` back to back -> (HH * 3600 + MM * 60 + SS, ok), written to `out` when
     given: an Elapsed of that shape (any two digits each, as `v_elapsed` reads them)."""
     plen = len(prefix)
     if plen > 8:
         raise ValueError("prefix longer than 8 bytes")
-    stride = plen + 8
+    stride = plen + 8 + tail
     secs, ok = out if out is not None else (np.empty(rows, dtype=np.int64), np.empty(rows, dtype=bool))
     size = min(rows, block_rows)
     x, bad, s1, s2 = (np.empty(size, dtype=np.uint64) for _ in range(4))
