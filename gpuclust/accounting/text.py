@@ -5,14 +5,18 @@ following lines until the record has all N fields (a newline inside a job name s
 
 Two readers give the same result:
 
-* the direct reader (`_direct`, used when it can vouch for the result): pyarrow.csv over the input bytes as
-  they are (a memory-mapped file is not copied), split on the delimiter's first byte in a few pieces side by
-  side; each field then starts with the delimiter's rest, which is checked. The few lines that are not whole
+* the direct reader (gpuclust.accounting.direct, used when it can vouch for the result): pyarrow.csv over the
+  input bytes as they are (a memory-mapped file is not copied), split on a byte that occurs once in the
+  delimiter, in a few pieces side by side; the delimiter's bytes around it are checked on each field (the
+  fetch's ``\x1f|\x1e`` splits on ``\x1f``, ``|#|`` on ``#``). The few lines that are not whole
   records are joined as below; the fields are parsed by kernels over the raw bytes and once per distinct
   value; string columns come out dictionary-encoded.
-* the reference (`_reference`): the delimiter is swapped for a single byte that does not occur in the data,
+* the reference (`_reference`, here): the delimiter is swapped for a single byte that does not occur in the data,
   and pyarrow.csv tokenises the text. Only if some line does not have exactly N fields does a line-level
   pass run; it is still vectorised over the good lines and loops in Python only over the odd ones.
+
+How they run (which one, threads, piece and block sizes, the field registry) is one `ReaderOptions`
+parameter; `ParseResult.reader` says which reader ran.
 """
 
 from __future__ import annotations
