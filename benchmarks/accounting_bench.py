@@ -6,8 +6,8 @@ Generates a `sacct --parsable2` file in the fetch's format (multi-character deli
 het jobs, failures and resubmissions, pending jobs, and odd names (`|`, newlines, quotes, unicode). Then, each
 in a fresh child process (so peak RSS is its own):
 
-* floor: pyarrow.csv reading the same file, every column as a string (split on the delimiter's first byte;
-  quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
+* floor: pyarrow.csv reading the same file, every column as a string (split on the byte the direct reader
+  splits on; quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
 * full: ingest (`pipeline.read_input`: read, parse, normalise) and the full report (dedupe, runs, waits,
   cost, sizing) written as html, csv, json and prom, in a process set up as `gpuclust report build` sets
   up its own (`memory.keep_freed_memory`: freed arrays are reused, not faulted in again).
@@ -182,8 +182,12 @@ def child_floor(path: str, delimiter: str) -> dict:
     from gpuclust.accounting.schema import FETCH_FIELDS
 
     t = time.perf_counter()
-    # Split on the delimiter's first byte: "\x1f|\x1e" holds one \x1f, "|#|" two pipes.
-    d0 = delimiter[0]
+    from gpuclust.accounting.direct import split_at
+
+    # Split on the byte the direct reader splits on (one that occurs once in the delimiter: \x1f of
+    # "\x1f|\x1e", # of "|#|"), so the floor tokenises exactly as much as the reader does.
+    at = split_at(delimiter.encode())
+    d0 = delimiter[at or 0]
     names = [f"c{i}" for i in range((len(FETCH_FIELDS) - 1) * delimiter.count(d0) + 1)]
     table = pacsv.read_csv(
         path,
