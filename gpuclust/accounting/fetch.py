@@ -70,6 +70,8 @@ def fetch_days(
     via: str = "parsable",
     progress: Callable[[date], None] | None = None,
 ) -> dict[date, ParseResult]:
+    """Every day's result, all held at once (for library use on short periods); `pipeline.fetch` streams
+    instead, one day in memory at a time."""
     results: dict[date, ParseResult] = {}
     for day in days:
         results[day] = fetch_day(client, day, via)
