@@ -6,8 +6,8 @@ Generates a `sacct --parsable2` file in the fetch's format (multi-character deli
 het jobs, failures and resubmissions, pending jobs, and odd names (`|`, newlines, quotes, unicode). Then, each
 in a fresh child process (so peak RSS is its own):
 
-* floor: pyarrow.csv reading the same file, every column as a string (split on the delimiter's first byte;
-  quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
+* floor: pyarrow.csv reading the same file, every column as a string (split on the byte the direct reader
+  splits on; quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
 * full: ingest (`pipeline.read_input`: read, parse, normalise) and the full report (dedupe, runs, waits,
   cost, sizing) written as html, csv, json and prom, in a process set up as `gpuclust report build` sets
   up its own (`memory.keep_freed_memory`: freed arrays are reused, not faulted in again).
@@ -60,11 +60,17 @@ labels = team=ml
 """
 
 
-def generate(path: Path, rows: int, seed: int = 7) -> None:
-    from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
+DELIMITERS = {"fetch": "\x1f|\x1e", "pipe-hash": "|#|"}  # the fetch's own; one users' exports use
+
+
+def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delimiter: str = "\x1f|\x1e") -> None:
+    """`rows` lines of a `--parsable2` dump. `messy`: as real dumps are (users' own `sacct` exports, without
+    -X): step rows (``.batch``, ``.extern``, ``.0``) after most jobs, newlines and pipes in comments, more
+    pipes and newlines in names, pending array ranges."""
+    from gpuclust.accounting.schema import FETCH_FIELDS
 
     rng = random.Random(seed)
-    d = FETCH_DELIMITER
+    d = delimiter
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
     users = [f"user{i:03d}" for i in range(400)]
     accounts = ["physics", "ml", "bio", "chem", "vision", "nlp"]
@@ -100,13 +106,24 @@ def generate(path: Path, rows: int, seed: int = 7) -> None:
             }
             out.write(d.join(rec[f] for f in FETCH_FIELDS) + "\n")
             n += 1
+            if messy and start is not None and end is not None and not job_id.endswith("]"):
+                # The steps a dump without -X lists after the allocation (dropped by the reader).
+                steps = ["batch", "extern"] + (["0"] if rng.random() < 0.3 else [])
+                for step in steps:
+                    out.write(d.join({**rec, "JobID": f"{job_id}.{step}", "JobName": step if step != "0" else "python",
+                                      "User": "", "Account": acct, "Comment": "", "Partition": "",
+                                      "AllocTRES": f"cpu={gpus * 8},gres/gpu={gpus},mem={gpus * 64}G,node=1",
+                                      "QOS": ""}[f] for f in FETCH_FIELDS) + "\n")
+                    n += 1
 
         while n < rows:
             user = rng.choice(users)
             acct = rng.choice(accounts)
             part, gtype = rng.choice(parts)
-            name = rng.choice(odd) if rng.random() < 0.02 else f"train-{rng.randrange(20000)}"
+            name = rng.choice(odd) if rng.random() < (0.05 if messy else 0.02) else f"train-{rng.randrange(20000)}"
             comment = f"team={acct} project=p{rng.randrange(50)} model=m{rng.randrange(10)}"
+            if messy and rng.random() < 0.03:
+                comment += rng.choice(["\nsecond line", "|see ticket 42", "\n", " note: a|b\nc"])
             gpus = rng.choice([1, 1, 2, 4, 8, 8, 16])
             submit = t0 + rng.random() * 29 * 86400
             kind = rng.random()
@@ -143,6 +160,9 @@ def generate(path: Path, rows: int, seed: int = 7) -> None:
                     s = sub + rng.expovariate(1 / 600)
                     end = s + run
                     emit(str(jid), jid, name, user, acct, part, gtype, "COMPLETED", "0:0", sub, sub, s, end, gpus, comment)
+            elif kind < 0.27 and messy and rng.random() < 0.3:  # an array still pending at the dump
+                emit(f"{jid}_[{rng.randrange(5)}-{rng.randrange(5, 50)}]", jid, name, user, acct, part, gtype, "PENDING",
+                     "0:0", submit, submit, None, None, gpus, comment)
             elif kind < 0.27:  # cancelled while pending
                 emit(str(jid), jid, name, user, acct, part, gtype, "CANCELLED by 0", "0:0", submit, submit, None, submit + 60, gpus, comment)
             else:
@@ -155,37 +175,42 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child_floor(path: str) -> dict:
+def child_floor(path: str, delimiter: str) -> dict:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     from gpuclust.accounting.schema import FETCH_FIELDS
 
     t = time.perf_counter()
-    names = [f"c{i}" for i in range(len(FETCH_FIELDS))]  # every "\x1f|\x1e" holds one \x1f
+    from gpuclust.accounting.direct import split_at
+
+    # Split on the byte the direct reader splits on (one that occurs once in the delimiter: \x1f of
+    # "\x1f|\x1e", # of "|#|"), so the floor tokenises exactly as much as the reader does.
+    at = split_at(delimiter.encode())
+    d0 = delimiter[at or 0]
+    names = [f"c{i}" for i in range((len(FETCH_FIELDS) - 1) * delimiter.count(d0) + 1)]
     table = pacsv.read_csv(
         path,
         read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, block_size=1 << 24),
-        parse_options=pacsv.ParseOptions(delimiter="\x1f", quote_char=False, newlines_in_values=False,
+        parse_options=pacsv.ParseOptions(delimiter=d0, quote_char=False, newlines_in_values=False,
                                          invalid_row_handler=lambda row: "skip"),
         convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names}),
     )
     return {"seconds": time.perf_counter() - t, "rows": table.num_rows, "peak_rss_mb": peak_rss_mb()}
 
 
-def child_full(path: str, out: str) -> dict:
+def child_full(path: str, out: str, delimiter: str) -> dict:
     from gpuclust.accounting.memory import keep_freed_memory
     from gpuclust.accounting.metrics import build_report
     from gpuclust.accounting.pipeline import input_period, read_input
     from gpuclust.accounting.render import write_report
-    from gpuclust.accounting.schema import FETCH_DELIMITER
     from gpuclust.accounting.store import latest_state
     from gpuclust.config import parse_config
 
     keep_freed_memory()  # as `gpuclust report build` does first
     config = parse_config(CONF)
     t = time.perf_counter()
-    parsed = read_input(path, FETCH_DELIMITER)  # what `gpuclust report build --input` calls
+    parsed = read_input(path, delimiter)  # what `gpuclust report build --input` calls
     t_parse = time.perf_counter() - t
     table = latest_state(parsed.table)
     report = build_report(table, config, input_period(parsed))
@@ -194,7 +219,73 @@ def child_full(path: str, out: str) -> dict:
     total = time.perf_counter() - t
     return {"seconds": total, "parse_s": t_parse, "metrics_s": t_report, "write_s": total - t_parse - t_report,
             "rows": parsed.table.num_rows, "rejected": parsed.rejected, "runs": report.data["totals"]["runs"],
-            "peak_rss_mb": peak_rss_mb()}
+            "steps_dropped": parsed.steps_dropped, "reader": parsed.reader, "peak_rss_mb": peak_rss_mb()}
+
+
+def _day_pieces(path: str, days: int) -> list[tuple[int, int]]:
+    """The file's body cut in `days` pieces at record starts (a newline then a digit: JobID comes first,
+    and no continuation line of the generator starts with a digit): one sacct window each."""
+    import mmap
+
+    with open(path, "rb") as fh:
+        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        start = data.find(b"\n") + 1
+        size = len(data)
+        cuts = [start]
+        for k in range(1, days):
+            at = data.find(b"\n", max(cuts[-1], start + (size - start) * k // days))
+            while at >= 0 and not data[at + 1 : at + 2].isdigit():
+                at = data.find(b"\n", at + 1)
+            if at < 0:
+                break
+            cuts.append(at + 1)
+        cuts.append(size)
+        data.close()
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def child_store(path: str, state: str, delimiter: str, days: int) -> dict:
+    """The nightly path on the generated rows: each of `days` pieces read as one day's sacct output and
+    written to the store as it is read (store.staged, as `report fetch`), then the report built from the
+    store (`pipeline.build`, as `report build`). Peak RSS: one day's bytes and table, then the build."""
+    import shutil
+    from datetime import date, datetime, timedelta, timezone
+
+    from gpuclust.accounting import pipeline, store
+    from gpuclust.accounting.memory import keep_freed_memory
+    from gpuclust.accounting.period import Period
+    from gpuclust.accounting.text import parse_parsable
+    from gpuclust.config import parse_config
+
+    keep_freed_memory()
+    shutil.rmtree(state, ignore_errors=True)
+    config = parse_config(CONF.replace("[site]\n", f"[site]\nstate_dir = {state}\n", 1))
+    root = store.store_dir(state)
+    first = date(2026, 11, 1)
+    day_list = [first + timedelta(days=k) for k in range(days)]
+    t = time.perf_counter()
+    rows = 0
+    parse_s = 0.0
+    with open(path, "rb") as fh:
+        header = fh.readline()
+        pieces = _day_pieces(path, days)
+        with store.staged(root, day_list) as stage:
+            for day, (a, b) in zip(day_list, pieces, strict=False):
+                fh.seek(a)
+                raw = header + fh.read(b - a)
+                p0 = time.perf_counter()
+                result = parse_parsable(raw, delimiter, f"window {day}")
+                parse_s += time.perf_counter() - p0
+                rows += result.table.num_rows
+                stage.write_day(day, result.table)
+                del raw, result
+    t_fetch = time.perf_counter() - t
+    fetch_rss = peak_rss_mb()
+    start = datetime.combine(first, datetime.min.time(), timezone.utc)
+    report, _ = pipeline.build(config, Period(start, start + timedelta(days=days)))
+    total = time.perf_counter() - t
+    return {"seconds": total, "fetch_s": t_fetch, "parse_s": parse_s, "build_s": total - t_fetch, "rows": rows,
+            "runs": report.data["totals"]["runs"], "fetch_peak_rss_mb": fetch_rss, "peak_rss_mb": peak_rss_mb()}
 
 
 def main() -> None:
@@ -202,31 +293,50 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--dir", default="/tmp/acct-bench")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--child", choices=["floor", "full"], help=argparse.SUPPRESS)
+    ap.add_argument("--messy", action="store_true", help="steps, newlines and pipes in comments (as users' dumps)")
+    ap.add_argument("--delimiter", choices=sorted(DELIMITERS), default="fetch")
+    ap.add_argument("--store-days", type=int, default=0,
+                    help="instead: the rows as this many days' sacct output through the store, then build")
+    ap.add_argument("--child", choices=["floor", "full", "store"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     work = Path(args.dir)
-    data = work / f"sacct-{args.rows}.txt"
+    delimiter = DELIMITERS[args.delimiter]
+    data = work / f"sacct-{args.rows}{'-messy' if args.messy else ''}-{args.delimiter}.txt"
     if args.child == "floor":
-        print(json.dumps(child_floor(str(data))))
+        print(json.dumps(child_floor(str(data), delimiter)))
         return
     if args.child == "full":
-        print(json.dumps(child_full(str(data), str(work / "report"))))
+        print(json.dumps(child_full(str(data), str(work / "report"), delimiter)))
+        return
+    if args.child == "store":
+        print(json.dumps(child_store(str(data), str(work / "state"), delimiter, args.store_days)))
         return
     work.mkdir(parents=True, exist_ok=True)
     if not data.exists():
         t = time.perf_counter()
-        generate(data, args.rows)
+        generate(data, args.rows, messy=args.messy, delimiter=delimiter)
         print(f"generated {data} ({data.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.0f}s", file=sys.stderr)
+    common = ["--rows", str(args.rows), "--dir", str(work), "--delimiter", args.delimiter,
+              *(["--messy"] if args.messy else [])]
+    if args.store_days:
+        done = [json.loads(subprocess.run([sys.executable, __file__, *common, "--store-days", str(args.store_days),
+                                           "--child", "store"], capture_output=True, text=True, check=True).stdout)
+                for _ in range(args.repeat)]
+        print(json.dumps({"rows": args.rows, "file_mb": round(data.stat().st_size / 1e6, 1), "days": args.store_days,
+                          "median": {k: round(statistics.median(r[k] for r in done), 3) for k in done[0]},
+                          "all_runs": done}, indent=2))
+        return
     runs: dict[str, list[dict]] = {"floor": [], "full": []}
     for _ in range(args.repeat):
         for mode in ("floor", "full"):
-            cp = subprocess.run([sys.executable, __file__, "--rows", str(args.rows), "--dir", str(work), "--child", mode],
+            cp = subprocess.run([sys.executable, __file__, *common, "--child", mode],
                                 capture_output=True, text=True, check=True)
             runs[mode].append(json.loads(cp.stdout))
     best = {mode: min(r, key=lambda x: x["seconds"]) for mode, r in runs.items()}
     # The machine is shared: medians over the repeats are the figures to quote; floor and full of one repeat
     # run back to back, so each repeat's own ratio is also given.
-    median = {mode: {key: round(statistics.median(x[key] for x in r), 3) for key in r[0] if key != "rows"}
+    median = {mode: {key: round(statistics.median(x[key] for x in r), 3) for key in r[0]
+                     if isinstance(r[0][key], int | float) and key != "rows"}
               for mode, r in runs.items()}
     print(json.dumps({
         "rows": args.rows, "file_mb": round(data.stat().st_size / 1e6, 1), "cpus": os.cpu_count(),

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, timezone
 
 from gpuclust.accounting.jsonin import parse_json
-from gpuclust.accounting.normalize import ParseResult
+from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.accounting.text import parse_parsable
 from gpuclust.errors import InputError, SlurmOutputError
@@ -40,17 +40,28 @@ def sacct_args(day: date, via: str = "parsable") -> list[str]:
     return [*base, "--parsable2", f"--delimiter={FETCH_DELIMITER}", "-o", ",".join(FETCH_FIELDS)]
 
 
-def fetch_day(client: SlurmClient, day: date, via: str = "parsable") -> ParseResult:
+def fetch_day(client: SlurmClient, day: date, via: str = "parsable", *,
+              options: ReaderOptions = DEFAULT_OPTIONS) -> ParseResult:
+    """One UTC day: sacct's raw bytes straight into the reader (never decoded to str and back), so the
+    direct reader tokenises them in place. Memory: that day's output and its table."""
     args = sacct_args(day, via)
-    out = client.sacct(args, timeout=SACCT_TIMEOUT_S)
+    raw = _sacct_bytes(client, args)
     source = f"sacct window {day.isoformat()}"
     if via == "json":
         try:
-            return parse_json(out, source)
+            return parse_json(raw, source, options=options)
         except InputError as exc:  # Slurm's own output: an unknown shape or broken JSON is Slurm's side
             raise SlurmOutputError(f"sacct {' '.join(args)}: {exc}") from None
-    # The runner decoded with surrogateescape; encoding back restores sacct's exact bytes.
-    return parse_parsable(out.encode("utf-8", "surrogateescape"), FETCH_DELIMITER, source)
+    return parse_parsable(raw, FETCH_DELIMITER, source, options=options)
+
+
+def _sacct_bytes(client: SlurmClient, args: list[str]) -> bytes:
+    read = getattr(client, "sacct_bytes", None)
+    if read is not None:
+        return bytes(read(args, timeout=SACCT_TIMEOUT_S))
+    # A client with text output only: the runner decoded with surrogateescape, so encoding back restores
+    # sacct's exact bytes.
+    return client.sacct(args, timeout=SACCT_TIMEOUT_S).encode("utf-8", "surrogateescape")
 
 
 def fetch_days(
@@ -59,6 +70,8 @@ def fetch_days(
     via: str = "parsable",
     progress: Callable[[date], None] | None = None,
 ) -> dict[date, ParseResult]:
+    """Every day's result, all held at once (for library use on short periods); `pipeline.fetch` streams
+    instead, one day in memory at a time."""
     results: dict[date, ParseResult] = {}
     for day in days:
         results[day] = fetch_day(client, day, via)

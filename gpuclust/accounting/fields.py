@@ -558,7 +558,8 @@ def _seconds_of_day(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None
 
 
 def fixed_times(
-    data: np.ndarray, first: int, rows: int, prefix: bytes, out: tuple[np.ndarray, np.ndarray] | None = None
+    data: np.ndarray, first: int, rows: int, prefix: bytes, out: tuple[np.ndarray, np.ndarray] | None = None,
+    block_rows: int = SWAR_BLOCK_ROWS, tail: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``prefix + "YYYY-MM-DDTHH:MM:SS"`` (len(prefix) <= 8) back to back in `data` from byte `first`
     -> (epoch seconds UTC, ok), written to `out` when given. ok: the row has exactly that shape, a year
@@ -567,14 +568,14 @@ def fixed_times(
     plen = len(prefix)
     if plen > 8:
         raise ValueError("prefix longer than 8 bytes")
-    stride = plen + 19
+    stride = plen + 19 + tail  # (`tail` bytes after each value, not looked at)
     epoch, ok = out if out is not None else (np.empty(rows, dtype=np.int64), np.empty(rows, dtype=bool))
     table = _date_table()
-    size = min(rows, SWAR_BLOCK_ROWS)
+    size = min(rows, block_rows)
     xa, xb, xc, bad, s1, s2 = (np.empty(size, dtype=np.uint64) for _ in range(6))
     days: np.ndarray = np.empty(size, dtype=np.int32)
-    for r0 in range(0, rows, SWAR_BLOCK_ROWS):
-        nb = min(SWAR_BLOCK_ROWS, rows - r0)
+    for r0 in range(0, rows, block_rows):
+        nb = min(block_rows, rows - r0)
         if nb != len(xa):
             xa, xb, xc, bad, s1, s2 = (a[:nb] for a in (xa, xb, xc, bad, s1, s2))
             days = days[:nb]
@@ -611,19 +612,20 @@ def fixed_times(
 
 
 def fixed_clock(
-    data: np.ndarray, first: int, rows: int, prefix: bytes, out: tuple[np.ndarray, np.ndarray] | None = None
+    data: np.ndarray, first: int, rows: int, prefix: bytes, out: tuple[np.ndarray, np.ndarray] | None = None,
+    block_rows: int = SWAR_BLOCK_ROWS, tail: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``prefix + "HH:MM:SS"`` back to back -> (HH * 3600 + MM * 60 + SS, ok), written to `out` when
     given: an Elapsed of that shape (any two digits each, as `v_elapsed` reads them)."""
     plen = len(prefix)
     if plen > 8:
         raise ValueError("prefix longer than 8 bytes")
-    stride = plen + 8
+    stride = plen + 8 + tail
     secs, ok = out if out is not None else (np.empty(rows, dtype=np.int64), np.empty(rows, dtype=bool))
-    size = min(rows, SWAR_BLOCK_ROWS)
+    size = min(rows, block_rows)
     x, bad, s1, s2 = (np.empty(size, dtype=np.uint64) for _ in range(4))
-    for r0 in range(0, rows, SWAR_BLOCK_ROWS):
-        nb = min(SWAR_BLOCK_ROWS, rows - r0)
+    for r0 in range(0, rows, block_rows):
+        nb = min(block_rows, rows - r0)
         if nb != len(x):
             x, bad, s1, s2 = (a[:nb] for a in (x, bad, s1, s2))
         at = first + r0 * stride
@@ -694,7 +696,8 @@ def _classify(x: np.ndarray, digits: np.ndarray, under: np.ndarray, s: np.ndarra
     np.bitwise_and(under, _H80, out=under)
 
 
-def job_ids_swar(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def job_ids_swar(data: np.ndarray, offsets: np.ndarray, block_rows: int = SWAR_BLOCK_ROWS,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """JobIDs (a binary column: `data` bytes, `offsets`) of the two usual shapes, ``123`` and ``123_4`` (up to
     16 characters), -> (job_base, array_task, has_task, ok). ok rows are exactly what `v_job_id` gives
     (no step, not bad, no het offset or pending range); the others are left to it."""
@@ -710,10 +713,10 @@ def job_ids_swar(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.
     # The 16 bytes that end where each value ends (rows ending within the buffer's first 16 bytes, at most
     # two, are left to the reference).
     words = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
-    m = min(rows, SWAR_BLOCK_ROWS)
+    m = min(rows, block_rows)
     xh, xl, dh, dl, uh, ul, s = (np.empty(m, dtype=np.uint64) for _ in range(7))
-    for r0 in range(0, rows, SWAR_BLOCK_ROWS):
-        r1 = min(rows, r0 + SWAR_BLOCK_ROWS)
+    for r0 in range(0, rows, block_rows):
+        r1 = min(rows, r0 + block_rows)
         nb = r1 - r0
         if nb != len(xh):
             xh, xl, dh, dl, uh, ul, s = (a[:nb] for a in (xh, xl, dh, dl, uh, ul, s))

@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from gpuclust.accounting.normalize import ParseResult, normalize
-from gpuclust.accounting.schema import RAW_FIELDS
+from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, normalize
 from gpuclust.errors import InputError, Problem
 from gpuclust.slurm.jsonshape import UnknownShape, read_shape
 from gpuclust.slurm.sacct_json import BadField, OpenapiDbV0038, SacctJsonAdapter, adapter_for
@@ -66,7 +65,7 @@ def _job_label(job: Mapping[str, Any]) -> str:
     return f", JobID {jid}" if isinstance(jid, int) and not isinstance(jid, bool) else ""
 
 
-def parse_json(data: bytes | str, source: str = "<input>") -> ParseResult:
+def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOptions = DEFAULT_OPTIONS) -> ParseResult:
     doc = load_document(data, source)
     if not isinstance(doc, Mapping):
         kind = "a list" if isinstance(doc, list) else type(doc).__name__
@@ -84,7 +83,9 @@ def parse_json(data: bytes | str, source: str = "<input>") -> ParseResult:
             adapter = adapter_for(shape)
         except UnknownShape as exc:
             raise InputError(Problem(source, None, str(exc))) from None
-    cols: dict[str, list[str]] = {name: [] for name in RAW_FIELDS}
+    registry = options.registry
+    cols: dict[str, list[str]] = {name: [] for name in registry.raw}
+    unknowable = [fd.name for fd in registry.fields if fd.unknowable]
     known: list[bool] = []
     lines: list[int] = []
     problems: list[Problem] = []
@@ -94,18 +95,20 @@ def parse_json(data: bytes | str, source: str = "<input>") -> ParseResult:
             problems.append(Problem(source, number, f"{where} is not an object (line = job record number)"))
             continue
         try:
-            rec, ok = adapter.record(job)
+            rec = registry.json_record(adapter, shape.plugin, job)
         except BadField as exc:
             problems.append(Problem(source, number, f"{where}{_job_label(job)}: cannot read {exc} "
                                                     "(line = job record number)", exc.field))
             continue
-        for name in RAW_FIELDS:
+        for name in registry.raw:
             cols[name].append(rec[name])
-        known.append(ok)
+        # A value the shape cannot know (22.05's exit codes) comes empty: null, not an error.
+        known.append(all(rec[name] != "" for name in unknowable))
         lines.append(number)
     raw = {name: pa.array(values, pa.string()) for name, values in cols.items()}
     result = normalize(raw, pa.array(np.array(lines, dtype=np.int64)), pa.array(known, pa.bool_()), source,
-                       extra_problems=problems)
+                       extra_problems=problems, options=options)
+    result.reader = "json"
     if not adapter.exit_code_known and jobs:
         result.notes.append(adapter.note)
     result.notes.append(f"sacct --json shape: {shape.describe()}")
@@ -113,7 +116,8 @@ def parse_json(data: bytes | str, source: str = "<input>") -> ParseResult:
 
 
 def parse_input(
-    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>"
+    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>",
+    *, options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> ParseResult:
     """Either form, told apart by the first non-blank byte after an optional UTF-8 BOM: JSON starts with '{'
     (or '[', which the JSON reader then refuses by name; no sacct text starts with either). `data` may be any
@@ -121,8 +125,8 @@ def parse_input(
     from gpuclust.accounting.text import parse_parsable
 
     if _first_byte(data) in (b"{", b"["):
-        return parse_json(data if isinstance(data, bytes) else bytes(memoryview(data)), source)
-    return parse_parsable(data, delimiter, source)
+        return parse_json(data if isinstance(data, bytes) else bytes(memoryview(data)), source, options=options)
+    return parse_parsable(data, delimiter, source, options=options)
 
 
 def _first_byte(data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer) -> bytes:

@@ -6,6 +6,7 @@ returned as a Problem naming its line and field: never dropped silently.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting import fields as f
-from gpuclust.accounting.schema import PLAIN_STRING_COLUMNS, RAW_FIELDS, SCHEMA
+from gpuclust.accounting.registry import REGISTRY, Parsed, Registry
 from gpuclust.errors import Problem
 
 MAX_PROBLEMS_LISTED = 1000  # a badly broken file still reports its count; the list is capped
@@ -25,11 +26,36 @@ PARALLEL_MIN_ROWS = 20_000  # below this, threads cost more than they save
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
-def run_parallel(tasks: Mapping[str, Callable[[], Any]], *, parallel: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How the readers run. The defaults are what `gpuclust report` uses; tests pass others to reach every
+    path (small pieces and blocks, one worker, the reference alone)."""
+
+    registry: Registry = REGISTRY  # the sacct fields read
+    fast: bool = True  # the direct text reader, where it can vouch for the reference's result
+    strict: bool = False  # an unexpected error inside the direct reader is raised, not a quiet fallback
+    by_unique: bool = True  # repetitive fields parsed once per distinct value
+    workers: int = WORKERS  # threads for the readers and the field parsers
+    parallel_min_rows: int = PARALLEL_MIN_ROWS  # below this, the field parsers run on one thread
+    pieces: int = 0  # pieces the direct reader reads the body in; 0: two per worker
+    min_piece_bytes: int = 1 << 22
+    read_block: int = 1 << 21  # small blocks: pyarrow.csv then converts each while it is in cache
+    group_rows: int = 1 << 16  # the fixed-width parsers run on pieces of at least this many rows
+    swar_block_rows: int = f.SWAR_BLOCK_ROWS  # rows per block of the byte kernels
+    max_blank_candidates: int = 100_000
+    scan_block: int = 1 << 22  # bytes per block of the line scans
+    parallel_replace_bytes: int = 16 << 20  # from this size the delimiter swap runs in pieces side by side
+
+
+DEFAULT_OPTIONS = ReaderOptions()
+
+
+def run_parallel(tasks: Mapping[str, Callable[[], Any]], *, parallel: bool = True,
+                 workers: int = WORKERS) -> dict[str, Any]:
     """Run independent, GIL-releasing (pyarrow / numpy) tasks in a small thread pool; results by name."""
-    if not parallel or WORKERS == 1:
+    if not parallel or workers == 1:
         return {name: task() for name, task in tasks.items()}
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {name: pool.submit(task) for name, task in tasks.items()}
         return {name: fut.result() for name, fut in futures.items()}
 
@@ -43,25 +69,30 @@ class ParseResult:
     source: str = ""
     exit_codes_known: bool = True
     notes: list[str] = field(default_factory=list)
+    reader: str = ""  # which reader made it: "direct" or "reference" (text), "json"; "a+b" after extend
 
     def extend(self, other: ParseResult) -> None:
         tables = [self.table, other.table]
         if not tables[0].schema.equals(tables[1].schema):  # e.g. dictionary-encoded text and plain JSON
-            tables = [t.cast(SCHEMA) for t in tables]
+            tables = [t.cast(plain_schema(t.schema)) for t in tables]
         self.table = pa.concat_tables(tables)
         self.problems += other.problems[: max(0, MAX_PROBLEMS_LISTED - len(self.problems))]
         self.rejected += other.rejected
         self.steps_dropped += other.steps_dropped
         self.exit_codes_known = self.exit_codes_known and other.exit_codes_known
         self.notes += [n for n in other.notes if n not in self.notes]
+        readers = [r for r in dict.fromkeys([*self.reader.split("+"), *other.reader.split("+")]) if r]
+        self.reader = "+".join(readers)
 
 
-def _bind(func: Callable[[pa.Array], Any], arg: pa.Array) -> Callable[[], Any]:
-    return lambda: func(arg)
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with every dictionary-encoded column in its plain type."""
+    return pa.schema([pa.field(fd.name, fd.type.value_type if pa.types.is_dictionary(fd.type) else fd.type)
+                      for fd in schema])
 
 
 def empty_table() -> pa.Table:
-    return SCHEMA.empty_table()
+    return REGISTRY.schema.empty_table()
 
 
 def normalize(
@@ -71,63 +102,61 @@ def normalize(
     source: str,
     *,
     extra_problems: list[Problem] | None = None,
+    options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> ParseResult:
-    """`raw` maps each name of RAW_FIELDS (optional ones may be missing) to a string array."""
+    """`raw` maps each field of the registry (optional ones may be missing) to a string array."""
+    registry = options.registry
     n = len(lines)
     blank = pa.array([""] * n, pa.string()) if n else pa.array([], pa.string())
-    rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in RAW_FIELDS}
-    columns, bad, is_step, exit_all = parse_fields(rawc, exit_known)
+    rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in registry.raw}
+    columns, bad, is_step, exit_all = parse_fields(rawc, exit_known, options)
     columns["line"] = pc.cast(lines, pa.int64())
 
     result = finish(
         n, columns, bad, is_step, lambda name, i: rawc[name][i].as_py(),
-        lines.to_numpy(zero_copy_only=False), source, extra_problems,
+        lines.to_numpy(zero_copy_only=False), source, extra_problems, schema=registry.schema,
     )
-    result.table = result.table.cast(SCHEMA)
+    result.table = result.table.cast(registry.schema)
     result.exit_codes_known = exit_all
     return result
 
 
 def parse_fields(
-    rawc: Mapping[str, pa.Array], exit_known: pa.Array
+    rawc: Mapping[str, pa.Array], exit_known: pa.Array, options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> tuple[dict[str, pa.Array], dict[str, np.ndarray], np.ndarray, bool]:
-    """Every field of `rawc` (one string array per RAW_FIELDS name) parsed: (the SCHEMA columns but `line`,
-    the bad mask of each raw field, the step mask, whether every exit code is known)."""
+    """Every field of `rawc` (one string array per registry field) parsed: (the schema's columns but `line`,
+    the bad mask of each checked field in check order, the step mask, whether every exit code is known)."""
     n = len(exit_known)
+    registry = options.registry
     columns: dict[str, pa.Array] = {}
     bad: dict[str, np.ndarray] = {}
-
-    # The field parsers are independent and their pyarrow kernels release the GIL: run them side by side.
     exit_all = n == 0 or bool(pc.all(exit_known).as_py())
+    known_mask = None if exit_all else np.asarray(pc.fill_null(exit_known, False).to_numpy(zero_copy_only=False),
+                                                  dtype=bool)
+    # The field parsers are independent and their pyarrow kernels release the GIL: run them side by side.
     tasks: dict[str, Callable[[], Any]] = {
-        "JobID": lambda: f.v_job_id(rawc["JobID"]),
-        "JobIDRaw": lambda: f.v_int(rawc["JobIDRaw"]),
-        "State": lambda: f.by_unique(f.v_state, rawc["State"]),
-        "ExitCode": lambda: (
-            f.by_unique(lambda t: f.v_exit_code(t, pa.array(np.ones(len(t), dtype=bool))), rawc["ExitCode"])
-            if exit_all
-            else f.v_exit_code(rawc["ExitCode"], exit_known)
-        ),
-        **{name: _bind(f.v_time, rawc[name]) for name in ("Submit", "Eligible", "Start", "End")},
-        "Elapsed": lambda: f.by_unique(f.v_elapsed, rawc["Elapsed"]),
-        "NNodes": lambda: f.by_unique(f.v_int, rawc["NNodes"]),
-        "AllocTRES": lambda: f.by_unique(f.v_alloc_tres, rawc["AllocTRES"]),
+        fd.name: functools.partial(fd.parse_values, rawc[fd.name], options.by_unique)
+        for fd in registry.fields if fd.vparse
     }
-    done = run_parallel(tasks, parallel=n >= PARALLEL_MIN_ROWS)
-
-    ids, is_step, bad["JobID"] = done["JobID"]
-    columns.update(ids)
-    columns["job_id_raw"], bad["JobIDRaw"] = done["JobIDRaw"]
-    for raw_name, col in PLAIN_STRING_COLUMNS.items():
-        columns[col] = rawc[raw_name]
-    columns["state"], bad["State"] = done["State"]
-    columns["exit_code"], columns["exit_signal"], bad["ExitCode"] = done["ExitCode"]
-    columns["exit_code_known"] = exit_known
-    for raw_name, col in (("Submit", "submit"), ("Eligible", "eligible"), ("Start", "start"), ("End", "end")):
-        columns[col], bad[raw_name] = done[raw_name]
-    columns["elapsed_s"], bad["Elapsed"] = done["Elapsed"]
-    columns["nnodes"], bad["NNodes"] = done["NNodes"]
-    columns["gpus"], columns["gpu_type"], columns["mem_mb"], bad["AllocTRES"] = done["AllocTRES"]
+    done = run_parallel(tasks, parallel=n >= options.parallel_min_rows, workers=options.workers)
+    is_step = np.zeros(n, dtype=bool)
+    for fd in registry.fields:
+        if fd.copy:
+            columns[fd.copy.name] = rawc[fd.name]
+        if fd.unknowable:
+            columns[fd.unknowable.name] = exit_known
+        parsed: Parsed | None = done.get(fd.name)
+        if parsed is None:
+            continue
+        cols, field_bad = parsed.columns, parsed.bad
+        if fd.unknowable and known_mask is not None:
+            # Unknown values (sacct --json 22.05's exit codes) are null, not errors.
+            cols = {k: pc.if_else(exit_known, v, pa.scalar(None, v.type)) for k, v in cols.items()}
+            field_bad = field_bad & known_mask
+        columns.update(cols)
+        bad[fd.name] = field_bad
+        if parsed.is_step is not None:
+            is_step = parsed.is_step
     return columns, bad, is_step, exit_all
 
 
@@ -141,6 +170,8 @@ def finish(
     source: str,
     extra_problems: list[Problem] | None = None,
     dropped: np.ndarray | None = None,
+    *,
+    schema: pa.Schema = REGISTRY.schema,
 ) -> ParseResult:
     """The rows of `columns` (every SCHEMA column, `n` rows) less the bad ones and the steps, with one
     Problem per bad row (its first bad field, in the order of `bad`) after `extra_problems`.
@@ -176,7 +207,7 @@ def finish(
 
     specs = []
     arrays = []
-    for spec in SCHEMA:
+    for spec in schema:
         col = columns[spec.name]
         if not pa.types.is_dictionary(col.type) and col.type != spec.type:
             col = col.cast(spec.type)

@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 
 from gpuclust.accounting import economics, reportdoc, store, trend
 from gpuclust.accounting.fetch import fetch_day
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
-from gpuclust.accounting.normalize import ParseResult
+from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.render import write_report
 from gpuclust.config import SiteConfig
@@ -53,43 +52,50 @@ def fetch(
     *,
     via: str = "parsable",
     progress: Callable[[date], None] | None = None,
+    options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> FetchSummary:
-    """Fetch every UTC day the period touches, then replace those days in the store in one swap."""
+    """Fetch every UTC day the period touches, then replace those days in the store in one swap.
+
+    Day by day: sacct's bytes go straight into the reader, and each day's table is written to the staged
+    snapshot before the next day is fetched, so memory is bounded by one day, not the period."""
     root = store.store_dir(config.state_dir)
     summary = FetchSummary(str(root))
-    tables: dict[date, pa.Table] = {}
-    problems: dict[date, list[str]] = {}
-    for day in period.utc_days():
-        result = fetch_day(client, day, via)
-        tables[day] = result.table
-        summary.days.append({"day": day.isoformat(), "rows": result.table.num_rows,
-                             "rejected_rows": result.rejected, "steps_dropped": result.steps_dropped})
-        summary.problems += result.problems
-        if result.rejected:
-            problems[day] = [str(p) for p in result.problems] or [f"{result.rejected} rejected row(s)"]
-        summary.rejected_rows += result.rejected
-        if progress:
-            progress(day)
-    store.replace_days(root, tables, problems=problems)
+    days = period.utc_days()
+    with store.staged(root, days) as stage:
+        for day in days:
+            result = fetch_day(client, day, via, options=options)
+            summary.days.append({"day": day.isoformat(), "rows": result.table.num_rows,
+                                 "rejected_rows": result.rejected, "steps_dropped": result.steps_dropped})
+            summary.problems += result.problems
+            problems = None
+            if result.rejected:
+                problems = [str(p) for p in result.problems] or [f"{result.rejected} rejected row(s)"]
+            summary.rejected_rows += result.rejected
+            stage.write_day(day, result.table, problems)
+            del result
+            if progress:
+                progress(day)
     if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
-        summary.economics = economics.fetch_sources(client, config, period.utc_days())
+        summary.economics = economics.fetch_sources(client, config, days)
     return summary
 
 
-def read_input(path: str, delimiter: str = "|") -> ParseResult:
-    """Parse an input file (sacct --parsable2 text or --json). A large file is memory-mapped, not copied: the
-    text reader tokenises it in place."""
+MMAP_MIN_BYTES = 1 << 20  # read_input memory-maps files from this size on (smaller ones are read)
+
+
+def read_input(path: str, delimiter: str = "|", *, options: ReaderOptions = DEFAULT_OPTIONS,
+               mmap_min_bytes: int = MMAP_MIN_BYTES) -> ParseResult:
+    """Parse an input file (sacct --parsable2 text or --json). A file from `mmap_min_bytes` on is
+    memory-mapped, not copied: the text reader tokenises it in place."""
     import mmap
     import os
-
-    from gpuclust.accounting import text
 
     data: bytes | mmap.mmap
     try:
         with Path(path).open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             # Small files are simply read; an empty file cannot be mapped.
-            if size < max(1, text.MMAP_MIN_BYTES):
+            if size < max(1, mmap_min_bytes):
                 data = fh.read()
             else:
                 # (Not MAP_POPULATE: mapping every page up front, on one thread, measured 0.1-0.2 s slower
@@ -97,7 +103,7 @@ def read_input(path: str, delimiter: str = "|") -> ParseResult:
                 data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:
         raise InputError(Problem(path, None, f"cannot read: {exc}")) from None
-    return parse_input(data, delimiter, path)
+    return parse_input(data, delimiter, path, options=options)
 
 
 def input_period(result: ParseResult) -> Period:

@@ -55,81 +55,33 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from gpuclust.accounting.registry import REGISTRY, UTC_SECONDS
+
+# Everything below is derived from the field registry (gpuclust.accounting.registry): declare a field there.
+
 # sacct fields a dump must contain (any order; other columns are ignored).
-REQUIRED_FIELDS: tuple[str, ...] = (
-    "JobID", "JobIDRaw", "JobName", "User", "Account", "Partition", "QOS", "State", "ExitCode",
-    "Submit", "Eligible", "Start", "End", "Elapsed", "AllocTRES", "NNodes", "NodeList",
-)
-OPTIONAL_FIELDS: tuple[str, ...] = ("WCKey", "Comment")
-RAW_FIELDS: tuple[str, ...] = REQUIRED_FIELDS + OPTIONAL_FIELDS
+REQUIRED_FIELDS: tuple[str, ...] = REGISTRY.required
+OPTIONAL_FIELDS: tuple[str, ...] = REGISTRY.optional
+RAW_FIELDS: tuple[str, ...] = REGISTRY.raw
 # Fields whose free text may contain the delimiter of a plain `|` dump.
-FREE_TEXT_FIELDS: tuple[str, ...] = ("JobName", "Comment")
+FREE_TEXT_FIELDS: tuple[str, ...] = REGISTRY.free_text
 
 # The field list `report fetch` asks sacct for. JobID first, so a newline inside a name can never make a
 # continuation line look like the start of a record; a fixed-format field last, so a free-text value that
 # ends in a newline cannot be mistaken for a blank line after the record.
-FETCH_FIELDS: tuple[str, ...] = (
-    "JobID", "JobIDRaw", "JobName", "Comment", "WCKey", "User", "Account", "Partition", "QOS", "State",
-    "ExitCode", "Submit", "Eligible", "Start", "End", "Elapsed", "AllocTRES", "NodeList", "NNodes",
-)
+FETCH_FIELDS: tuple[str, ...] = REGISTRY.fetch
 
 # Unit separator, '|', record separator: three characters no job name is expected to hold together.
 FETCH_DELIMITER = "\x1f|\x1e"
 
 TIME_COLUMNS: tuple[str, ...] = ("submit", "eligible", "start", "end")
-UTC_SECONDS = pa.timestamp("s", tz="UTC")
 
-SCHEMA = pa.schema(
-    [
-        ("line", pa.int64()),
-        ("job_id", pa.string()),
-        ("job_id_raw", pa.int64()),
-        ("job_base", pa.int64()),
-        ("array_task", pa.int64()),
-        ("array_pending", pa.string()),
-        ("het_offset", pa.int64()),
-        ("job_name", pa.string()),
-        ("user", pa.string()),
-        ("account", pa.string()),
-        ("partition", pa.string()),
-        ("qos", pa.string()),
-        ("wckey", pa.string()),
-        ("comment", pa.string()),
-        ("nodelist", pa.string()),
-        ("state", pa.string()),
-        ("state_raw", pa.string()),
-        ("exit_code", pa.int64()),
-        ("exit_signal", pa.int64()),
-        ("exit_code_known", pa.bool_()),
-        ("submit", UTC_SECONDS),
-        ("eligible", UTC_SECONDS),
-        ("start", UTC_SECONDS),
-        ("end", UTC_SECONDS),
-        ("elapsed_s", pa.int64()),
-        ("nnodes", pa.int64()),
-        ("alloc_tres", pa.string()),
-        ("gpus", pa.int64()),
-        ("gpu_type", pa.string()),
-        ("mem_mb", pa.float64()),
-    ]
-)
+SCHEMA: pa.Schema = REGISTRY.schema
 
 STORE_SCHEMA = SCHEMA.append(pa.field("fetched_at", UTC_SECONDS)).append(pa.field("window", pa.string()))
 
 # Raw string field -> normalized column for the plain copies.
-PLAIN_STRING_COLUMNS: dict[str, str] = {
-    "JobName": "job_name",
-    "User": "user",
-    "Account": "account",
-    "Partition": "partition",
-    "QOS": "qos",
-    "WCKey": "wckey",
-    "Comment": "comment",
-    "NodeList": "nodelist",
-    "AllocTRES": "alloc_tres",
-    "State": "state_raw",
-    "JobID": "job_id",
-}
+PLAIN_STRING_COLUMNS: dict[str, str] = REGISTRY.copies
 
 KNOWN_STATES = frozenset(
     {

@@ -88,6 +88,40 @@ def replace_days(
     `problems` (rows sacct printed that could not be parsed) are kept beside each day as problems.json,
     so a report built later still says they exist.
     """
+    with staged(root, list(tables), fetched_at) as stage:
+        for day, table in tables.items():
+            stage.write_day(day, table, (problems or {}).get(day))
+    return stage.snapshot
+
+
+class Stage:
+    """A snapshot being built: the days it does not replace are already linked in; `write_day` writes one
+    replaced day (so a fetch holds one day in memory, not the period)."""
+
+    def __init__(self, snapshot: Path, days: list[date], fetched: datetime) -> None:
+        self.snapshot = snapshot
+        self.days = set(days)
+        self.fetched = fetched
+        self.written: set[date] = set()
+
+    def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None) -> None:
+        if day not in self.days or day in self.written:
+            raise ValueError(f"day {day} is not one this stage replaces, or is written twice")
+        path = _day_file(self.snapshot, day)
+        path.parent.mkdir()
+        pq.write_table(_stamp(table, self.fetched, day), path, compression="zstd")
+        _fsync(path)
+        if problems:
+            (path.parent / "problems.json").write_text(json.dumps(problems, ensure_ascii=False), encoding="utf-8")
+            _fsync(path.parent / "problems.json")
+        self.written.add(day)
+
+
+@contextmanager
+def staged(root: Path, days: list[date], fetched_at: datetime | None = None) -> Iterator[Stage]:
+    """Replace `days` in the store, atomically: the caller writes each (Stage.write_day) while the store is
+    locked; when the block ends without an error the new snapshot becomes `current` in one rename (a day
+    not written is then empty). On an error the staging is removed and `current` stays as it was."""
     fetched = fetched_at or datetime.now(timezone.utc).replace(microsecond=0)
     with _locked(root):
         snapshots = root / "snapshots"
@@ -98,22 +132,22 @@ def replace_days(
                 shutil.rmtree(old, ignore_errors=True)
         new = snapshots / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{time.monotonic_ns()}"
         new.mkdir()
+        wanted = set(days)
         if current is not None and current.is_dir():
             for entry in current.iterdir():
-                if entry.name.startswith("day=") and date.fromisoformat(entry.name[4:]) not in tables:
+                if entry.name.startswith("day=") and date.fromisoformat(entry.name[4:]) not in wanted:
                     (new / entry.name).mkdir()
                     for item in entry.iterdir():
                         os.link(item, new / entry.name / item.name)
-        for day, table in tables.items():
-            path = _day_file(new, day)
-            path.parent.mkdir()
-            stamped = _stamp(table, fetched, day)
-            pq.write_table(stamped, path, compression="zstd")
-            _fsync(path)
-            day_problems = (problems or {}).get(day)
-            if day_problems:
-                (path.parent / "problems.json").write_text(json.dumps(day_problems, ensure_ascii=False), encoding="utf-8")
-                _fsync(path.parent / "problems.json")
+        stage = Stage(new, days, fetched)
+        try:
+            yield stage
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+        for day in days:
+            if day not in stage.written:
+                stage.write_day(day, SCHEMA.empty_table())
         _fsync(new)
         tmp_link = root / f".current.{os.getpid()}"
         if tmp_link.is_symlink():
@@ -123,7 +157,6 @@ def replace_days(
         _fsync(root)
         if current is not None and current != new:
             shutil.rmtree(current, ignore_errors=True)
-        return new
 
 
 def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:

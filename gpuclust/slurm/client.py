@@ -25,6 +25,10 @@ class SlurmClient(Protocol):
 
     def sacct(self, args: Sequence[str], *, timeout: float | None = None) -> str: ...
 
+    def sacct_bytes(self, args: Sequence[str], *, timeout: float | None = None) -> bytes:
+        """sacct's stdout as the bytes it wrote (for the accounting reader, which reads them in place)."""
+        ...
+
     def scontrol(self, args: Sequence[str], *, timeout: float | None = None) -> str: ...
 
     def sinfo(self, args: Sequence[str], *, timeout: float | None = None) -> str: ...
@@ -71,6 +75,7 @@ class CommandSlurmClient:
         input_text: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        raw_stdout: bool = False,
     ) -> CommandResult:
         if tool not in SLURM_TOOLS:
             raise ValueError(f"not a Slurm tool: {tool!r}")
@@ -79,11 +84,15 @@ class CommandSlurmClient:
         if env:
             call_env.update(env)
         return run_command(
-            [exe, *args], timeout=timeout or self.timeout, env=call_env, input_text=input_text
+            [exe, *args], timeout=timeout or self.timeout, env=call_env, input_text=input_text,
+            raw_stdout=raw_stdout,
         )
 
     def sacct(self, args: Sequence[str], *, timeout: float | None = None) -> str:
         return self.run("sacct", args, timeout=timeout).stdout
+
+    def sacct_bytes(self, args: Sequence[str], *, timeout: float | None = None) -> bytes:
+        return self.run("sacct", args, timeout=timeout, raw_stdout=True).raw
 
     def scontrol(self, args: Sequence[str], *, timeout: float | None = None) -> str:
         return self.run("scontrol", args, timeout=timeout).stdout

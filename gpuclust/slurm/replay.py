@@ -36,6 +36,11 @@ class ReplaySlurmClient:
     def sacct(self, args: Sequence[str], *, timeout: float | None = None) -> str:
         return self._answer("sacct", args)
 
+    def sacct_bytes(self, args: Sequence[str], *, timeout: float | None = None) -> bytes:
+        """The recorded text as the bytes sacct wrote (recordings keep undecodable bytes as surrogate
+        escapes)."""
+        return self._answer("sacct", args).encode("utf-8", "surrogateescape")
+
     def scontrol(self, args: Sequence[str], *, timeout: float | None = None) -> str:
         return self._answer("scontrol", args)
 

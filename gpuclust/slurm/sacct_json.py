@@ -145,7 +145,9 @@ def tres_text(items: Any, field: str) -> str:
 # ---- adapters -------------------------------------------------------------------------------------------
 
 class SacctJsonAdapter:
-    """Base adapter: the fields every shape since 22.05 shares. Subclasses change what differs."""
+    """Base adapter: what every shape since 22.05 shares. Subclasses change what differs. The path of each
+    plain field (and any per-shape override) is declared with the field, in gpuclust.accounting.registry;
+    the adapters hold what is more than a path (State, ExitCode, the job id)."""
 
     plugins: tuple[str, ...] = ()
     exit_code_known = False
@@ -174,39 +176,6 @@ class SacctJsonAdapter:
         if offset is not None and offset != NO_VAL:
             return f"{count(het.get('job_id'), 'het.job_id') or raw}+{offset}", str(raw)
         return str(raw), str(raw)
-
-    def record(self, job: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
-        """The raw sacct fields of one job object, and whether its exit code is known."""
-        times = obj(job.get("time"), "time")
-        tres = obj(job.get("tres"), "tres")
-        assoc = obj(job.get("association"), "association")
-        wckey = job.get("wckey")
-        comment = job.get("comment")
-        job_id, raw = self.job_id(job)
-        exit_text, known = self.exit_code(job)
-        rec = {
-            "JobID": job_id,
-            "JobIDRaw": raw,
-            "JobName": text(job.get("name"), "name"),
-            "User": text(job.get("user") or assoc.get("user"), "user"),
-            "Account": text(job.get("account") or assoc.get("account"), "account"),
-            "Partition": text(job.get("partition"), "partition"),
-            "QOS": text(job.get("qos"), "qos"),
-            "State": self.state(job),
-            "ExitCode": exit_text,
-            "Submit": epoch(times.get("submission"), "time.submission"),
-            "Eligible": epoch(times.get("eligible"), "time.eligible"),
-            "Start": epoch(times.get("start"), "time.start"),
-            "End": epoch(times.get("end"), "time.end"),
-            "Elapsed": elapsed(times.get("elapsed"), "time.elapsed"),
-            "AllocTRES": tres_text(tres.get("allocated"), "tres.allocated"),
-            "NNodes": str(count(job.get("allocation_nodes"), "allocation_nodes") or 0),
-            "NodeList": text(job.get("nodes"), "nodes"),
-            "WCKey": text(obj(wckey, "wckey").get("wckey") if isinstance(wckey, Mapping) else wckey, "wckey"),
-            "Comment": text(obj(comment, "comment").get("job") if isinstance(comment, Mapping) else comment,
-                            "comment"),
-        }
-        return rec, known
 
 
 class OpenapiDbV0038(SacctJsonAdapter):

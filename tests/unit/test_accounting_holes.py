@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from gpuclust.accept import params
 from gpuclust.accounting import text
+from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.pipeline import read_input
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
 from gpuclust.cli.main import cli
@@ -163,10 +164,10 @@ def test_duplicate_header_column_rejected(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_bom_accepted(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(text, "FAST_READER", fast)
     data = (DATA / "lab-pipe.txt").read_bytes()
-    a = text.parse_parsable(b"\xef\xbb\xbf" + data, "|", "x")
-    b = text.parse_parsable(data, "|", "x")
+    options = ReaderOptions(fast=fast)
+    a = text.parse_parsable(b"\xef\xbb\xbf" + data, "|", "x", options=options)
+    b = text.parse_parsable(data, "|", "x", options=options)
     assert a.rejected == b.rejected == 0 and a.table.equals(b.table)
 
 
@@ -180,11 +181,7 @@ def test_int_above_int64_is_a_rejected_row(field: str, rows: int) -> None:
     recs = [_row(JobID=str(i + 10), JobIDRaw=str(i + 10)) for i in range(rows)]
     recs[1] = _row(**{field.rstrip("ah"): value})
     for fast in (True, False):
-        text.FAST_READER = fast
-        try:
-            res = text.parse_parsable(_dump(recs), "|", "f.txt")
-        finally:
-            text.FAST_READER = True
+        res = text.parse_parsable(_dump(recs), "|", "f.txt", options=ReaderOptions(fast=fast))
         assert (res.table.num_rows, res.rejected) == (rows - 1, 1)
         assert str(res.problems[0]).startswith("f.txt:3:")
 
@@ -348,15 +345,12 @@ def _dump_case(draw: st.DrawFn) -> tuple[bytes, str, list[str], bool]:
 @given(case=_dump_case(), fast=st.booleans())
 def test_property_sacct_text_every_record_accounted(case: tuple[bytes, str, list[str], bool], fast: bool) -> None:
     data, delim, outcomes, header_ok = case
-    text.FAST_READER = fast
     try:
-        res = text.parse_parsable(data, delim, "in.txt")
+        res = text.parse_parsable(data, delim, "in.txt", options=ReaderOptions(fast=fast))
     except InputError as exc:
         assert not header_ok
         assert all(p.file == "in.txt" and p.line == 1 for p in exc.problems)
         return
-    finally:
-        text.FAST_READER = True
     assert header_ok
     n_lines = data.count(b"\n") + 1
     assert res.table.num_rows + res.steps_dropped + res.rejected == len(outcomes)

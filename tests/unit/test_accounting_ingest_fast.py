@@ -15,6 +15,7 @@ import mmap
 import random
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import fields, normalize, pipeline, text
+from gpuclust.accounting import fields, pipeline, text
 from gpuclust.accounting.jsonin import parse_input
+from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
 from gpuclust.errors import InputError
 from tests.unit.test_accounting_perf_equivalence import ROW, _bench, _mutate, dump, reference_paths
@@ -35,30 +37,22 @@ DICT_COLUMNS = {"job_name", "user", "account", "partition", "qos", "wckey", "com
 
 
 @contextlib.contextmanager
-def small_pieces(monkeypatch: pytest.MonkeyPatch, pieces: int = 7, read_block: int | None = 1 << 12) -> Iterator[None]:
-    """Many pieces, chunks, groups and SWAR blocks (READ_BLOCK must exceed the longest line)."""
-    with monkeypatch.context() as m:
-        m.setattr(text, "PIECES", pieces)
-        m.setattr(text, "MIN_PIECE_BYTES", 1)
-        if read_block:
-            m.setattr(text, "READ_BLOCK", read_block)
-        m.setattr(text, "GROUP_ROWS", 5)
-        m.setattr(fields, "SWAR_BLOCK_ROWS", 3)
-        yield
+def small_pieces(monkeypatch: pytest.MonkeyPatch, pieces: int = 7,
+                 read_block: int | None = 1 << 12) -> Iterator[dict[str, int]]:
+    """Many pieces, chunks, groups and SWAR blocks (read_block must exceed the longest line): the options."""
+    yield {"pieces": pieces, "min_piece_bytes": 1, "group_rows": 5, "swar_block_rows": 3,
+           **({"read_block": read_block} if read_block else {})}
 
 
-def parse_direct(data, delimiter: str, monkeypatch: pytest.MonkeyPatch, *, workers: int = 2):
-    with monkeypatch.context() as m:
-        m.setattr(text, "FAST_READER", True)
-        m.setattr(text, "DIRECT_STRICT", True)
-        m.setattr(normalize, "WORKERS", workers)
-        result = text.parse_parsable(data, delimiter, "x")
-        return result, text.last_reader
+def parse_direct(data, delimiter: str, monkeypatch: pytest.MonkeyPatch, *, workers: int = 2, **options: Any):
+    result = text.parse_parsable(data, delimiter, "x",
+                                 options=ReaderOptions(fast=True, strict=True, workers=workers, **options))
+    return result, result.reader
 
 
 def parse_reference(data, delimiter: str, monkeypatch: pytest.MonkeyPatch):
-    with reference_paths(monkeypatch):
-        return text.parse_parsable(bytes(data), delimiter, "x")
+    with reference_paths(monkeypatch) as options:
+        return text.parse_parsable(bytes(data), delimiter, "x", options=options)
 
 
 def assert_same(direct, ref) -> None:
@@ -86,13 +80,14 @@ def assert_types(table: pa.Table) -> None:
 
 
 def check(data: bytes, delimiter: str, monkeypatch: pytest.MonkeyPatch, *, expect: str | None = "direct",
-          pieces: bool = False, read_block: int | None = 1 << 12):
-    """Direct (with the given piece setup) vs reference; `expect`: the path the direct call must take."""
+          pieces: bool = False, read_block: int | None = 1 << 12, **options: Any):
+    """Direct (with the given piece setup and options) vs reference; `expect`: the path the direct call must
+    take."""
     if pieces:
-        with small_pieces(monkeypatch, read_block=read_block):
-            direct, path = parse_direct(data, delimiter, monkeypatch)
+        with small_pieces(monkeypatch, read_block=read_block) as small:
+            direct, path = parse_direct(data, delimiter, monkeypatch, **small, **options)
     else:
-        direct, path = parse_direct(data, delimiter, monkeypatch)
+        direct, path = parse_direct(data, delimiter, monkeypatch, **options)
     ref = parse_reference(data, delimiter, monkeypatch)
     if expect:
         assert path == expect
@@ -116,9 +111,9 @@ def _header_and_rows(data: bytes) -> tuple[bytes, list[bytes]]:
 
 
 @pytest.mark.parametrize("pieces", [False, True])
-@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|"])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|", "|#|"])
 def test_generated_dump(generated, delimiter, pieces, monkeypatch):
-    data = generated if delimiter == FETCH_DELIMITER else generated.replace(D, b"|")
+    data = generated if delimiter == FETCH_DELIMITER else generated.replace(D, delimiter.encode())
     result = check(data, delimiter, monkeypatch, pieces=pieces)
     assert result.table.num_rows > 3000
     assert pa.types.is_dictionary(result.table.schema.field("job_name").type)
@@ -150,7 +145,8 @@ def _more_mutations(data: bytes, seed: int, delimiter: bytes) -> bytes:
         if len(f) == len(FETCH_FIELDS) and rng.random() < 0.06:
             k = rng.randrange(12)
             if k == 0:
-                f[2] = b"stray\x1fsep"  # a lone first byte of the delimiter: pyarrow sees one field too many
+                # A lone split byte of the delimiter: pyarrow sees one field too many.
+                f[2] = b"stray#sep" if delimiter == b"|#|" else b"stray\x1fsep"
             elif k == 1:
                 f[2] = b"has" + delimiter + b"delim"  # the whole delimiter: a record with a field too many
             elif k == 2:
@@ -179,9 +175,9 @@ def _more_mutations(data: bytes, seed: int, delimiter: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("seed", [5, 6, 7])
-@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|"])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|", "|#|"])
 def test_more_mutations(generated, delimiter, seed, monkeypatch):
-    data = generated if delimiter == FETCH_DELIMITER else generated.replace(D, b"|")
+    data = generated if delimiter == FETCH_DELIMITER else generated.replace(D, delimiter.encode())
     data = _more_mutations(data, seed, delimiter.encode())
     check(data, delimiter, monkeypatch, pieces=True)
     check(data, delimiter, monkeypatch)
@@ -193,15 +189,16 @@ def test_every_record_broken_and_many_pieces(generated, monkeypatch):
     broken = [r.replace(D + b"train-", D + b"tr\nain-", 1) for r in rows]
     data = b"\n".join([header, *broken])
     for pieces in (2, 13, 50):
-        with small_pieces(monkeypatch, pieces=pieces):
-            direct, path = parse_direct(data, FETCH_DELIMITER, monkeypatch)
+        with small_pieces(monkeypatch, pieces=pieces) as small:
+            direct, path = parse_direct(data, FETCH_DELIMITER, monkeypatch, **small)
         assert path == "direct"
         assert_same(direct, parse_reference(data, FETCH_DELIMITER, monkeypatch))
 
 
 def test_one_worker(generated, monkeypatch):
-    with small_pieces(monkeypatch):
-        direct, path = parse_direct(_more_mutations(generated, 8, D), FETCH_DELIMITER, monkeypatch, workers=1)
+    with small_pieces(monkeypatch) as small:
+        direct, path = parse_direct(_more_mutations(generated, 8, D), FETCH_DELIMITER, monkeypatch, workers=1,
+                                    **small)
     assert path == "direct"
     assert_same(direct, parse_reference(_more_mutations(generated, 8, D), FETCH_DELIMITER, monkeypatch))
 
@@ -241,8 +238,7 @@ def test_double_spaced_dump(generated, monkeypatch):
     data = header + b"\n" + b"\n\n".join(rows)
     check(data, FETCH_DELIMITER, monkeypatch, pieces=True)
     check(_clean(generated).replace(b"\n", b"\n\n"), FETCH_DELIMITER, monkeypatch)
-    monkeypatch.setattr(text, "MAX_BLANK_CANDIDATES", 10)
-    check(data, FETCH_DELIMITER, monkeypatch, expect="reference")
+    check(data, FETCH_DELIMITER, monkeypatch, expect="reference", max_blank_candidates=10)
 
 
 def test_line_of_separator_bytes_next_to_blank_lines_goes_to_the_reference(generated, monkeypatch):
@@ -305,11 +301,12 @@ def test_invalid_utf8_in_a_broken_line_falls_back_quietly(generated, monkeypatch
     assert seen == []
 
 
-@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|", ";", "\t", "#|", "::", "¦", " \t"])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|", ";", "\t", "#|", "|#|", "||#", "::", "¦", " \t"])
 def test_delimiters(generated, delimiter, monkeypatch):
     data = _clean(generated).replace(D, delimiter.encode())
-    # Not split on directly: a first byte that recurs in the delimiter, a non-ASCII one (pyarrow), a delimiter
-    # of only blanks (a line of it would be blank for one path and not the other).
+    # Split on a byte that occurs once in the delimiter (`|#|`: the `#`; the pipes around it are checked).
+    # Not split on directly: no byte occurs once in it, a non-ASCII one (pyarrow), a delimiter of only blanks
+    # (a line of it would be blank for one path and not the other).
     expect = "reference" if delimiter in ("::", "¦", " \t") else "direct"
     check(data, delimiter, monkeypatch, expect=expect, pieces=True)
     check(_more_mutations(data, 9, delimiter.encode()), delimiter, monkeypatch, expect=expect, pieces=True)
@@ -371,8 +368,7 @@ def test_input_buffers(generated, kind, tmp_path, monkeypatch):
 def test_read_input_maps_or_reads(generated, tmp_path, mmap_from, monkeypatch):
     path = tmp_path / "dump.txt"
     path.write_bytes(generated)
-    monkeypatch.setattr(text, "MMAP_MIN_BYTES", mmap_from)
-    got = pipeline.read_input(str(path), FETCH_DELIMITER)
+    got = pipeline.read_input(str(path), FETCH_DELIMITER, mmap_min_bytes=mmap_from)
     ref = parse_reference(generated, FETCH_DELIMITER, monkeypatch)
     assert got.table.cast(SCHEMA).equals(ref.table.cast(SCHEMA).cast(SCHEMA))
     assert [str(p).replace(str(path), "x") for p in got.problems] == [str(p) for p in ref.problems]
@@ -393,19 +389,14 @@ _free_text = st.lists(
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(pairs=st.lists(st.tuples(_free_text, _free_text), min_size=1, max_size=12),
-       delimiter=st.sampled_from([FETCH_DELIMITER, "|", ";"]), pieces=st.sampled_from([0, 1, 2, 5]),
+       delimiter=st.sampled_from([FETCH_DELIMITER, "|", ";", "|#|"]), pieces=st.sampled_from([0, 1, 2, 5]),
        tail=st.sampled_from([b"\n", b"", b"\n\n"]))
 def test_any_names_same_result(monkeypatch, pairs, delimiter, pieces, tail):
     rows = [dict(ROW, JobID=str(1000 + i), JobIDRaw=str(1000 + i), JobName=n, Comment=c)
             for i, (n, c) in enumerate(pairs)]
     data = dump(rows, delimiter).rstrip(b"\n") + tail
-    with monkeypatch.context() as m:
-        if pieces:
-            m.setattr(text, "PIECES", pieces)
-            m.setattr(text, "MIN_PIECE_BYTES", 1)
-            m.setattr(text, "GROUP_ROWS", 2)
-            m.setattr(fields, "SWAR_BLOCK_ROWS", 2)
-        direct, _ = parse_direct(data, delimiter, monkeypatch)
+    small = {"pieces": pieces, "min_piece_bytes": 1, "group_rows": 2, "swar_block_rows": 2} if pieces else {}
+    direct, _ = parse_direct(data, delimiter, monkeypatch, **small)
     assert_same(direct, parse_reference(data, delimiter, monkeypatch))
 
 

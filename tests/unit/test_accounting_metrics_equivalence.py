@@ -64,7 +64,8 @@ def _plain_strings(table: pa.Table) -> pa.Table:
 
 def assert_same_report(table: pa.Table, config_text: str, period: Period, **kw: Any) -> dict[str, Any]:
     config = parse_config(config_text)
-    new = metrics.build_report(table, config, period, **kw)
+    threads = {"parallel_min_attempts": kw.pop("parallel_min_attempts")} if "parallel_min_attempts" in kw else {}
+    new = metrics.build_report(table, config, period, **kw, **threads)
     old = reference.build_report(_plain_strings(table), config, period, **kw)
     new_data, old_data = dict(new.data), dict(old.data)
     new_data["input"] = {k: v for k, v in new_data["input"].items() if k != "left_out"}  # (newer than the oracle)
@@ -100,10 +101,9 @@ def generated_table(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
 @pytest.mark.parametrize("days", [(0, 30), (3, 4), (10, 17), (40, 41)])
 @pytest.mark.parametrize("threaded", [False, True])
 def test_generated_input_same_figures(generated_table, days, threaded, monkeypatch):
-    if threaded:  # pricing, waits and top failures on the second thread, as for a large input
-        monkeypatch.setattr(metrics, "PARALLEL_MIN_ATTEMPTS", 0)
+    # threaded: pricing, waits and top failures on the second thread, as for a large input
     period = Period(T0 + timedelta(days=days[0]), T0 + timedelta(days=days[1]))
-    data = assert_same_report(generated_table, CONF, period)
+    data = assert_same_report(generated_table, CONF, period, **({"parallel_min_attempts": 0} if threaded else {}))
     assert days[0] >= 30 or data["totals"]["runs"] > 0
 
 

@@ -27,7 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import fields, metrics, normalize, store, text
+from gpuclust.accounting import fields, metrics, store, text
+from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
 from gpuclust.config import parse_config
 from tests.unit.test_accounting_text import ROW, dump
@@ -43,29 +44,26 @@ def _bench():  # the benchmark's generator: arrays, requeues, het jobs, odd name
 
 
 @contextlib.contextmanager
-def reference_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every optimisation off: the code paths the optimised ones must agree with."""
+def reference_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[ReaderOptions]:
+    """Every optimisation off: the code paths the optimised ones must agree with (the options to read with;
+    the direct reader is compared with them in tests/unit/test_accounting_ingest_fast.py)."""
     with monkeypatch.context() as m:
-        m.setattr(text, "FAST_READER", False)  # the direct reader: tests/unit/test_accounting_ingest_fast.py
         m.setattr(text, "_read_spliced", lambda *a, **k: None)
         m.setattr(text, "_read_lines", lambda *a, **k: None)
-        m.setattr(fields, "by_unique", lambda func, arr: func(arr))
-        m.setattr(normalize, "PARALLEL_MIN_ROWS", 10**12)
         m.setattr(fields, "v_time", fields._v_time_ref)
-        yield
+        yield ReaderOptions(fast=False, by_unique=False, parallel_min_rows=10**12)
 
 
 def _parse_both(data: bytes, delimiter: str, monkeypatch: pytest.MonkeyPatch):
     """(the optimised reference path, the reference path with every optimisation off). The direct reader
-    (text.FAST_READER) is off in both: it is compared with them in test_accounting_ingest_fast.py."""
+    (ReaderOptions.fast) is off in both: it is compared with them in test_accounting_ingest_fast.py."""
     with monkeypatch.context() as m:
-        m.setattr(text, "FAST_READER", False)
-        m.setattr(normalize, "PARALLEL_MIN_ROWS", 0)  # threads even for small inputs
         m.setattr(fields, "FIXED_TIME_MIN_ROWS", 0)  # the numpy time parser even for small inputs
-        m.setattr(text, "SCAN_BLOCK", 4096)  # many blocks in the line scans
-        fast = text.parse_parsable(data, delimiter, "x")
-    with reference_paths(monkeypatch):
-        ref = text.parse_parsable(data, delimiter, "x")
+        # threads even for small inputs; many blocks in the line scans
+        fast = text.parse_parsable(data, delimiter, "x",
+                                   options=ReaderOptions(fast=False, parallel_min_rows=0, scan_block=4096))
+    with reference_paths(monkeypatch) as options:
+        ref = text.parse_parsable(data, delimiter, "x", options=options)
     return fast, ref
 
 
@@ -258,10 +256,9 @@ def test_top_failures_ties_keep_the_input_order(with_het):
 @pytest.mark.parametrize("data", [b"", b"a\x1f|\x1eb", b"\n" * 10, b"x\x1f|\x1e\n" * 5000,
                                   b"no newline " * 3000 + b"\x1f|\x1e", "¦\n¦¦\x1f|\x1e\n".encode() * 999])
 def test_parallel_replace_equals_bytes_replace(data, monkeypatch):
-    monkeypatch.setattr(text, "PARALLEL_REPLACE_BYTES", 0)
-    monkeypatch.setattr(normalize, "WORKERS", 2)
+    options = ReaderOptions(parallel_replace_bytes=0, workers=2)
     for old in (FETCH_DELIMITER.encode(), "¦".encode()):
-        assert text._replace(data, old, b"\x1d") == data.replace(old, b"\x1d")
+        assert text._replace(data, old, b"\x1d", options) == data.replace(old, b"\x1d")
 
 
 def test_job_id_plain_number_path_equals_regex():
@@ -332,13 +329,13 @@ def test_fixed_width_time_parser_any_strings(values, monkeypatch):
 
 @pytest.mark.parametrize("block", [1, 7, 4096, 1 << 22])
 def test_blocked_scans_equal_whole_buffer(generated, block, monkeypatch):
-    monkeypatch.setattr(text, "SCAN_BLOCK", block)
     body = _mutate(generated, 6).replace(FETCH_DELIMITER.encode(), b"\x1d")
     for data in (body[:3000] if block < 100 else body, b"", b"\n", b"\x1d", b"\x1d\n\n\x1d\x1d", b"ab\n" * 9):
         buf = np.frombuffer(data, dtype=np.uint8)
         for byte in (0x0A, 0x1D):
             hits = np.flatnonzero(buf == byte)
-            assert np.array_equal(text._positions(buf, byte), hits)
+            assert np.array_equal(text._positions(buf, byte, block), hits)
             nl = np.flatnonzero(buf == 0x0A)
             bounds = np.concatenate([[0], nl + 1, [len(data)]]).astype(np.int64)
-            assert np.array_equal(text._counts_between(buf, byte, bounds), np.diff(np.searchsorted(hits, bounds)))
+            assert np.array_equal(text._counts_between(buf, byte, bounds, block),
+                                  np.diff(np.searchsorted(hits, bounds)))

@@ -1,0 +1,260 @@
+"""The report: every table and figure put together (build_report), and the sizing figures."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from gpuclust.accounting import sorting
+from gpuclust.accounting.metrics.attempts import Attempts, attempts
+from gpuclust.accounting.metrics.definitions import (
+    DEFAULT_TOP,
+    DEFINITIONS,
+    GPU_MONTH_HOURS,
+    NONE_LABEL,
+    PARALLEL_MIN_ATTEMPTS,
+    Report,
+)
+from gpuclust.accounting.metrics.runs import (
+    Runs,
+    _raw_sums,
+    assign_runs,
+    group_table,
+    label_names,
+    run_sums,
+    runs_of,
+    totals,
+)
+from gpuclust.accounting.metrics.waits import wait_tables
+from gpuclust.accounting.period import Period
+from gpuclust.config import SiteConfig
+from gpuclust.errors import InputError
+
+
+def top_failures(att: Attempts, chosen: np.ndarray, top: int) -> pd.DataFrame:
+    """Attempts in `chosen` that are not done, by GPU-hours (then earliest End, then input order)."""
+    cand = chosen[~att.done[chosen]]
+    if len(cand) > top:
+        # Only the top GPU-hours can make the list: sort just those (ties at the cut included).
+        cut = np.partition(att.gpu_hours[cand], len(cand) - top)[len(cand) - top]
+        cand = cand[att.gpu_hours[cand] >= cut]
+    order = np.lexsort((att.row[cand], att.end[cand], -att.gpu_hours[cand]))
+    pick = cand[order[:top]]
+    rows = pa.array(att.row[pick])
+    table = att.table
+
+    def values(name: str) -> list[Any]:
+        return table.column(name).take(rows).to_pylist()
+
+    job_id = [str(b) if lead else str(j) for j, b, lead in
+              zip(values("job_id"), values("job_base"), att.het_lead[pick], strict=True)]
+    exit_text = [f"{c}:{s}" if k is not False and c is not None else None for c, s, k in
+                 zip(values("exit_code"), values("exit_signal"), values("exit_code_known"), strict=True)]
+    return pd.DataFrame(
+        {
+            "job_id": pd.Series(job_id, dtype=object),
+            **{name: pd.Series([v or "" for v in values(name)], dtype=object)
+               for name in ("user", "account", "partition", "job_name", "state")},
+            "exit_code": pd.Series(exit_text, dtype=object),
+            "gpu_hours": np.round(att.gpu_hours[pick], 9),
+            "cost": np.round(att.cost[pick], 9),
+            "node_list": pd.Series([v or "" for v in values("nodelist")], dtype=object),
+            "start": pd.Series([_utc_iso(v) for v in att.start[pick]], dtype=object),
+        }
+    )
+
+
+def _utc_iso(epoch: float) -> str | None:
+    """An epoch second as ISO 8601 in UTC (2026-12-02T10:00:00+00:00); None when unknown."""
+    if not math.isfinite(epoch):
+        return None
+    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat()
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for row in df.to_dict(orient="records"):
+        out.append({str(k): _plain(v) for k, v in row.items()})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+
+
+def run_tables(
+    att: Attempts, config: SiteConfig, period: Period, runs_assigned: Callable[[], Any] | None = None
+) -> tuple[dict[str, pd.DataFrame], Runs]:
+    """runs_by_account, _partition, _wckey and _label_<key> over the runs attributed to `period`, and
+    those runs. `runs_assigned()`, when given, is called once the runs are assigned, and returns once `att`
+    is priced (by another thread)."""
+    run = assign_runs(att, float(config.retry_window_s))
+    if runs_assigned is not None:
+        runs_assigned()
+    att.price()
+    runs = runs_of(att, run)
+    in_period = (runs.end >= period.start_epoch) & (runs.end < period.end_epoch)
+    runs_p = runs if in_period.all() else Runs(**{name: value[in_period] for name, value in runs.__dict__.items()})
+    first = runs_p.first  # attempt index of each run's first attempt: its account, partition, labels
+
+    labels = tuple(config.report_labels)
+    first_rows = att.row[first]
+    account, partition, wckey = (att.codes(name, rows=first_rows) for name in ("account", "partition", "wckey"))
+    label_values = label_names(att.codes("comment", rows=first_rows), account, labels, config)
+    dims: dict[str, tuple[np.ndarray, list[str]]] = {
+        "account": (account.codes, account.names()),
+        "partition": (partition.codes, partition.names()),
+        "wckey": (wckey.codes, [v or NONE_LABEL for v in [*wckey.values, None]]),
+        **{f"label_{key}": label_values[key] for key in labels},
+    }
+    # Sum per combination of the grouping codes first (few of them), then per group of each dimension.
+    # (The label dimensions share one code array, the (comment, account) pair: it counts once.)
+    code_arrays = list({id(codes): (codes, len(names)) for codes, names in dims.values()}.values())
+    if math.prod(size + 1 for _, size in code_arrays) < 2**62:
+        combo = np.zeros(len(first), dtype=np.int64)
+        for codes, size in code_arrays:
+            combo = combo * (size + 1) + codes  # mixed radix: exact, as the product fits
+    else:
+        combo = np.arange(len(first), dtype=np.int64)
+    combo_id, combo_keys = sorting.factorize(combo)
+    sums = run_sums(runs_p, combo_id, len(combo_keys))
+    representative = np.zeros(len(combo_keys), dtype=np.int64)
+    representative[combo_id] = np.arange(len(combo_id))
+    tables = {f"runs_by_{dim}": group_table(sums, codes[representative], names, dim.removeprefix("label_"))
+              for dim, (codes, names) in dims.items()}
+    return tables, runs_p
+
+
+def check_target(target: float | None) -> None:
+    """The sizing target: completed runs per month, a finite number >= 0 (None: none)."""
+    if target is not None and not 0 <= target < math.inf:
+        raise InputError(f"--target must be a finite number of completed runs per month >= 0, got {target}")
+
+
+def build_report(
+    table: pa.Table,
+    config: SiteConfig,
+    period: Period,
+    *,
+    target: float | None = None,
+    top: int = DEFAULT_TOP,
+    input_info: dict[str, Any] | None = None,
+    parallel_min_attempts: int = PARALLEL_MIN_ATTEMPTS,
+) -> Report:
+    """The report of `table` over `period`. From `parallel_min_attempts` rows on, pricing, waits and top
+    failures run on a second thread."""
+    check_target(target)
+    lo, hi = float(period.start_epoch), float(period.end_epoch)
+    if table.num_rows < parallel_min_attempts:
+        att = attempts(table, config)
+        started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
+        ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
+        waits = wait_tables(att, started_p)
+        run_part, runs_p = run_tables(att, config, period)
+        top_table = top_failures(att, ended_p, top)
+    else:
+        # numpy releases the GIL in its sorts, gathers and arithmetic, so a second core takes what needs no
+        # runs: the time columns, pricing and the top failures while this thread assigns the runs (the
+        # memory-bound run assignment is quickest alone), then the waits while it sums the runs.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            att = attempts(table, config, pool)
+            started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
+            ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
+            priced = pool.submit(att.price)
+            top_future = pool.submit(top_failures, att, ended_p, top)
+            waits_future: Future[dict[str, pd.DataFrame]] | None = None
+
+            def runs_assigned() -> None:
+                nonlocal waits_future
+                waits_future = pool.submit(wait_tables, att, started_p)
+                priced.result()
+
+            run_part, runs_p = run_tables(att, config, period, runs_assigned)
+            assert waits_future is not None
+            waits = waits_future.result()
+            top_table = top_future.result()
+
+    tables: dict[str, pd.DataFrame] = {}
+    for dim in ("partition", "account", "qos"):
+        tables[f"queue_wait_by_{dim}"] = waits[f"queue_wait_by_{dim}"]
+        tables[f"hold_by_{dim}"] = waits[f"hold_by_{dim}"]
+    tables.update(run_part)
+    tables["top_failures"] = top_table
+    report = assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
+                             target=target, input_info=input_info)
+    report.data["input"]["left_out"] = att.left_out
+    return report
+
+
+def assemble_report(
+    period: Period,
+    config: SiteConfig,
+    tables: dict[str, pd.DataFrame],
+    tot: dict[str, Any],
+    raw_sums: dict[str, Any],
+    attempts_in_period: int,
+    *,
+    target: float | None = None,
+    input_info: dict[str, Any] | None = None,
+) -> Report:
+    """The Report from its computed tables (waits, runs by group, top failures) and the period's totals:
+    report.json's layout, and the totals and sizing tables."""
+    labels = tuple(config.report_labels)
+    tables["totals"] = pd.DataFrame([tot])
+    data: dict[str, Any] = {
+        "period": period.as_dict(),
+        "queue_wait": {f"by_{d}": records(tables[f"queue_wait_by_{d}"]) for d in ("partition", "account", "qos")},
+        "hold": {f"by_{d}": records(tables[f"hold_by_{d}"]) for d in ("partition", "account", "qos")},
+        "runs": {
+            "by_account": records(tables["runs_by_account"]),
+            "by_partition": records(tables["runs_by_partition"]),
+            "by_wckey": records(tables["runs_by_wckey"]),
+            "by_label": {key: records(tables[f"runs_by_label_{key}"]) for key in labels},
+        },
+        "totals": tot,
+        "top_failures": records(tables["top_failures"]),
+        "sizing": sizing(raw_sums, period, target if target is not None else config.target_completed_runs_per_month,
+                         "--target" if target is not None else "site target_completed_runs_per_month"),
+        "input": dict(input_info or {}),
+        "definitions": DEFINITIONS,
+    }
+    data["input"]["attempts_in_period"] = int(attempts_in_period)
+    tables["sizing"] = pd.DataFrame([data["sizing"]])
+    return Report(period, data, tables)
+
+
+def sizing(tot: dict[str, Any], period: Period, target: float | None, target_source: str) -> dict[str, Any]:
+    completed = tot["completed"]
+    gpu_hours = tot["gpu_hours"]
+    cost = tot["cost"]
+    per_gpu_month = completed / (gpu_hours / GPU_MONTH_HOURS) if gpu_hours > 0 else None
+    required = target / per_gpu_month if target is not None and per_gpu_month else None
+    days = (period.end - period.start).total_seconds() / 86400
+    return {
+        "effective_unit_cost": round(cost / completed, 9) if cost is not None and completed else None,
+        "useful_ratio": round(tot["useful_gpu_hours"] / gpu_hours, 9) if gpu_hours > 0 else None,
+        "completed_runs_per_gpu_month": None if per_gpu_month is None else round(per_gpu_month, 9),
+        "target_completed_runs_per_month": target,
+        "target_source": target_source if target is not None else None,
+        "required_gpus": None if required is None else float(f"{required:.9g}"),
+        "gpus_used_on_average": round(gpu_hours / (days * 24), 9) if days > 0 else None,
+        "gpu_month_hours": GPU_MONTH_HOURS,
+    }

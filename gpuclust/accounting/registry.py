@@ -1,0 +1,363 @@
+"""The one declaration of every sacct field the accounting plane reads.
+
+Each `SacctField` says, once: the sacct name; where it goes in the field list `report fetch` asks for; how
+each ``sacct --json`` shape gives it (`json`, with per-shape overrides in `json_by_shape`); the output
+column that keeps its text and the columns parsed from it, with their types and places in the table; the
+scalar parser (the definition, used to judge a repaired record) and the vectorised parser (the hot path);
+whether it repeats few values (read dictionary-encoded, parsed once per distinct value); and how the direct
+text reader reads its bytes.
+
+Everything else is derived from `REGISTRY` (or from a `Registry` given to the readers): the field lists of
+gpuclust.accounting.schema (required, optional, free text, fetch order), the normalized `SCHEMA`, the
+text readers (gpuclust.accounting.text), the JSON reader (gpuclust.accounting.jsonin) and the
+normalisation (gpuclust.accounting.normalize). Adding a field is one `SacctField` in `FIELDS` (or
+`REGISTRY.with_field(...)`); tests/unit/test_accounting_registry.py shows one flowing through every reader.
+
+The parsers live in gpuclust.accounting.fields; the JSON value readers and the per-version adapters (the
+parts of a shape that are more than a path: State, ExitCode, the job id) in gpuclust.slurm.sacct_json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuclust.accounting import fields as f
+from gpuclust.errors import SlurmOutputError
+from gpuclust.slurm import sacct_json as sj
+
+UTC_SECONDS = pa.timestamp("s", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Column:
+    """An output column: its name, type and (for the columns of the original table) its place; columns
+    without a place go after those, in registry order."""
+
+    name: str
+    type: pa.DataType
+    place: int | None = None
+
+
+@dataclass
+class Parsed:
+    """What a vectorised parser gives for a string array: its columns (by output name), the mask of values
+    that cannot be parsed, and (JobID only) the mask of step rows."""
+
+    columns: dict[str, pa.Array]
+    bad: np.ndarray
+    is_step: np.ndarray | None = None
+
+    def take(self, indices: pa.Array) -> Parsed:
+        """The result per distinct value taken back to the rows (`indices`: each row's distinct value)."""
+        idx = indices.to_numpy()
+        return Parsed({k: pc.take(v, indices) for k, v in self.columns.items()}, self.bad[idx],
+                      None if self.is_step is None else self.is_step[idx])
+
+
+VParser = Callable[[pa.Array], Parsed]
+JsonRead = Callable[[sj.SacctJsonAdapter, Mapping[str, Any]], str]
+# How the direct text reader reads a field's bytes: dictionary-encoded ("dict"); fixed-width byte kernels
+# ("fixed", see FixedRead); JobID's own SWAR kernel ("job_id"); a plain decimal cast ("int").
+DirectRead = Literal["dict", "fixed", "job_id", "int"]
+
+
+@dataclass(frozen=True)
+class FixedRead:
+    """A field most of whose values have one width: `kernel` (gpuclust.accounting.fields.fixed_times or
+    fixed_clock) parses the rows of exactly that width from the raw bytes; the others go to the vectorised
+    parser. `like`: a field whose bytes this one often repeats (Eligible is mostly Submit): read side by side,
+    a row equal to it takes its result instead of a parse."""
+
+    kernel: Callable[..., tuple[np.ndarray, np.ndarray]]
+    width: int
+    like: str | None = None
+
+
+@dataclass(frozen=True)
+class SacctField:
+    name: str
+    fetch: int  # place in the `-o` list of `report fetch` (see FETCH rules in gpuclust.accounting.schema)
+    json: JsonRead  # the text sacct would print, from a job object of `sacct --json`
+    copy: Column | None = None  # the column holding the text as printed
+    parsed: tuple[Column, ...] = ()  # the columns parsed from it (by `vparse`)
+    parse: Callable[[str], Any] | None = None  # scalar parser (the definition); raises SlurmOutputError
+    vparse: VParser | None = None  # vectorised parser: must agree with `parse`
+    required: bool = True  # a text dump must have it (else only the JSON path and `fetch` read it)
+    dictionary: bool = False  # few distinct values: read dictionary-encoded, parsed once per distinct value
+    free_text: bool = False  # may hold the delimiter of a plain `|` dump (a record then gets repaired)
+    unknowable: Column | None = None  # JSON may not know it (empty text): this bool column says where
+    direct: DirectRead = "dict"
+    fixed: FixedRead | None = None
+    json_by_shape: Mapping[str, JsonRead] = field(default_factory=dict)  # data_parser plugin -> reader
+
+    def json_reader(self, plugin: str) -> JsonRead:
+        return self.json_by_shape.get(plugin, self.json)
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return ((self.copy,) if self.copy else ()) + self.parsed + ((self.unknowable,) if self.unknowable else ())
+
+    def plausible(self, text: str) -> bool:
+        """Whether the scalar parser accepts `text` (True without one)."""
+        if self.parse is None:
+            return True
+        try:
+            self.parse(text)
+        except (SlurmOutputError, ValueError):
+            return False
+        return True
+
+    def parse_values(self, text: pa.Array, by_unique: bool = True) -> Parsed | None:
+        """The vectorised parser over `text`; once per distinct value for a dictionary field (unless
+        `by_unique` is off: the reference the tests compare with)."""
+        if self.vparse is None:
+            return None
+        if not self.dictionary or not by_unique:
+            return self.vparse(text)
+        if isinstance(text, pa.ChunkedArray):
+            text = text.combine_chunks()
+        if text.null_count or len(text) == 0:
+            return self.vparse(text)
+        enc = pc.dictionary_encode(text)
+        if len(enc.dictionary) * 2 > len(text):
+            return self.vparse(text)
+        return self.vparse(enc.dictionary).take(enc.indices)
+
+
+LINE = Column("line", pa.int64(), 0)  # the reader's own column: where the record starts
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The fields in check order: a row's first bad field, in this order, is the one its problem names."""
+
+    fields: tuple[SacctField, ...]
+
+    def __post_init__(self) -> None:
+        names = [fd.name for fd in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sacct field declared twice: {names}")
+        cols = [LINE.name, *(c.name for fd in self.fields for c in fd.columns)]
+        if len(set(cols)) != len(cols):
+            raise ValueError(f"output column declared twice: {cols}")
+
+    def with_field(self, new: SacctField) -> Registry:
+        """This registry and one more field (after the others, or instead of one of the same name)."""
+        kept = tuple(fd for fd in self.fields if fd.name != new.name)
+        if len(kept) == len(self.fields):
+            return Registry((*kept, new))
+        return Registry(tuple(new if fd.name == new.name else fd for fd in self.fields))
+
+    def __getitem__(self, name: str) -> SacctField:
+        return self.by_name[name]
+
+    @cached_property
+    def by_name(self) -> dict[str, SacctField]:
+        return {fd.name: fd for fd in self.fields}
+
+    @cached_property
+    def required(self) -> tuple[str, ...]:
+        return tuple(fd.name for fd in self.fields if fd.required)
+
+    @cached_property
+    def optional(self) -> tuple[str, ...]:
+        return tuple(fd.name for fd in self.fields if not fd.required)
+
+    @cached_property
+    def raw(self) -> tuple[str, ...]:
+        """Every field the readers take: required first, then optional (the plain dump's `-o` order)."""
+        return self.required + self.optional
+
+    @cached_property
+    def free_text(self) -> tuple[str, ...]:
+        return tuple(fd.name for fd in self.fields if fd.free_text)
+
+    @cached_property
+    def fetch(self) -> tuple[str, ...]:
+        return tuple(fd.name for fd in sorted(self.fields, key=lambda fd: fd.fetch))
+
+    @cached_property
+    def checked(self) -> tuple[str, ...]:
+        """The fields with a parser, in check order."""
+        return tuple(fd.name for fd in self.fields if fd.vparse is not None)
+
+    @cached_property
+    def dictionary(self) -> frozenset[str]:
+        return frozenset(fd.name for fd in self.fields if fd.direct == "dict")
+
+    @cached_property
+    def copies(self) -> dict[str, str]:
+        """Field -> the column holding its text."""
+        return {fd.name: fd.copy.name for fd in self.fields if fd.copy}
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        cols = [LINE, *(c for fd in self.fields for c in fd.columns)]
+        placed = sorted((c for c in cols if c.place is not None), key=lambda c: c.place or 0)
+        return pa.schema([(c.name, c.type) for c in placed + [c for c in cols if c.place is None]])
+
+    def plausible(self, record: Mapping[str, str]) -> bool:
+        """Whether every field of `record` that has a parser parses (a repaired `|` record is judged so)."""
+        return all(fd.plausible(record[fd.name]) for fd in self.fields if fd.name in record)
+
+    def json_record(self, adapter: sj.SacctJsonAdapter, plugin: str, job: Mapping[str, Any]) -> dict[str, str]:
+        """The raw fields of one `sacct --json` job object (BadField for one that cannot be read).
+
+        The objects holding several fields are checked first, then JobID and ExitCode, then the rest in
+        registry order: where several fields are bad, the first found is the one reported."""
+        for name in JSON_CONTAINERS:
+            sj.obj(job.get(name), name)
+        order = [*JSON_FIRST, *(fd.name for fd in self.fields if fd.name not in JSON_FIRST)]
+        return {name: self[name].json_reader(plugin)(adapter, job) for name in order if name in self.by_name}
+
+
+# ---- JSON readers --------------------------------------------------------------------------------------
+
+JSON_CONTAINERS = ("time", "tres", "association")
+JSON_FIRST = ("JobID", "JobIDRaw", "ExitCode")
+
+
+def at(path: str, read: Callable[[Any, str], str] = sj.text, *, fallback: str | None = None) -> JsonRead:
+    """The value at a dotted `path` of the job object, read by `read`; `fallback`: a path tried when the
+    first is empty (``user`` or ``association.user``)."""
+    keys = path.split(".")
+
+    def value(job: Mapping[str, Any], keys: list[str]) -> Any:
+        node: Any = job
+        for depth, key in enumerate(keys[:-1]):
+            node = sj.obj(node.get(key), ".".join(keys[: depth + 1]))
+        return node.get(keys[-1])
+
+    def get(adapter: sj.SacctJsonAdapter, job: Mapping[str, Any]) -> str:
+        got = value(job, keys)
+        if not got and fallback is not None:
+            got = value(job, fallback.split("."))
+        return read(got, path)
+
+    return get
+
+
+def nested_text(path: str, inner: str) -> JsonRead:
+    """A string that may also come as an object holding it at `inner` (``wckey``: ``{wckey: ...}``)."""
+
+    def get(adapter: sj.SacctJsonAdapter, job: Mapping[str, Any]) -> str:
+        value = job.get(path)
+        if isinstance(value, Mapping):
+            value = sj.obj(value, path).get(inner)
+        return sj.text(value, path)
+
+    return get
+
+
+def _count_text(value: Any, path: str) -> str:
+    return str(sj.count(value, path) or 0)
+
+
+# ---- vectorised parsers in the registry's form ------------------------------------------------------------
+
+def _one(column: str, func: Callable[[pa.Array], tuple[pa.Array, np.ndarray]]) -> VParser:
+    def parse(text: pa.Array) -> Parsed:
+        value, bad = func(text)
+        return Parsed({column: value}, bad)
+
+    return parse
+
+
+def _job_id(text: pa.Array) -> Parsed:
+    cols, is_step, bad = f.v_job_id(text)
+    return Parsed(cols, bad, is_step)
+
+
+def _exit_code(text: pa.Array) -> Parsed:
+    code, sig, bad = f.v_exit_code(text, pa.array(np.ones(len(text), dtype=bool)))
+    return Parsed({"exit_code": code, "exit_signal": sig}, bad)
+
+
+def _alloc_tres(text: pa.Array) -> Parsed:
+    gpus, gtype, mem, bad = f.v_alloc_tres(text)
+    return Parsed({"gpus": gpus, "gpu_type": gtype, "mem_mb": mem}, bad)
+
+
+def parse_count(text: str) -> int:
+    """A count such as NNodes or JobIDRaw (the check a repaired record gets: decimal digits)."""
+    if not text.isdigit():
+        raise SlurmOutputError(f"bad count {text!r}")
+    return int(text) if text.isascii() else 0
+
+
+def _string(name: str, column: str, fetch: int, place: int, read: JsonRead, *, required: bool = True,
+            free_text: bool = False) -> SacctField:
+    return SacctField(name, fetch, read, copy=Column(column, pa.string(), place), required=required,
+                      free_text=free_text, dictionary=True)
+
+
+def _time(name: str, column: str, fetch: int, place: int, path: str, like: str | None = None) -> SacctField:
+    return SacctField(
+        name, fetch, at(path, sj.epoch), parsed=(Column(column, UTC_SECONDS, place),),
+        parse=f.parse_time_epoch, vparse=_one(column, lambda t: f.v_time(t)), direct="fixed",
+        fixed=FixedRead(f.fixed_times, 19, like),
+    )
+
+
+# The fetch order puts JobID first, so a newline inside a name can never make a continuation line look like
+# the start of a record, and a fixed-format field last, so a free-text value that ends in a newline cannot
+# be mistaken for a blank line after the record.
+FIELDS: tuple[SacctField, ...] = (
+    SacctField(
+        "JobID", 0, lambda a, job: a.job_id(job)[0], copy=Column("job_id", pa.string(), 1),
+        parsed=(Column("job_base", pa.int64(), 3), Column("array_task", pa.int64(), 4),
+                Column("array_pending", pa.string(), 5), Column("het_offset", pa.int64(), 6)),
+        parse=f.parse_job_id, vparse=_job_id, direct="job_id",
+    ),
+    SacctField(
+        "JobIDRaw", 1, lambda a, job: a.job_id(job)[1], parsed=(Column("job_id_raw", pa.int64(), 2),),
+        parse=parse_count, vparse=_one("job_id_raw", f.v_int), direct="int",
+    ),
+    _string("JobName", "job_name", 2, 7, at("name"), free_text=True),
+    _string("User", "user", 5, 8, at("user", fallback="association.user")),
+    _string("Account", "account", 6, 9, at("account", fallback="association.account")),
+    _string("Partition", "partition", 7, 10, at("partition")),
+    _string("QOS", "qos", 8, 11, at("qos")),
+    SacctField(
+        "State", 9, lambda a, job: a.state(job), copy=Column("state_raw", pa.string(), 16),
+        parsed=(Column("state", pa.string(), 15),), parse=f.parse_state, vparse=_one("state", f.v_state),
+        dictionary=True,
+    ),
+    SacctField(
+        "ExitCode", 10, lambda a, job: a.exit_code(job)[0],
+        parsed=(Column("exit_code", pa.int64(), 17), Column("exit_signal", pa.int64(), 18)),
+        unknowable=Column("exit_code_known", pa.bool_(), 19),
+        parse=f.parse_exit_code, vparse=_exit_code, dictionary=True,
+    ),
+    _time("Submit", "submit", 11, 20, "time.submission"),
+    _time("Eligible", "eligible", 12, 21, "time.eligible", like="Submit"),
+    _time("Start", "start", 13, 22, "time.start"),
+    _time("End", "end", 14, 23, "time.end"),
+    SacctField(
+        "Elapsed", 15, at("time.elapsed", sj.elapsed), parsed=(Column("elapsed_s", pa.int64(), 24),),
+        parse=f.parse_elapsed, vparse=_one("elapsed_s", f.v_elapsed), dictionary=True, direct="fixed",
+        fixed=FixedRead(f.fixed_clock, 8),
+    ),
+    SacctField(
+        "AllocTRES", 16, at("tres.allocated", sj.tres_text), copy=Column("alloc_tres", pa.string(), 26),
+        parsed=(Column("gpus", pa.int64(), 27), Column("gpu_type", pa.string(), 28),
+                Column("mem_mb", pa.float64(), 29)),
+        parse=f.parse_alloc_tres, vparse=_alloc_tres, dictionary=True,
+    ),
+    SacctField(
+        "NNodes", 18, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 25),),
+        parse=parse_count, vparse=_one("nnodes", f.v_int), dictionary=True,
+    ),
+    _string("NodeList", "nodelist", 17, 14, at("nodes")),
+    _string("WCKey", "wckey", 4, 12, nested_text("wckey", "wckey"), required=False),
+    _string("Comment", "comment", 3, 13, nested_text("comment", "job"), required=False, free_text=True),
+)
+
+REGISTRY = Registry(FIELDS)
