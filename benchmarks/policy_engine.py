@@ -23,19 +23,23 @@ from gpuclust.policy.luasim import _MOCK, LuaPolicy
 from gpuclust.policy.render import render_lua
 from gpuclust.policy.sbatch import job_desc_from_options
 
-N_ACCOUNTS = 50
+ACCOUNT_COUNTS = (50, 500)
 
 
-def big_config() -> str:
-    accounts = [f"acct{i:02d}" for i in range(N_ACCOUNTS)]
+def big_config(n_accounts: int = 50) -> str:
+    """A site of n_accounts accounts (each with labels, allowed_partitions and max_gpus_per_job; every 5th with a typed
+    GPU limit, every 7th with a per-user limit), 4 partitions that allow every account, 3 required labels."""
+    accounts = [f"acct{i:02d}" for i in range(n_accounts)]
     lines = ["[site]", "cluster_name = bench", ""]
     # 4 partitions x 4 rules = 16 partition rules
     for name, gtype in (("h100", "h100"), ("a100", "a100"), ("l40", "l40"), ("debug", None)):
         lines += [f"[partition {name}]", *( [f"gpu_type = {gtype}", "require_gpu = yes", "require_typed_gpu = yes"] if gtype else []),
                   "max_gpus_per_job = 64", "max_time = 2-00:00:00", f"allowed_accounts = {', '.join(accounts)}", ""]
     for i, acct in enumerate(accounts):
-        lines += [f"[account {acct}]", "allowed_partitions = h100, a100, l40, debug", f"max_gpus_per_job = {32 + i}",
-                  *( [f"gpu_limit.h100 = {8 + i}"] if i % 5 == 0 else []), ""]
+        lines += [f"[account {acct}]", f"labels = team=team{i % 10}, project=proj-{i}",
+                  "allowed_partitions = h100, a100, l40, debug", f"max_gpus_per_job = {32 + i}",
+                  *( [f"gpu_limit.h100 = {8 + i}"] if i % 5 == 0 else []),
+                  *( [f"max_gpus_per_user = {4 + i % 8}"] if i % 7 == 0 else []), ""]
     lines += ["[qos normal]", "max_gpus_per_user = 16", "",
               "[policy]", "fail_mode = closed", "require_account = yes", "default_partition = h100",
               "required_labels = team, project, cost",
