@@ -21,7 +21,8 @@ local RC_INVALID_ACCOUNT = 2045 -- slurm.ESLURM_INVALID_ACCOUNT
 local RC_INVALID_TIME_LIMIT = 2051 -- slurm.ESLURM_INVALID_TIME_LIMIT
 local RC_INVALID_GRES = 2072 -- ESLURM_INVALID_GRES (no slurm.* name in 22.05)
 
-local sfind, ssub, sgsub, sformat, sgmatch = string.find, string.sub, string.gsub, string.format, string.gmatch
+local sfind, ssub, sgsub, sformat, sgmatch, smatch = string.find, string.sub, string.gsub, string.format, string.gmatch,
+  string.match
 local mfloor, mceil, tostring, type, pcall, setmetatable = math.floor, math.ceil, tostring, type, pcall, setmetatable
 
 local NAME = "^[A-Za-z0-9_%.%-]+$"
@@ -86,7 +87,17 @@ end
 
 -- One comma-free item: its GPU count (0 for items of other GRES or TRES kinds), whether it names a type, and
 -- whether it is malformed.
+-- The forms slurmctld sends for nearly every GPU job, matched in one call each: gres:gpu:h100:2 (22.05),
+-- gres/gpu:h100:2 and gres/gpu:h100=1 (24.11+) and their untyped forms. Anything else (or a type that is all
+-- digits) takes the general path below, which gives the same answer for these forms.
+local FAST_TYPED = "^gres[:/]gpu:([A-Za-z0-9_%.%-]+)[:=]([0-9]+)$"
+local FAST_UNTYPED = "^gres[:/]gpu[:=]([0-9]+)$"
+
 local function scan_item(item, types, ntypes)
+  local gtype, n = smatch(item, FAST_TYPED)
+  if gtype and not sfind(gtype, DIGITS) then return to_count(n), true, false, add_type(types, ntypes, gtype) end
+  n = smatch(item, FAST_UNTYPED)
+  if n then return to_count(n), false, false, ntypes end
   local rest = item
   if ssub(rest, 1, 5) == "gres:" and #rest > 5 then
     rest = ssub(rest, 6)
@@ -171,17 +182,16 @@ local function scan_memo(v, types, ntypes)
   if v == nil then return 0, 0, nil, ntypes end
   local e = GPU_MEMO[v]
   if e == nil then
+    if type(v) ~= "string" or #v > CACHE_LEN then return scan_gpus(v, types, ntypes) end -- not kept: parse into `types`
     local n = 0
     local total, untyped, bad
     total, untyped, bad, n = scan_gpus(v, SCAN_TYPES, 0)
     if bad then return total, untyped, bad, ntypes end -- rejected (gres_syntax): the types no longer matter
     e = { total, untyped, n }
     for i = 1, n do e[3 + i] = SCAN_TYPES[i] end
-    if #v <= CACHE_LEN then
-      if GPU_MEMO_N >= CACHE_MAX then GPU_MEMO, GPU_MEMO_N = {}, 0 end
-      GPU_MEMO[v] = e
-      GPU_MEMO_N = GPU_MEMO_N + 1
-    end
+    if GPU_MEMO_N >= CACHE_MAX then GPU_MEMO, GPU_MEMO_N = {}, 0 end
+    GPU_MEMO[v] = e
+    GPU_MEMO_N = GPU_MEMO_N + 1
   end
   local n = e[3]
   for i = 1, n do ntypes = add_type(types, ntypes, e[3 + i]) end
