@@ -330,7 +330,7 @@ end
 -- The value of label `key` in --comment: tokens are separated by commas, semicolons or blanks, a token is
 -- key=value (split at its first '='), and the first token with this key and a non-empty value wins.
 -- Searched per key with plain finds, without splitting the comment into a table (this runs for every job).
-local LABEL_SEP = "[,; \t\n\r\v\f]"
+local LABEL_VALUE = "^[^,; \t\n\r\v\f]*"
 local SEP_BYTE = { [44] = true, [59] = true, [32] = true, [9] = true, [10] = true, [13] = true, [11] = true, [12] = true }
 local sbyte = string.byte
 local function label_value(comment, key_eq)
@@ -339,9 +339,7 @@ local function label_value(comment, key_eq)
     local s, e = sfind(comment, key_eq, pos, true)
     if not s then return nil end
     if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
-      local stop = sfind(comment, LABEL_SEP, e + 1)
-      local value
-      if stop then value = ssub(comment, e + 1, stop - 1) else value = ssub(comment, e + 1) end
+      local value = smatch(comment, LABEL_VALUE, e + 1) -- '^' anchors at e + 1 in Lua 5.1: one call, no ssub
       if value ~= "" then return value end
     end
     pos = s + 1
