@@ -4,7 +4,8 @@ Rounds alternate the two modes (ABBA order) so drift on the shared machine hits 
 --concurrency submitters (threads, each running sbatch one call after another) submit --n held, compliant jobs in
 all (sbatch --hold: nothing runs); the jobs are cancelled afterwards. slurmctld runs job_submit under its job write
 lock, so the engine's time is serialised across the submitters. Per mode: jobs/s per block (median, range) and the
-p50/p99 latency of single sbatch calls over all its blocks; the ratio policy/pass-through of the medians, and of
+p50/p99 latency of single sbatch calls over all its blocks; slurmctld's own CPU time per job (from /proc, the
+submit and the cancel), which the other load on a shared machine disturbs far less than the rates; the ratio policy/pass-through of the medians, and of
 each ABBA pair. The pass-through script is restored at the end whatever happens.
 
 --extra-accounts K adds K synthetic accounts (each with allowed_partitions and max_gpus_per_job, every 5th with a
@@ -82,6 +83,16 @@ def block(n: int, concurrency: int, env: dict[str, str]) -> tuple[float, list[fl
     return n / elapsed, latencies
 
 
+def ctld_cpu_s(state_dir: str) -> float | None:
+    """slurmctld's CPU time so far (user + system, all threads), from /proc; None when it cannot be read."""
+    try:
+        pid = int((Path(state_dir) / "run" / "slurmctld.pid").read_text().split()[0])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]  # nearest rank
@@ -116,6 +127,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {"passthrough": [], "policy": []}
     lats: dict[str, list[float]] = {"passthrough": [], "policy": []}
     load: list[float] = []
+    ctld_ms: dict[str, list[float]] = {"passthrough": [], "policy": []}
     with tempfile.TemporaryDirectory() as tmp:
         lua = write_lua(compile_policy(parse_config(conf, "lab-site.conf")), Path(tmp) / "job_submit.lua")
         try:
@@ -125,7 +137,11 @@ def main() -> None:
                 order = ("passthrough", "policy") if r % 4 in (0, 3) else ("policy", "passthrough")
                 for mode in order:
                     install(args.name, "default" if mode == "passthrough" else str(lua), env)
+                    c0 = ctld_cpu_s(info["state_dir"])
                     rate, latencies = block(args.n, args.concurrency, env)
+                    c1 = ctld_cpu_s(info["state_dir"])
+                    if c0 is not None and c1 is not None:  # includes the scancel of the block's jobs
+                        ctld_ms[mode].append(1000 * (c1 - c0) / args.n)
                     rates[mode].append(rate)
                     lats[mode].extend(latencies)
                     load.append(os.getloadavg()[0])
@@ -141,6 +157,8 @@ def main() -> None:
         "latency_ms": {k: {"p50": 1000 * percentile(v, 50), "p99": 1000 * percentile(v, 99), "max": 1000 * max(v),
                            "calls": len(v)} for k, v in lats.items()},
         "loadavg_1min_per_block": load,
+        "slurmctld_cpu_ms_per_job": ctld_ms,
+        "slurmctld_cpu_ms_per_job_median": {k: statistics.median(v) for k, v in ctld_ms.items() if v},
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -149,6 +167,10 @@ def main() -> None:
             lat = result["latency_ms"][mode]
             print(f"{mode:<12} median {med[mode]:6.1f} jobs/s   blocks: {', '.join(f'{v:.1f}' for v in values)}   "
                   f"latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  max {lat['max']:.1f} ms")
+        for mode, values in ctld_ms.items():
+            if values:
+                print(f"{mode:<12} slurmctld CPU per job (submit + cancel): median {statistics.median(values):.3f} ms   "
+                      f"blocks: {', '.join(f'{v:.3f}' for v in values)}")
         print(f"ratio policy/passthrough: {result['ratio_policy_over_passthrough']:.3f}   per round: "
               f"{', '.join(f'{p:.3f}' for p in pairs)}   load avg (1 min) {min(load):.1f}-{max(load):.1f}")
 
