@@ -1,9 +1,18 @@
 """sbatch throughput on the slurm-lab with the rendered policy vs the pass-through job_submit.lua, same run.
 
-Rounds alternate the two modes (ABBA order) so drift on the shared machine hits both; each block submits N held,
-compliant jobs one after another (sbatch --hold: nothing runs) and cancels them afterwards. The pass-through
-script is restored at the end whatever happens.
-Usage: python benchmarks/policy_sbatch_throughput.py [--name policy] [--n 60] [--rounds 4] [--json]
+Rounds alternate the two modes (ABBA order) so drift on the shared machine hits both. In each block,
+--concurrency submitters (threads, each running sbatch one call after another) submit --n held, compliant jobs in
+all (sbatch --hold: nothing runs); the jobs are cancelled afterwards. slurmctld runs job_submit under its job write
+lock, so the engine's time is serialised across the submitters. Per mode: jobs/s per block (median, range) and the
+p50/p99 latency of single sbatch calls over all its blocks; slurmctld's own CPU time per job (from /proc, the
+submit and the cancel), which the other load on a shared machine disturbs far less than the rates; the ratio policy/pass-through of the medians, and of
+each ABBA pair. The pass-through script is restored at the end whatever happens.
+
+--extra-accounts K adds K synthetic accounts (each with allowed_partitions and max_gpus_per_job, every 5th with a
+typed limit) to the lab policy and to the gpu partition's allowed_accounts, so the engine runs site-size tables.
+
+Usage: python benchmarks/policy_sbatch_throughput.py [--name perf] [--n 240] [--concurrency 8] [--rounds 4]
+                                                     [--extra-accounts 500] [--json]
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,48 +46,133 @@ def install(name: str, what: str, env: dict[str, str]) -> None:
     time.sleep(1.1)  # slurmctld notices script changes by mtime at 1 s granularity
 
 
-def block(n: int, env: dict[str, str]) -> float:
-    ids = []
+def block(n: int, concurrency: int, env: dict[str, str]) -> tuple[float, list[float]]:
+    """n sbatch calls spread over `concurrency` threads: (jobs per second, latency of each call in s)."""
+    ids: list[str] = []
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    per = [n // concurrency + (1 if i < n % concurrency else 0) for i in range(concurrency)]
+    start = threading.Barrier(concurrency + 1)
+
+    def submitter(count: int) -> None:
+        start.wait()
+        for _ in range(count):
+            t0 = time.perf_counter()
+            cp = run(["sbatch", *JOB], env, check=False)
+            dt = time.perf_counter() - t0
+            with lock:
+                if cp.returncode == 0:
+                    ids.append(cp.stdout.strip().split(";")[0])
+                    latencies.append(dt)
+                else:
+                    errors.append(cp.stderr.strip())
+
+    threads = [threading.Thread(target=submitter, args=(c,)) for c in per]
+    for t in threads:
+        t.start()
+    start.wait()
     t0 = time.perf_counter()
-    for _ in range(n):
-        cp = run(["sbatch", *JOB], env)
-        ids.append(cp.stdout.strip().split(";")[0])
+    for t in threads:
+        t.join()
     elapsed = time.perf_counter() - t0
-    run(["scancel", *ids], env, check=False)
-    return n / elapsed
+    for i in range(0, len(ids), 200):
+        run(["scancel", *ids[i:i + 200]], env, check=False)
+    if errors:
+        raise SystemExit(f"{len(errors)} sbatch calls failed, e.g.: {errors[0]}")
+    return n / elapsed, latencies
+
+
+def ctld_cpu_s(state_dir: str) -> float | None:
+    """slurmctld's CPU time so far (user + system, all threads), from /proc; None when it cannot be read."""
+    try:
+        pid = int((Path(state_dir) / "run" / "slurmctld.pid").read_text().split()[0])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]  # nearest rank
+
+
+def lab_policy(conf: str, extra_accounts: int) -> str:
+    if not extra_accounts:
+        return conf
+    names = [f"site{i:03d}" for i in range(extra_accounts)]
+    conf = conf.replace("allowed_accounts = physics, ml", "allowed_accounts = physics, ml, " + ", ".join(names))
+    sections = []
+    for i, acct in enumerate(names):
+        sections += [f"[account {acct}]", "allowed_partitions = gpu, debug", f"max_gpus_per_job = {4 + i % 5}",
+                     *([f"gpu_limit.h100 = {4 + i % 7}"] if i % 5 == 0 else []), ""]
+    return conf.replace("[qos ", "\n".join(sections) + "\n[qos ", 1)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", default=os.environ.get("SLURM_LAB_NAME", "policy"), help="slurm-lab instance")
-    parser.add_argument("--n", type=int, default=60, help="sbatch calls per block")
-    parser.add_argument("--rounds", type=int, default=4, help="blocks per mode")
+    parser.add_argument("--n", type=int, default=240, help="sbatch calls per block (all submitters together)")
+    parser.add_argument("--concurrency", type=int, default=8, help="concurrent submitters")
+    parser.add_argument("--rounds", type=int, default=4, help="blocks per mode (ABBA order)")
+    parser.add_argument("--extra-accounts", type=int, default=500, help="synthetic accounts added to the lab policy")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
     info = json.loads(run([str(LAB), "--name", args.name, "env", "--json"], dict(os.environ)).stdout)
     env = {**os.environ, **info["env"]}
     conf = (REPO / "tests" / "data" / "policy" / "lab-site.conf").read_text()
     conf = conf.replace("cluster_name = policy", f"cluster_name = {info['cluster_name']}")
+    conf = lab_policy(conf, args.extra_accounts)
+    rates: dict[str, list[float]] = {"passthrough": [], "policy": []}
+    lats: dict[str, list[float]] = {"passthrough": [], "policy": []}
+    load: list[float] = []
+    ctld_ms: dict[str, list[float]] = {"passthrough": [], "policy": []}
     with tempfile.TemporaryDirectory() as tmp:
         lua = write_lua(compile_policy(parse_config(conf, "lab-site.conf")), Path(tmp) / "job_submit.lua")
-        rates: dict[str, list[float]] = {"passthrough": [], "policy": []}
         try:
+            install(args.name, "default", env)
+            block(max(args.concurrency, 16), args.concurrency, env)  # warm-up, not counted
             for r in range(args.rounds):
-                order = ("passthrough", "policy") if r % 2 == 0 else ("policy", "passthrough")
+                order = ("passthrough", "policy") if r % 4 in (0, 3) else ("policy", "passthrough")
                 for mode in order:
                     install(args.name, "default" if mode == "passthrough" else str(lua), env)
-                    rates[mode].append(block(args.n, env))
+                    c0 = ctld_cpu_s(info["state_dir"])
+                    rate, latencies = block(args.n, args.concurrency, env)
+                    c1 = ctld_cpu_s(info["state_dir"])
+                    if c0 is not None and c1 is not None:  # includes the scancel of the block's jobs
+                        ctld_ms[mode].append(1000 * (c1 - c0) / args.n)
+                    rates[mode].append(rate)
+                    lats[mode].extend(latencies)
+                    load.append(os.getloadavg()[0])
         finally:
             install(args.name, "default", env)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    result = {"n_per_block": args.n, "rounds": args.rounds, "jobs_per_s": rates, "median_jobs_per_s": med,
-              "ratio_policy_over_passthrough": med["policy"] / med["passthrough"]}
+    pairs = [p / q for p, q in zip(rates["policy"], rates["passthrough"], strict=True)]
+    result = {
+        "n_per_block": args.n, "concurrency": args.concurrency, "rounds": args.rounds,
+        "policy_accounts": 2 + args.extra_accounts, "jobs_per_s": rates, "median_jobs_per_s": med,
+        "ratio_policy_over_passthrough": med["policy"] / med["passthrough"],
+        "ratio_per_round": pairs,
+        "latency_ms": {k: {"p50": 1000 * percentile(v, 50), "p99": 1000 * percentile(v, 99), "max": 1000 * max(v),
+                           "calls": len(v)} for k, v in lats.items()},
+        "loadavg_1min_per_block": load,
+        "slurmctld_cpu_ms_per_job": ctld_ms,
+        "slurmctld_cpu_ms_per_job_median": {k: statistics.median(v) for k, v in ctld_ms.items() if v},
+    }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for mode, values in rates.items():
-            print(f"{mode:<12} median {med[mode]:6.1f} jobs/s   blocks: {', '.join(f'{v:.1f}' for v in values)}")
-        print(f"ratio policy/passthrough: {result['ratio_policy_over_passthrough']:.3f}")
+            lat = result["latency_ms"][mode]
+            print(f"{mode:<12} median {med[mode]:6.1f} jobs/s   blocks: {', '.join(f'{v:.1f}' for v in values)}   "
+                  f"latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  max {lat['max']:.1f} ms")
+        for mode, values in ctld_ms.items():
+            if values:
+                print(f"{mode:<12} slurmctld CPU per job (submit + cancel): median {statistics.median(values):.3f} ms   "
+                      f"blocks: {', '.join(f'{v:.3f}' for v in values)}")
+        print(f"ratio policy/passthrough: {result['ratio_policy_over_passthrough']:.3f}   per round: "
+              f"{', '.join(f'{p:.3f}' for p in pairs)}   load avg (1 min) {min(load):.1f}-{max(load):.1f}")
 
 
 if __name__ == "__main__":

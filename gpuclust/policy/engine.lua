@@ -21,7 +21,8 @@ local RC_INVALID_ACCOUNT = 2045 -- slurm.ESLURM_INVALID_ACCOUNT
 local RC_INVALID_TIME_LIMIT = 2051 -- slurm.ESLURM_INVALID_TIME_LIMIT
 local RC_INVALID_GRES = 2072 -- ESLURM_INVALID_GRES (no slurm.* name in 22.05)
 
-local sfind, ssub, sgsub, sformat, sgmatch = string.find, string.sub, string.gsub, string.format, string.gmatch
+local sfind, ssub, sgsub, sformat, sgmatch, smatch = string.find, string.sub, string.gsub, string.format, string.gmatch,
+  string.match
 local mfloor, mceil, tostring, type, pcall, setmetatable = math.floor, math.ceil, tostring, type, pcall, setmetatable
 
 local NAME = "^[A-Za-z0-9_%.%-]+$"
@@ -84,76 +85,117 @@ local function add_type(types, ntypes, t)
   return ntypes + 1
 end
 
-local function scan_gpus(v, types, ntypes)
-  if v == nil then return 0, 0, nil, ntypes end
-  if type(v) ~= "string" then return 0, 0, "(not a string)", ntypes end
-  local total, untyped = 0, 0
-  for item in sgmatch(v, "[^,]+") do
-    local rest = item
-    if ssub(rest, 1, 5) == "gres:" and #rest > 5 then
-      rest = ssub(rest, 6)
-    else
-      local slash = sfind(rest, "/", 1, true)
-      if slash then
-        local kind = ssub(rest, 1, slash - 1)
-        if kind == "gres" and slash < #rest then
-          rest = ssub(rest, slash + 1)
-        elseif kind ~= "gres" and sfind(kind, NAME) then
-          rest = nil -- another TRES kind (license/..., bb/...): never a GPU
-        else
-          return total, untyped, item, ntypes
-        end
-      end
-    end
-    if rest then
-      local eq = sfind(rest, "=", 1, true)
-      local head, cnt = rest, nil
-      if eq then head, cnt = ssub(rest, 1, eq - 1), ssub(rest, eq + 1) end
-      local c1 = sfind(head, ":", 1, true)
-      local name = head
-      if c1 then name = ssub(head, 1, c1 - 1) end
-      if not sfind(name, NAME) then return total, untyped, item, ntypes end
-      if name == "gpu" then
-        local count, typed
-        if eq then -- gpu=N | gpu:TYPE=N
-          if not sfind(cnt, DIGITS) then return total, untyped, item, ntypes end
-          count, typed = to_count(cnt), false
-          if c1 then
-            local gtype = ssub(head, c1 + 1)
-            if not sfind(gtype, NAME) or sfind(gtype, DIGITS) then return total, untyped, item, ntypes end
-            typed = true
-            ntypes = add_type(types, ntypes, gtype)
-          end
-        elseif not c1 then
-          count, typed = 1, false
-        else
-          local c2 = sfind(head, ":", c1 + 1, true)
-          if not c2 then
-            local second = ssub(head, c1 + 1)
-            if sfind(second, DIGITS) then
-              count, typed = to_count(second), false
-            elseif sfind(second, NAME) then
-              count, typed = 1, true
-              ntypes = add_type(types, ntypes, second)
-            else
-              return total, untyped, item, ntypes
-            end
-          else
-            local second, third = ssub(head, c1 + 1, c2 - 1), ssub(head, c2 + 1)
-            if sfind(second, NAME) and not sfind(second, DIGITS) and sfind(third, DIGITS) then
-              count, typed = to_count(third), true -- a third colon leaves ':' in `third`, which fails DIGITS
-              ntypes = add_type(types, ntypes, second)
-            else
-              return total, untyped, item, ntypes
-            end
-          end
-        end
-        total = sat_add(total, count)
-        if not typed then untyped = sat_add(untyped, count) end
+-- One comma-free item: its GPU count (0 for items of other GRES or TRES kinds), whether it names a type, and
+-- whether it is malformed.
+-- The forms slurmctld sends for nearly every GPU job, matched in one call each: gres:gpu:h100:2 (22.05),
+-- gres/gpu:h100:2 and gres/gpu:h100=1 (24.11+) and their untyped forms. Anything else (or a type that is all
+-- digits) takes the general path below, which gives the same answer for these forms.
+local FAST_TYPED = "^gres[:/]gpu:([A-Za-z0-9_%.%-]+)[:=]([0-9]+)$"
+local FAST_UNTYPED = "^gres[:/]gpu[:=]([0-9]+)$"
+
+local function scan_item(item, types, ntypes)
+  local gtype, n = smatch(item, FAST_TYPED)
+  if gtype and not sfind(gtype, DIGITS) then return to_count(n), true, false, add_type(types, ntypes, gtype) end
+  n = smatch(item, FAST_UNTYPED)
+  if n then return to_count(n), false, false, ntypes end
+  local rest = item
+  if ssub(rest, 1, 5) == "gres:" and #rest > 5 then
+    rest = ssub(rest, 6)
+  else
+    local slash = sfind(rest, "/", 1, true)
+    if slash then
+      local kind = ssub(rest, 1, slash - 1)
+      if kind == "gres" and slash < #rest then
+        rest = ssub(rest, slash + 1)
+      elseif kind ~= "gres" and sfind(kind, NAME) then
+        return 0, false, false, ntypes -- another TRES kind (license/..., bb/...): never a GPU
+      else
+        return 0, false, true, ntypes
       end
     end
   end
+  local eq = sfind(rest, "=", 1, true)
+  local head, cnt = rest, nil
+  if eq then head, cnt = ssub(rest, 1, eq - 1), ssub(rest, eq + 1) end
+  local c1 = sfind(head, ":", 1, true)
+  local name = head
+  if c1 then name = ssub(head, 1, c1 - 1) end
+  if not sfind(name, NAME) then return 0, false, true, ntypes end
+  if name ~= "gpu" then return 0, false, false, ntypes end
+  if eq then -- gpu=N | gpu:TYPE=N
+    if not sfind(cnt, DIGITS) then return 0, false, true, ntypes end
+    if c1 then
+      local gtype = ssub(head, c1 + 1)
+      if not sfind(gtype, NAME) or sfind(gtype, DIGITS) then return 0, false, true, ntypes end
+      return to_count(cnt), true, false, add_type(types, ntypes, gtype)
+    end
+    return to_count(cnt), false, false, ntypes
+  elseif not c1 then
+    return 1, false, false, ntypes
+  end
+  local c2 = sfind(head, ":", c1 + 1, true)
+  if not c2 then
+    local second = ssub(head, c1 + 1)
+    if sfind(second, DIGITS) then return to_count(second), false, false, ntypes end
+    if sfind(second, NAME) then return 1, true, false, add_type(types, ntypes, second) end
+    return 0, false, true, ntypes
+  end
+  local second, third = ssub(head, c1 + 1, c2 - 1), ssub(head, c2 + 1)
+  if sfind(second, NAME) and not sfind(second, DIGITS) and sfind(third, DIGITS) then
+    -- a third colon leaves ':' in `third`, which fails DIGITS
+    return to_count(third), true, false, add_type(types, ntypes, second)
+  end
+  return 0, false, true, ntypes
+end
+
+local function scan_gpus(v, types, ntypes)
+  if type(v) ~= "string" then return 0, 0, "(not a string)", ntypes end
+  if not sfind(v, ",", 1, true) then -- one item (the usual case): no iterator
+    if v == "" then return 0, 0, nil, ntypes end
+    local count, typed, bad
+    count, typed, bad, ntypes = scan_item(v, types, ntypes)
+    if bad then return 0, 0, v, ntypes end
+    if typed then return count, 0, nil, ntypes end
+    return count, count, nil, ntypes
+  end
+  local total, untyped = 0, 0
+  for item in sgmatch(v, "[^,]+") do
+    local count, typed, bad
+    count, typed, bad, ntypes = scan_item(item, types, ntypes)
+    if bad then return total, untyped, item, ntypes end
+    if count > 0 then
+      total = sat_add(total, count)
+      if not typed then untyped = sat_add(untyped, count) end
+    end
+  end
   return total, untyped, nil, ntypes
+end
+
+-- Memo of scan_gpus per distinct well-formed value: a site sends few distinct GPU strings (gres:gpu:h100:8 ...),
+-- so a repeat costs one hash look-up (strings are interned in Lua) instead of the parse. An entry is
+-- {total, untyped, ntypes, type1, ...}. The memo is dropped whole when it reaches CACHE_MAX entries, so its
+-- size stays bounded inside slurmctld whatever users send. Only values up to CACHE_LEN bytes are kept.
+local CACHE_MAX, CACHE_LEN = 1024, 512
+local GPU_MEMO, GPU_MEMO_N = {}, 0
+local SCAN_TYPES = {} -- scratch for a miss
+local function scan_memo(v, types, ntypes)
+  if v == nil then return 0, 0, nil, ntypes end
+  local e = GPU_MEMO[v]
+  if e == nil then
+    if type(v) ~= "string" or #v > CACHE_LEN then return scan_gpus(v, types, ntypes) end -- not kept: parse into `types`
+    local n = 0
+    local total, untyped, bad
+    total, untyped, bad, n = scan_gpus(v, SCAN_TYPES, 0)
+    if bad then return total, untyped, bad, ntypes end -- rejected (gres_syntax): the types no longer matter
+    e = { total, untyped, n }
+    for i = 1, n do e[3 + i] = SCAN_TYPES[i] end
+    if GPU_MEMO_N >= CACHE_MAX then GPU_MEMO, GPU_MEMO_N = {}, 0 end
+    GPU_MEMO[v] = e
+    GPU_MEMO_N = GPU_MEMO_N + 1
+  end
+  local n = e[3]
+  for i = 1, n do ntypes = add_type(types, ntypes, e[3 + i]) end
+  return e[1], e[2], nil, ntypes
 end
 
 local W_NODES = "max_nodes is unlimited (an open -N range); give -N <min>-<max>"
@@ -176,14 +218,14 @@ local function gpu_request(job)
   local per_node, node_field = job.tres_per_node, "tres_per_node"
   if per_node == nil or per_node == "" then node_field, per_node = "gres", job.gres end
   local types = GPU_TYPES
-  local total, untyped, bad, ntypes = scan_gpus(job.tres_per_job, types, 0)
+  local total, untyped, bad, ntypes = scan_memo(job.tres_per_job, types, 0)
   if bad then return total, untyped, bad, "tres_per_job" end
   local nt, nu, st, su, tt, tu
-  nt, nu, bad, ntypes = scan_gpus(per_node, types, ntypes)
+  nt, nu, bad, ntypes = scan_memo(per_node, types, ntypes)
   if bad then return total, untyped, bad, node_field end
-  st, su, bad, ntypes = scan_gpus(job.tres_per_socket, types, ntypes)
+  st, su, bad, ntypes = scan_memo(job.tres_per_socket, types, ntypes)
   if bad then return total, untyped, bad, "tres_per_socket" end
-  tt, tu, bad, ntypes = scan_gpus(job.tres_per_task, types, ntypes)
+  tt, tu, bad, ntypes = scan_memo(job.tres_per_task, types, ntypes)
   if bad then return total, untyped, bad, "tres_per_task" end
   local per_gpu = nil -- --ntasks-per-gpu without any GPU field: Slurm allocates ceil(tasks / N) GPUs
   if total == 0 and nt == 0 and st == 0 and tt == 0 then per_gpu = valid_count(job.ntasks_per_tres, NO_VAL16) end
@@ -260,7 +302,7 @@ end
 -- The value of label `key` in --comment: tokens are separated by commas, semicolons or blanks, a token is
 -- key=value (split at its first '='), and the first token with this key and a non-empty value wins.
 -- Searched per key with plain finds, without splitting the comment into a table (this runs for every job).
-local LABEL_SEP = "[,; \t\n\r\v\f]"
+local LABEL_VALUE = "^[^,; \t\n\r\v\f]*"
 local SEP_BYTE = { [44] = true, [59] = true, [32] = true, [9] = true, [10] = true, [13] = true, [11] = true, [12] = true }
 local sbyte = string.byte
 local function label_value(comment, key_eq)
@@ -269,29 +311,71 @@ local function label_value(comment, key_eq)
     local s, e = sfind(comment, key_eq, pos, true)
     if not s then return nil end
     if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
-      local stop = sfind(comment, LABEL_SEP, e + 1)
-      local value
-      if stop then value = ssub(comment, e + 1, stop - 1) else value = ssub(comment, e + 1) end
+      local value = smatch(comment, LABEL_VALUE, e + 1) -- '^' anchors at e + 1 in Lua 5.1: one call, no ssub
       if value ~= "" then return value end
     end
     pos = s + 1
   end
 end
 
+-- The job's partitions in PARTS[1..n] (one scratch table reused for every job, as GPU_TYPES).
+local PARTS = {}
 local function partitions_of(job)
-  local list, n = {}, 0
+  local n = 0
   local p = job.partition
   if type(p) == "string" then
-    for name in sgmatch(p, "[^,]+") do
-      n = n + 1
-      list[n] = name
+    if not sfind(p, ",", 1, true) then -- one partition (the usual case): no iterator
+      if p ~= "" then
+        PARTS[1] = p
+        return PARTS, 1
+      end
+    else
+      for name in sgmatch(p, "[^,]+") do
+        n = n + 1
+        PARTS[n] = name
+      end
     end
   end
   if n == 0 and P.default_partition then
     n = 1
-    list[1] = P.default_partition
+    PARTS[1] = P.default_partition
   end
-  return list, n
+  return PARTS, n
+end
+
+-- The label rules' verdict on one comment: nil when every label the policy names is there with an allowed value, else
+-- the rejection. It depends on nothing but the comment, so comments that passed are remembered (LABELS_OK, bounded
+-- as GPU_MEMO): jobs of one project send the same comment again and again.
+local LABELS_OK, LABELS_OK_N = {}, 0
+local function check_labels(comment, labels)
+  for i = 1, #labels do
+    local rule = labels[i]
+    local value = label_value(comment, rule.key_eq)
+    if value == nil then
+      return reject(RC_ERROR, "label_missing", sformat(
+        "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed))
+    end
+    local pats = rule.patterns
+    if rule.any == false and not rule.exact[value] then -- exact values: one hash lookup; globs: a scan
+      local ok = false
+      for j = 1, #pats do
+        if sfind(value, pats[j]) then
+          ok = true
+          break
+        end
+      end
+      if not ok then
+        return reject(RC_ERROR, "label_value", sformat(
+          "%s=%s is not allowed; use %s=<one of: %s> in --comment", rule.key, shown(value), rule.key, rule.allowed))
+      end
+    end
+  end
+  if #comment <= CACHE_LEN then
+    if LABELS_OK_N >= CACHE_MAX then LABELS_OK, LABELS_OK_N = {}, 0 end
+    LABELS_OK[comment] = true
+    LABELS_OK_N = LABELS_OK_N + 1
+  end
+  return nil
 end
 
 -- Rules in a fixed order; the first that fails decides. Returns rc, rule, message (nil on accept).
@@ -314,31 +398,14 @@ local function evaluate(job)
   if labels[1] then
     local comment = job.comment
     if type(comment) ~= "string" then comment = "" end
-    for i = 1, #labels do
-      local rule = labels[i]
-      local value = label_value(comment, rule.key_eq)
-      if value == nil then
-        return reject(RC_ERROR, "label_missing", sformat(
-          "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed))
-      end
-      local pats = rule.patterns
-      if rule.any == false and not rule.exact[value] then -- exact values: one hash lookup; globs: a scan
-        local ok = false
-        for j = 1, #pats do
-          if sfind(value, pats[j]) then
-            ok = true
-            break
-          end
-        end
-        if not ok then
-          return reject(RC_ERROR, "label_value", sformat(
-            "%s=%s is not allowed; use %s=<one of: %s> in --comment", rule.key, shown(value), rule.key, rule.allowed))
-        end
-      end
+    if not LABELS_OK[comment] then
+      local rc, rule, msg = check_labels(comment, labels)
+      if rc then return rc, rule, msg end
     end
   end
   local parts, nparts = partitions_of(job)
   local typed_limits = false
+  local t, wckey = false, false -- job.time_limit and job.wckey, each read at most once (false: not read yet)
   for i = 1, nparts do
     local pr = P.partitions[parts[i]]
     if pr then
@@ -347,7 +414,8 @@ local function evaluate(job)
           "account %s may not use partition %s; use --account with one of: %s",
           eff_account and shown(eff_account) or "(none)", pr.name, pr.allowed_accounts_str))
       end
-      if pr.need_wckey and not nonempty(job.wckey) then
+      if pr.need_wckey and wckey == false then wckey = nonempty(job.wckey) end
+      if pr.need_wckey and not wckey then
         return reject(RC_ERROR, "partition_wckey", sformat("partition %s needs a workload key; add --wckey=<key>", pr.name))
       end
       if pr.need_gpu and gpu_total == 0 then
@@ -379,7 +447,7 @@ local function evaluate(job)
         if w then return unbounded(w, "partition", pr.name, pr.max_gpus) end
         if g > pr.max_gpus then return too_many("partition_max_gpus", g, "partition", pr.name, pr.max_gpus) end
       end
-      local t = job.time_limit
+      if pr.max_time_s and t == false then t = job.time_limit end
       if pr.max_time_s and type(t) == "number" and t ~= NO_VAL and mfloor(t) == t and t * 60 > pr.max_time_s then
         local asked = "UNLIMITED"
         if t < NO_VAL then asked = sformat("%d min", t) end
