@@ -33,3 +33,42 @@ print("totals:", json.dumps(d["totals"]))
 print("sizing:", json.dumps(d["sizing"]))
 PY
 echo "open $out/report.html (self-contained; plots embedded)"
+
+echo "== unit economics: the same day with fixed costs, two baselines, node events and the policy's refusals"
+log_dir=$(tests/slurm_lab/slurm-lab --name "${SLURM_LAB_NAME:-gpuclust}" env --json \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["log_dir"])')
+econ_conf="${TMPDIR:-/tmp}/gpuclust-demo-economics.conf"
+sed "/^\[site\]/a slurmctld_log = ${log_dir}/slurmctld.log" "$GPUCLUST_CONFIG" > "$econ_conf"
+cat >> "$econ_conf" <<'CONF'
+
+[costs]
+currency = EUR
+network = 500
+storage = 800
+support = 300
+operations = 1200
+
+[baseline cloud]
+kind = gpu_hour
+price_per_gpu_hour = 4.10
+speed = 1.0
+
+[baseline api]
+kind = unit
+price_per_unit = 0.50
+CONF
+gpuclust --config "$econ_conf" report fetch --period today
+gpuclust --config "$econ_conf" report build --period today --out "$out-economics" --format json,html
+python3 - "$out-economics/report.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))["economics"]
+t = e["total"]
+print(f"capacity {e['capacity']}: {t['capacity_gpu_hours']} GPU-hours; useful share {t['useful_share']}")
+for term, v in t["terms"].items():
+    print(f"  {term:<17} {v['gpu_hours'] if v['gpu_hours'] is not None else '':>10}  cost {v['cost']}")
+print(f"effective unit cost {t['effective_unit_cost']} {e['currency']} per {e['denominator']}")
+for b in e["baselines"]:
+    print(f"  vs {b['baseline']}: {b['unit_cost']} per unit, break-even useful share {b['break_even_useful_share']}")
+print("policy refusals today:", e["refusals"].get("total"), "by rule:",
+      {r["rule"]: r["refusals"] for r in e["refusals"].get("by_rule", [])})
+PY
