@@ -66,7 +66,7 @@ t = e["total"]
 print(f"capacity {e['capacity']}: {t['capacity_gpu_hours']} GPU-hours; useful share {t['useful_share']}")
 for term, v in t["terms"].items():
     print(f"  {term:<17} {v['gpu_hours'] if v['gpu_hours'] is not None else '':>10}  cost {v['cost']}")
-print(f"effective unit cost {t['effective_unit_cost']} {e['currency']} per {e['denominator']}")
+print(f"effective unit cost {t['effective_unit_cost']} {e['currency']} per " + ("completed run" if e['denominator'] == "runs" else "accepted unit"))
 for b in e["baselines"]:
     print(f"  vs {b['baseline']}: {b['unit_cost']} per unit, break-even useful share {b['break_even_useful_share']}")
 print("policy refusals today:", e["refusals"].get("total"), "by rule:",
