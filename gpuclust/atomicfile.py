@@ -57,9 +57,14 @@ def _write(target: Path, data: bytes | str, mode: int | None, make_parents: bool
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     with contextlib.suppress(OSError):  # make the rename durable
-        dfd = os.open(parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_path(parent)
     return target
+
+
+def fsync_path(path: Path | str) -> None:
+    """fsync a file or directory by path (a directory: to make a rename or a new entry in it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -30,6 +30,7 @@ from gpuclust.accept import container, launch
 from gpuclust.accept import results as R
 from gpuclust.accept.allreduce import gather_ranks
 from gpuclust.accept.params import read_params
+from gpuclust.atomicfile import fsync_path
 from gpuclust.errors import InputError
 
 PARAM_NAMES = ["ACCEPT_STORAGE_TESTS", "ACCEPT_SHARED_DIR", "ACCEPT_LOCAL_DIR", "ACCEPT_STAGE_SRC",
@@ -109,14 +110,6 @@ def save_checkpoint(torch: Any, state: dict[str, Any], path: Path, *, crc32: boo
             torch.serialization.set_crc32_options(before)
     fsync_path(path)
     return time.perf_counter() - t0
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def drop_cached(path: Path) -> None:

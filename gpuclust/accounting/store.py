@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from gpuclust.accounting import sorting
 from gpuclust.accounting.schema import SCHEMA, STORE_SCHEMA, UTC_SECONDS
+from gpuclust.atomicfile import fsync_path
 from gpuclust.errors import GpuclustError, InputError
 
 
@@ -110,10 +111,10 @@ class Stage:
         path = _day_file(self.snapshot, day)
         path.parent.mkdir()
         pq.write_table(_stamp(table, self.fetched, day), path, compression="zstd")
-        _fsync(path)
+        fsync_path(path)
         if problems:
             (path.parent / "problems.json").write_text(json.dumps(problems, ensure_ascii=False), encoding="utf-8")
-            _fsync(path.parent / "problems.json")
+            fsync_path(path.parent / "problems.json")
         self.written.add(day)
 
 
@@ -148,13 +149,13 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None) -> 
         for day in days:
             if day not in stage.written:
                 stage.write_day(day, SCHEMA.empty_table())
-        _fsync(new)
+        fsync_path(new)
         tmp_link = root / f".current.{os.getpid()}"
         if tmp_link.is_symlink():
             tmp_link.unlink()
         tmp_link.symlink_to(Path("snapshots") / new.name)
         os.replace(tmp_link, root / "current")
-        _fsync(root)
+        fsync_path(root)
         if current is not None and current != new:
             shutil.rmtree(current, ignore_errors=True)
 
@@ -165,14 +166,6 @@ def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:
     table = table.append_column("fetched_at", pa.array(np.full(n, int(fetched.timestamp()), dtype=np.int64)).cast(UTC_SECONDS))
     table = table.append_column("window", pa.array([day.isoformat()] * n, pa.string()))
     return table.cast(STORE_SCHEMA)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load(root: Path, days: list[date] | None = None) -> pa.Table:
