@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuclust.accounting import economics, reportdoc, store, trend
+from gpuclust.accounting import economics, reportdoc, store, storeread, trend
 from gpuclust.accounting.fetch import fetch_day
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
@@ -161,7 +161,8 @@ def build(
         root = store.store_dir(config.state_dir)
         lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
         days = Period(period.start - lookback, period.end).utc_days()
-        table = store.load(root, days)
+        # Day file by day file, only the columns and rows the report needs (storeread: same figures).
+        table = storeread.load_for_report(root, days)
         import pyarrow.compute as pc
 
         known = bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
@@ -200,7 +201,7 @@ def add_trend(report: Report, config: SiteConfig, days: int = max(trend.TREND_DA
     for i in range(0, days, TREND_CHUNK_DAYS):
         n = min(TREND_CHUNK_DAYS, days - i)
         chunk_end = starts[i + n]
-        table = store.load(root, Period(starts[i] - lookback, chunk_end).utc_days())
+        table = storeread.load_for_report(root, Period(starts[i] - lookback, chunk_end).utc_days())
         frames.append(trend.daily(table, config, chunk_end, n))
     frame = pd.concat(frames, ignore_index=True)
     report.tables["trend_daily"] = frame

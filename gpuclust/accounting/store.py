@@ -58,17 +58,19 @@ def _locked(root: Path) -> Iterator[None]:
         yield
 
 
-def _current(root: Path) -> Path | None:
+def current_snapshot(root: Path) -> Path | None:
+    """The snapshot directory `current` points to (None before the first fetch)."""
     link = root / "current"
     return link.resolve() if link.is_symlink() else None
 
 
-def _day_file(snapshot: Path, day: date) -> Path:
+def day_file(snapshot: Path, day: date) -> Path:
     return snapshot / f"day={day.isoformat()}" / "part.parquet"
 
 
+
 def stored_days(root: Path) -> list[date]:
-    snap = _current(root)
+    snap = current_snapshot(root)
     if snap is None or not snap.is_dir():
         return []
     days = []
@@ -108,7 +110,7 @@ class Stage:
     def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None) -> None:
         if day not in self.days or day in self.written:
             raise ValueError(f"day {day} is not one this stage replaces, or is written twice")
-        path = _day_file(self.snapshot, day)
+        path = day_file(self.snapshot, day)
         path.parent.mkdir()
         pq.write_table(_stamp(table, self.fetched, day), path, compression="zstd")
         fsync_path(path)
@@ -127,7 +129,7 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None) -> 
     with _locked(root):
         snapshots = root / "snapshots"
         snapshots.mkdir(exist_ok=True)
-        current = _current(root)
+        current = current_snapshot(root)
         for old in snapshots.iterdir():  # staging left by a crashed fetch
             if old != current:
                 shutil.rmtree(old, ignore_errors=True)
@@ -170,18 +172,18 @@ def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:
 
 def load(root: Path, days: list[date] | None = None) -> pa.Table:
     """The stored rows of `days` (all days when None), one row per execution in its latest state."""
-    snap = _current(root)
+    snap = current_snapshot(root)
     if snap is None:
         raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
-    wanted = stored_days(root) if days is None else [d for d in days if _day_file(snap, d).exists()]
-    tables = [pq.read_table(_day_file(snap, d), schema=STORE_SCHEMA) for d in wanted]
+    wanted = stored_days(root) if days is None else [d for d in days if day_file(snap, d).exists()]
+    tables = [pq.read_table(day_file(snap, d), schema=STORE_SCHEMA) for d in wanted]
     if not tables:
         return STORE_SCHEMA.empty_table()
     return latest_state(pa.concat_tables(tables))
 
 
 def stored_problems(root: Path, days: list[date]) -> list[str]:
-    snap = _current(root)
+    snap = current_snapshot(root)
     out: list[str] = []
     for day in days:
         path = snap / f"day={day.isoformat()}" / "problems.json" if snap else None
@@ -195,22 +197,29 @@ def latest_state(table: pa.Table) -> pa.Table:
 
     A row that never started (pending) is dropped when a later fetch shows the same JobIDRaw started.
     """
+    keep = latest_keep(table)
+    return table if keep is None else table.filter(pa.array(keep))
+
+
+def latest_keep(table: pa.Table) -> np.ndarray | None:
+    """Which rows latest_state keeps, as a mask (None: all of them). It reads only the columns job_id_raw,
+    start and, where present, fetched_at and window (any type that sorts as the stored one)."""
     n = table.num_rows
     if n == 0:
-        return table
+        return None
     raw = np.asarray(table.column("job_id_raw").to_numpy(), dtype=np.int64)
     # Only rows whose JobIDRaw occurs more than once can be dropped (requeued executions, a job seen by
     # several windows): only those are sorted (JobIDRaw is not in row order: array tasks get theirs when they
     # start). Its range usually allows a count table, so finding them takes no sort either.
     ids, _ = sorting.factorize(raw)
     rows = np.flatnonzero(np.bincount(ids)[ids] > 1)
+    del ids
     if len(rows) == 0:
-        return table
+        return None
     keep = np.ones(n, dtype=bool)
-    keep[rows] = _latest_mask(table.take(pa.array(rows)), raw[rows])
-    if keep.all():
-        return table
-    return table.filter(pa.array(keep))
+    keys = table.select([c for c in ("job_id_raw", "start", "fetched_at", "window") if c in table.column_names])
+    keep[rows] = _latest_mask(keys.take(pa.array(rows)), raw[rows])
+    return None if keep.all() else keep
 
 
 def _latest_mask(table: pa.Table, raw_all: np.ndarray) -> np.ndarray:
