@@ -43,13 +43,58 @@ def report_columns(schema: pa.Schema = STORE_SCHEMA) -> list[str]:
     return [name for name in schema.names if name not in UNUSED_COLUMNS]
 
 
-class SharedDictionary:
-    """One string column of several day tables as codes into one dictionary: a value gets its code where it
-    first appears (day order, then row order); null stays null."""
+def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
+    """An Arrow validity bitmap (None when every value is valid)."""
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
-    def __init__(self) -> None:
+
+class FixedWidthColumn:
+    """A numeric, time or bool column of several day tables, copied day by day into one array allocated
+    at its final size: no concatenation at the end, and no holes of freed day pieces between the others."""
+
+    def __init__(self, arrow_type: pa.DataType, rows: int) -> None:
+        self.type = arrow_type
+        storage = np.bool_ if pa.types.is_boolean(arrow_type) else np.float64 if arrow_type == pa.float64() \
+            else np.int64  # (int64, and timestamps: int64 seconds)
+        self.values: np.ndarray = np.zeros(rows, dtype=storage)
+        self.valid = np.ones(rows, dtype=bool)
+        self.filled = 0
+
+    @staticmethod
+    def fits(arrow_type: pa.DataType) -> bool:
+        return (pa.types.is_boolean(arrow_type) or pa.types.is_timestamp(arrow_type)
+                or arrow_type in (pa.int64(), pa.float64()))
+
+    def add(self, column: pa.Array | pa.ChunkedArray) -> None:
+        n = len(column)
+        at = slice(self.filled, self.filled + n)
+        if pa.types.is_timestamp(column.type):
+            column = pc.cast(column, pa.int64())
+        if column.null_count:
+            self.valid[at] = np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
+            column = pc.fill_null(column, False if pa.types.is_boolean(column.type) else 0)
+        self.values[at] = np.asarray(column.to_numpy(zero_copy_only=False))
+        self.filled += n
+
+    def array(self) -> pa.Array:
+        if pa.types.is_boolean(self.type):
+            data = pa.py_buffer(np.packbits(self.values, bitorder="little"))
+        else:
+            data = pa.py_buffer(self.values)  # (zero-copy: the array keeps `values` alive)
+        nulls = int(len(self.valid) - np.count_nonzero(self.valid))
+        return pa.Array.from_buffers(self.type, len(self.values), [_bitmap(self.valid), data], null_count=nulls)
+
+
+class SharedDictionary:
+    """A string column of several day tables as codes into one dictionary: a value gets its code where it
+    first appears (day order, then row order); null stays null. The codes go straight into one array
+    allocated at its final size."""
+
+    def __init__(self, rows: int) -> None:
         self.code_of: dict[str, int] = {}
-        self.chunks: list[np.ndarray] = []  # int32 codes, -1 = null
+        self.codes = np.zeros(rows, dtype=np.int32)
+        self.valid = np.ones(rows, dtype=bool)
+        self.filled = 0
 
     def add(self, column: pa.Array | pa.ChunkedArray) -> None:
         if isinstance(column, pa.ChunkedArray):
@@ -67,12 +112,16 @@ class SharedDictionary:
             value = values[code]
             if value is not None:
                 remap[code] = self.code_of.setdefault(value, len(self.code_of))
-        self.chunks.append(remap[local])
+        codes = remap[local]
+        at = slice(self.filled, self.filled + len(codes))
+        self.valid[at] = codes >= 0
+        self.codes[at] = np.maximum(codes, 0)
+        self.filled += len(codes)
 
     def array(self) -> pa.DictionaryArray:
-        codes = np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=np.int32)
-        self.chunks = []
-        indices = pa.array(codes, pa.int32(), mask=codes < 0)
+        nulls = int(len(self.valid) - np.count_nonzero(self.valid))
+        indices = pa.Array.from_buffers(pa.int32(), len(self.codes), [_bitmap(self.valid), pa.py_buffer(self.codes)],
+                                        null_count=nulls)
         return pa.DictionaryArray.from_arrays(indices, pa.array(list(self.code_of), pa.string()))
 
 
@@ -95,9 +144,10 @@ def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table
     return pa.table(out, names=columns)
 
 
-def _keys(day_files: list[Path]) -> pa.Table:
-    """latest_state's keys of all the days, in load order. The window is replaced by its rank among the
-    windows read: the same order as the ISO strings (a null one last, where sort_indices puts it)."""
+def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
+    """latest_state's keys of all the days, in load order, and each day's number of rows. The window is
+    replaced by its rank among the windows read: the same order as the ISO strings (a null one last, where
+    sort_indices puts it)."""
     parts = [_read_day(path, list(KEY_COLUMNS), ["window"]).combine_chunks() for path in day_files]
     windows = [t.column("window").chunk(0) if t.num_rows else pa.array([], pa.dictionary(pa.int32(), pa.string()))
                for t in parts]
@@ -110,7 +160,7 @@ def _keys(day_files: list[Path]) -> pa.Table:
                              + [len(names)], dtype=np.int32)
         ranks.append(per_entry[pc.fill_null(w.indices, len(per_entry) - 1).to_numpy(zero_copy_only=False)])
     table = pa.concat_tables([t.drop_columns(["window"]) for t in parts]).combine_chunks()
-    return table.append_column("window", pa.array(np.concatenate(ranks), pa.int32()))
+    return table.append_column("window", pa.array(np.concatenate(ranks), pa.int32())), [t.num_rows for t in parts]
 
 
 def load_for_report(root: Path, days: list[date]) -> pa.Table:
@@ -124,30 +174,36 @@ def load_for_report(root: Path, days: list[date]) -> pa.Table:
     if not files:
         return STORE_SCHEMA.empty_table().select(columns)
 
-    keys = _keys(files)
+    keys, per_file = _keys(files)
     keep = store.latest_keep(keys)
+    rows = len(keys) if keep is None else int(np.count_nonzero(keep))
     del keys
 
-    encoders = {name: SharedDictionary() for name in DICTIONARY_COLUMNS if name in columns}
-    plain: dict[str, list[pa.Array]] = {name: [] for name in columns if name not in encoders}
+    types = {name: STORE_SCHEMA.field(name).type for name in columns}
+    encoders = {name: SharedDictionary(rows) for name in DICTIONARY_COLUMNS if name in columns}
+    fixed = {name: FixedWidthColumn(types[name], rows) for name in columns
+             if name not in encoders and FixedWidthColumn.fits(types[name])}
+    other: dict[str, list[pa.Array]] = {name: [] for name in columns if name not in encoders and name not in fixed}
     offset = 0
-    for path in files:
+    for path, n in zip(files, per_file, strict=True):
         day = _read_day(path, columns, list(encoders))
-        n = day.num_rows
         if keep is not None:
             day = day.filter(pa.array(keep[offset : offset + n]))
         offset += n
         for name, encoder in encoders.items():
             encoder.add(day.column(name))
-        for name, chunks in plain.items():
+        for name, builder in fixed.items():
+            builder.add(day.column(name))
+        for name, chunks in other.items():  # (JobID, and a column of a type not foreseen here)
             chunks.append(day.column(name).combine_chunks())
         del day
-    # One chunk per column (as the metrics read them), built column by column so that only one column is
-    # held twice at a time.
     out: dict[str, pa.Array] = {}
     for name in columns:
         if name in encoders:
             out[name] = encoders.pop(name).array()
+        elif name in fixed:
+            out[name] = fixed.pop(name).array()
         else:
-            out[name] = pa.concat_arrays(plain.pop(name))
+            chunks = other.pop(name)
+            out[name] = pa.concat_arrays(chunks) if chunks else pa.array([], types[name])
     return pa.table(out)
