@@ -244,10 +244,28 @@ def _day_pieces(path: str, days: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
-def child_store(path: str, state: str, delimiter: str, days: int) -> dict:
+def _reset_peak_rss() -> bool:
+    """Start a new peak-RSS measurement (Linux: /proc/self/clear_refs); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_since_reset_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return peak_rss_mb()
+
+
+def child_store(path: str, state: str, delimiter: str, days: int, build_only: bool = False) -> dict:
     """The nightly path on the generated rows: each of `days` pieces read as one day's sacct output and
     written to the store as it is read (store.staged, as `report fetch`), then the report built from the
-    store (`pipeline.build`, as `report build`). Peak RSS: one day's bytes and table, then the build."""
+    store (`pipeline.build`, as `report build`). Peak RSS: one day's bytes and table, then the build.
+    `build_only`: the store is there already (a run before); only the build, in this fresh process, as cron
+    runs `report build` after `report fetch`."""
     import shutil
     from datetime import date, datetime, timedelta, timezone
 
@@ -258,7 +276,6 @@ def child_store(path: str, state: str, delimiter: str, days: int) -> dict:
     from gpuclust.config import parse_config
 
     keep_freed_memory()
-    shutil.rmtree(state, ignore_errors=True)
     config = parse_config(CONF.replace("[site]\n", f"[site]\nstate_dir = {state}\n", 1))
     root = store.store_dir(state)
     first = date(2026, 11, 1)
@@ -266,26 +283,32 @@ def child_store(path: str, state: str, delimiter: str, days: int) -> dict:
     t = time.perf_counter()
     rows = 0
     parse_s = 0.0
-    with open(path, "rb") as fh:
-        header = fh.readline()
-        pieces = _day_pieces(path, days)
-        with store.staged(root, day_list) as stage:
-            for day, (a, b) in zip(day_list, pieces, strict=False):
-                fh.seek(a)
-                raw = header + fh.read(b - a)
-                p0 = time.perf_counter()
-                result = parse_parsable(raw, delimiter, f"window {day}")
-                parse_s += time.perf_counter() - p0
-                rows += result.table.num_rows
-                stage.write_day(day, result.table)
-                del raw, result
+    if not build_only:
+        shutil.rmtree(state, ignore_errors=True)
+        with open(path, "rb") as fh:
+            header = fh.readline()
+            pieces = _day_pieces(path, days)
+            with store.staged(root, day_list) as stage:
+                for day, (a, b) in zip(day_list, pieces, strict=False):
+                    fh.seek(a)
+                    raw = header + fh.read(b - a)
+                    p0 = time.perf_counter()
+                    result = parse_parsable(raw, delimiter, f"window {day}")
+                    parse_s += time.perf_counter() - p0
+                    rows += result.table.num_rows
+                    stage.write_day(day, result.table)
+                    del raw, result
     t_fetch = time.perf_counter() - t
     fetch_rss = peak_rss_mb()
+    separate = _reset_peak_rss()
     start = datetime.combine(first, datetime.min.time(), timezone.utc)
     report, _ = pipeline.build(config, Period(start, start + timedelta(days=days)))
     total = time.perf_counter() - t
-    return {"seconds": total, "fetch_s": t_fetch, "parse_s": parse_s, "build_s": total - t_fetch, "rows": rows,
-            "runs": report.data["totals"]["runs"], "fetch_peak_rss_mb": fetch_rss, "peak_rss_mb": peak_rss_mb()}
+    return {"seconds": total, "fetch_s": t_fetch, "parse_s": parse_s, "build_s": total - t_fetch,
+            "rows": rows or report.data["input"]["rows"], "runs": report.data["totals"]["runs"],
+            "fetch_peak_rss_mb": fetch_rss,
+            "build_peak_rss_mb": _peak_rss_since_reset_mb() if separate else float("nan"),
+            "peak_rss_mb": peak_rss_mb(), "loadavg_1m": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -297,6 +320,8 @@ def main() -> None:
     ap.add_argument("--delimiter", choices=sorted(DELIMITERS), default="fetch")
     ap.add_argument("--store-days", type=int, default=0,
                     help="instead: the rows as this many days' sacct output through the store, then build")
+    ap.add_argument("--build-only", action="store_true",
+                    help="with --store-days: only `report build` on the store a --store-days run left (fresh process)")
     ap.add_argument("--child", choices=["floor", "full", "store"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     work = Path(args.dir)
@@ -309,20 +334,22 @@ def main() -> None:
         print(json.dumps(child_full(str(data), str(work / "report"), delimiter)))
         return
     if args.child == "store":
-        print(json.dumps(child_store(str(data), str(work / "state"), delimiter, args.store_days)))
+        print(json.dumps(child_store(str(data), str(work / "state"), delimiter, args.store_days, args.build_only)))
         return
     work.mkdir(parents=True, exist_ok=True)
-    if not data.exists():
+    if not data.exists() and not args.build_only:
         t = time.perf_counter()
         generate(data, args.rows, messy=args.messy, delimiter=delimiter)
         print(f"generated {data} ({data.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.0f}s", file=sys.stderr)
     common = ["--rows", str(args.rows), "--dir", str(work), "--delimiter", args.delimiter,
               *(["--messy"] if args.messy else [])]
     if args.store_days:
+        only = ["--build-only"] if args.build_only else []
         done = [json.loads(subprocess.run([sys.executable, __file__, *common, "--store-days", str(args.store_days),
-                                           "--child", "store"], capture_output=True, text=True, check=True).stdout)
+                                           *only, "--child", "store"], capture_output=True, text=True, check=True).stdout)
                 for _ in range(args.repeat)]
-        print(json.dumps({"rows": args.rows, "file_mb": round(data.stat().st_size / 1e6, 1), "days": args.store_days,
+        file_mb = round(data.stat().st_size / 1e6, 1) if data.exists() else None
+        print(json.dumps({"rows": args.rows, "file_mb": file_mb, "days": args.store_days, "build_only": args.build_only,
                           "median": {k: round(statistics.median(r[k] for r in done), 3) for k in done[0]},
                           "all_runs": done}, indent=2))
         return
