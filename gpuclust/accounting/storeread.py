@@ -148,20 +148,23 @@ def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table
 def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
     """latest_state's keys of all the days, in load order, and each day's number of rows. The window is
     replaced by its rank among the windows read: the same order as the ISO strings (a null one last, where
-    sort_indices puts it)."""
-    parts = [_read_day(path, list(KEY_COLUMNS), ["window"]).combine_chunks() for path in day_files]
-    windows = [t.column("window").chunk(0) if t.num_rows else pa.array([], pa.dictionary(pa.int32(), pa.string()))
-               for t in parts]
-    names = sorted({v for w in windows for v in w.dictionary.to_pylist() if v is not None})
-    rank_of = {v: i for i, v in enumerate(names)}
-    ranks = []
-    for w in windows:
-        # Rank of each dictionary entry, then of each row (the extra last entry is null's).
-        per_entry = np.array([len(names) if v is None else rank_of[v] for v in w.dictionary.to_pylist()]
-                             + [len(names)], dtype=np.int32)
-        ranks.append(per_entry[pc.fill_null(w.indices, len(per_entry) - 1).to_numpy(zero_copy_only=False)])
-    table = pa.concat_tables([t.drop_columns(["window"]) for t in parts]).combine_chunks()
-    return table.append_column("window", pa.array(np.concatenate(ranks), pa.int32())), [t.num_rows for t in parts]
+    sort_indices puts it). Each key is copied day by day into one array of the final size."""
+    per_file = [pq.read_metadata(path).num_rows for path in day_files]
+    rows = sum(per_file)
+    numbers = {name: FixedWidthColumn(STORE_SCHEMA.field(name).type, rows) for name in KEY_COLUMNS if name != "window"}
+    window = SharedDictionary(rows)
+    for path in day_files:
+        day = _read_day(path, list(KEY_COLUMNS), ["window"])
+        for name, builder in numbers.items():
+            builder.add(day.column(name))
+        window.add(day.column("window"))
+    names = list(window.code_of)
+    rank_of_code = np.empty(len(names) + 1, dtype=np.int32)
+    rank_of_code[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names), dtype=np.int32)
+    rank_of_code[-1] = len(names)  # null
+    codes = np.where(window.valid, window.codes, len(names))
+    keys = pa.table({name: builder.array() for name, builder in numbers.items()})
+    return keys.append_column("window", pa.array(rank_of_code[codes], pa.int32())), per_file
 
 
 def load_for_report(root: Path, days: list[date]) -> pa.Table:
