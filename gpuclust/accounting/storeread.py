@@ -134,9 +134,11 @@ class SharedDictionary:
 def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
     """`columns` of one day file; a column the file lacks (written before it existed) is null, as
     `pq.read_table(schema=STORE_SCHEMA)` gives it; `dictionary` columns come dictionary-encoded."""
+    # (ParquetFile, not read_table: one small file needs none of the dataset machinery, which costs more
+    # than the read itself here.)
     present = set(pq.read_schema(path).names)
-    table = pq.read_table(path, columns=[c for c in columns if c in present],
-                          read_dictionary=[c for c in dictionary if c in present], use_threads=False)
+    with pq.ParquetFile(path, read_dictionary=[c for c in dictionary if c in present]) as parquet:
+        table = parquet.read(columns=[c for c in columns if c in present], use_threads=False)
     out = []
     for name in columns:
         field = STORE_SCHEMA.field(name)

@@ -114,3 +114,17 @@ def test_report_from_the_day_files_equals_the_report_from_the_single_load(tmp_pa
     assert sorted(by_day.tables) == sorted(single.tables)
     for name, frame in by_day.tables.items():
         assert frame.to_csv(index=False) == single.tables[name].to_csv(index=False), name
+
+
+def test_a_day_file_without_a_newer_column_reads_as_null(tmp_path, config):
+    """A store written before a column existed: the column is null on those days, as store.load gives it."""
+    import pyarrow.parquet as pq
+
+    fill_store(str(tmp_path))
+    root = store.store_dir(str(tmp_path))
+    path = store.day_file(store.current_snapshot(root), D3)
+    pq.write_table(pq.read_table(path).drop_columns(["wckey", "comment"]), path)
+    single = store.load(root, [D1, D2, D3])
+    by_day = storeread.load_for_report(root, [D1, D2, D3])
+    assert by_day.to_pylist() == single.select(by_day.column_names).to_pylist()
+    assert by_day.column("comment").null_count == 1
