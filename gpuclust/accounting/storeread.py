@@ -97,7 +97,7 @@ class SharedDictionary:
     allocated at its final size."""
 
     def __init__(self, rows: int) -> None:
-        self.code_of: dict[str, int] = {}
+        self.dictionary: pa.Array = pa.array([], pa.string())  # the values so far; code = position
         self.codes = np.zeros(rows, dtype=np.int32)
         self.valid = np.ones(rows, dtype=bool)
         self.filled = 0
@@ -108,16 +108,25 @@ class SharedDictionary:
         if not pa.types.is_dictionary(column.type):
             column = pc.dictionary_encode(column)
         assert isinstance(column, pa.DictionaryArray)
-        values = column.dictionary.to_pylist()
+        values = column.dictionary.cast(pa.string())
         local = np.asarray(pc.fill_null(column.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
         # The day's codes in order of first appearance (a day's dictionary may hold values no kept row uses,
-        # and be in any order): only those get a code, in that order.
+        # and be in any order): only those get a code, in that order. (Looked up in Arrow, not a Python loop:
+        # tens of thousands of distinct names a day.)
         seen, first_at = np.unique(local[local >= 0], return_index=True)
+        ordered = seen[np.argsort(first_at, kind="stable")]
+        wanted = values.take(pa.array(ordered, pa.int64()))
+        code = np.array(pc.fill_null(pc.index_in(wanted, value_set=self.dictionary), -1).to_numpy(
+            zero_copy_only=False), dtype=np.int32)
+        new = (code < 0) & np.asarray(wanted.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if new.any():
+            fresh = wanted.filter(pa.array(new))
+            distinct = pc.unique(fresh)  # (in first-appearance order)
+            code[new] = len(self.dictionary) + np.asarray(
+                pc.index_in(fresh, value_set=distinct).to_numpy(zero_copy_only=False), dtype=np.int32)
+            self.dictionary = pa.concat_arrays([self.dictionary, distinct])
         remap = np.full(len(values) + 1, -1, dtype=np.int32)  # (local -1, null, maps to the last entry: -1)
-        for code in seen[np.argsort(first_at, kind="stable")].tolist():
-            value = values[code]
-            if value is not None:
-                remap[code] = self.code_of.setdefault(value, len(self.code_of))
+        remap[ordered] = code  # (a null value keeps -1)
         codes = remap[local]
         at = slice(self.filled, self.filled + len(codes))
         self.valid[at] = codes >= 0
@@ -128,7 +137,7 @@ class SharedDictionary:
         nulls = int(len(self.valid) - np.count_nonzero(self.valid))
         indices = pa.Array.from_buffers(pa.int32(), len(self.codes), [_bitmap(self.valid), pa.py_buffer(self.codes)],
                                         null_count=nulls)
-        return pa.DictionaryArray.from_arrays(indices, pa.array(list(self.code_of), pa.string()))
+        return pa.DictionaryArray.from_arrays(indices, self.dictionary)
 
 
 def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
@@ -165,7 +174,7 @@ def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
         for name, builder in numbers.items():
             builder.add(day.column(name))
         window.add(day.column("window"))
-    names = list(window.code_of)
+    names = window.dictionary.to_pylist()
     rank_of_code = np.empty(len(names) + 1, dtype=np.int32)
     rank_of_code[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names), dtype=np.int32)
     rank_of_code[-1] = len(names)  # null
