@@ -18,7 +18,7 @@ files:
 Numbers, times and codes (of both passes) are copied day by day into arrays allocated at their final size:
 a concatenation at the end would hold every column twice, and the freed day pieces would leave holes in
 the heap that `memory.keep_freed_memory` keeps. 10M sacct lines (3M allocation rows, 90 days): the build
-peaks at 1.65 GB, not 2.4 GB (BENCHMARKS.md, "Report build from the store, day by day").
+peaks at 1.6 GB, not 3.0 GB (BENCHMARKS.md, "Report build from the store, day by day").
 """
 
 from __future__ import annotations
