@@ -14,6 +14,7 @@ at any point leaves `current` as it was; leftover staging snapshots are removed 
 
 A job that runs across several windows appears in each window's sacct output; `load` keeps one row per
 execution (JobIDRaw + Start) in its latest state (the most recently fetched, then the latest window).
+`report build` reads the same rows day file by day file, with less memory: gpuclust.accounting.storeread.
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ def current_snapshot(root: Path) -> Path | None:
 
 def day_file(snapshot: Path, day: date) -> Path:
     return snapshot / f"day={day.isoformat()}" / "part.parquet"
-
 
 
 def stored_days(root: Path) -> list[date]:
