@@ -272,6 +272,8 @@ def main() -> None:
                 if r:
                     mbps[kind]["write"].append(nbytes / 1e6 / w)
                     mbps[kind]["read"].append(nbytes / 1e6 / rd)
+            print(f"round {r}: " + " ".join(f"{k} {mbps[k]['write'][-1]:.0f}/{mbps[k]['read'][-1]:.0f}" for k in kinds)
+                  if r else "round 0 (warm-up) done", file=sys.stderr, flush=True)
             t = touch_seconds(mib * 1024 * 1024)
             if r:
                 touch.append(mib * 1024 * 1024 / 1e6 / t)

@@ -5,8 +5,9 @@ Measurements (ACCEPT_STORAGE_TESTS, default all):
 
 - staging: every node copies the dataset (ACCEPT_STAGE_SRC, or one generated in the shared dir) to its
   node-local scratch, with fsync; MB/s per node.
-- checkpoint: rank 0 torch.save()s a model-like state dict (ACCEPT_CKPT_SIZE) to the shared dir and fsyncs;
-  a rank on a DIFFERENT node torch.load()s it and checks every tensor; write MB/s, read MB/s, restore seconds.
+- checkpoint: rank 0 torch.save()s a model-like state dict (ACCEPT_CKPT_SIZE) to the shared dir with O_DIRECT
+  (save_checkpoint) and fsyncs; a rank on a DIFFERENT node restores it (restore_checkpoint: O_DIRECT into one
+  buffer) and checks every tensor; write MB/s, read MB/s, restore seconds; each record's "method" says how.
 - dcp: a sharded torch.distributed.checkpoint save across ranks, then a load in which each rank reads the
   shard another node saved, checked element by element.
 - aggregate: each rank writes ACCEPT_AGG_SIZE bytes (fsync) between two mpi4py barriers, then reads another
@@ -460,25 +461,28 @@ class Run:
         if self.task.rank == writer:
             state = make_state_dict(torch, int(self.params["ACCEPT_CKPT_SIZE"]), seed=1234)
             digest = state_digest(torch, state)
-            seconds = save_checkpoint(torch, state, path)
-            info = (path.stat().st_size, seconds, digest)
+            how: dict[str, Any] = {}
+            seconds = save_checkpoint(torch, state, path, info=how)
+            info = (path.stat().st_size, seconds, digest, how.get("method"))
             del state
         info = self.gather(info)[writer]
-        size, write_seconds, digest = info
-        self.add("checkpoint_write", nodes[writer], size, write_seconds, write_node=nodes[writer], path=str(path))
+        size, write_seconds, digest, write_method = info
+        self.add("checkpoint_write", nodes[writer], size, write_seconds, write_node=nodes[writer], path=str(path),
+                 extra={"method": write_method})
         if reader is None:
             self.reasons.append("checkpoint restore needs a second node: every rank is on " + nodes[writer])
             self.dist.barrier()
             return
         result: Any = None
         if self.task.rank == reader:
-            loaded, seconds = restore_checkpoint(torch, path)
+            read_how: dict[str, Any] = {}
+            loaded, seconds = restore_checkpoint(torch, path, info=read_how)
             ok = state_digest(torch, loaded) == digest
             del loaded
-            result = (seconds, ok)
-        seconds, ok = self.gather(result)[reader]
+            result = (seconds, ok, read_how.get("method"))
+        seconds, ok, read_method = self.gather(result)[reader]
         self.add("checkpoint_read", nodes[reader], size, seconds, ok=ok, write_node=nodes[writer],
-                 read_node=nodes[reader], path=str(path))
+                 read_node=nodes[reader], path=str(path), extra={"method": read_method})
         if not ok:
             self.reasons.append(f"checkpoint written on {nodes[writer]} read back different on {nodes[reader]}")
         if self.task.rank == writer:
