@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
 import io
 import mmap
 import os
@@ -162,9 +163,10 @@ class DirectWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         n = view.nbytes
-        if self.fill and (self.start + self.fill) % DIRECT_ALIGN == 0:
-            self._send_stage(self.fill)
-        if not self.fill and _address(view) % DIRECT_ALIGN == 0:
+        direct = n >= DIRECT_ALIGN and _address(view) % DIRECT_ALIGN == 0
+        if direct and self.fill and (self.start + self.fill) % DIRECT_ALIGN == 0:
+            self._send_stage(self.fill)  # send what is staged (whole pages) so this piece goes without a copy
+        if direct and not self.fill:
             whole = n - n % DIRECT_ALIGN
             if whole:
                 mine = len(self.pending)
@@ -212,7 +214,10 @@ def _o_direct() -> int:
 def _torch_save(torch: Any, state: dict[str, Any], target: Any, crc32: bool, alignment: int | None) -> None:
     """torch.save with its CRC32 option and record alignment set for this call only (both are process-global)."""
     ser = torch.serialization
-    config = getattr(getattr(torch.utils, "serialization", None), "config", None)
+    try:  # torch >= 2.6; a submodule that `import torch` does not import
+        config: Any = importlib.import_module("torch.utils.serialization.config")
+    except ImportError:
+        config = None
     save_cfg: Any = getattr(config, "save", None)
     before_crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else None
     before_align = getattr(save_cfg, "storage_alignment", None) if save_cfg is not None else None

@@ -65,6 +65,8 @@ def test_direct_round_trip_views_and_methods(tmp_path):
     how: dict = {}
     save_checkpoint(torch, state, path, info=how)
     assert how["method"].startswith("torch.save, O_DIRECT" if _direct_ok(tmp_path) else "torch.save, buffered")
+    meta = torch.load(path, map_location="meta", weights_only=True)
+    assert meta["e"].untyped_storage()._checkpoint_offset % 4096 == 0  # records on pages: zero-copy O_DIRECT
     read_how: dict = {}
     loaded, _ = restore_checkpoint(torch, path, info=read_how)
     assert read_how["method"].startswith("meta torch.load")
