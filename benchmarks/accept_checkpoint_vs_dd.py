@@ -12,6 +12,7 @@ reversed in odd ones); round 0 warms up and is discarded. Kinds (write / read):
   dd-16M     dd bs=16M (write and read): does the request size matter on this disk
   dd-direct  dd bs=16M oflag=direct conv=fsync / iflag=direct
   harness    gpuclust.accept.storage.save_checkpoint / restore_checkpoint, what the storage job runs (O_DIRECT)
+  harness-falloc  the harness with preallocate=True (posix_fallocate of the estimated size before the writes)
   harness-buffered  the same with direct=False: torch.save(path) + fsync / torch.load (the harness before)
   raw        the tensors' bytes, no format: os.writev of memoryviews (64 MiB per call) + fsync / readinto one
              fresh buffer (buffered, 64 MiB calls)
@@ -56,8 +57,8 @@ from gpuclust.accept.storage import (
     state_digest,
 )
 
-ALL_KINDS = ["dd-zero", "dd", "dd-again", "dd-16M", "dd-direct", "harness", "harness-buffered", "raw", "raw-direct",
-             "dcp", "dcp-t4"]
+ALL_KINDS = ["dd-zero", "dd", "dd-again", "dd-16M", "dd-direct", "harness", "harness-falloc", "harness-buffered", "raw",
+             "raw-direct", "dcp", "dcp-t4"]
 
 
 def drop_all(path: Path) -> bool:
@@ -241,6 +242,7 @@ def main() -> None:
         "dd-direct": (lambda p: timed(lambda: dd(f"if={source}", f"of={p}", "bs=16M", "oflag=direct", "conv=fsync")),
                       lambda p: dd_read(p, "bs=16M", "iflag=direct")),
         "harness": (lambda p: save_checkpoint(torch, state, p), lambda p: harness_read(p, True)),
+        "harness-falloc": (lambda p: save_checkpoint(torch, state, p, preallocate=True), lambda p: harness_read(p, True)),
         "harness-buffered": (lambda p: save_checkpoint(torch, state, p, direct=False),
                              lambda p: harness_read(p, False)),
         "raw": (lambda p: raw_write(state, p), lambda p: raw_read(p, False, raw_digest)),

@@ -234,8 +234,22 @@ def _torch_save(torch: Any, state: dict[str, Any], target: Any, crc32: bool, ali
             save_cfg.storage_alignment = before_align
 
 
+def _storage_bytes(torch: Any, obj: Any, seen: dict[int, int]) -> int:
+    """Bytes of the distinct tensor storages in a (nested) state dict."""
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _storage_bytes(torch, value, seen)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _storage_bytes(torch, value, seen)
+    return sum(seen.values())
+
+
 def save_checkpoint(torch: Any, state: dict[str, Any], path: Path, *, crc32: bool = False, direct: bool = True,
-                    info: dict[str, Any] | None = None) -> float:
+                    preallocate: bool = False, info: dict[str, Any] | None = None) -> float:
     """torch.save + fsync; seconds for all of it (what a training job waits for). The file is a normal torch.save
     file (torch.load reads it).
 
@@ -245,7 +259,8 @@ def save_checkpoint(torch: Any, state: dict[str, Any], path: Path, *, crc32: boo
     Buffered: torch.save given the path (its C++ writer writes each record straight from the tensor's memory).
     torch.save's CRC32 of every record is off by default: it costs about 0.2 s of CPU per 512 MiB here, torch.load
     does not need it, and the harness checks the restored data with its own digest (state_digest). One fsync.
-    `info`, when given, gets "method" (what was used)."""
+    preallocate: posix_fallocate the file's estimated size first (O_DIRECT only; trimmed to the real size at the end;
+    measured in BENCHMARKS.md, off by default). `info`, when given, gets "method" (what was used)."""
     t0 = time.perf_counter()
     method = "torch.save, buffered"
     fd = -1
@@ -256,13 +271,16 @@ def save_checkpoint(torch: Any, state: dict[str, Any], path: Path, *, crc32: boo
             fd = -1
     if fd >= 0:
         try:
+            if preallocate:
+                seen: dict[int, int] = {}
+                os.posix_fallocate(fd, 0, _storage_bytes(torch, state, seen) + (2 * len(seen) + 16) * DIRECT_ALIGN)
             writer = DirectWriter(fd)
             try:
                 _torch_save(torch, state, writer, crc32, DIRECT_ALIGN)
             finally:
                 writer.close()
             os.fsync(fd)
-            method = "torch.save, O_DIRECT"
+            method = "torch.save, O_DIRECT" + (", preallocated" if preallocate else "")
         except OSError:  # a filesystem that takes the flag but not the I/O: buffered instead
             os.close(fd)
             fd = -1

@@ -103,3 +103,15 @@ def test_falls_back_to_buffered_where_o_direct_is_refused(tmp_path, monkeypatch)
     assert state_digest(torch, loaded) == state_digest(torch, state)
     loaded, _ = restore_checkpoint(torch, path, direct=False, info=read_how)
     assert read_how["method"] == "torch.load" and state_digest(torch, loaded) == state_digest(torch, state)
+
+
+def test_preallocated_file_is_trimmed_to_its_length(tmp_path):
+    state = make_state_dict(torch, 2 * 4 * 1024 * 1024 + 8, seed=5)
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    save_checkpoint(torch, state, a)
+    how: dict = {}
+    save_checkpoint(torch, state, b, preallocate=True, info=how)
+    assert a.read_bytes() == b.read_bytes()
+    assert "preallocated" in how["method"] or "buffered" in how["method"]
+    loaded, _ = restore_checkpoint(torch, b)
+    assert state_digest(torch, loaded) == state_digest(torch, state)
