@@ -5,8 +5,9 @@ Measurements (ACCEPT_STORAGE_TESTS, default all):
 
 - staging: every node copies the dataset (ACCEPT_STAGE_SRC, or one generated in the shared dir) to its
   node-local scratch, with fsync; MB/s per node.
-- checkpoint: rank 0 torch.save()s a model-like state dict (ACCEPT_CKPT_SIZE) to the shared dir and fsyncs;
-  a rank on a DIFFERENT node torch.load()s it and checks every tensor; write MB/s, read MB/s, restore seconds.
+- checkpoint: rank 0 torch.save()s a model-like state dict (ACCEPT_CKPT_SIZE) to the shared dir with O_DIRECT
+  (save_checkpoint) and fsyncs; a rank on a DIFFERENT node restores it (restore_checkpoint: O_DIRECT into one
+  buffer) and checks every tensor; write MB/s, read MB/s, restore seconds; each record's "method" says how.
 - dcp: a sharded torch.distributed.checkpoint save across ranks, then a load in which each rank reads the
   shard another node saved, checked element by element.
 - aggregate: each rank writes ACCEPT_AGG_SIZE bytes (fsync) between two mpi4py barriers, then reads another
@@ -19,6 +20,9 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
+import io
+import mmap
 import os
 import shutil
 import time
@@ -91,24 +95,202 @@ def read_all(path: Path) -> int:
     return total
 
 
-def save_checkpoint(torch: Any, state: dict[str, Any], path: Path, *, crc32: bool = False) -> float:
-    """torch.save + one fsync; seconds for all of it (what a training job waits for).
+DIRECT_ALIGN = 4096  # O_DIRECT: file offsets, lengths and memory addresses on page boundaries (safe for any device)
+DIRECT_CHUNK = 16 * 1024 * 1024  # one O_DIRECT request (write or read)
+DIRECT_THREADS = 4  # requests in flight: one synchronous O_DIRECT request at a time leaves the device idle between
+HUGE = 2 * 1024 * 1024
 
-    torch.save is given the path, so its C++ writer writes each tensor's storage straight from the tensor's memory
-    (a Python file object adds a call per record). Its CRC32 of every record is switched off by default: it costs
-    about 0.2 s of CPU per 512 MiB here (BENCHMARKS.md), torch.load does not need it, and the harness checks the
-    restored data with its own digest (state_digest). fsync is called once, on the closed file's inode.
-    """
-    t0 = time.perf_counter()
-    before = torch.serialization.get_crc32_options() if hasattr(torch.serialization, "get_crc32_options") else None
-    if before is not None and before != crc32:
-        torch.serialization.set_crc32_options(crc32)
+
+def _address(view: memoryview) -> int:
+    import numpy as np
+
+    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if view.nbytes else 0
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view.nbytes:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+class DirectWriter(io.RawIOBase):
+    """A write-only file object for torch.save that writes with O_DIRECT (no page cache), several requests in flight.
+
+    torch.save hands a file object each zip header and each tensor's bytes as a memoryview of the tensor's own
+    memory. A piece that starts on an aligned file offset from page-aligned memory (a tensor allocated on a page
+    boundary, e.g. with THP_MEM_ALLOC_ENABLE=1, in a record aligned by storage_alignment) is written from that memory
+    without a copy (in DIRECT_CHUNK requests, all finished before write() returns: the caller may free it);
+    everything else is copied into page-aligned staging buffers that are written out whole while the next fills.
+    close() waits for every request, writes the last partial page padded and truncates the file to its length."""
+
+    def __init__(self, fd: int, threads: int = DIRECT_THREADS, stage_bytes: int = DIRECT_CHUNK):
+        super().__init__()
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.fd = fd
+        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="ckpt-write")
+        self.stage_bytes = stage_bytes
+        self.free: list[mmap.mmap] = [mmap.mmap(-1, stage_bytes) for _ in range(max(1, threads) + 1)]
+        self.pending: list[tuple[Any, mmap.mmap | None]] = []
+        self.stage = self.free.pop()
+        self.fill = 0  # bytes in self.stage, which starts at file offset self.start (aligned)
+        self.start = 0
+        self.zero_copy = 0  # bytes written straight from the caller's memory
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.start + self.fill
+
+    def _submit(self, view: memoryview, offset: int, stage: mmap.mmap | None) -> None:
+        self.pending.append((self.pool.submit(_pwrite_all, self.fd, view, offset), stage))
+
+    def _wait_one(self) -> None:
+        future, stage = self.pending.pop(0)
+        future.result()
+        if stage is not None:
+            self.free.append(stage)
+
+    def _send_stage(self, length: int) -> None:
+        self._submit(memoryview(self.stage)[:length], self.start, self.stage)
+        self.start += length
+        self.fill = 0
+        while not self.free:
+            self._wait_one()
+        self.stage = self.free.pop()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        n = view.nbytes
+        direct = n >= DIRECT_ALIGN and _address(view) % DIRECT_ALIGN == 0
+        if direct and self.fill and (self.start + self.fill) % DIRECT_ALIGN == 0:
+            self._send_stage(self.fill)  # send what is staged (whole pages) so this piece goes without a copy
+        if direct and not self.fill:
+            whole = n - n % DIRECT_ALIGN
+            if whole:
+                mine = len(self.pending)
+                for at in range(0, whole, DIRECT_CHUNK):
+                    self._submit(view[at : min(whole, at + DIRECT_CHUNK)], self.start + at, None)
+                while len(self.pending) > mine:  # the caller's memory must be written before we return
+                    self._wait_one()
+                self.start += whole
+                self.zero_copy += whole
+                view = view[whole:]
+        while view.nbytes:
+            take = min(view.nbytes, self.stage_bytes - self.fill)
+            self.stage[self.fill : self.fill + take] = view[:take]
+            self.fill += take
+            view = view[take:]
+            if self.fill == self.stage_bytes:
+                self._send_stage(self.fill)
+        return n
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            end = self.start + self.fill
+            if self.fill:
+                padded = -(-self.fill // DIRECT_ALIGN) * DIRECT_ALIGN
+                self.stage[self.fill : padded] = bytes(padded - self.fill)
+                self._send_stage(padded)
+            while self.pending:
+                self._wait_one()
+            os.ftruncate(self.fd, end)
+        finally:
+            for future, _ in self.pending:
+                future.cancel()
+            self.pool.shutdown(wait=True)
+            for stage in [self.stage, *self.free]:
+                stage.close()
+            super().close()
+
+
+def _o_direct() -> int:
+    return getattr(os, "O_DIRECT", 0)
+
+
+def _torch_save(torch: Any, state: dict[str, Any], target: Any, crc32: bool, alignment: int | None) -> None:
+    """torch.save with its CRC32 option and record alignment set for this call only (both are process-global)."""
+    ser = torch.serialization
+    try:  # torch >= 2.6; a submodule that `import torch` does not import
+        config: Any = importlib.import_module("torch.utils.serialization.config")
+    except ImportError:
+        config = None
+    save_cfg: Any = getattr(config, "save", None)
+    before_crc = ser.get_crc32_options() if hasattr(ser, "get_crc32_options") else None
+    before_align = getattr(save_cfg, "storage_alignment", None) if save_cfg is not None else None
     try:
-        torch.save(state, str(path))
+        if before_crc is not None and before_crc != crc32:
+            ser.set_crc32_options(crc32)
+        if alignment and before_align is not None:
+            save_cfg.storage_alignment = alignment
+        torch.save(state, target)
     finally:
-        if before is not None and before != crc32:
-            torch.serialization.set_crc32_options(before)
-    fsync_path(path)
+        if before_crc is not None and before_crc != crc32:
+            ser.set_crc32_options(before_crc)
+        if alignment and before_align is not None:
+            save_cfg.storage_alignment = before_align
+
+
+def _storage_bytes(torch: Any, obj: Any, seen: dict[int, int]) -> int:
+    """Bytes of the distinct tensor storages in a (nested) state dict."""
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _storage_bytes(torch, value, seen)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _storage_bytes(torch, value, seen)
+    return sum(seen.values())
+
+
+def save_checkpoint(torch: Any, state: dict[str, Any], path: Path, *, crc32: bool = False, direct: bool = True,
+                    preallocate: bool = False, info: dict[str, Any] | None = None) -> float:
+    """torch.save + fsync; seconds for all of it (what a training job waits for). The file is a normal torch.save
+    file (torch.load reads it).
+
+    direct (default): records aligned to 4 KiB (torch's storage_alignment) and written with O_DIRECT through
+    DirectWriter, so the 1 GiB does not first go through fresh page-cache pages (on this VM, first touches of
+    memory are what vary most; BENCHMARKS.md); falls back to buffered where the filesystem refuses O_DIRECT.
+    Buffered: torch.save given the path (its C++ writer writes each record straight from the tensor's memory).
+    torch.save's CRC32 of every record is off by default: it costs about 0.2 s of CPU per 512 MiB here, torch.load
+    does not need it, and the harness checks the restored data with its own digest (state_digest). One fsync.
+    preallocate: posix_fallocate the file's estimated size first (O_DIRECT only; trimmed to the real size at the end;
+    measured in BENCHMARKS.md, off by default). `info`, when given, gets "method" (what was used)."""
+    t0 = time.perf_counter()
+    method = "torch.save, buffered"
+    fd = -1
+    if direct and _o_direct():
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _o_direct(), 0o644)
+        except OSError:
+            fd = -1
+    if fd >= 0:
+        try:
+            if preallocate:
+                seen: dict[int, int] = {}
+                os.posix_fallocate(fd, 0, _storage_bytes(torch, state, seen) + (2 * len(seen) + 16) * DIRECT_ALIGN)
+            writer = DirectWriter(fd)
+            try:
+                _torch_save(torch, state, writer, crc32, DIRECT_ALIGN)
+            finally:
+                writer.close()
+            os.fsync(fd)
+            method = "torch.save, O_DIRECT" + (", preallocated" if preallocate else "")
+        except OSError:  # a filesystem that takes the flag but not the I/O: buffered instead
+            os.close(fd)
+            fd = -1
+        else:
+            os.close(fd)
+    if fd < 0:
+        _torch_save(torch, state, str(path), crc32, None)
+        fsync_path(path)
+    if info is not None:
+        info["method"] = method + ("" if crc32 else ", CRC32 off")
     return time.perf_counter() - t0
 
 
@@ -125,15 +307,94 @@ def drop_cached(path: Path) -> None:
         os.close(fd)
 
 
-def restore_checkpoint(torch: Any, path: Path) -> tuple[dict[str, Any], float]:
-    """A cold restore: the file's cached pages dropped first, then torch.load into memory; (state, seconds).
+def read_file_into(path: Path, direct: bool = True, threads: int = DIRECT_THREADS) -> tuple[mmap.mmap, int, bool]:
+    """The whole file in one fresh page-aligned anonymous buffer (huge pages asked for), read in DIRECT_CHUNK
+    requests, `threads` in flight, with O_DIRECT when the filesystem allows it (straight into the buffer, no page
+    cache), else buffered; (buffer, size, direct)."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    Nearly all of torch.load's own cost is the page faults of the fresh memory it reads into (about as much as the
-    read itself here); THP_MEM_ALLOC_ENABLE=1 in the environment makes torch's CPU allocator ask for huge pages."""
+    size = os.path.getsize(path)
+    buf = mmap.mmap(-1, max(HUGE, -(-size // HUGE) * HUGE))
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            buf.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass
+    view = memoryview(buf)
+
+    def read_all_with(flags: int) -> int:
+        fd = os.open(path, os.O_RDONLY | flags)
+
+        def one(offset: int) -> int:
+            want = min(DIRECT_CHUNK, len(buf) - offset)
+            got = 0
+            while got < want:
+                n = os.preadv(fd, [view[offset + got : offset + want]], offset + got)
+                if n == 0:
+                    break
+                got += n
+            return got
+
+        try:
+            with ThreadPoolExecutor(max(1, threads), thread_name_prefix="ckpt-read") as pool:
+                return sum(pool.map(one, range(0, size, DIRECT_CHUNK)))
+        finally:
+            os.close(fd)
+
+    used_direct = bool(direct and _o_direct())
+    try:
+        try:
+            got = read_all_with(_o_direct() if used_direct else 0)
+        except OSError:
+            if not used_direct:
+                raise
+            used_direct = False  # a filesystem that refuses O_DIRECT (at open or at read): buffered
+            got = read_all_with(0)
+    finally:
+        view.release()
+    if got != size:
+        raise OSError(f"{path}: read {got} of {size} bytes")
+    return buf, size, used_direct
+
+
+def _rebuild(torch: Any, meta: Any, buf: mmap.mmap) -> Any:
+    """The loaded object with every meta tensor replaced by a view of `buf` at its record's file offset."""
+    if isinstance(meta, torch.Tensor):
+        storage = meta.untyped_storage()
+        count = storage.nbytes() // meta.element_size()
+        flat = torch.frombuffer(buf, dtype=meta.dtype, count=count, offset=storage._checkpoint_offset)
+        return flat.as_strided(meta.size(), meta.stride(), meta.storage_offset())
+    if isinstance(meta, dict):
+        return type(meta)((k, _rebuild(torch, v, buf)) for k, v in meta.items())
+    if isinstance(meta, (list, tuple)):
+        return type(meta)(_rebuild(torch, v, buf) for v in meta)
+    return meta
+
+
+def restore_checkpoint(torch: Any, path: Path, *, direct: bool = True,
+                       info: dict[str, Any] | None = None) -> tuple[dict[str, Any], float]:
+    """A cold restore: the file's cached pages dropped first, then the file into memory; (state, seconds).
+
+    direct (default): torch.load(map_location="meta") reads only the pickle and the zip directory (each storage's
+    record offset), the whole file is read with O_DIRECT into one fresh huge-page buffer, and each tensor is a view
+    of it: memory is touched once, by the device's DMA, as dd's read touches its page cache once. torch.load
+    instead reads through the page cache and copies into a fresh allocation per record (two fresh touches per
+    byte; BENCHMARKS.md). Not direct: torch.load. The tensors are ordinary writable CPU tensors either way.
+    `info`, when given, gets "method"."""
     drop_cached(path)
     t0 = time.perf_counter()
-    state = torch.load(str(path), map_location="cpu", weights_only=True)
-    return state, time.perf_counter() - t0
+    if direct:
+        meta = torch.load(str(path), map_location="meta", weights_only=True)
+        buf, _size, used_direct = read_file_into(path)
+        state = _rebuild(torch, meta, buf)
+        method = "meta torch.load + " + ("O_DIRECT" if used_direct else "buffered") + " read into one buffer"
+    else:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+        method = "torch.load"
+    seconds = time.perf_counter() - t0
+    if info is not None:
+        info["method"] = method
+    return state, seconds
 
 
 def make_state_dict(torch: Any, nbytes: int, seed: int) -> dict[str, Any]:
@@ -223,25 +484,28 @@ class Run:
         if self.task.rank == writer:
             state = make_state_dict(torch, int(self.params["ACCEPT_CKPT_SIZE"]), seed=1234)
             digest = state_digest(torch, state)
-            seconds = save_checkpoint(torch, state, path)
-            info = (path.stat().st_size, seconds, digest)
+            how: dict[str, Any] = {}
+            seconds = save_checkpoint(torch, state, path, info=how)
+            info = (path.stat().st_size, seconds, digest, how.get("method"))
             del state
         info = self.gather(info)[writer]
-        size, write_seconds, digest = info
-        self.add("checkpoint_write", nodes[writer], size, write_seconds, write_node=nodes[writer], path=str(path))
+        size, write_seconds, digest, write_method = info
+        self.add("checkpoint_write", nodes[writer], size, write_seconds, write_node=nodes[writer], path=str(path),
+                 extra={"method": write_method})
         if reader is None:
             self.reasons.append("checkpoint restore needs a second node: every rank is on " + nodes[writer])
             self.dist.barrier()
             return
         result: Any = None
         if self.task.rank == reader:
-            loaded, seconds = restore_checkpoint(torch, path)
+            read_how: dict[str, Any] = {}
+            loaded, seconds = restore_checkpoint(torch, path, info=read_how)
             ok = state_digest(torch, loaded) == digest
             del loaded
-            result = (seconds, ok)
-        seconds, ok = self.gather(result)[reader]
+            result = (seconds, ok, read_how.get("method"))
+        seconds, ok, read_method = self.gather(result)[reader]
         self.add("checkpoint_read", nodes[reader], size, seconds, ok=ok, write_node=nodes[writer],
-                 read_node=nodes[reader], path=str(path))
+                 read_node=nodes[reader], path=str(path), extra={"method": read_method})
         if not ok:
             self.reasons.append(f"checkpoint written on {nodes[writer]} read back different on {nodes[reader]}")
         if self.task.rank == writer:
