@@ -204,13 +204,14 @@ end
 -- {total, untyped, ntypes, type1, ...}. The memo is dropped whole when it reaches CACHE_MAX entries, so its
 -- size stays bounded inside slurmctld whatever users send. Only values up to CACHE_LEN bytes are kept.
 local CACHE_MAX, CACHE_LEN = 1024, 512
+local GPU_CACHE_LEN = CACHE_LEN
 local GPU_MEMO, GPU_MEMO_N = {}, 0
 local SCAN_TYPES = {} -- scratch for a miss
 local function scan_memo(v, types, ntypes)
   if v == nil then return 0, 0, nil, ntypes end
   local e = GPU_MEMO[v]
   if e == nil then
-    if type(v) ~= "string" or #v > CACHE_LEN then return scan_gpus(v, types, ntypes) end -- not kept: parse into `types`
+    if type(v) ~= "string" or #v > GPU_CACHE_LEN then return scan_gpus(v, types, ntypes) end -- not kept: parse into `types`
     local n = 0
     local total, untyped, bad
     total, untyped, bad, n = scan_gpus(v, SCAN_TYPES, 0)
