@@ -40,6 +40,64 @@ class LabelRule:
     def regexes(self) -> tuple[re.Pattern[bytes], ...]:
         return tuple(glob_to_regex(g) for g in self.pattern_globs)
 
+    @property
+    def glob_checks(self) -> GlobChecks:
+        return glob_checks(self.pattern_globs)
+
+
+@dataclass(frozen=True)
+class GlobChecks:
+    """The globs of one label, split at compile time into checks that cost one C call each in Lua (issue 18):
+    `*` alone, a literal prefix (`proj-*`), suffix (`*-prod`), both (`lab-*-dev` has two stars: generic), and
+    an infix (`*gpu*`). Prefixes and suffixes are sets looked up once per distinct length, so ten `x-*` globs
+    cost one string.sub. Everything else (`?`, several stars) stays a Lua pattern (`glob_to_lua`). A value that
+    contains a NUL byte is matched by the patterns of every glob instead (`*` never matches NUL there)."""
+
+    any: bool = False
+    prefixes: frozenset[str] = frozenset()
+    prefix_lens: tuple[int, ...] = ()  # byte lengths, ascending
+    suffixes: frozenset[str] = frozenset()
+    suffix_lens: tuple[int, ...] = ()
+    presuf: tuple[tuple[str, str], ...] = ()  # (prefix, suffix) of `p*s`
+    infixes: tuple[str, ...] = ()
+    patterns: tuple[bytes, ...] = ()  # the rest, as Lua patterns
+
+
+def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
+    any_value = False
+    prefixes: set[str] = set()
+    suffixes: set[str] = set()
+    presuf: list[tuple[str, str]] = []
+    infixes: list[str] = []
+    patterns: list[bytes] = []
+    for glob in globs:
+        g = re.sub(r"\*+", "*", glob)  # a run of stars matches what one star does
+        parts = g.split("*")
+        if "?" in g or len(parts) > 3:
+            patterns.append(glob_to_lua(glob))
+        elif len(parts) == 1:  # no wildcard: an exact value (LabelRule.exact), never here
+            patterns.append(glob_to_lua(glob))
+        elif len(parts) == 2:
+            head, tail = parts
+            if not head and not tail:
+                any_value = True
+            elif not tail:
+                prefixes.add(head)
+            elif not head:
+                suffixes.add(tail)
+            else:
+                presuf.append((head, tail))
+        elif not parts[0] and not parts[2]:  # *infix*
+            infixes.append(parts[1])
+        else:
+            patterns.append(glob_to_lua(glob))
+
+    def lens(values: set[str]) -> tuple[int, ...]:
+        return tuple(sorted({len(v.encode("utf-8")) for v in values}))
+
+    return GlobChecks(any_value, frozenset(prefixes), lens(prefixes), frozenset(suffixes), lens(suffixes),
+                      tuple(presuf), tuple(infixes), tuple(patterns))
+
 
 @dataclass(frozen=True)
 class PartitionRule:

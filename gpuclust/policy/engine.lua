@@ -321,9 +321,11 @@ end
 
 -- The job's partitions in PARTS[1..n] (one scratch table reused for every job, as GPU_TYPES).
 local PARTS = {}
+local SEEN_JOB, SEEN_USER, SEEN_ACCOUNT, SEEN_GPUS, SEEN_PART_READ, SEEN_PART -- see log_reject
 local function partitions_of(job)
   local n = 0
   local p = job.partition
+  SEEN_PART_READ, SEEN_PART = true, p
   if type(p) == "string" then
     if not sfind(p, ",", 1, true) then -- one partition (the usual case): no iterator
       if p ~= "" then
@@ -348,7 +350,40 @@ end
 -- the rejection. It depends on nothing but the comment, so comments that passed are remembered (LABELS_OK, bounded
 -- as GPU_MEMO): jobs of one project send the same comment again and again.
 local LABELS_OK, LABELS_OK_N = {}, 0
+
+-- Does a value (without NUL bytes) match one of a label's globs? The renderer split them into checks of one C call
+-- each (gpuclust.policy.compile.GlobChecks): prefixes and suffixes are looked up in a set once per distinct length.
+local function glob_match(rule, value)
+  if rule.any_glob then return true end
+  local lens, set = rule.prefix_lens, rule.prefixes
+  for j = 1, #lens do
+    if set[ssub(value, 1, lens[j])] then return true end -- a shorter value gives itself: in the set only if it is a prefix glob's literal
+  end
+  lens, set = rule.suffix_lens, rule.suffixes
+  for j = 1, #lens do
+    if set[ssub(value, -lens[j])] then return true end
+  end
+  local pp = rule.presuf_p
+  if pp[1] then
+    local ps, pl, k = rule.presuf_s, rule.presuf_len, #value
+    for j = 1, #pp do
+      local p, s = pp[j], ps[j]
+      if k >= pl[j] and ssub(value, 1, #p) == p and ssub(value, -#s) == s then return true end
+    end
+  end
+  local inf = rule.infixes
+  for j = 1, #inf do
+    if sfind(value, inf[j], 1, true) then return true end
+  end
+  local pats = rule.generic
+  for j = 1, #pats do
+    if sfind(value, pats[j]) then return true end
+  end
+  return false
+end
+
 local function check_labels(comment, labels)
+  local nul = nil -- does the comment hold a NUL byte? (looked up once, when a glob is first needed)
   for i = 1, #labels do
     local rule = labels[i]
     local value = label_value(comment, rule.key_eq)
@@ -356,14 +391,19 @@ local function check_labels(comment, labels)
       return reject(RC_ERROR, "label_missing", sformat(
         "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed))
     end
-    local pats = rule.patterns
-    if rule.any == false and not rule.exact[value] then -- exact values: one hash lookup; globs: a scan
+    if rule.any == false and not rule.exact[value] then -- exact values: one hash lookup; globs: the checks above
+      if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
       local ok = false
-      for j = 1, #pats do
-        if sfind(value, pats[j]) then
-          ok = true
-          break
+      if nul then -- `*` matches no NUL byte: the full patterns decide (%Z), as glob_to_regex's [^\x00]
+        local pats = rule.patterns
+        for j = 1, #pats do
+          if sfind(value, pats[j]) then
+            ok = true
+            break
+          end
         end
+      else
+        ok = glob_match(rule, value)
       end
       if not ok then
         return reject(RC_ERROR, "label_value", sformat(
@@ -384,6 +424,7 @@ local function evaluate(job)
   local user = job.user_name
   local account = nonempty(job.account)
   local eff_account = account or nonempty(job.default_account)
+  SEEN_JOB, SEEN_USER, SEEN_ACCOUNT, SEEN_GPUS, SEEN_PART_READ = job, user, eff_account, false, false
   if (type(user) == "string" and P.exempt_users[user]) or (eff_account and P.exempt_accounts[eff_account]) then
     return RC_OK, "exempt", nil
   end
@@ -391,6 +432,7 @@ local function evaluate(job)
     return reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
   end
   local gpu_total, gpu_untyped, bad, field, nodes, why, exclusive, ntypes = gpu_request(job)
+  SEEN_GPUS = gpu_total
   if bad then
     return reject(RC_INVALID_GRES, "gres_syntax", sformat(
       "cannot parse GPU request '%s' in %s; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>", shown(bad), field))
@@ -508,31 +550,52 @@ local function merged_view(desc, rec)
   end })
 end
 
-local function evaluate_modify(desc, rec)
-  return evaluate(merged_view(desc, rec))
-end
-
 -- One value of the structured rejection line: bytes other than [A-Za-z0-9_.,:/@+-] as %XX (so a space, '=' or
 -- newline cannot break the line; gpuclust/accounting/refusals.py decodes it); nil as the empty string.
+local LOG_UNSAFE = "[^%w_%.,:/@%+%-]"
+local function hex_byte(c) return sformat("%%%02X", sbyte(c)) end
 local function log_value(v)
   if v == nil then return "" end
-  return (sgsub(ssub(tostring(v), 1, 200), "[^%w_%.,:/@%+%-]", function(c) return sformat("%%%02X", sbyte(c)) end))
+  local s = ssub(tostring(v), 1, 200)
+  if not sfind(s, LOG_UNSAFE) then return s end
+  return (sgsub(s, LOG_UNSAFE, hex_byte))
+end
+
+local function read_field(job, k) return job[k] end
+local function get(job, k)
+  local ok, v = pcall(read_field, job, k)
+  if ok then return v end
+  return nil
 end
 
 -- The structured line `report fetch` counts refusals from (slurm.log_info only; read fields via pcall: a
 -- rejection must never turn into an error here). Format v1, fields in this order:
 --   gpuclust-policy-reject v1 op=submit|modify rule=R account=A user=U partition=P gpus=N
+-- A rule's rejection reuses what evaluate read of this job (SEEN_*: the same values, without reading the fields
+-- or parsing the GPU strings again); an internal error reads afresh, each field on its own.
 local function log_reject(job, rule, where)
   if job == nil then return end
-  local function get(k) local ok, v = pcall(function() return job[k] end); if ok then return v end; return nil end
-  local okg, gpus = pcall(gpu_request, job)
-  if not okg then gpus = nil end
-  local part = nonempty(get("partition")) or P.default_partition
+  local account, user, part, gpus
+  local seen = job == SEEN_JOB and rule ~= "internal_error"
+  if seen then
+    account, user = SEEN_ACCOUNT, SEEN_USER
+  else
+    account, user = nonempty(get(job, "account")) or nonempty(get(job, "default_account")), get(job, "user_name")
+  end
+  if seen and SEEN_PART_READ then part = SEEN_PART else part = get(job, "partition") end
+  part = nonempty(part) or P.default_partition
+  if seen and SEEN_GPUS ~= false then
+    gpus = SEEN_GPUS
+  else
+    local okg
+    okg, gpus = pcall(gpu_request, job)
+    if not okg then gpus = nil end
+  end
   local op = "submit"
   if where == "slurm_job_modify" then op = "modify" end
   pcall(slurm.log_info, "%s", "gpuclust-policy-reject v1 op=" .. op .. " rule=" .. log_value(rule)
-    .. " account=" .. log_value(nonempty(get("account")) or nonempty(get("default_account")))
-    .. " user=" .. log_value(get("user_name")) .. " partition=" .. log_value(part) .. " gpus=" .. log_value(gpus))
+    .. " account=" .. log_value(account) .. " user=" .. log_value(user) .. " partition=" .. log_value(part)
+    .. " gpus=" .. log_value(gpus))
 end
 
 -- The engine runs under pcall: an engine error neither crashes slurmctld nor silently accepts (an uncaught
@@ -560,8 +623,9 @@ end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 then return RC_OK end -- root/SlurmUser edits are never blocked by the submit policy
-  local ok, rc, rule, msg = pcall(evaluate_modify, job_desc, job_rec)
-  return decide(ok, rc, rule, msg, "slurm_job_modify", merged_view(job_desc, job_rec))
+  local view = merged_view(job_desc, job_rec) -- one view for the engine and the rejection line
+  local ok, rc, rule, msg = pcall(evaluate, view)
+  return decide(ok, rc, rule, msg, "slurm_job_modify", view)
 end
 
 return slurm.SUCCESS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +44,10 @@ def _set(names: frozenset[str] | None) -> str:
     return "{" + ", ".join(f"[{lua_string(n)}] = true" for n in sorted(names)) + "}"
 
 
+def _list(values: Iterable[str | bytes]) -> str:
+    return "{" + ", ".join(lua_string(v) for v in values) + "}"
+
+
 def _opt_num(value: int | None) -> str:
     return "nil" if value is None else str(int(value))
 
@@ -65,9 +70,15 @@ def render_tables(policy: CompiledPolicy) -> str:
     lines.append(f"  has_qos_typed = {_bool(bool(policy.qos_typed))},")
     lines.append("  labels = {")
     for label in policy.labels:
-        pats = ", ".join(lua_string(p) for p in label.lua_patterns)
-        lines.append(f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, exact = {_set(label.exact)}, "
-                     f"patterns = {{{pats}}}, allowed = {lua_string(label.allowed)} }},")
+        g = label.glob_checks
+        lines.append(
+            f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, "
+            f"exact = {_set(label.exact)}, patterns = {_list(label.lua_patterns)}, allowed = {lua_string(label.allowed)},\n"
+            f"      any_glob = {_bool(g.any)}, prefixes = {_set(g.prefixes)}, prefix_lens = {{{', '.join(map(str, g.prefix_lens))}}}, "
+            f"suffixes = {_set(g.suffixes)}, suffix_lens = {{{', '.join(map(str, g.suffix_lens))}}},\n"
+            f"      presuf_p = {_list(p for p, _ in g.presuf)}, presuf_s = {_list(s for _, s in g.presuf)}, "
+            f"presuf_len = {{{', '.join(str(len(p.encode('utf-8')) + len(s.encode('utf-8'))) for p, s in g.presuf)}}}, "
+            f"infixes = {_list(g.infixes)}, generic = {_list(g.patterns)} }},")
     lines.append("  },")
     lines.append("  partitions = {")
     for name in sorted(policy.partitions):
