@@ -9,8 +9,10 @@ alternated, and the median and range over rounds are reported (the machine is sh
 Variants per job shape:
   proxy / plain   job_desc behind a metatable whose __index is a function (as slurmctld's, which is a C call per
                   read) / a plain table (the engine alone).
-  memo hit / miss the same job again and again (its GPU strings and comment were seen before: the engine's memo
-                  answers) / every job's strings new (the memo is disabled by rendering CACHE_LEN = -1).
+  hit / cmiss / miss
+                  the same job again and again (its GPU strings and comment were seen before: the engine's memos
+                  answer) / a new comment per call (GPU strings seen before: a site sends few distinct ones) /
+                  a new comment per call and the GPU memo off (every string parsed; the worst case).
   --compare OLD   another engine.lua (e.g. `git show main:gpuclust/policy/engine.lua > /tmp/old.lua`), rendered
                   with the same policy tables and timed in the same rounds, alternating.
 
@@ -230,6 +232,7 @@ def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engi
         tag = f"{shape}-{n_accounts}-{name}"
         if MEMO_LINE in source:
             scripts[f"{name}/hit"] = lua51_script(t, tmp, f"{tag}-hit")
+            scripts[f"{name}/cmiss"] = scripts[f"{name}/hit"]  # the same script, fed a new comment per call
             scripts[f"{name}/miss"] = lua51_script(t.replace(MEMO_LINE, MISS_LINE), tmp, f"{tag}-miss")
         elif OLD_MEMO_LINE in source:  # an engine from before the GPU memo had its own switch: both memos off
             scripts[f"{name}/hit"] = lua51_script(t, tmp, f"{tag}-hit")
@@ -265,8 +268,9 @@ def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engi
             if r % 2:
                 keys.reverse()
             for key, plain in keys:
-                cf = miss_comments if key.endswith("/miss") else None
-                us, rc, nreads = run_lua51(exe, scripts[key], driver, job, args.n, args.repeats, plain, cf)
+                cf = miss_comments if key.endswith("miss") else None
+                us, rc, nreads = run_lua51(exe, scripts[key.replace("/cmiss", "/hit")], driver, job, args.n, args.repeats,
+                                           plain, cf)
                 if (rc == "0") != verdict.accepted:
                     raise SystemExit(f"{key}: Lua verdict rc={rc} differs from Python's {verdict.rule}")
                 variant = f"{key} {'plain' if plain else 'proxy'}"

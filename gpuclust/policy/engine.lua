@@ -195,7 +195,13 @@ local function scan_memo(v, types, ntypes)
     GPU_MEMO_N = GPU_MEMO_N + 1
   end
   local n = e[3]
-  for i = 1, n do ntypes = add_type(types, ntypes, e[3 + i]) end
+  if n > 0 then
+    if ntypes == 0 then -- the first field with types: copy (an entry's types are distinct)
+      for i = 1, n do types[i] = e[3 + i] end
+      return e[1], e[2], nil, n
+    end
+    for i = 1, n do ntypes = add_type(types, ntypes, e[3 + i]) end
+  end
   return e[1], e[2], nil, ntypes
 end
 
@@ -219,15 +225,27 @@ local function gpu_request(job)
   local per_node, node_field = job.tres_per_node, "tres_per_node"
   if per_node == nil or per_node == "" then node_field, per_node = "gres", job.gres end
   local types = GPU_TYPES
-  local total, untyped, bad, ntypes = scan_memo(job.tres_per_job, types, 0)
-  if bad then return total, untyped, bad, "tres_per_job" end
-  local nt, nu, st, su, tt, tu
-  nt, nu, bad, ntypes = scan_memo(per_node, types, ntypes)
-  if bad then return total, untyped, bad, node_field end
-  st, su, bad, ntypes = scan_memo(job.tres_per_socket, types, ntypes)
-  if bad then return total, untyped, bad, "tres_per_socket" end
-  tt, tu, bad, ntypes = scan_memo(job.tres_per_task, types, ntypes)
-  if bad then return total, untyped, bad, "tres_per_task" end
+  local total, untyped, bad, ntypes = 0, 0, nil, 0
+  local nt, nu, st, su, tt, tu = 0, 0, 0, 0, 0, 0
+  local v = job.tres_per_job -- unset fields (the usual case for three of the four) cost no call
+  if v ~= nil then
+    total, untyped, bad, ntypes = scan_memo(v, types, 0)
+    if bad then return total, untyped, bad, "tres_per_job" end
+  end
+  if per_node ~= nil then
+    nt, nu, bad, ntypes = scan_memo(per_node, types, ntypes)
+    if bad then return total, untyped, bad, node_field end
+  end
+  v = job.tres_per_socket
+  if v ~= nil then
+    st, su, bad, ntypes = scan_memo(v, types, ntypes)
+    if bad then return total, untyped, bad, "tres_per_socket" end
+  end
+  v = job.tres_per_task
+  if v ~= nil then
+    tt, tu, bad, ntypes = scan_memo(v, types, ntypes)
+    if bad then return total, untyped, bad, "tres_per_task" end
+  end
   local per_gpu = nil -- --ntasks-per-gpu without any GPU field: Slurm allocates ceil(tasks / N) GPUs
   if total == 0 and nt == 0 and st == 0 and tt == 0 then per_gpu = valid_count(job.ntasks_per_tres, NO_VAL16) end
   local exclusive = job.shared == 0
@@ -422,7 +440,8 @@ end
 -- Rules in a fixed order; the first that fails decides. Returns rc, rule, message (nil on accept).
 local function evaluate(job)
   local user = job.user_name
-  local account = nonempty(job.account)
+  local account = job.account
+  if type(account) ~= "string" or account == "" then account = nil end
   local eff_account = account or nonempty(job.default_account)
   SEEN_JOB, SEEN_USER, SEEN_ACCOUNT, SEEN_GPUS, SEEN_PART_READ = job, user, eff_account, false, false
   if (type(user) == "string" and P.exempt_users[user]) or (eff_account and P.exempt_accounts[eff_account]) then
