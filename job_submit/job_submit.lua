@@ -67,7 +67,7 @@ end
 
 -- A usable count: an integer in [1, limit); nil, NO_VAL*, 0, NaN and fractions are "unset".
 local function valid_count(v, limit)
-  if type(v) == "number" and v >= 1 and v < limit and mfloor(v) == v then return v end
+  if type(v) == "number" and v >= 1 and v < limit and v % 1 == 0 then return v end -- % 1: no call (v is finite here)
   return nil
 end
 
@@ -285,22 +285,30 @@ local function gpu_request(job)
     return total, untyped, nil, nil, 1, nil, false, ntypes
   end
   local why = nil
-  local tasks = valid_count(job.num_tasks, NO_VAL)
-  local lo = valid_count(job.min_nodes, NO_VAL) or 1
+  -- valid_count and the saturating arithmetic written out here: this runs for every job with per-node GPUs
+  local tasks = job.num_tasks
+  if not (type(tasks) == "number" and tasks >= 1 and tasks < NO_VAL and tasks % 1 == 0) then tasks = nil end
+  local lo = job.min_nodes
+  if not (type(lo) == "number" and lo >= 1 and lo < NO_VAL and lo % 1 == 0) then lo = 1 end
   local mx = job.max_nodes
   local nodes
   if mx == INFINITE then
     nodes, why = SAT, W_NODES
+  elseif type(mx) == "number" and mx >= 1 and mx < NO_VAL and mx % 1 == 0 then
+    nodes = mx
+    if nodes < lo then nodes = lo end
   else
-    nodes = valid_count(mx, NO_VAL)
-    if nodes then
-      if nodes < lo then nodes = lo end
-    else
-      nodes = lo
-      if tasks and tasks > nodes then nodes = tasks end
-    end
+    nodes = lo
+    if tasks and tasks > nodes then nodes = tasks end
   end
-  total, untyped = sat_add(total, sat_mul(nt, nodes)), sat_add(untyped, sat_mul(nu, nodes))
+  if nt > 0 then
+    local p, q = nt * nodes, nu * nodes
+    if p > SAT then p = SAT end
+    if q > SAT then q = SAT end
+    total, untyped = total + p, untyped + q
+    if total > SAT then total = SAT end
+    if untyped > SAT then untyped = SAT end
+  end
   if st > 0 then
     local sockets = valid_count(job.sockets_per_node, NO_VAL16)
     if not sockets then sockets, why = SAT, why or W_SOCKETS end
