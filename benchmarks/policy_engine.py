@@ -236,6 +236,7 @@ def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engi
             scripts[f"{name}/miss"] = lua51_script(t.replace(MEMO_LINE, MISS_LINE), tmp, f"{tag}-miss")
         elif OLD_MEMO_LINE in source:  # an engine from before the GPU memo had its own switch: both memos off
             scripts[f"{name}/hit"] = lua51_script(t, tmp, f"{tag}-hit")
+            scripts[f"{name}/cmiss"] = scripts[f"{name}/hit"]
             scripts[f"{name}/miss"] = lua51_script(t.replace(OLD_MEMO_LINE, OLD_MISS_LINE), tmp, f"{tag}-miss")
         else:
             scripts[f"{name}"] = lua51_script(t, tmp, tag)
