@@ -47,56 +47,45 @@ class LabelRule:
 
 @dataclass(frozen=True)
 class GlobChecks:
-    """The globs of one label, split at compile time into checks that cost one C call each in Lua (issue 18):
-    `*` alone, a literal prefix (`proj-*`), suffix (`*-prod`), both (`lab-*-dev` has two stars: generic), and
-    an infix (`*gpu*`). Prefixes and suffixes are sets looked up once per distinct length, so ten `x-*` globs
-    cost one string.sub. Everything else (`?`, several stars) stays a Lua pattern (`glob_to_lua`). A value that
-    contains a NUL byte is matched by the patterns of every glob instead (`*` never matches NUL there)."""
+    """The globs of one label, arranged at compile time so that Lua tries few of them per value (issue 18).
+
+    Globs that start with a literal byte are full patterns (glob_to_lua) filed under that byte: a value is tried
+    only against those of its own first byte. Globs that start with a wildcard: `*` alone (`any`), `*suffix`
+    (a set per suffix length: one string.sub per distinct length), `*infix*` (a plain find), and the rest as
+    patterns (`wild`). The split checks (any, suffixes, infixes) ignore NUL bytes, which `*` never matches: a
+    value holding one is matched against every glob's full pattern instead (LabelRule.lua_patterns)."""
 
     any: bool = False
-    prefixes: frozenset[str] = frozenset()
-    prefix_lens: tuple[int, ...] = ()  # byte lengths, ascending
     suffixes: frozenset[str] = frozenset()
-    suffix_lens: tuple[int, ...] = ()
-    presuf: tuple[tuple[str, str], ...] = ()  # (prefix, suffix) of `p*s`
+    suffix_lens: tuple[int, ...] = ()  # byte lengths, ascending
     infixes: tuple[str, ...] = ()
-    patterns: tuple[bytes, ...] = ()  # the rest, as Lua patterns
+    wild: tuple[bytes, ...] = ()
+    by_first: dict[int, tuple[bytes, ...]] = field(default_factory=dict)
 
 
 def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
     any_value = False
-    prefixes: set[str] = set()
     suffixes: set[str] = set()
-    presuf: list[tuple[str, str]] = []
     infixes: list[str] = []
-    patterns: list[bytes] = []
+    wild: list[bytes] = []
+    by_first: dict[int, list[bytes]] = {}
     for glob in globs:
         g = re.sub(r"\*+", "*", glob)  # a run of stars matches what one star does
+        first = g.encode("utf-8")[:1]
+        if first not in (b"*", b"?"):
+            by_first.setdefault(first[0], []).append(glob_to_lua(glob))
+            continue
         parts = g.split("*")
-        if "?" in g or len(parts) > 3:
-            patterns.append(glob_to_lua(glob))
-        elif len(parts) == 1:  # no wildcard: an exact value (LabelRule.exact), never here
-            patterns.append(glob_to_lua(glob))
-        elif len(parts) == 2:
-            head, tail = parts
-            if not head and not tail:
-                any_value = True
-            elif not tail:
-                prefixes.add(head)
-            elif not head:
-                suffixes.add(tail)
-            else:
-                presuf.append((head, tail))
-        elif not parts[0] and not parts[2]:  # *infix*
+        if g == "*":
+            any_value = True
+        elif "?" not in g and len(parts) == 2:  # *suffix
+            suffixes.add(parts[1])
+        elif "?" not in g and len(parts) == 3 and not parts[2]:  # *infix*
             infixes.append(parts[1])
         else:
-            patterns.append(glob_to_lua(glob))
-
-    def lens(values: set[str]) -> tuple[int, ...]:
-        return tuple(sorted({len(v.encode("utf-8")) for v in values}))
-
-    return GlobChecks(any_value, frozenset(prefixes), lens(prefixes), frozenset(suffixes), lens(suffixes),
-                      tuple(presuf), tuple(infixes), tuple(patterns))
+            wild.append(glob_to_lua(glob))
+    return GlobChecks(any_value, frozenset(suffixes), tuple(sorted({len(v.encode("utf-8")) for v in suffixes})),
+                      tuple(infixes), tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())})
 
 
 @dataclass(frozen=True)

@@ -377,31 +377,26 @@ end
 -- as GPU_MEMO): jobs of one project send the same comment again and again.
 local LABELS_OK, LABELS_OK_N = {}, 0
 
--- Does a value (without NUL bytes) match one of a label's globs? The renderer split them into checks of one C call
--- each (gpuclust.policy.compile.GlobChecks): prefixes and suffixes are looked up in a set once per distinct length.
+-- Does a value (without NUL bytes) match one of a label's globs? The renderer filed them
+-- (gpuclust.policy.compile.GlobChecks): globs with a literal first byte are tried only for values that start with
+-- it; of the rest, suffixes are looked up in a set once per distinct length and infixes are plain finds.
 local function glob_match(rule, value)
-  if rule.any_glob then return true end
-  local lens, set = rule.prefix_lens, rule.prefixes
-  for j = 1, #lens do
-    if set[ssub(value, 1, lens[j])] then return true end -- a shorter value gives itself: in the set only if it is a prefix glob's literal
-  end
-  lens, set = rule.suffix_lens, rule.suffixes
-  for j = 1, #lens do
-    if set[ssub(value, -lens[j])] then return true end
-  end
-  local pp = rule.presuf_p
-  if pp[1] then
-    local ps, pl, k = rule.presuf_s, rule.presuf_len, #value
-    for j = 1, #pp do
-      local p, s = pp[j], ps[j]
-      if k >= pl[j] and ssub(value, 1, #p) == p and ssub(value, -#s) == s then return true end
+  local pats = rule.by_first[sbyte(value, 1)]
+  if pats then
+    for j = 1, #pats do
+      if sfind(value, pats[j]) then return true end
     end
+  end
+  if rule.any_glob then return true end
+  local lens, set = rule.suffix_lens, rule.suffixes
+  for j = 1, #lens do
+    if set[ssub(value, -lens[j])] then return true end -- a shorter value gives itself: in the set only if it is a suffix glob's literal
   end
   local inf = rule.infixes
   for j = 1, #inf do
     if sfind(value, inf[j], 1, true) then return true end
   end
-  local pats = rule.generic
+  pats = rule.wild
   for j = 1, #pats do
     if sfind(value, pats[j]) then return true end
   end

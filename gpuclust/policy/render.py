@@ -74,11 +74,9 @@ def render_tables(policy: CompiledPolicy) -> str:
         lines.append(
             f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, "
             f"exact = {_set(label.exact)}, patterns = {_list(label.lua_patterns)}, allowed = {lua_string(label.allowed)},\n"
-            f"      any_glob = {_bool(g.any)}, prefixes = {_set(g.prefixes)}, prefix_lens = {{{', '.join(map(str, g.prefix_lens))}}}, "
-            f"suffixes = {_set(g.suffixes)}, suffix_lens = {{{', '.join(map(str, g.suffix_lens))}}},\n"
-            f"      presuf_p = {_list(p for p, _ in g.presuf)}, presuf_s = {_list(s for _, s in g.presuf)}, "
-            f"presuf_len = {{{', '.join(str(len(p.encode('utf-8')) + len(s.encode('utf-8'))) for p, s in g.presuf)}}}, "
-            f"infixes = {_list(g.infixes)}, generic = {_list(g.patterns)} }},")
+            f"      any_glob = {_bool(g.any)}, suffixes = {_set(g.suffixes)}, suffix_lens = {{{', '.join(map(str, g.suffix_lens))}}}, "
+            f"infixes = {_list(g.infixes)}, wild = {_list(g.wild)},\n"
+            f"      by_first = {{{', '.join(f'[{b}] = {_list(p)}' for b, p in g.by_first.items())}}} }},")
     lines.append("  },")
     lines.append("  partitions = {")
     for name in sorted(policy.partitions):

@@ -1,5 +1,5 @@
-"""Label globs are split at render time into prefix, suffix, prefix+suffix, infix and `*` checks (issue 18: fewer
-pattern calls per job in Lua). The split must decide exactly as the full glob (Python's glob_to_regex): every kind,
+"""Label globs are arranged at render time by their first byte, and into suffix, infix and `*` checks (issue 18:
+fewer pattern calls per job in Lua). The split must decide exactly as the full glob (Python's glob_to_regex): every kind,
 odd bytes, UTF-8, values shorter than the literals, and NUL bytes (which `*` never matches)."""
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ def test_every_value_in_every_label_agrees():
 
 
 def test_split_kinds():
-    g = glob_checks(("proj-*", "res-*", "*-prod", "lab-*-dev", "*gpu*", "*", "?x?", "x*y*z", "a**"))
-    assert g.any and g.prefixes == {"proj-", "res-", "a"} and g.prefix_lens == (1, 4, 5)
-    assert g.suffixes == {"-prod"} and g.presuf == (("lab-", "-dev"),) and g.infixes == ("gpu",)
-    assert len(g.patterns) == 2
+    g = glob_checks(("proj-*", "res-*", "*-prod", "lab-*-dev", "*gpu*", "*", "?x?", "x*y*z", "a**", "*.?", "**x"))
+    assert g.any and g.suffixes == {"-prod", "x"} and g.suffix_lens == (1, 5) and g.infixes == ("gpu",)
+    assert g.wild == (b"^%Zx%Z$", b"^%Z*%.%Z$")  # '?x?' and '*.?' start with a wildcard
+    assert sorted(g.by_first) == [ord("a"), ord("l"), ord("p"), ord("r"), ord("x")]
+    assert g.by_first[ord("p")] == (b"^proj%-%Z*$",)
 
 
 @settings(max_examples=300, deadline=None)
