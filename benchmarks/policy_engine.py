@@ -250,7 +250,7 @@ def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engi
         comment = next((template[i + 1] for i, a in enumerate(template[:-1]) if a == "--comment"), None)
         miss_comments = None
         if comment and "{i}" in comment:
-            count = min(args.n, 20_000)  # > the memo's 1024 entries: every call misses
+            count = min(args.n, args.distinct)  # > the memo's 1024 entries: every call misses
             miss_comments = comments_file(tmp, f"{shape}-{n_accounts}-{k}", comment, count)
             for i in (1, 2, count):  # the varied comments must not change the verdict
                 v = py.submit({**job, "comment": comment.replace("{i}", str(i))})
@@ -294,6 +294,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timings per process (best is kept)")
     parser.add_argument("--rounds", type=int, default=3, help="processes per variant, alternated (median reported)")
     parser.add_argument("--compare", type=Path, help="another engine.lua timed alongside (before/after)")
+    parser.add_argument("--distinct", type=int, default=20_000,
+                        help="distinct comments cycled in the miss variants (> 1024, the memo's bound)")
     parser.add_argument("--plain", action="store_true", help="also time a plain-table job_desc (the engine alone)")
     parser.add_argument("--only", default="", help="time only the jobs whose label contains this text")
     parser.add_argument("--lupa", action="store_true", help="also time lupa's Lua 5.1 (slower to run)")
