@@ -45,47 +45,58 @@ class LabelRule:
         return glob_checks(self.pattern_globs)
 
 
+# Bytes that end a label value in --comment (engine.lua's label rules; evaluate.py's _LABEL_TOKEN).
+LABEL_SEPARATORS = b",; \t\n\r\v\f"
+_VALUE_BYTE = b"[^" + LABEL_SEPARATORS + b"%z]"  # one byte of a NUL-free value, as a Lua set
+
+
 @dataclass(frozen=True)
 class GlobChecks:
-    """The globs of one label, arranged at compile time so that Lua tries few of them per value (issue 18).
-
-    Globs that start with a literal byte are full patterns (glob_to_lua) filed under that byte: a value is tried
-    only against those of its own first byte. Globs that start with a wildcard: `*` alone (`any`), `*suffix`
-    (a set per suffix length: one string.sub per distinct length), `*infix*` (a plain find), and the rest as
-    patterns (`wild`). The split checks (any, suffixes, infixes) ignore NUL bytes, which `*` never matches: a
-    value holding one is matched against every glob's full pattern instead (LabelRule.lua_patterns)."""
+    """The globs of one label as Lua patterns matched in place, on the comment at the value's first byte (issue 18:
+    no value string is made unless the label also has exact values). `*` is any run of value bytes, `?` one, and
+    the value must end where the match ends (a frontier at a separator or the comment's end). Globs that start with
+    a literal byte are filed under it (a value is tried only against those of its own first byte); `any` is the
+    glob `*`; the rest are `wild`. Valid for comments without NUL bytes, which `*` never matches: for those the
+    engine matches the value against every glob's full pattern instead (LabelRule.lua_patterns). A glob holding a
+    separator (or a NUL byte) can match no value and is left out."""
 
     any: bool = False
-    suffixes: frozenset[str] = frozenset()
-    suffix_lens: tuple[int, ...] = ()  # byte lengths, ascending
-    infixes: tuple[str, ...] = ()
     wild: tuple[bytes, ...] = ()
     by_first: dict[int, tuple[bytes, ...]] = field(default_factory=dict)
 
 
+def glob_in_place(glob: str) -> bytes:
+    out = [b"^"]
+    for byte in glob.encode("utf-8"):
+        ch = bytes([byte])
+        if ch == b"*":
+            out.append(_VALUE_BYTE + b"*")
+        elif ch == b"?":
+            out.append(_VALUE_BYTE)
+        elif byte < 128 and not ch.isalnum():
+            out.append(b"%" + ch)
+        else:
+            out.append(ch)
+    out.append(b"%f[" + LABEL_SEPARATORS + b"%z]")
+    return b"".join(out)
+
+
 def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
     any_value = False
-    suffixes: set[str] = set()
-    infixes: list[str] = []
     wild: list[bytes] = []
     by_first: dict[int, list[bytes]] = {}
     for glob in globs:
+        data = glob.encode("utf-8")
+        if any(b in LABEL_SEPARATORS or b == 0 for b in data):
+            continue  # a value never holds a separator (or a NUL, on this path)
         g = re.sub(r"\*+", "*", glob)  # a run of stars matches what one star does
-        first = g.encode("utf-8")[:1]
-        if first not in (b"*", b"?"):
-            by_first.setdefault(first[0], []).append(glob_to_lua(glob))
-            continue
-        parts = g.split("*")
         if g == "*":
             any_value = True
-        elif "?" not in g and len(parts) == 2:  # *suffix
-            suffixes.add(parts[1])
-        elif "?" not in g and len(parts) == 3 and not parts[2]:  # *infix*
-            infixes.append(parts[1])
+        elif data[0] in b"*?":
+            wild.append(glob_in_place(g))
         else:
-            wild.append(glob_to_lua(glob))
-    return GlobChecks(any_value, frozenset(suffixes), tuple(sorted({len(v.encode("utf-8")) for v in suffixes})),
-                      tuple(infixes), tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())})
+            by_first.setdefault(data[0], []).append(glob_in_place(g))
+    return GlobChecks(any_value, tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())})
 
 
 @dataclass(frozen=True)

@@ -326,24 +326,12 @@ local function too_many(rule, total, what, name, max)
     .. "-N <nodes> and -n <tasks>, or ask with --gpus=<total>", total, what, name, max))
 end
 
--- The value of label `key` in --comment: tokens are separated by commas, semicolons or blanks, a token is
--- key=value (split at its first '='), and the first token with this key and a non-empty value wins.
--- Searched per key with plain finds, without splitting the comment into a table (this runs for every job).
+-- Label values in --comment: tokens are separated by commas, semicolons or blanks, a token is key=value (split
+-- at its first '='), and the first token with the key and a non-empty value wins. Searched per key with plain
+-- finds, without splitting the comment into a table (this runs for every job).
 local LABEL_VALUE = "^[^,; \t\n\r\v\f]*"
 local SEP_BYTE = { [44] = true, [59] = true, [32] = true, [9] = true, [10] = true, [13] = true, [11] = true, [12] = true }
 local sbyte = string.byte
-local function label_value(comment, key_eq)
-  local pos = 1
-  while true do
-    local s, e = sfind(comment, key_eq, pos, true)
-    if not s then return nil end
-    if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
-      local value = smatch(comment, LABEL_VALUE, e + 1) -- '^' anchors at e + 1 in Lua 5.1: one call, no ssub
-      if value ~= "" then return value end
-    end
-    pos = s + 1
-  end
-end
 
 -- The job's partitions in PARTS[1..n] (one scratch table reused for every job, as GPU_TYPES).
 local PARTS = {}
@@ -377,56 +365,72 @@ end
 -- as GPU_MEMO): jobs of one project send the same comment again and again.
 local LABELS_OK, LABELS_OK_N = {}, 0
 
--- Does a value (without NUL bytes) match one of a label's globs? The renderer filed them
--- (gpuclust.policy.compile.GlobChecks): globs with a literal first byte are tried only for values that start with
--- it; of the rest, suffixes are looked up in a set once per distinct length and infixes are plain finds.
-local function glob_match(rule, value)
-  local pats = rule.by_first[sbyte(value, 1)]
-  if pats then
-    for j = 1, #pats do
-      if sfind(value, pats[j]) then return true end
+-- Where label `key` has its value in --comment: the position just before the value (the '=' of the first
+-- token with this key and a non-empty value), or nil. No value string is made here.
+local function label_at(comment, key_eq)
+  local pos = 1
+  while true do
+    local s, e = sfind(comment, key_eq, pos, true)
+    if not s then return nil end
+    if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
+      local b = sbyte(comment, e + 1)
+      if b and not SEP_BYTE[b] then return e end
     end
+    pos = s + 1
   end
-  if rule.any_glob then return true end
-  local lens, set = rule.suffix_lens, rule.suffixes
-  for j = 1, #lens do
-    if set[ssub(value, -lens[j])] then return true end -- a shorter value gives itself: in the set only if it is a suffix glob's literal
-  end
-  local inf = rule.infixes
-  for j = 1, #inf do
-    if sfind(value, inf[j], 1, true) then return true end
-  end
-  pats = rule.wild
-  for j = 1, #pats do
-    if sfind(value, pats[j]) then return true end
-  end
-  return false
 end
 
 local function check_labels(comment, labels)
   local nul = nil -- does the comment hold a NUL byte? (looked up once, when a glob is first needed)
   for i = 1, #labels do
     local rule = labels[i]
-    local value = label_value(comment, rule.key_eq)
-    if value == nil then
+    local at = label_at(comment, rule.key_eq)
+    if at == nil then
       return reject(RC_ERROR, "label_missing", sformat(
         "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed))
     end
-    if rule.any == false and not rule.exact[value] then -- exact values: one hash lookup; globs: the checks above
-      if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
-      local ok = false
-      if nul then -- `*` matches no NUL byte: the full patterns decide (%Z), as glob_to_regex's [^\x00]
-        local pats = rule.patterns
-        for j = 1, #pats do
-          if sfind(value, pats[j]) then
-            ok = true
-            break
-          end
-        end
-      else
-        ok = glob_match(rule, value)
+    if rule.any == false then
+      local ok, value = false, nil
+      if rule.has_exact then -- exact values: one hash lookup
+        value = smatch(comment, LABEL_VALUE, at + 1) -- '^' anchors at at + 1 in Lua 5.1: one call, no ssub
+        ok = rule.exact[value] ~= nil
       end
       if not ok then
+        if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
+        if nul then -- `*` matches no NUL byte: the full patterns decide (%Z), as glob_to_regex's [^\x00]
+          value = value or smatch(comment, LABEL_VALUE, at + 1)
+          local pats = rule.patterns
+          for j = 1, #pats do
+            if sfind(value, pats[j]) then
+              ok = true
+              break
+            end
+          end
+        elseif rule.any_glob then
+          ok = true
+        else -- the globs matched in place at the value (gpuclust.policy.compile.GlobChecks)
+          local pats = rule.by_first[sbyte(comment, at + 1)]
+          if pats then
+            for j = 1, #pats do
+              if sfind(comment, pats[j], at + 1) then
+                ok = true
+                break
+              end
+            end
+          end
+          if not ok then
+            pats = rule.wild
+            for j = 1, #pats do
+              if sfind(comment, pats[j], at + 1) then
+                ok = true
+                break
+              end
+            end
+          end
+        end
+      end
+      if not ok then
+        value = value or smatch(comment, LABEL_VALUE, at + 1)
         return reject(RC_ERROR, "label_value", sformat(
           "%s=%s is not allowed; use %s=<one of: %s> in --comment", rule.key, shown(value), rule.key, rule.allowed))
       end

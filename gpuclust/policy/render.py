@@ -74,8 +74,7 @@ def render_tables(policy: CompiledPolicy) -> str:
         lines.append(
             f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, "
             f"exact = {_set(label.exact)}, patterns = {_list(label.lua_patterns)}, allowed = {lua_string(label.allowed)},\n"
-            f"      any_glob = {_bool(g.any)}, suffixes = {_set(g.suffixes)}, suffix_lens = {{{', '.join(map(str, g.suffix_lens))}}}, "
-            f"infixes = {_list(g.infixes)}, wild = {_list(g.wild)},\n"
+            f"      has_exact = {_bool(bool(label.exact))}, any_glob = {_bool(g.any)}, wild = {_list(g.wild)},\n"
             f"      by_first = {{{', '.join(f'[{b}] = {_list(p)}' for b, p in g.by_first.items())}}} }},")
     lines.append("  },")
     lines.append("  partitions = {")
