@@ -16,7 +16,8 @@ Variants per job shape:
   --compare OLD   another engine.lua (e.g. `git show main:gpuclust/policy/engine.lua > /tmp/old.lua`), rendered
                   with the same policy tables and timed in the same rounds, alternating.
 
-Usage: python benchmarks/policy_engine.py [--accounts 50,500] [--n 100000] [--repeats 5] [--rounds 3]
+Usage: python benchmarks/policy_engine.py [--shape big,wide] [--accounts 50,500] [--n 100000] [--repeats 5]
+                                          [--rounds 3] [--distinct 20000] [--only TEXT] [--plain]
                                           [--compare OLD.lua] [--lupa] [--json]
 """
 
