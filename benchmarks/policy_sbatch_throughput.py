@@ -8,10 +8,17 @@ p50/p99 latency of single sbatch calls over all its blocks; slurmctld's own CPU 
 submit and the cancel), which the other load on a shared machine disturbs far less than the rates; the ratio policy/pass-through of the medians, and of
 each ABBA pair. The pass-through script is restored at the end whatever happens.
 
+The estimate (issue 18): many short blocks (default 24 per mode of 64 jobs), ABBA order; the verdict figure is
+the median of the per-round ratios policy/pass-through with a 95% confidence interval, both a distribution-free
+one (order statistics of the ratios, binomial) and a bootstrap one (percentile, 4000 resamples, fixed seed). The
+low-noise figure is slurmctld's CPU per job (one warm-up job per submitter after each script swap, untimed, so
+that slurmctld's reload of the script is not counted): the median per mode, and the median of the per-round differences
+policy - pass-through (what the policy adds inside slurmctld, under its job write lock) with the same intervals.
+
 --extra-accounts K adds K synthetic accounts (each with allowed_partitions and max_gpus_per_job, every 5th with a
 typed limit) to the lab policy and to the gpu partition's allowed_accounts, so the engine runs site-size tables.
 
-Usage: python benchmarks/policy_sbatch_throughput.py [--name perf] [--n 240] [--concurrency 8] [--rounds 4]
+Usage: python benchmarks/policy_sbatch_throughput.py [--name perf] [--n 64] [--concurrency 8] [--rounds 24]
                                                      [--extra-accounts 500] [--json]
 """
 
@@ -19,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import statistics
 import subprocess
 import tempfile
@@ -98,6 +107,47 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]  # nearest rank
 
 
+def median_ci_rank(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval for the median: the order statistics (k, n+1-k) that cover it with probability
+    >= level under Binomial(n, 1/2); the full range when n is too small."""
+    s, n = sorted(values), len(values)
+    best = 0
+    for k in range(1, n // 2 + 1):
+        cover = 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+        if cover >= level:
+            best = k
+    if best == 0:
+        return s[0], s[-1]
+    return s[best - 1], s[n - best]
+
+
+def median_ci_bootstrap(values: list[float], level: float = 0.95, resamples: int = 4000) -> tuple[float, float]:
+    rng = random.Random(18)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    lo = meds[int((1 - level) / 2 * resamples)]
+    hi = meds[min(resamples - 1, int((1 + level) / 2 * resamples))]
+    return lo, hi
+
+
+def estimate(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "ci95_rank": median_ci_rank(values),
+            "ci95_bootstrap": median_ci_bootstrap(values), "n": len(values)}
+
+
+def pooled_difference(a: list[float], b: list[float], resamples: int = 4000) -> dict:
+    """mean(a) - mean(b) over paired rounds, with a bootstrap 95% interval that resamples whole rounds. Per-block
+    CPU is counted in 10 ms clock ticks; pooling all blocks makes the resolution one tick over all the jobs."""
+    pairs = list(zip(a, b, strict=False))
+    rng = random.Random(18)
+    diffs = []
+    for _ in range(resamples):
+        sample = rng.choices(pairs, k=len(pairs))
+        diffs.append(statistics.fmean(x for x, _ in sample) - statistics.fmean(y for _, y in sample))
+    diffs.sort()
+    return {"difference": statistics.fmean(a) - statistics.fmean(b), "mean_a": statistics.fmean(a),
+            "mean_b": statistics.fmean(b), "ci95_bootstrap": (diffs[int(0.025 * resamples)], diffs[int(0.975 * resamples)])}
+
+
 def lab_policy(conf: str, extra_accounts: int) -> str:
     if not extra_accounts:
         return conf
@@ -113,9 +163,9 @@ def lab_policy(conf: str, extra_accounts: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", default=os.environ.get("SLURM_LAB_NAME", "policy"), help="slurm-lab instance")
-    parser.add_argument("--n", type=int, default=240, help="sbatch calls per block (all submitters together)")
+    parser.add_argument("--n", type=int, default=64, help="sbatch calls per block (all submitters together)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent submitters")
-    parser.add_argument("--rounds", type=int, default=4, help="blocks per mode (ABBA order)")
+    parser.add_argument("--rounds", type=int, default=24, help="blocks per mode (ABBA order)")
     parser.add_argument("--extra-accounts", type=int, default=500, help="synthetic accounts added to the lab policy")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
@@ -127,6 +177,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {"passthrough": [], "policy": []}
     lats: dict[str, list[float]] = {"passthrough": [], "policy": []}
     load: list[float] = []
+    load_start = os.getloadavg()
     ctld_ms: dict[str, list[float]] = {"passthrough": [], "policy": []}
     with tempfile.TemporaryDirectory() as tmp:
         lua = write_lua(compile_policy(parse_config(conf, "lab-site.conf")), Path(tmp) / "job_submit.lua")
@@ -137,6 +188,9 @@ def main() -> None:
                 order = ("passthrough", "policy") if r % 4 in (0, 3) else ("policy", "passthrough")
                 for mode in order:
                     install(args.name, "default" if mode == "passthrough" else str(lua), env)
+                    # slurmctld (re)loads the script at the first job after a change: warm it up outside the timed
+                    # block, so the blocks time steady-state submits (loading the 500-account script is ms of CPU)
+                    block(args.concurrency, args.concurrency, env)
                     c0 = ctld_cpu_s(info["state_dir"])
                     rate, latencies = block(args.n, args.concurrency, env)
                     c1 = ctld_cpu_s(info["state_dir"])
@@ -149,16 +203,22 @@ def main() -> None:
             install(args.name, "default", env)
     med = {k: statistics.median(v) for k, v in rates.items()}
     pairs = [p / q for p, q in zip(rates["policy"], rates["passthrough"], strict=True)]
+    ctld_diff = [p - q for p, q in zip(ctld_ms["policy"], ctld_ms["passthrough"], strict=False)]
     result = {
         "n_per_block": args.n, "concurrency": args.concurrency, "rounds": args.rounds,
         "policy_accounts": 2 + args.extra_accounts, "jobs_per_s": rates, "median_jobs_per_s": med,
         "ratio_policy_over_passthrough": med["policy"] / med["passthrough"],
         "ratio_per_round": pairs,
+        "ratio_per_round_estimate": estimate(pairs),
+        "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
         "latency_ms": {k: {"p50": 1000 * percentile(v, 50), "p99": 1000 * percentile(v, 99), "max": 1000 * max(v),
                            "calls": len(v)} for k, v in lats.items()},
         "loadavg_1min_per_block": load,
         "slurmctld_cpu_ms_per_job": ctld_ms,
         "slurmctld_cpu_ms_per_job_median": {k: statistics.median(v) for k, v in ctld_ms.items() if v},
+        "slurmctld_cpu_ms_per_job_added_by_policy": estimate(ctld_diff) if ctld_diff else None,
+        "slurmctld_cpu_ms_per_job_added_pooled": (pooled_difference(ctld_ms["policy"], ctld_ms["passthrough"])
+                                                  if ctld_diff else None),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -171,8 +231,22 @@ def main() -> None:
             if values:
                 print(f"{mode:<12} slurmctld CPU per job (submit + cancel): median {statistics.median(values):.3f} ms   "
                       f"blocks: {', '.join(f'{v:.3f}' for v in values)}")
-        print(f"ratio policy/passthrough: {result['ratio_policy_over_passthrough']:.3f}   per round: "
-              f"{', '.join(f'{p:.3f}' for p in pairs)}   load avg (1 min) {min(load):.1f}-{max(load):.1f}")
+        print(f"ratio of medians policy/passthrough: {result['ratio_policy_over_passthrough']:.3f}   per round: "
+              f"{', '.join(f'{p:.2f}' for p in pairs)}")
+        e = result["ratio_per_round_estimate"]
+        print(f"median of per-round ratios: {e['median']:.3f}   95% CI rank {e['ci95_rank'][0]:.3f}-{e['ci95_rank'][1]:.3f}"
+              f"   bootstrap {e['ci95_bootstrap'][0]:.3f}-{e['ci95_bootstrap'][1]:.3f}   ({e['n']} rounds)")
+        d = result["slurmctld_cpu_ms_per_job_added_by_policy"]
+        if d:
+            print(f"slurmctld CPU added by the policy per job (per-round differences): median {d['median']:.3f} ms   "
+                  f"95% CI rank {d['ci95_rank'][0]:.3f}-{d['ci95_rank'][1]:.3f}   bootstrap "
+                  f"{d['ci95_bootstrap'][0]:.3f}-{d['ci95_bootstrap'][1]:.3f}")
+        pooled = result["slurmctld_cpu_ms_per_job_added_pooled"]
+        if pooled:
+            print(f"slurmctld CPU per job, all blocks pooled: policy {pooled['mean_a']:.4f} ms, pass-through "
+                  f"{pooled['mean_b']:.4f} ms, added {pooled['difference']:.4f} ms   95% CI bootstrap "
+                  f"{pooled['ci95_bootstrap'][0]:.4f}-{pooled['ci95_bootstrap'][1]:.4f}")
+        print(f"load avg (1 min) per block {min(load):.1f}-{max(load):.1f}; at start {load_start}, at end {result['loadavg_end']}")
 
 
 if __name__ == "__main__":

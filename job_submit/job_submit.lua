@@ -13,8 +13,12 @@ local POLICY = {
   qos_typed = {},
   has_qos_typed = false,
   labels = {
-    { key = "team", key_eq = "team=", any = false, exact = {["ml"] = true, ["ops"] = true, ["physics"] = true}, patterns = {}, allowed = "physics, ml, ops" },
-    { key = "project", key_eq = "project=", any = false, exact = {}, patterns = {"^%Z*$"}, allowed = "*" },
+    { key = "team", key_eq = "team=", any = false, exact = {["ml"] = true, ["ops"] = true, ["physics"] = true}, patterns = {}, allowed = "physics, ml, ops",
+      has_exact = true, any_glob = false, wild = {},
+      by_first = {} },
+    { key = "project", key_eq = "project=", any = false, exact = {}, patterns = {"^%Z*$"}, allowed = "*",
+      has_exact = false, any_glob = true, wild = {},
+      by_first = {} },
   },
   partitions = {
     ["gpu"] = { name = "gpu", need_gpu = true, need_typed_gpu = true, need_wckey = false, max_gpus = 16, gpus_per_node = 4, max_time_s = 172800, max_time_str = "2-00:00:00", allowed_accounts = {["ml"] = true, ["ops"] = true, ["physics"] = true}, allowed_accounts_str = "physics, ml, ops", typed_limits = false, gpu_types = {["h100"] = true}, gpu_types_str = "h100" },
@@ -63,7 +67,7 @@ end
 
 -- A usable count: an integer in [1, limit); nil, NO_VAL*, 0, NaN and fractions are "unset".
 local function valid_count(v, limit)
-  if type(v) == "number" and v >= 1 and v < limit and mfloor(v) == v then return v end
+  if type(v) == "number" and v >= 1 and v < limit and v % 1 == 0 then return v end -- % 1: no call (v is finite here)
   return nil
 end
 
@@ -204,13 +208,14 @@ end
 -- {total, untyped, ntypes, type1, ...}. The memo is dropped whole when it reaches CACHE_MAX entries, so its
 -- size stays bounded inside slurmctld whatever users send. Only values up to CACHE_LEN bytes are kept.
 local CACHE_MAX, CACHE_LEN = 1024, 512
+local GPU_CACHE_LEN = CACHE_LEN
 local GPU_MEMO, GPU_MEMO_N = {}, 0
 local SCAN_TYPES = {} -- scratch for a miss
 local function scan_memo(v, types, ntypes)
   if v == nil then return 0, 0, nil, ntypes end
   local e = GPU_MEMO[v]
   if e == nil then
-    if type(v) ~= "string" or #v > CACHE_LEN then return scan_gpus(v, types, ntypes) end -- not kept: parse into `types`
+    if type(v) ~= "string" or #v > GPU_CACHE_LEN then return scan_gpus(v, types, ntypes) end -- not kept: parse into `types`
     local n = 0
     local total, untyped, bad
     total, untyped, bad, n = scan_gpus(v, SCAN_TYPES, 0)
@@ -222,7 +227,13 @@ local function scan_memo(v, types, ntypes)
     GPU_MEMO_N = GPU_MEMO_N + 1
   end
   local n = e[3]
-  for i = 1, n do ntypes = add_type(types, ntypes, e[3 + i]) end
+  if n > 0 then
+    if ntypes == 0 then -- the first field with types: copy (an entry's types are distinct)
+      for i = 1, n do types[i] = e[3 + i] end
+      return e[1], e[2], nil, n
+    end
+    for i = 1, n do ntypes = add_type(types, ntypes, e[3 + i]) end
+  end
   return e[1], e[2], nil, ntypes
 end
 
@@ -246,15 +257,27 @@ local function gpu_request(job)
   local per_node, node_field = job.tres_per_node, "tres_per_node"
   if per_node == nil or per_node == "" then node_field, per_node = "gres", job.gres end
   local types = GPU_TYPES
-  local total, untyped, bad, ntypes = scan_memo(job.tres_per_job, types, 0)
-  if bad then return total, untyped, bad, "tres_per_job" end
-  local nt, nu, st, su, tt, tu
-  nt, nu, bad, ntypes = scan_memo(per_node, types, ntypes)
-  if bad then return total, untyped, bad, node_field end
-  st, su, bad, ntypes = scan_memo(job.tres_per_socket, types, ntypes)
-  if bad then return total, untyped, bad, "tres_per_socket" end
-  tt, tu, bad, ntypes = scan_memo(job.tres_per_task, types, ntypes)
-  if bad then return total, untyped, bad, "tres_per_task" end
+  local total, untyped, bad, ntypes = 0, 0, nil, 0
+  local nt, nu, st, su, tt, tu = 0, 0, 0, 0, 0, 0
+  local v = job.tres_per_job -- unset fields (the usual case for three of the four) cost no call
+  if v ~= nil then
+    total, untyped, bad, ntypes = scan_memo(v, types, 0)
+    if bad then return total, untyped, bad, "tres_per_job" end
+  end
+  if per_node ~= nil then
+    nt, nu, bad, ntypes = scan_memo(per_node, types, ntypes)
+    if bad then return total, untyped, bad, node_field end
+  end
+  v = job.tres_per_socket
+  if v ~= nil then
+    st, su, bad, ntypes = scan_memo(v, types, ntypes)
+    if bad then return total, untyped, bad, "tres_per_socket" end
+  end
+  v = job.tres_per_task
+  if v ~= nil then
+    tt, tu, bad, ntypes = scan_memo(v, types, ntypes)
+    if bad then return total, untyped, bad, "tres_per_task" end
+  end
   local per_gpu = nil -- --ntasks-per-gpu without any GPU field: Slurm allocates ceil(tasks / N) GPUs
   if total == 0 and nt == 0 and st == 0 and tt == 0 then per_gpu = valid_count(job.ntasks_per_tres, NO_VAL16) end
   local exclusive = job.shared == 0
@@ -262,22 +285,30 @@ local function gpu_request(job)
     return total, untyped, nil, nil, 1, nil, false, ntypes
   end
   local why = nil
-  local tasks = valid_count(job.num_tasks, NO_VAL)
-  local lo = valid_count(job.min_nodes, NO_VAL) or 1
+  -- valid_count and the saturating arithmetic written out here: this runs for every job with per-node GPUs
+  local tasks = job.num_tasks
+  if not (type(tasks) == "number" and tasks >= 1 and tasks < NO_VAL and tasks % 1 == 0) then tasks = nil end
+  local lo = job.min_nodes
+  if not (type(lo) == "number" and lo >= 1 and lo < NO_VAL and lo % 1 == 0) then lo = 1 end
   local mx = job.max_nodes
   local nodes
   if mx == INFINITE then
     nodes, why = SAT, W_NODES
+  elseif type(mx) == "number" and mx >= 1 and mx < NO_VAL and mx % 1 == 0 then
+    nodes = mx
+    if nodes < lo then nodes = lo end
   else
-    nodes = valid_count(mx, NO_VAL)
-    if nodes then
-      if nodes < lo then nodes = lo end
-    else
-      nodes = lo
-      if tasks and tasks > nodes then nodes = tasks end
-    end
+    nodes = lo
+    if tasks and tasks > nodes then nodes = tasks end
   end
-  total, untyped = sat_add(total, sat_mul(nt, nodes)), sat_add(untyped, sat_mul(nu, nodes))
+  if nt > 0 then
+    local p, q = nt * nodes, nu * nodes
+    if p > SAT then p = SAT end
+    if q > SAT then q = SAT end
+    total, untyped = total + p, untyped + q
+    if total > SAT then total = SAT end
+    if untyped > SAT then untyped = SAT end
+  end
   if st > 0 then
     local sockets = valid_count(job.sockets_per_node, NO_VAL16)
     if not sockets then sockets, why = SAT, why or W_SOCKETS end
@@ -327,30 +358,20 @@ local function too_many(rule, total, what, name, max)
     .. "-N <nodes> and -n <tasks>, or ask with --gpus=<total>", total, what, name, max))
 end
 
--- The value of label `key` in --comment: tokens are separated by commas, semicolons or blanks, a token is
--- key=value (split at its first '='), and the first token with this key and a non-empty value wins.
--- Searched per key with plain finds, without splitting the comment into a table (this runs for every job).
+-- Label values in --comment: tokens are separated by commas, semicolons or blanks, a token is key=value (split
+-- at its first '='), and the first token with the key and a non-empty value wins. Searched per key with plain
+-- finds, without splitting the comment into a table (this runs for every job).
 local LABEL_VALUE = "^[^,; \t\n\r\v\f]*"
 local SEP_BYTE = { [44] = true, [59] = true, [32] = true, [9] = true, [10] = true, [13] = true, [11] = true, [12] = true }
 local sbyte = string.byte
-local function label_value(comment, key_eq)
-  local pos = 1
-  while true do
-    local s, e = sfind(comment, key_eq, pos, true)
-    if not s then return nil end
-    if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
-      local value = smatch(comment, LABEL_VALUE, e + 1) -- '^' anchors at e + 1 in Lua 5.1: one call, no ssub
-      if value ~= "" then return value end
-    end
-    pos = s + 1
-  end
-end
 
 -- The job's partitions in PARTS[1..n] (one scratch table reused for every job, as GPU_TYPES).
 local PARTS = {}
+local SEEN_JOB, SEEN_USER, SEEN_ACCOUNT, SEEN_GPUS, SEEN_PART_READ, SEEN_PART -- see log_reject
 local function partitions_of(job)
   local n = 0
   local p = job.partition
+  SEEN_PART_READ, SEEN_PART = true, p
   if type(p) == "string" then
     if not sfind(p, ",", 1, true) then -- one partition (the usual case): no iterator
       if p ~= "" then
@@ -375,24 +396,73 @@ end
 -- the rejection. It depends on nothing but the comment, so comments that passed are remembered (LABELS_OK, bounded
 -- as GPU_MEMO): jobs of one project send the same comment again and again.
 local LABELS_OK, LABELS_OK_N = {}, 0
+
+-- Where label `key` has its value in --comment: the position just before the value (the '=' of the first
+-- token with this key and a non-empty value), or nil. No value string is made here.
+local function label_at(comment, key_eq)
+  local pos = 1
+  while true do
+    local s, e = sfind(comment, key_eq, pos, true)
+    if not s then return nil end
+    if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
+      local b = sbyte(comment, e + 1)
+      if b and not SEP_BYTE[b] then return e end
+    end
+    pos = s + 1
+  end
+end
+
 local function check_labels(comment, labels)
+  local nul = nil -- does the comment hold a NUL byte? (looked up once, when a glob is first needed)
   for i = 1, #labels do
     local rule = labels[i]
-    local value = label_value(comment, rule.key_eq)
-    if value == nil then
+    local at = label_at(comment, rule.key_eq)
+    if at == nil then
       return reject(RC_ERROR, "label_missing", sformat(
         "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed))
     end
-    local pats = rule.patterns
-    if rule.any == false and not rule.exact[value] then -- exact values: one hash lookup; globs: a scan
-      local ok = false
-      for j = 1, #pats do
-        if sfind(value, pats[j]) then
+    if rule.any == false then
+      local ok, value = false, nil
+      if rule.has_exact then -- exact values: one hash lookup
+        value = smatch(comment, LABEL_VALUE, at + 1) -- '^' anchors at at + 1 in Lua 5.1: one call, no ssub
+        ok = rule.exact[value] ~= nil
+      end
+      if not ok then
+        if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
+        if nul then -- `*` matches no NUL byte: the full patterns decide (%Z), as glob_to_regex's [^\x00]
+          value = value or smatch(comment, LABEL_VALUE, at + 1)
+          local pats = rule.patterns
+          for j = 1, #pats do
+            if sfind(value, pats[j]) then
+              ok = true
+              break
+            end
+          end
+        elseif rule.any_glob then
           ok = true
-          break
+        else -- the globs matched in place at the value (gpuclust.policy.compile.GlobChecks)
+          local pats = rule.by_first[sbyte(comment, at + 1)]
+          if pats then
+            for j = 1, #pats do
+              if sfind(comment, pats[j], at + 1) then
+                ok = true
+                break
+              end
+            end
+          end
+          if not ok then
+            pats = rule.wild
+            for j = 1, #pats do
+              if sfind(comment, pats[j], at + 1) then
+                ok = true
+                break
+              end
+            end
+          end
         end
       end
       if not ok then
+        value = value or smatch(comment, LABEL_VALUE, at + 1)
         return reject(RC_ERROR, "label_value", sformat(
           "%s=%s is not allowed; use %s=<one of: %s> in --comment", rule.key, shown(value), rule.key, rule.allowed))
       end
@@ -409,8 +479,10 @@ end
 -- Rules in a fixed order; the first that fails decides. Returns rc, rule, message (nil on accept).
 local function evaluate(job)
   local user = job.user_name
-  local account = nonempty(job.account)
+  local account = job.account
+  if type(account) ~= "string" or account == "" then account = nil end
   local eff_account = account or nonempty(job.default_account)
+  SEEN_JOB, SEEN_USER, SEEN_ACCOUNT, SEEN_GPUS, SEEN_PART_READ = job, user, eff_account, false, false
   if (type(user) == "string" and P.exempt_users[user]) or (eff_account and P.exempt_accounts[eff_account]) then
     return RC_OK, "exempt", nil
   end
@@ -418,6 +490,7 @@ local function evaluate(job)
     return reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
   end
   local gpu_total, gpu_untyped, bad, field, nodes, why, exclusive, ntypes = gpu_request(job)
+  SEEN_GPUS = gpu_total
   if bad then
     return reject(RC_INVALID_GRES, "gres_syntax", sformat(
       "cannot parse GPU request '%s' in %s; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>", shown(bad), field))
@@ -535,31 +608,52 @@ local function merged_view(desc, rec)
   end })
 end
 
-local function evaluate_modify(desc, rec)
-  return evaluate(merged_view(desc, rec))
-end
-
 -- One value of the structured rejection line: bytes other than [A-Za-z0-9_.,:/@+-] as %XX (so a space, '=' or
 -- newline cannot break the line; gpuclust/accounting/refusals.py decodes it); nil as the empty string.
+local LOG_UNSAFE = "[^%w_%.,:/@%+%-]"
+local function hex_byte(c) return sformat("%%%02X", sbyte(c)) end
 local function log_value(v)
   if v == nil then return "" end
-  return (sgsub(ssub(tostring(v), 1, 200), "[^%w_%.,:/@%+%-]", function(c) return sformat("%%%02X", sbyte(c)) end))
+  local s = ssub(tostring(v), 1, 200)
+  if not sfind(s, LOG_UNSAFE) then return s end
+  return (sgsub(s, LOG_UNSAFE, hex_byte))
+end
+
+local function read_field(job, k) return job[k] end
+local function get(job, k)
+  local ok, v = pcall(read_field, job, k)
+  if ok then return v end
+  return nil
 end
 
 -- The structured line `report fetch` counts refusals from (slurm.log_info only; read fields via pcall: a
 -- rejection must never turn into an error here). Format v1, fields in this order:
 --   gpuclust-policy-reject v1 op=submit|modify rule=R account=A user=U partition=P gpus=N
+-- A rule's rejection reuses what evaluate read of this job (SEEN_*: the same values, without reading the fields
+-- or parsing the GPU strings again); an internal error reads afresh, each field on its own.
 local function log_reject(job, rule, where)
   if job == nil then return end
-  local function get(k) local ok, v = pcall(function() return job[k] end); if ok then return v end; return nil end
-  local okg, gpus = pcall(gpu_request, job)
-  if not okg then gpus = nil end
-  local part = nonempty(get("partition")) or P.default_partition
+  local account, user, part, gpus
+  local seen = job == SEEN_JOB and rule ~= "internal_error"
+  if seen then
+    account, user = SEEN_ACCOUNT, SEEN_USER
+  else
+    account, user = nonempty(get(job, "account")) or nonempty(get(job, "default_account")), get(job, "user_name")
+  end
+  if seen and SEEN_PART_READ then part = SEEN_PART else part = get(job, "partition") end
+  part = nonempty(part) or P.default_partition
+  if seen and SEEN_GPUS ~= false then
+    gpus = SEEN_GPUS
+  else
+    local okg
+    okg, gpus = pcall(gpu_request, job)
+    if not okg then gpus = nil end
+  end
   local op = "submit"
   if where == "slurm_job_modify" then op = "modify" end
   pcall(slurm.log_info, "%s", "gpuclust-policy-reject v1 op=" .. op .. " rule=" .. log_value(rule)
-    .. " account=" .. log_value(nonempty(get("account")) or nonempty(get("default_account")))
-    .. " user=" .. log_value(get("user_name")) .. " partition=" .. log_value(part) .. " gpus=" .. log_value(gpus))
+    .. " account=" .. log_value(account) .. " user=" .. log_value(user) .. " partition=" .. log_value(part)
+    .. " gpus=" .. log_value(gpus))
 end
 
 -- The engine runs under pcall: an engine error neither crashes slurmctld nor silently accepts (an uncaught
@@ -587,8 +681,9 @@ end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 then return RC_OK end -- root/SlurmUser edits are never blocked by the submit policy
-  local ok, rc, rule, msg = pcall(evaluate_modify, job_desc, job_rec)
-  return decide(ok, rc, rule, msg, "slurm_job_modify", merged_view(job_desc, job_rec))
+  local view = merged_view(job_desc, job_rec) -- one view for the engine and the rejection line
+  local ok, rc, rule, msg = pcall(evaluate, view)
+  return decide(ok, rc, rule, msg, "slurm_job_modify", view)
 end
 
 return slurm.SUCCESS

@@ -40,6 +40,64 @@ class LabelRule:
     def regexes(self) -> tuple[re.Pattern[bytes], ...]:
         return tuple(glob_to_regex(g) for g in self.pattern_globs)
 
+    @property
+    def glob_checks(self) -> GlobChecks:
+        return glob_checks(self.pattern_globs)
+
+
+# Bytes that end a label value in --comment (engine.lua's label rules; evaluate.py's _LABEL_TOKEN).
+LABEL_SEPARATORS = b",; \t\n\r\v\f"
+_VALUE_BYTE = b"[^" + LABEL_SEPARATORS + b"%z]"  # one byte of a NUL-free value, as a Lua set
+
+
+@dataclass(frozen=True)
+class GlobChecks:
+    """The globs of one label as Lua patterns matched in place, on the comment at the value's first byte (issue 18:
+    no value string is made unless the label also has exact values). `*` is any run of value bytes, `?` one, and
+    the value must end where the match ends (a frontier at a separator or the comment's end). Globs that start with
+    a literal byte are filed under it (a value is tried only against those of its own first byte); `any` is the
+    glob `*`; the rest are `wild`. Valid for comments without NUL bytes, which `*` never matches: for those the
+    engine matches the value against every glob's full pattern instead (LabelRule.lua_patterns). A glob holding a
+    separator (or a NUL byte) can match no value and is left out."""
+
+    any: bool = False
+    wild: tuple[bytes, ...] = ()
+    by_first: dict[int, tuple[bytes, ...]] = field(default_factory=dict)
+
+
+def glob_in_place(glob: str) -> bytes:
+    out = [b"^"]
+    for byte in glob.encode("utf-8"):
+        ch = bytes([byte])
+        if ch == b"*":
+            out.append(_VALUE_BYTE + b"*")
+        elif ch == b"?":
+            out.append(_VALUE_BYTE)
+        elif byte < 128 and not ch.isalnum():
+            out.append(b"%" + ch)
+        else:
+            out.append(ch)
+    out.append(b"%f[" + LABEL_SEPARATORS + b"%z]")
+    return b"".join(out)
+
+
+def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
+    any_value = False
+    wild: list[bytes] = []
+    by_first: dict[int, list[bytes]] = {}
+    for glob in globs:
+        data = glob.encode("utf-8")
+        if any(b in LABEL_SEPARATORS or b == 0 for b in data):
+            continue  # a value never holds a separator (or a NUL, on this path)
+        g = re.sub(r"\*+", "*", glob)  # a run of stars matches what one star does
+        if g == "*":
+            any_value = True
+        elif data[0] in b"*?":
+            wild.append(glob_in_place(g))
+        else:
+            by_first.setdefault(data[0], []).append(glob_in_place(g))
+    return GlobChecks(any_value, tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())})
+
 
 @dataclass(frozen=True)
 class PartitionRule:

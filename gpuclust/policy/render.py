@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +44,10 @@ def _set(names: frozenset[str] | None) -> str:
     return "{" + ", ".join(f"[{lua_string(n)}] = true" for n in sorted(names)) + "}"
 
 
+def _list(values: Iterable[str | bytes]) -> str:
+    return "{" + ", ".join(lua_string(v) for v in values) + "}"
+
+
 def _opt_num(value: int | None) -> str:
     return "nil" if value is None else str(int(value))
 
@@ -65,9 +70,12 @@ def render_tables(policy: CompiledPolicy) -> str:
     lines.append(f"  has_qos_typed = {_bool(bool(policy.qos_typed))},")
     lines.append("  labels = {")
     for label in policy.labels:
-        pats = ", ".join(lua_string(p) for p in label.lua_patterns)
-        lines.append(f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, exact = {_set(label.exact)}, "
-                     f"patterns = {{{pats}}}, allowed = {lua_string(label.allowed)} }},")
+        g = label.glob_checks
+        lines.append(
+            f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, "
+            f"exact = {_set(label.exact)}, patterns = {_list(label.lua_patterns)}, allowed = {lua_string(label.allowed)},\n"
+            f"      has_exact = {_bool(bool(label.exact))}, any_glob = {_bool(g.any)}, wild = {_list(g.wild)},\n"
+            f"      by_first = {{{', '.join(f'[{b}] = {_list(p)}' for b, p in g.by_first.items())}}} }},")
     lines.append("  },")
     lines.append("  partitions = {")
     for name in sorted(policy.partitions):
