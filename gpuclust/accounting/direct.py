@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from gpuclust.accounting import fields
-from gpuclust.accounting.normalize import ParseResult, ReaderOptions, finish
+from gpuclust.accounting.normalize import ParseResult, ReaderOptions, absent_column, finish
 from gpuclust.accounting.registry import Registry, SacctField
 from gpuclust.accounting.textcommon import (
     _BOM,
@@ -619,6 +619,9 @@ class _Direct:
         # A field that gives numbers only (ExitCode, NNodes): its codes are kept as indices for numpy (no int32
         # copy); one with a text column keeps int32 codes for the dictionary array.
         fd = self.reg[name]
+        if name not in self.cols and fd.absent is None:  # not in this input, and null says so (Reason)
+            assert fd.copy is not None and fd.vparse is None
+            return _FieldColumns({fd.copy.name: pa.nulls(m.size, pa.string())}, {})
         numbers_only = fd.copy is None and not any(pa.types.is_string(c.type) for c in fd.parsed)
         kind = np.intp if numbers_only else np.int32
         if prepared.indices is None:
@@ -821,8 +824,7 @@ class _Direct:
         self.merge = m = _Merge(self.g_lines, np.array([line for line, _ in self.extras], dtype=np.int64))
         self.e_raw = {name: pa.array([row[pos] for _, row in self.extras], pa.string())
                       for pos, name in enumerate(self.wanted)}
-        blank_e = pa.array([""] * m.n_e, pa.string())
-        self.e_rawc = {name: self.e_raw.get(name, blank_e) for name in self.reg.raw}
+        self.e_rawc = {fd.name: self.e_raw.get(fd.name, absent_column(fd.absent, m.n_e)) for fd in self.reg.fields}
 
         tasks: dict[str, Callable[[], _FieldColumns]] = {}
         for fd in self.reg.fields:

@@ -31,6 +31,9 @@ wckey, comment,
 nodelist
 state                 string          first word of State: ``CANCELLED by 0`` -> ``CANCELLED``
 state_raw             string          State as printed
+reason                string, null    Reason: the pending reason sacct kept (the last one slurmctld sent;
+                                      ``None`` once most jobs start); null where the input has no Reason
+                                      column (older dumps and stores: unknown, not "no reason")
 exit_code             int64, null     first half of ExitCode ``a:b``; null when unknown
 exit_signal           int64, null     second half of ExitCode; null when unknown
 exit_code_known       bool            False where the input cannot know it (sacct --json 22.05)
