@@ -77,9 +77,10 @@ FETCH_FIELDS: tuple[str, ...] = REGISTRY.fetch
 # Unit separator, '|', record separator: three characters no job name is expected to hold together.
 FETCH_DELIMITER = "\x1f|\x1e"
 
-TIME_COLUMNS: tuple[str, ...] = ("submit", "eligible", "start", "end")
-
 SCHEMA: pa.Schema = REGISTRY.schema
+
+# The time columns (submit, eligible, start, end): every column of the registry's UTC-seconds type.
+TIME_COLUMNS: tuple[str, ...] = tuple(fd.name for fd in SCHEMA if fd.type == UTC_SECONDS)
 
 STORE_SCHEMA = SCHEMA.append(pa.field("fetched_at", UTC_SECONDS)).append(pa.field("window", pa.string()))
 
