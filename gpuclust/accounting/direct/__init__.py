@@ -77,6 +77,3 @@ def _pipeline(src: _Source, body_start: int, layout: Layout, source: str, opts: 
     utf8 = records.utf8 and all(out.utf8 for out in done.values())
     removed = removed_rows(src, body_start, layout, pieces, candidates, records, utf8, stand_in)  # 5
     return assemble(final, done, records, removed, source)
-
-
-
