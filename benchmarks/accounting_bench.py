@@ -61,6 +61,8 @@ labels = team=ml
 
 
 DELIMITERS = {"fetch": "\x1f|\x1e", "pipe-hash": "|#|"}  # the fetch's own; one users' exports use
+# The pending reasons sacct keeps (mostly None once a job started), by JobIDRaw (no draw from the generator's rng).
+REASONS = ("None",) * 12 + ("AssocGrpGRES", "Priority", "Resources", "Dependency", "JobHeldUser")
 
 
 def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delimiter: str = "\x1f|\x1e") -> None:
@@ -102,7 +104,7 @@ def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delim
                 "ExitCode": exit_code, "Submit": ts(submit), "Eligible": ts(eligible),
                 "Start": ts(start) if start else "Unknown", "End": ts(end) if end else "Unknown",
                 "Elapsed": el(elapsed), "AllocTRES": tres, "NodeList": "node[1-2]" if start else "None assigned",
-                "NNodes": str(max(1, gpus // 4)),
+                "NNodes": str(max(1, gpus // 4)), "Reason": REASONS[raw % len(REASONS)],
             }
             out.write(d.join(rec[f] for f in FETCH_FIELDS) + "\n")
             n += 1

@@ -680,12 +680,17 @@ def _iso_utc(epoch: float) -> str:
 
 def _pending_waits(table: pa.Table, period: Period,
                    reasons: dict[tuple[int, float], str] | None) -> tuple[list[dict[str, Any]], str]:
-    """Queue wait of attempts started in the period, by the class of the pending reason sacct kept."""
-    if reasons is None:
-        return [], ("Queue wait by pending reason: unknown for this input (`report fetch` stores sacct's Reason; "
-                    "with --input give --reasons: `sacct -a -D -X -P -n -o JobIDRaw,Start,Reason`).")
-    if table.num_rows == 0:
-        return [], ""
+    """Queue wait of attempts started in the period, by the class of the pending reason sacct kept.
+
+    The reason is the table's `reason` column (sacct's Reason, read with the jobs by every reader); `reasons`
+    (an older store's reasons.txt, or `report build --reasons FILE`: (JobIDRaw, Start epoch) -> Reason) wins
+    where it has the row. Unknown when neither says anything: a dump or stored day without the column reads
+    null, and a row whose reason is known nowhere counts as 'none (not kept)'."""
+    column = table.column("reason") if "reason" in table.column_names else None
+    if reasons is None and (column is None or column.null_count == len(column)):
+        return [], ("Queue wait by pending reason: unknown for this input (`report fetch` stores sacct's Reason "
+                    "with the jobs; with --input, a dump with the Reason column, or --reasons FILE: "
+                    "`sacct -a -D -X -P -n -o JobIDRaw,Start,Reason`).")
     start = _floats(table, "start")
     eligible = _floats(table, "eligible")
     submit = _floats(table, "submit")
@@ -696,18 +701,16 @@ def _pending_waits(table: pa.Table, period: Period,
     raw = np.nan_to_num(_floats(table, "job_id_raw"), nan=-1).astype(np.int64)
     het = np.nan_to_num(_floats(table, "het_offset"), nan=0)
     at = np.flatnonzero(chosen & (het <= 0))
-    names = sorted(set(reasons.values()))
-    klass = [PENDING_CLASSES.index(pending_class(r)) for r in names]
-    rkeys = np.array([(raw_id << 32) | int(st) for raw_id, st in reasons], dtype=np.int64)
-    rclass = np.array([klass[names.index(v)] for v in reasons.values()], dtype=np.int64) if reasons else \
-        np.zeros(0, dtype=np.int64)
-    order = np.argsort(rkeys)
-    rkeys, rclass = rkeys[order], rclass[order]
-    keys = (raw[at] << 32) | start[at].astype(np.int64)
-    pos = np.minimum(np.searchsorted(rkeys, keys), max(len(rkeys) - 1, 0))
-    found = (rkeys[pos] == keys) if len(rkeys) else np.zeros(len(at), dtype=bool)
     none_class = PENDING_CLASSES.index("none (not kept)")
-    cls = np.where(found, rclass[pos] if len(rkeys) else none_class, none_class)
+    cls = np.full(len(at), none_class, dtype=np.int64)
+    if column is not None and column.null_count < len(column):
+        enc = pc.dictionary_encode(pc.cast(column.take(pa.array(at)), pa.string())).combine_chunks()
+        per_value = np.array([PENDING_CLASSES.index(pending_class(v)) for v in enc.dictionary.to_pylist()]
+                             + [none_class], dtype=np.int64)
+        codes = np.asarray(pc.fill_null(enc.indices, len(enc.dictionary)).to_numpy(zero_copy_only=False))
+        cls = per_value[codes]
+    if reasons:
+        cls = _file_reasons(reasons, raw[at], start[at], cls)
     values = start[at] - since[at]
     wait: dict[str, np.ndarray] = {c: values[cls == i] for i, c in enumerate(PENDING_CLASSES)}
     out = []
@@ -720,6 +723,22 @@ def _pending_waits(table: pa.Table, period: Period,
                  "to slurmdbd (text and --json alike, 22.05 and 24.11). A job that waited on Resources or Priority "
                  "mostly shows None once it started (lab, 22.05), while quota reasons such as AssocGrpGRES stayed: "
                  "'none (not kept)' is wait whose reason sacct did not keep.")
+
+
+def _file_reasons(reasons: dict[tuple[int, float], str], raw: np.ndarray, start: np.ndarray,
+                  cls: np.ndarray) -> np.ndarray:
+    """`cls` with the class of each row that `reasons` ((JobIDRaw, Start epoch) -> Reason) has."""
+    names = sorted(set(reasons.values()))
+    klass = [PENDING_CLASSES.index(pending_class(r)) for r in names]
+    rkeys = np.array([(raw_id << 32) | int(st) for raw_id, st in reasons], dtype=np.int64)
+    rclass = np.array([klass[names.index(v)] for v in reasons.values()], dtype=np.int64) if reasons else \
+        np.zeros(0, dtype=np.int64)
+    order = np.argsort(rkeys)
+    rkeys, rclass = rkeys[order], rclass[order]
+    keys = (raw << 32) | start.astype(np.int64)
+    pos = np.minimum(np.searchsorted(rkeys, keys), max(len(rkeys) - 1, 0))
+    found = (rkeys[pos] == keys) if len(rkeys) else np.zeros(len(keys), dtype=bool)
+    return np.where(found, rclass[pos] if len(rkeys) else cls, cls)
 
 
 # ---- hooks: fetch, build ------------------------------------------------------------------------------

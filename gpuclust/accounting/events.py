@@ -40,8 +40,9 @@ _HEADER_ALIASES = {"TimeStart": "Start", "TimeEnd": "End"}
 EVENTS_FILE = "events.txt"
 NODES_FILE = "nodes.txt"
 SREPORT_FILE = "sreport.txt"
+# Written by `report fetch` before issue 16 (a second sacct call for the pending reasons); sacct's Reason is now a
+# field of the job table (gpuclust.accounting.registry). A stored day that has the file still gets it read.
 REASONS_FILE = "reasons.txt"
-REASON_FIELDS = ("JobIDRaw", "Start", "Reason")
 META_FILE = "meta.json"
 
 
@@ -242,9 +243,6 @@ def fetch_day(client: SlurmClient, state_dir: str, day: date) -> dict[str, Any]:
             sreport_text = run("sreport", sreport_args(since, until)).stdout
         except (GpuclustError, ValueError):
             sreport_text = ""  # the cross-check is optional: the report says it is missing
-    reasons_text = client.sacct(["-a", "-D", "-X", "-S", since.strftime(SLURM_TIME_FORMAT), "-E",
-                                 until.strftime(SLURM_TIME_FORMAT), "--parsable2", "-n", "-o", ",".join(REASON_FIELDS)])
-    write_atomic(target / REASONS_FILE, reasons_text, make_parents=True)
     write_atomic(target / EVENTS_FILE, events_text, make_parents=True)
     write_atomic(target / NODES_FILE, nodes_text, make_parents=True)
     write_atomic(target / SREPORT_FILE, sreport_text, make_parents=True)
@@ -265,7 +263,9 @@ class EventSource:
     missing: list[str] = field(default_factory=list)
     source: str = ""
     sreport_window: tuple[float, float] | None = None  # what sreport covered (None: the period itself)
-    reasons: dict[tuple[int, float], str] | None = None  # (JobIDRaw, Start epoch) -> the pending reason sacct kept
+    # (JobIDRaw, Start epoch) -> the pending reason sacct kept, from an older store's reasons.txt or --reasons FILE;
+    # wins over the job table's `reason` column where it has the row (None: only the column says)
+    reasons: dict[tuple[int, float], str] | None = None
 
 
 def parse_reasons(text: str) -> dict[tuple[int, float], str]:

@@ -95,6 +95,11 @@ def empty_table() -> pa.Table:
     return REGISTRY.schema.empty_table()
 
 
+def absent_column(value: str | None, n: int) -> pa.Array:
+    """The column of a field the input lacks: `value` (SacctField.absent: "" or null) in each of `n` rows."""
+    return pa.nulls(n, pa.string()) if value is None else pa.array([value] * n, pa.string())
+
+
 def normalize(
     raw: Mapping[str, pa.Array],
     lines: pa.Array,
@@ -107,8 +112,8 @@ def normalize(
     """`raw` maps each field of the registry (optional ones may be missing) to a string array."""
     registry = options.registry
     n = len(lines)
-    blank = pa.array([""] * n, pa.string()) if n else pa.array([], pa.string())
-    rawc = {name: (pc.cast(raw[name], pa.string()) if name in raw else blank) for name in registry.raw}
+    rawc = {fd.name: (pc.cast(raw[fd.name], pa.string()) if fd.name in raw else absent_column(fd.absent, n))
+            for fd in registry.fields}
     columns, bad, is_step, exit_all = parse_fields(rawc, exit_known, options)
     columns["line"] = pc.cast(lines, pa.int64())
 

@@ -92,6 +92,9 @@ class SacctField:
     required: bool = True  # a text dump must have it (else only the JSON path and `fetch` read it)
     dictionary: bool = False  # few distinct values: read dictionary-encoded, parsed once per distinct value
     free_text: bool = False  # may hold the delimiter of a plain `|` dump (a record then gets repaired)
+    # What a dump without this (optional) field reads as: "" (the text sacct prints for an empty value), or
+    # None for a field whose absence must stay visible (Reason: no column means "not fetched", not "no reason").
+    absent: str | None = ""
     unknowable: Column | None = None  # JSON may not know it (empty text): this bool column says where
     direct: DirectRead = "dict"
     fixed: FixedRead | None = None
@@ -144,6 +147,9 @@ class Registry:
         names = [fd.name for fd in self.fields]
         if len(set(names)) != len(names):
             raise ValueError(f"sacct field declared twice: {names}")
+        for fd in self.fields:
+            if fd.absent is None and (fd.required or fd.vparse is not None or fd.copy is None):
+                raise ValueError(f"{fd.name}: absent=None (null where a dump lacks it) is for optional text fields")
         cols = [LINE.name, *(c.name for fd in self.fields for c in fd.columns)]
         if len(set(cols)) != len(cols):
             raise ValueError(f"output column declared twice: {cols}")
@@ -172,8 +178,9 @@ class Registry:
 
     @cached_property
     def raw(self) -> tuple[str, ...]:
-        """Every field the readers take: required first, then optional (the plain dump's `-o` order)."""
-        return self.required + self.optional
+        """Every field the readers take, in registry order (the plain dump's `-o` order: a free-text field
+        sits between fields with a parser, so a `|` inside it can be placed; WCKey, Comment last)."""
+        return tuple(fd.name for fd in self.fields)
 
     @cached_property
     def free_text(self) -> tuple[str, ...]:
@@ -332,30 +339,39 @@ FIELDS: tuple[SacctField, ...] = (
     ),
     SacctField(
         "ExitCode", 10, lambda a, job: a.exit_code(job)[0],
-        parsed=(Column("exit_code", pa.int64(), 17), Column("exit_signal", pa.int64(), 18)),
-        unknowable=Column("exit_code_known", pa.bool_(), 19),
+        parsed=(Column("exit_code", pa.int64(), 18), Column("exit_signal", pa.int64(), 19)),
+        unknowable=Column("exit_code_known", pa.bool_(), 20),
         parse=f.parse_exit_code, vparse=_exit_code, dictionary=True,
     ),
-    _time("Submit", "submit", 11, 20, "time.submission"),
-    _time("Eligible", "eligible", 12, 21, "time.eligible", like="Submit"),
-    _time("Start", "start", 13, 22, "time.start"),
-    _time("End", "end", 14, 23, "time.end"),
+    # The pending reason sacct kept (the last one slurmctld sent to slurmdbd; the economics' wait split reads
+    # it). `state.reason` in every JSON shape recorded on the lab (22.05 dbv0.0.38, 24.11 v0.0.42, 26.05
+    # v0.0.45). Slurm prints an enum name (None, Priority, AssocGrpGRES, ...), but it is read as free text
+    # all the same, placed so that a `|` in it can go one way only: in the plain `-o` order (registry order)
+    # between ExitCode and Submit, both parsed; in the fetch order after AllocTRES (parsed) and before
+    # NodeList and NNodes (parsed), never last (a newline at its end would look like a blank line).
+    # Absent from older dumps and stores: null there (unknown), never "".
+    SacctField("Reason", 17, at("state.reason"), copy=Column("reason", pa.string(), 17), required=False,
+               free_text=True, dictionary=True, absent=None),
+    _time("Submit", "submit", 11, 21, "time.submission"),
+    _time("Eligible", "eligible", 12, 22, "time.eligible", like="Submit"),
+    _time("Start", "start", 13, 23, "time.start"),
+    _time("End", "end", 14, 24, "time.end"),
     SacctField(
-        "Elapsed", 15, at("time.elapsed", sj.elapsed), parsed=(Column("elapsed_s", pa.int64(), 24),),
+        "Elapsed", 15, at("time.elapsed", sj.elapsed), parsed=(Column("elapsed_s", pa.int64(), 25),),
         parse=f.parse_elapsed, vparse=_one("elapsed_s", f.v_elapsed), dictionary=True, direct="fixed",
         fixed=FixedRead(f.fixed_clock, 8),
     ),
     SacctField(
-        "AllocTRES", 16, at("tres.allocated", sj.tres_text), copy=Column("alloc_tres", pa.string(), 26),
-        parsed=(Column("gpus", pa.int64(), 27), Column("gpu_type", pa.string(), 28),
-                Column("mem_mb", pa.float64(), 29)),
+        "AllocTRES", 16, at("tres.allocated", sj.tres_text), copy=Column("alloc_tres", pa.string(), 27),
+        parsed=(Column("gpus", pa.int64(), 28), Column("gpu_type", pa.string(), 29),
+                Column("mem_mb", pa.float64(), 30)),
         parse=f.parse_alloc_tres, vparse=_alloc_tres, dictionary=True,
     ),
     SacctField(
-        "NNodes", 18, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 25),),
+        "NNodes", 19, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 26),),
         parse=parse_count, vparse=_one("nnodes", f.v_int), dictionary=True,
     ),
-    _string("NodeList", "nodelist", 17, 14, at("nodes")),
+    _string("NodeList", "nodelist", 18, 14, at("nodes")),
     _string("WCKey", "wckey", 4, 12, nested_text("wckey", "wckey"), required=False),
     _string("Comment", "comment", 3, 13, nested_text("comment", "job"), required=False, free_text=True),
 )

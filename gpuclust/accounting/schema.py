@@ -31,6 +31,9 @@ wckey, comment,
 nodelist
 state                 string          first word of State: ``CANCELLED by 0`` -> ``CANCELLED``
 state_raw             string          State as printed
+reason                string, null    Reason: the pending reason sacct kept (the last one slurmctld sent;
+                                      ``None`` once most jobs start); null where the input has no Reason
+                                      column (older dumps and stores: unknown, not "no reason")
 exit_code             int64, null     first half of ExitCode ``a:b``; null when unknown
 exit_signal           int64, null     second half of ExitCode; null when unknown
 exit_code_known       bool            False where the input cannot know it (sacct --json 22.05)
@@ -74,9 +77,10 @@ FETCH_FIELDS: tuple[str, ...] = REGISTRY.fetch
 # Unit separator, '|', record separator: three characters no job name is expected to hold together.
 FETCH_DELIMITER = "\x1f|\x1e"
 
-TIME_COLUMNS: tuple[str, ...] = ("submit", "eligible", "start", "end")
-
 SCHEMA: pa.Schema = REGISTRY.schema
+
+# The time columns (submit, eligible, start, end): every column of the registry's UTC-seconds type.
+TIME_COLUMNS: tuple[str, ...] = tuple(fd.name for fd in SCHEMA if fd.type == UTC_SECONDS)
 
 STORE_SCHEMA = SCHEMA.append(pa.field("fetched_at", UTC_SECONDS)).append(pa.field("window", pa.string()))
 

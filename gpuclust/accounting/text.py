@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from gpuclust.accounting.direct import _direct
+from gpuclust.accounting.direct import read_direct
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, normalize
 from gpuclust.accounting.textcommon import (
     _BOM,
@@ -70,7 +70,7 @@ def parse_parsable(
     """Parse a --parsable2 dump (header line first) into the normalized schema.
 
     `data` may be any buffer (a memory-mapped file is read without a copy). The direct reader
-    (`_direct`) handles it where it can be sure to give the reference's result; anything else (and every
+    (gpuclust.accounting.direct.read_direct) handles it where it can be sure to give the reference's result; anything else (and every
     input while ``options.fast`` is off) goes through the reference (`_reference`); the result's `reader`
     says which ran."""
     registry = options.registry
@@ -101,7 +101,7 @@ def parse_parsable(
             )
         )
     if options.fast and header_end >= 0:
-        result = _direct(src, header_end + 1, delim, header, source, options)
+        result = read_direct(src, header_end + 1, delim, header, source, options)
         if result is not None:
             result.reader = "direct"
             return result

@@ -112,7 +112,9 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 @click.option("--sreport", "sreport_path", type=click.Path(dir_okay=False, exists=True),
               help="With --input: `sreport -P -n cluster utilization -T gres/gpu -t minutes` output (cross-check).")
 @click.option("--reasons", "reasons_path", type=click.Path(dir_okay=False, exists=True),
-              help="With --input: `sacct -a -D -X -P -n -o JobIDRaw,Start,Reason` output (queue wait by pending reason).")
+              help="With --input: `sacct -a -D -X -P -n -o JobIDRaw,Start,Reason` output (queue wait by pending reason). "
+                   "Not needed when the dump has the Reason column (`report fetch` asks for it); where both give a "
+                   "job's reason, this file's wins.")
 @click.option("--slurmctld-log", "log_path", type=click.Path(dir_okay=False),
               help="With --input: slurmctld's log (its rotated .1 and .gz siblings are read too) for the refusals.")
 @click.option("--delimiter", default="|", show_default=True, callback=_named(decode_delimiter),

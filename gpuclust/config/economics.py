@@ -118,7 +118,7 @@ class EconomicsConfig:
 
     @property
     def enabled(self) -> bool:
-        """Unit economics is on (`report fetch` reads node events, inventory, sreport, reasons and the log) when
+        """Unit economics is on (`report fetch` reads node events, inventory, sreport and the log) when
         the site config has a [costs] or [baseline NAME] section, or slurmctld_log."""
         return self.configured
 

@@ -125,3 +125,7 @@ def test_drain_refusals_and_capacity_split(slurm_lab, tmp_path: Path) -> None:
         assert sum(v["cost"] for v in t.values()) == pytest.approx(row["total_cost"], abs=1e-5)
     assert total["terms"]["useful"]["gpu_hours"] >= 2 / 3600
     assert (out / "economics_terms.csv").exists() and "economics_cost" in (out / "gpuclust.prom").read_text()
+    # the pending reasons came with the jobs (one sacct call per day, no reasons.txt): the wait split is known
+    waits = {w["pending_reason"]: w["jobs"] for w in econ["pending_reason_wait"]}
+    assert sum(waits.values()) >= 1, econ["pending_reason_wait"]
+    assert not list((tmp_path / "state").rglob("reasons.txt"))

@@ -98,8 +98,10 @@ def test_fetch_through_replay_client(tmp_path):
     from datetime import date
 
     client = ReplaySlurmClient()
-    client.add("sacct", sacct_args(date(2026, 12, 2)), (DATA / "lab-parsable.txt").read_text(encoding="utf-8"))
-    args = ["--config", str(_conf(tmp_path)), "report", "fetch", "--since", "2026-12-02", "--until", "2026-12-03", "--json"]
+    # (recorded with the fetch's current argv, Reason included: tests/data/accounting/reason/README.md)
+    client.add("sacct", sacct_args(date(2026, 12, 3)),
+               (DATA / "reason" / "22.05" / "lab-parsable.txt").read_text(encoding="utf-8"))
+    args = ["--config", str(_conf(tmp_path)), "report", "fetch", "--since", "2026-12-03", "--until", "2026-12-04", "--json"]
     result = CliRunner().invoke(cli, args, obj=AppContext(client=client))
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["days"][0]["rows"] == 15

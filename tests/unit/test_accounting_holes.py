@@ -41,7 +41,7 @@ def _row(**kw: str) -> dict[str, str]:
         "QOS": "normal", "State": "COMPLETED", "ExitCode": "0:0", "Submit": "2026-12-02T10:00:00",
         "Eligible": "2026-12-02T10:00:00", "Start": "2026-12-02T10:00:00", "End": "2026-12-02T11:00:00",
         "Elapsed": "01:00:00", "AllocTRES": "gres/gpu=1", "NNodes": "1", "NodeList": "n1", "WCKey": "",
-        "Comment": "",
+        "Comment": "", "Reason": "None",
     }
     rec.update(kw)
     return rec

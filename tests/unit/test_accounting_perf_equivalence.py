@@ -146,7 +146,7 @@ def test_mutated_dump_same_table_and_problems(generated, delimiter, seed, monkey
 
 
 def test_crlf_and_clean_dumps_same(generated, monkeypatch):
-    clean = b"\n".join(line for line in generated.split(b"\n") if line.count(FETCH_DELIMITER.encode()) in (0, 18))
+    clean = b"\n".join(line for line in generated.split(b"\n") if line.count(FETCH_DELIMITER.encode()) in (0, len(FETCH_FIELDS) - 1))
     for data in (clean, clean.replace(b"\n", b"\r\n"), clean + b"\n\n", clean.rstrip(b"\n")):
         fast, ref = _parse_both(data, FETCH_DELIMITER, monkeypatch)
         _assert_same(fast, ref)

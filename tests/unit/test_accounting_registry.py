@@ -18,21 +18,22 @@ from gpuclust.slurm import sacct_json as sj
 DATA = Path(__file__).resolve().parents[1] / "data" / "accounting"
 
 # Two new fields, each declared in one place: a text one (dictionary-read) and a number parsed from its text.
-REASON = r.SacctField("Reason", 19, r.at("state.reason"), copy=r.Column("reason", pa.string()), required=False,
-                      dictionary=True)
+# (Reason was the text example until issue 16 made it a field of the default registry; Cluster took its place.)
+CLUSTER = r.SacctField("Cluster", 19, r.at("cluster"), copy=r.Column("cluster", pa.string()), required=False,
+                       dictionary=True)
 PRIORITY = r.SacctField(
     "Priority", 20, r.at("priority", lambda v, path: str(sj.count(v, path) or 0)),
     parsed=(r.Column("priority", pa.int64()),), parse=r.parse_count,
     vparse=lambda t: r.Parsed({"priority": r.f.v_int(t)[0]}, r.f.v_int(t)[1]), required=False, dictionary=True,
 )
-EXTENDED = r.REGISTRY.with_field(REASON).with_field(PRIORITY)
+EXTENDED = r.REGISTRY.with_field(CLUSTER).with_field(PRIORITY)
 
 ROW = {
     "JobID": "100", "JobIDRaw": "100", "JobName": "train", "User": "alice", "Account": "ml", "Partition": "gpu",
     "QOS": "normal", "State": "COMPLETED", "ExitCode": "0:0", "Submit": "2026-12-02T10:00:00",
     "Eligible": "2026-12-02T10:00:00", "Start": "2026-12-02T10:00:05", "End": "2026-12-02T11:00:05",
     "Elapsed": "01:00:00", "AllocTRES": "billing=8,cpu=8,gres/gpu=2,gres/gpu:h100=2,mem=64G,node=1",
-    "NNodes": "1", "NodeList": "node1", "WCKey": "", "Comment": "team=ml", "Reason": "None", "Priority": "4294",
+    "NNodes": "1", "NodeList": "node1", "WCKey": "", "Comment": "team=ml", "Reason": "None", "Cluster": "acct", "Priority": "4294",
 }
 
 
@@ -43,17 +44,17 @@ def _dump(rows: list[dict[str, str]], fields: tuple[str, ...], delimiter: str) -
 
 def test_default_registry_gives_the_documented_lists() -> None:
     assert schema.FETCH_FIELDS[0] == "JobID" and schema.FETCH_FIELDS[-1] == "NNodes"
-    assert schema.FREE_TEXT_FIELDS == ("JobName", "Comment")
-    assert schema.OPTIONAL_FIELDS == ("WCKey", "Comment")
+    assert schema.FREE_TEXT_FIELDS == ("JobName", "Reason", "Comment")  # Reason: issue 16 (was a second sacct)
+    assert schema.OPTIONAL_FIELDS == ("Reason", "WCKey", "Comment")
     assert schema.SCHEMA.names[:3] == ["line", "job_id", "job_id_raw"]
     assert schema.SCHEMA.names[-3:] == ["gpus", "gpu_type", "mem_mb"]
 
 
 def test_new_field_is_in_fetch_list_and_schema() -> None:
-    assert EXTENDED.fetch[-2:] == ("Reason", "Priority")
-    assert EXTENDED.schema.names[-2:] == ["reason", "priority"]
+    assert EXTENDED.fetch[-2:] == ("Cluster", "Priority")
+    assert EXTENDED.schema.names[-2:] == ["cluster", "priority"]
     assert EXTENDED.schema.field("priority").type == pa.int64()
-    assert "Priority" in EXTENDED.checked and "Reason" in EXTENDED.dictionary
+    assert "Priority" in EXTENDED.checked and "Cluster" in EXTENDED.dictionary
     with pytest.raises(ValueError):
         r.Registry((*EXTENDED.fields, r.SacctField("Other", 30, r.at("x"), copy=r.Column("reason", pa.string()))))
 
@@ -61,7 +62,7 @@ def test_new_field_is_in_fetch_list_and_schema() -> None:
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("delimiter", ["|", "\x1f|\x1e"])
 def test_new_field_flows_through_both_text_readers(fast: bool, delimiter: str) -> None:
-    rows = [dict(ROW, JobID=str(i), JobIDRaw=str(i), Reason=f"r{i % 3}", Priority=str(1000 + i)) for i in range(1, 40)]
+    rows = [dict(ROW, JobID=str(i), JobIDRaw=str(i), Cluster=f"r{i % 3}", Priority=str(1000 + i)) for i in range(1, 40)]
     rows[5]["Priority"] = "high"  # rejected, and named
     rows[7]["JobName"] = "multi\nline"  # a record the readers join
     data = _dump(rows, EXTENDED.fetch, delimiter)
@@ -71,18 +72,18 @@ def test_new_field_flows_through_both_text_readers(fast: bool, delimiter: str) -
     table = res.table.cast(EXTENDED.schema)
     assert table.schema.equals(EXTENDED.schema)
     kept = [row for k, row in enumerate(rows) if k != 5]
-    assert table.column("reason").to_pylist() == [row["Reason"] for row in kept]
+    assert table.column("cluster").to_pylist() == [row["Cluster"] for row in kept]
     assert table.column("priority").to_pylist() == [int(row["Priority"]) for row in kept]
     # The default registry reads the same file without the new columns (extra columns are ignored).
     plain = parse_parsable(data, delimiter, "new.txt", options=ReaderOptions(fast=fast))
-    assert "reason" not in plain.table.column_names and plain.table.num_rows == len(rows)
+    assert "cluster" not in plain.table.column_names and plain.table.num_rows == len(rows)
 
 
 def test_new_field_is_optional_in_old_dumps() -> None:
     """An optional text field absent from a dump reads as "" (a parsed one must then accept "" or be required)."""
     data = _dump([ROW], schema.RAW_FIELDS, "|")
-    res = parse_parsable(data, "|", "old.txt", options=ReaderOptions(registry=r.REGISTRY.with_field(REASON)))
-    assert res.problems == [] and res.table.column("reason").to_pylist() == [""]
+    res = parse_parsable(data, "|", "old.txt", options=ReaderOptions(registry=r.REGISTRY.with_field(CLUSTER)))
+    assert res.problems == [] and res.table.column("cluster").to_pylist() == [""]
 
 
 @pytest.mark.parametrize("path", ["lab-json.json", "24.11/lab-json.json", "26.05/lab-json.json"])
@@ -91,7 +92,7 @@ def test_new_field_flows_through_the_json_reader(path: str) -> None:
     res = parse_json(data, path, options=ReaderOptions(registry=EXTENDED))
     assert res.reader == "json"
     assert res.table.schema.equals(EXTENDED.schema)
-    assert set(res.table.column("reason").to_pylist()) >= {"None"}
+    assert set(res.table.column("cluster").to_pylist()) == {res.table.column("cluster")[0].as_py()} != {""}
     priorities = res.table.column("priority").to_pylist()
     assert all(p >= 0 for p in priorities) and any(p > 0 for p in priorities)
     base = parse_json(data, path)
@@ -100,10 +101,10 @@ def test_new_field_flows_through_the_json_reader(path: str) -> None:
 
 def test_json_path_per_shape() -> None:
     """A field whose path differs by data_parser version declares the override with the field."""
-    by_shape = r.SacctField("Reason", 19, r.at("state.reason"), copy=r.Column("reason", pa.string()),
+    by_shape = r.SacctField("Cluster", 19, r.at("cluster"), copy=r.Column("cluster", pa.string()),
                             required=False, json_by_shape={"data_parser/v0.0.42": lambda a, job: "from-42"})
     reg = r.REGISTRY.with_field(by_shape)
     new = parse_json((DATA / "24.11/lab-json.json").read_bytes(), "x", options=ReaderOptions(registry=reg))
     old = parse_json((DATA / "lab-json.json").read_bytes(), "x", options=ReaderOptions(registry=reg))
-    assert set(new.table.column("reason").to_pylist()) == {"from-42"}
-    assert "from-42" not in old.table.column("reason").to_pylist()
+    assert set(new.table.column("cluster").to_pylist()) == {"from-42"}
+    assert "from-42" not in old.table.column("cluster").to_pylist()

@@ -18,7 +18,7 @@ from gpuclust.slurm.replay import ReplaySlurmClient
 
 D1, D2 = date(2026, 1, 10), date(2026, 1, 11)
 BASE = {
-    "JobID": "1", "JobIDRaw": "1", "JobName": "j", "Comment": "", "WCKey": "", "User": "u", "Account": "ml",
+    "JobID": "1", "JobIDRaw": "1", "JobName": "j", "Comment": "", "Reason": "None", "WCKey": "", "User": "u", "Account": "ml",
     "Partition": "gpu", "QOS": "normal", "State": "COMPLETED", "ExitCode": "0:0", "Submit": "2026-01-10T10:00:00",
     "Eligible": "2026-01-10T10:00:00", "Start": "2026-01-10T10:00:00", "End": "2026-01-10T11:00:00",
     "Elapsed": "01:00:00", "AllocTRES": "gres/gpu=1,gres/gpu:h100=1", "NodeList": "n1", "NNodes": "1",

@@ -16,7 +16,7 @@ ROW = {
     "QOS": "normal", "State": "COMPLETED", "ExitCode": "0:0", "Submit": "2026-12-02T10:00:00",
     "Eligible": "2026-12-02T10:00:00", "Start": "2026-12-02T10:00:05", "End": "2026-12-02T11:00:05",
     "Elapsed": "01:00:00", "AllocTRES": "billing=8,cpu=8,gres/gpu=2,gres/gpu:h100=2,mem=64G,node=1",
-    "NNodes": "1", "NodeList": "node1", "WCKey": "", "Comment": "team=ml project=x",
+    "NNodes": "1", "NodeList": "node1", "WCKey": "", "Comment": "team=ml project=x", "Reason": "None",
 }
 
 

@@ -76,10 +76,20 @@ def test_json_rows_equal_text_rows(version):
         out = [{k: v for k, v in r.items() if k != "line"} for r in t.to_pylist()]
         return sorted(out, key=lambda r: (r["job_id"], str(r["start"])))
     text, js = rows("parsable"), rows("json")
+    _without_unrecorded_reason(text, js)
     if not JSON_EXIT_CODES.get(version, True):
         for r in (*text, *js):
             r.pop("exit_code"), r.pop("exit_signal"), r.pop("exit_code_known")
     assert js == text
+
+
+def _without_unrecorded_reason(text: list[dict], js: list[dict]) -> None:
+    """Text recorded before issue 16 made Reason a fetched field has no Reason column: its reason is null
+    (unknown, never ""), while --json always has `state.reason`. Those rows are compared without it
+    (tests/unit/test_accounting_reason.py compares it on recordings with the column)."""
+    if all(r["reason"] is None for r in text):
+        for r in (*text, *js):
+            r.pop("reason")
 
 
 def _figures(version: str) -> dict:
@@ -138,6 +148,7 @@ def test_whole_lab_day_json_rows_equal_text_rows(d):
         out = [{k: v for k, v in r.items() if k != "line"} for r in parsed.table.to_pylist()]
         return sorted(out, key=lambda r: (r["job_id_raw"], r["job_id"], str(r["start"])))
     text, js = rows("day-parsable.txt", FETCH_DELIMITER), rows("day-json.json", "|")
+    _without_unrecorded_reason(text, js)
     assert js == text
     assert {r["exit_code_known"] for r in js} == {True}
     assert ("CANCELLED", 0, 15) in {(r["state"], r["exit_code"], r["exit_signal"]) for r in js}

@@ -1,0 +1,126 @@
+"""Steps 2 and 3 of the direct reader: the lines that are not whole records (step 1's invalid lines, and the
+blank ones), as the reference's line-level pass treats them.
+
+* Step 2, locate records: a line with too few cells is joined with the lines after it until the record has
+  every field (a newline inside a job name or comment); a blank line is skipped.
+* Step 3, split cells: a record with too many cells (a plain `|` dump with a `|` inside a free-text field)
+  gives the extra cells to its free-text fields in the one way that leaves every other field valid
+  (textcommon._repair); a record that cannot be told is a problem, never guessed.
+
+What comes out (`Records`): the extra records (line, text of each wanted field), the good rows that were no
+records (blank, or joined into one), the problems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuclust.accounting.direct.layout import Fallback, Layout, StandIn
+from gpuclust.accounting.direct.pieces import Pieces
+from gpuclust.accounting.normalize import ReaderOptions
+from gpuclust.accounting.textcommon import _repair, _tail_continuation
+from gpuclust.errors import Problem
+
+
+@dataclass
+class Records:
+    """Step 2-3's result. `odd`: some line is not a whole record (the reference's line-level pass applies)."""
+
+    odd: bool
+    extras: list[tuple[int, list[str]]] = field(default_factory=list)  # (line, the wanted fields' values)
+    removed: set[int] = field(default_factory=set)  # good rows that are no records
+    problems: list[Problem] = field(default_factory=list)
+    utf8: bool = True  # every value of the extra records was valid UTF-8
+
+
+def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: ReaderOptions,
+                   stand_in: StandIn, source: str) -> Records:
+    """Steps 2 and 3 over the invalid lines of step 1 and the blank candidates."""
+    n1 = layout.nfields - 1
+    counts = {line: text.count(layout.delim) for line, text in pieces.invalid.items()}
+    odd = any(c != n1 for c in counts.values())
+    if (odd or len(candidates)) and _tail_continuation(layout.header, opts):
+        raise Fallback("lines that may continue a free-text last column: the reference reads them")
+    out = Records(odd)
+    if not odd:  # every invalid line holds whole fields (a stray d0 byte in a value)
+        for line, text in sorted(pieces.invalid.items()):
+            _whole_line(out, layout, line, text)
+        return out
+    info: dict[int, tuple[bytes, int]] = {line: (text, counts[line]) for line, text in pieces.invalid.items()}
+    for row in candidates.tolist():
+        info[int(pieces.g_lines[row])] = (b"", 0)
+        out.removed.add(row)  # a blank line holds no data: skipped, or joined into the record before it
+    free = [layout.header.index(name) for name in opts.registry.free_text if name in layout.header]
+    consumed: set[int] = set()
+    for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
+        if line in consumed:
+            continue
+        text, count = info[line]
+        consumed.add(line)
+        if text.strip() == b"":
+            continue
+        acc, j, texts = count, line, [text]
+        while acc < n1 and j + 1 <= pieces.last_line:  # step 2: join the lines of one record
+            j += 1
+            consumed.add(j)
+            if j in info:
+                part, c = info[j]
+            else:
+                row = pieces.g_row(j)
+                out.removed.add(row)
+                part, c = _line_text(pieces, layout, row), n1
+            texts.append(part)
+            acc += c
+        record = b"\n".join(texts)
+        values = _values(out, layout, record)
+        if len(values) > layout.nfields and free:  # step 3: give extra cells to the free-text fields
+            values = _repair(values, layout.header, free, layout.delim_text, opts) or values
+        if len(values) != layout.nfields:
+            shown = record.replace(layout.delim, stand_in.get()) if len(layout.delim) > 1 and stand_in.get() \
+                else record
+            out.problems.append(Problem(
+                source, line, f"record has {len(values)} fields, header has {layout.nfields}: {shown[:120]!r}"))
+            continue
+        out.extras.append((line, [values[pos] for pos in layout.positions]))
+    for line, (text, c) in info.items():
+        if c == n1 and line not in consumed:
+            _whole_line(out, layout, line, text)
+    return out
+
+
+def _whole_line(out: Records, layout: Layout, line: int, text: bytes) -> None:
+    """A line of whole fields pyarrow could not split (a stray d0 byte in a value)."""
+    values = _values(out, layout, text)
+    out.extras.append((line, [values[pos] for pos in layout.positions]))
+
+
+def _line_text(pieces: Pieces, layout: Layout, row: int) -> bytes:
+    """A good line exactly as it stands in the input (its values joined by d0; each holds its prefix)."""
+    if not layout.complete:
+        raise Fallback("a good line must be joined to a record, but not every field was read")
+    return layout.d0.join(pieces.cols[name].value(row) for name in layout.names)
+
+
+def _values(out: Records, layout: Layout, record: bytes) -> list[str]:
+    """The fields of a record, as text (invalid UTF-8 replaced per value, as the reference does)."""
+    try:
+        # Valid UTF-8 throughout: splitting the text on the delimiter splits the bytes the same way.
+        return record.decode("utf-8").split(layout.delim_text)
+    except UnicodeDecodeError:
+        values, _ = decode(record.split(layout.delim))
+        out.utf8 = False
+        return values
+
+
+def decode(values: list[bytes]) -> tuple[list[str], bool]:
+    """UTF-8 text of each value (invalid bytes replaced, as the reference does) and whether all were valid."""
+    texts: list[str] = []
+    valid = True
+    for v in values:
+        try:
+            texts.append(v.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(v.decode("utf-8", "replace"))
+            valid = False
+    return texts, valid
