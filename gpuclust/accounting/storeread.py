@@ -41,7 +41,7 @@ UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "mem_mb", "fet
 # Strings that repeat from row to row: read as dictionary codes (a few bytes a row, not the text).
 # (JobID is nearly unique per row: a dictionary would not save anything there.)
 DICTIONARY_COLUMNS = ("job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",
-                      "alloc_tres", "gpu_type")
+                      "alloc_tres", "gpu_type", "reason")
 KEY_COLUMNS = ("job_id_raw", "start", "fetched_at", "window")
 
 

@@ -23,7 +23,7 @@ BASE = {
     "Account": "ml", "Partition": "gpu", "QOS": "normal", "State": "COMPLETED", "ExitCode": "0:0",
     "Submit": "2026-12-02T10:00:00", "Eligible": "2026-12-02T10:00:00", "Start": "2026-12-02T10:05:00",
     "End": "2026-12-02T11:00:00", "Elapsed": "00:55:00", "AllocTRES": "gres/gpu=1,gres/gpu:h100=1",
-    "NodeList": "n1", "NNodes": "1",
+    "NodeList": "n1", "NNodes": "1", "Reason": "None",
 }
 
 
