@@ -418,7 +418,7 @@ local function check_labels(comment, labels)
               end
             end
           end
-          if not ok then
+          if not ok then -- the same loop as above, inlined: a helper call per label costs ~0.1 µs in Lua 5.1
             pats = rule.wild
             for j = 1, #pats do
               if sfind(comment, pats[j], at + 1) then
