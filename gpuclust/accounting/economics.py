@@ -204,6 +204,9 @@ def build_economics(
     if events is not None and events.missing and have_events:
         notes.append(f"Node events missing for day(s) {', '.join(events.missing)}: unavailable GPU-hours may be low.")
 
+    # Before the per-row arrays below exist: its own arrays are freed by then (peak memory at 10M lines).
+    waits, wait_note = _pending_waits(table, period, events.reasons if events is not None else None)
+
     # ---- allocated GPU-hours per row (numpy over dictionary codes: a million rows take well under a second) ----
     n = table.num_rows
     start = _floats(table, "start")
@@ -420,7 +423,6 @@ def build_economics(
                           "unreadable_lines": refusal_source.bad_lines,
                           "missing_days": refusal_source.missing_days,
                           **counts(refusal_source.refusals)}
-    waits, wait_note = _pending_waits(table, period, events.reasons if events is not None else None)
     if wait_note:
         notes.append(wait_note)
     data = {
@@ -692,15 +694,19 @@ def _pending_waits(table: pa.Table, period: Period,
                     "with the jobs; with --input, a dump with the Reason column, or --reasons FILE: "
                     "`sacct -a -D -X -P -n -o JobIDRaw,Start,Reason`).")
     start = _floats(table, "start")
-    eligible = _floats(table, "eligible")
-    submit = _floats(table, "submit")
-    since = np.where(np.isnan(eligible), submit, eligible)
-    alloc = _alloc_mask(table)
     with np.errstate(invalid="ignore"):
-        chosen = (start >= period.start_epoch) & (start < period.end_epoch) & alloc
-    raw = np.nan_to_num(_floats(table, "job_id_raw"), nan=-1).astype(np.int64)
-    het = np.nan_to_num(_floats(table, "het_offset"), nan=0)
-    at = np.flatnonzero(chosen & (het <= 0))
+        chosen = (start >= period.start_epoch) & (start < period.end_epoch) & _alloc_mask(table)
+    # The other columns only for the rows started in the period (memory: a store build holds the whole period).
+    rows = np.flatnonzero(chosen)
+    del chosen
+    picked = table.select(["eligible", "submit", "job_id_raw", "het_offset"]).take(pa.array(rows))
+    keep = np.nan_to_num(_floats(picked, "het_offset"), nan=0) <= 0
+    at = rows[keep]
+    start = start[at]
+    eligible = _floats(picked, "eligible")[keep]
+    since = np.where(np.isnan(eligible), _floats(picked, "submit")[keep], eligible)
+    raw_at = np.nan_to_num(_floats(picked, "job_id_raw"), nan=-1).astype(np.int64)[keep]
+    del picked, rows, eligible
     none_class = PENDING_CLASSES.index("none (not kept)")
     cls = np.full(len(at), none_class, dtype=np.int64)
     if column is not None and column.null_count < len(column):
@@ -710,8 +716,8 @@ def _pending_waits(table: pa.Table, period: Period,
         codes = np.asarray(pc.fill_null(enc.indices, len(enc.dictionary)).to_numpy(zero_copy_only=False))
         cls = per_value[codes]
     if reasons:
-        cls = _file_reasons(reasons, raw[at], start[at], cls)
-    values = start[at] - since[at]
+        cls = _file_reasons(reasons, raw_at, start, cls)
+    values = start - since
     wait: dict[str, np.ndarray] = {c: values[cls == i] for i, c in enumerate(PENDING_CLASSES)}
     out = []
     for c in PENDING_CLASSES:

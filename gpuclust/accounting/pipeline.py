@@ -184,6 +184,7 @@ def build(
     economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
                      sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
                      offline=bool(input_path), target=target)
+    del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
     if not input_path and trend_days:
         add_trend(report, config, trend_days)
     return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed
