@@ -357,12 +357,23 @@ def read_file_into(path: Path, direct: bool = True, threads: int = DIRECT_THREAD
     return buf, size, used_direct
 
 
+class _NoRecordOffset(Exception):
+    """torch.load(map_location="meta") gave a storage without its record's file offset (torch before ~2.5)."""
+
+
+def _record_offset(storage: Any) -> int:
+    offset = getattr(storage, "_checkpoint_offset", None)  # set by torch.load for meta storages (private)
+    if offset is None:
+        raise _NoRecordOffset
+    return int(offset)
+
+
 def _rebuild(torch: Any, meta: Any, buf: mmap.mmap) -> Any:
     """The loaded object with every meta tensor replaced by a view of `buf` at its record's file offset."""
     if isinstance(meta, torch.Tensor):
         storage = meta.untyped_storage()
         count = storage.nbytes() // meta.element_size()
-        flat = torch.frombuffer(buf, dtype=meta.dtype, count=count, offset=storage._checkpoint_offset)
+        flat = torch.frombuffer(buf, dtype=meta.dtype, count=count, offset=_record_offset(storage))
         return flat.as_strided(meta.size(), meta.stride(), meta.storage_offset())
     if isinstance(meta, dict):
         return type(meta)((k, _rebuild(torch, v, buf)) for k, v in meta.items())
@@ -383,14 +394,21 @@ def restore_checkpoint(torch: Any, path: Path, *, direct: bool = True,
     `info`, when given, gets "method"."""
     drop_cached(path)
     t0 = time.perf_counter()
+    method = "torch.load"
     if direct:
         meta = torch.load(str(path), map_location="meta", weights_only=True)
         buf, _size, used_direct = read_file_into(path)
-        state = _rebuild(torch, meta, buf)
-        method = "meta torch.load + " + ("O_DIRECT" if used_direct else "buffered") + " read into one buffer"
-    else:
+        try:
+            state = _rebuild(torch, meta, buf)
+            method = "meta torch.load + " + ("O_DIRECT" if used_direct else "buffered") + " read into one buffer"
+        except _NoRecordOffset:  # an older torch: plain torch.load, timed on its own from a cold cache
+            del buf, meta
+            direct = False
+            method = "torch.load (this torch gives no record offsets)"
+            drop_cached(path)
+            t0 = time.perf_counter()
+    if not direct:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
-        method = "torch.load"
     seconds = time.perf_counter() - t0
     if info is not None:
         info["method"] = method

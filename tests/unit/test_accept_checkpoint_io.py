@@ -115,3 +115,20 @@ def test_preallocated_file_is_trimmed_to_its_length(tmp_path):
     assert "preallocated" in how["method"] or "buffered" in how["method"]
     loaded, _ = restore_checkpoint(torch, b)
     assert state_digest(torch, loaded) == state_digest(torch, state)
+
+
+def test_restore_falls_back_to_torch_load_where_torch_gives_no_record_offsets(tmp_path, monkeypatch):
+    """torch >= 2.1 is supported; meta storages carry their record's offset only in newer ones."""
+    from gpuclust.accept import storage
+
+    def no_offset(_storage):
+        raise storage._NoRecordOffset
+
+    monkeypatch.setattr(storage, "_record_offset", no_offset)
+    state = make_state_dict(torch, 2 * 4 * 1024 * 1024, seed=7)
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(torch, state, path)
+    read_how: dict = {}
+    loaded, seconds = restore_checkpoint(torch, path, info=read_how)
+    assert read_how["method"] == "torch.load (this torch gives no record offsets)"
+    assert seconds >= 0 and state_digest(torch, loaded) == state_digest(torch, state)
