@@ -1,5 +1,14 @@
 """Lua engine time per job for policies of 50 and 500 accounts (issue 18: <= 5 us per job in Lua 5.1).
 
+Policies: the built-in synthetic shapes (--shape big,wide at --accounts N, with hand-written jobs), or any site
+config (--config SITE.conf, loaded and validated as `gpuclust config check` does: a bad file exits 2 naming
+file:line and field), with jobs derived from its policy: an account and partition that together carry the most
+rules, a job accepted after every check they have (typed GPUs of an allowed type within every limit, a time within
+max_time, the wckey, every required label in --comment after an unrelated token, values exact or generated from a
+glob), the same job rejected at the latest rule it can reach (untyped_gpu where typed limits apply, else the
+latest of the others), and rejected at the last label's value. Before any timing, each derived job's verdict is
+checked on the Python twin and on the Lua engine (lupa), which must agree; the checks the policy lacks are listed.
+
 Runtime: Debian's lua5.1 binary (the same Lua 5.1 that slurmctld's job_submit_lua.so links), with the 22.05 `slurm`
 mock of gpuclust.policy.luasim, whose log functions keep only the last message here (as slurmctld's, which format
 and append to one per-job buffer); optionally lupa's bundled Lua 5.1 too (--lupa). The loop runs inside Lua, so
@@ -16,9 +25,10 @@ Variants per job shape:
   --compare OLD   another engine.lua (e.g. `git show main:gpuclust/policy/engine.lua > /tmp/old.lua`), rendered
                   with the same policy tables and timed in the same rounds, alternating.
 
-Usage: python benchmarks/policy_engine.py [--shape big,wide] [--accounts 50,500] [--n 100000] [--repeats 5]
-                                          [--rounds 3] [--distinct 20000] [--only TEXT] [--plain]
-                                          [--compare OLD.lua] [--lupa] [--json]
+Usage: python benchmarks/policy_engine.py [--shape big,wide] [--accounts 50,500] [--config SITE.conf]
+                                          [--n 100000] [--repeats 5] [--rounds 3] [--distinct 20000]
+                                          [--only TEXT] [--plain] [--compare OLD.lua] [--lupa] [--json]
+       (--config alone times only that config; add --shape to time the built-in shapes as well)
 """
 
 from __future__ import annotations
@@ -27,18 +37,25 @@ import argparse
 import json
 import os
 import platform
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
-from gpuclust.config import parse_config
-from gpuclust.policy.compile import compile_policy
+from gpuclust.config import SiteConfig, load_config, parse_config
+from gpuclust.errors import ConfigError
+from gpuclust.policy.compile import AccountRule, CompiledPolicy, LabelRule, PartitionRule, compile_policy
 from gpuclust.policy.evaluate import Evaluator
 from gpuclust.policy.luasim import _MOCK, JOB_DESC_FIELDS, LuaPolicy
-from gpuclust.policy.render import engine_source, render_lua
+from gpuclust.policy.render import engine_source, render_lua, render_tables
 from gpuclust.policy.sbatch import job_desc_from_options
 
 ACCOUNT_COUNTS = (50, 500)
@@ -130,6 +147,347 @@ JOBS = {
     },
 }
 
+@dataclass(frozen=True)
+class BenchJob:
+    """One timed job: sbatch options ("{i}" in the comment: 0 in the hit variant, a new number per call in the
+    memo-miss ones), the rule its verdict must give (None: not checked before timing) and the checks it runs."""
+
+    label: str
+    argv: tuple[str, ...]
+    expect: str | None = None
+    checks: tuple[str, ...] = ()
+
+    @property
+    def comment(self) -> str | None:
+        return next((self.argv[i + 1] for i, a in enumerate(self.argv[:-1]) if a == "--comment"), None)
+
+    def job_desc(self, case: BenchCase, i: int) -> dict[str, Any]:
+        return job_desc_from_options([a.replace("{i}", str(i)) for a in self.argv], user=case.user,
+                                     default_account=case.default_account)
+
+
+@dataclass
+class BenchCase:
+    """A policy and the jobs timed on it: a built-in shape (--shape) or a site config (--config)."""
+
+    shape: str
+    accounts: int
+    policy: CompiledPolicy
+    jobs: list[BenchJob]
+    user: str = "alice"
+    default_account: str | None = "acct00"
+    checks: dict[str, list[str]] | None = None  # --config: the checks the policy has, the jobs run, it lacks
+    notes: list[str] = field(default_factory=list)
+
+    @cached_property
+    def text(self) -> str:
+        return render_lua(self.policy)
+
+    @property
+    def tag(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.shape}-{self.accounts}")
+
+    def info(self) -> dict[str, Any]:
+        """The policy's size, and the rendered tables' size in bytes (what the engine loads)."""
+        out: dict[str, Any] = {"shape": self.shape, "accounts": self.accounts,
+                               "partitions": len(self.policy.partitions), "rules": self.policy.rule_count,
+                               "labels": len(self.policy.labels), "table_bytes": len(render_tables(self.policy).encode()),
+                               "script_bytes": len(self.text.encode())}
+        if self.checks is not None:
+            out["checks"] = self.checks
+            out["jobs"] = {job.label: shlex.join(job.argv) for job in self.jobs}
+        if self.notes:
+            out["notes"] = self.notes
+        return out
+
+
+def builtin_case(shape: str, n_accounts: int) -> BenchCase:
+    policy = compile_policy(parse_config(SHAPES[shape](n_accounts), "bench.conf"))
+    return BenchCase(shape, n_accounts, policy, [BenchJob(label, tuple(argv)) for label, argv in JOBS[shape].items()])
+
+
+# --config: jobs derived from an arbitrary site policy. The rules in the order the engine (and its Python twin)
+# applies them; label rules go label by label, in required_labels order.
+RULE_ORDER = ("account_missing", "gres_syntax", "label_missing", "label_value", "partition_account", "partition_wckey",
+              "partition_gpu", "partition_typed_gpu", "partition_gpu_type", "partition_max_gpus", "partition_max_time",
+              "account_partition", "account_max_gpus", "untyped_gpu")
+LABEL_SEPARATORS = ",; \t\n\r\v\f"
+COMMENT_SEPARATORS = (" ", ";", ", ")  # between the comment's tokens, in turn
+
+
+def _label_allows(label: LabelRule, value: str) -> bool:
+    data = value.encode("utf-8", "surrogateescape")
+    return bool(data) and (label.any_value or value in label.exact or any(r.fullmatch(data) for r in label.regexes))
+
+
+def _label_value(label: LabelRule, preferred: str | None) -> str | None:
+    """A value template ("{i}" varies per call) the label allows: the account's own label value where allowed, else
+    an exact value, else one generated from the last usable glob (`*` -> q{i}, `?` -> k). None: no value fits."""
+    def ok(v: str) -> bool:
+        return not any(c in LABEL_SEPARATORS or c == "\0" for c in v) and all(
+            _label_allows(label, v.replace("{i}", str(i))) for i in (0, 7, 123456))
+
+    if preferred and ok(preferred):
+        return preferred
+    if label.any_value:
+        return "v{i}"
+    if label.exact:
+        return sorted(label.exact)[len(label.exact) // 2]
+    for glob in reversed(label.pattern_globs):
+        value = "".join("q{i}" if c == "*" else "k" if c == "?" else c for c in glob)
+        if ok(value):
+            return value
+    return None
+
+
+def _bad_label_value(label: LabelRule) -> str | None:
+    for value in ("zz-not-allowed{i}", "~{i}", "0", "-"):
+        if not any(_label_allows(label, value.replace("{i}", str(i))) for i in (0, 7)):
+            return value
+    return None
+
+
+@dataclass
+class JobPlan:
+    """What a job on one (account, partition) needs to pass every check they carry."""
+
+    account: str
+    partition: str | None
+    checks: tuple[str, ...]
+    gpu_type: str
+    limit: int  # the most GPUs every per-job limit allows
+    gpus_per_node: int | None
+    minutes: int | None
+    max_minutes: int | None
+    wckey: bool
+    qos: str | None
+    labels: list[tuple[str, str | None]]  # (key, value template) in required_labels order
+    note: str  # the unrelated token that comes first in --comment
+
+    @property
+    def nodes(self) -> int:
+        return 2 if self.limit >= 2 else 1
+
+    @property
+    def per_node(self) -> int:
+        return max(1, min(4, self.limit // self.nodes, self.gpus_per_node or 4))
+
+    def argv(self, gpu: str = "node", *, count: int | None = None, gpu_type: str | None = None,
+             minutes: int | None = None, wckey: bool | None = None,
+             labels: list[tuple[str, str | None]] | None = None) -> tuple[str, ...]:
+        a = ["-A", self.account] + (["-p", self.partition] if self.partition else [])
+        t = gpu_type or self.gpu_type
+        per_node = count or self.per_node
+        if gpu == "node":  # --gres: tres_per_node
+            a += ["-N", str(self.nodes), f"--gres=gpu:{t}:{per_node}"]
+        elif gpu == "untyped":
+            a += ["-N", str(self.nodes), f"--gres=gpu:{per_node}"]
+        elif gpu == "task":  # --gpus-per-task with -N and --ntasks-per-node: tres_per_task
+            a += ["-N", str(self.nodes), "--ntasks-per-node", str(per_node), f"--gpus-per-task={t}:1"]
+        elif gpu == "job":  # --gpus: tres_per_job
+            a += [f"--gpus={t}:{count}"]
+        minutes = minutes or self.minutes
+        if minutes:
+            a += ["-t", str(minutes)]
+        if self.wckey if wckey is None else wckey:
+            a += ["--wckey", "bench"]
+        if self.qos:
+            a += ["--qos", self.qos]
+        tokens = [self.note] + [f"{k}={v}" for k, v in (self.labels if labels is None else labels) if v is not None]
+        comment = tokens[0] + "".join(COMMENT_SEPARATORS[i % 3] + tok for i, tok in enumerate(tokens[1:]))
+        return (*a, "--comment", comment)
+
+
+def _checks(policy: CompiledPolicy, pr: PartitionRule | None, ar: AccountRule | None, qos_typed: bool) -> tuple[str, ...]:
+    """The checks a job of this account on this partition goes through (labels by key)."""
+    out = (["account_missing"] if policy.need_account else []) + ["gres_syntax"]
+    out += [f"label:{label.key}" for label in policy.labels]
+    if pr is not None:
+        out += [name for name, on in (("partition_account", pr.allowed_accounts is not None),
+                                      ("partition_wckey", pr.need_wckey), ("partition_gpu", pr.need_gpu),
+                                      ("partition_typed_gpu", pr.need_typed_gpu),
+                                      ("partition_gpu_type", pr.gpu_types is not None),
+                                      ("partition_max_gpus", pr.max_gpus is not None),
+                                      ("partition_max_time", pr.max_time_s is not None)) if on]
+    if ar is not None:
+        out += [name for name, on in (("account_partition", ar.allowed_partitions is not None),
+                                      ("account_max_gpus", ar.max_gpus is not None)) if on]
+    if policy.reject_untyped and ((pr is not None and pr.typed_limits) or (ar is not None and ar.typed_limits) or qos_typed):
+        out.append("untyped_gpu")
+    return tuple(out)
+
+
+def _plans(cfg: SiteConfig, policy: CompiledPolicy) -> list[JobPlan]:
+    """A plan per (non-exempt account, partition it may use), the ones that carry the most checks first."""
+    typed_qos = sorted(policy.qos_typed)
+    known_types = [t for p in cfg.partitions.values() if p.gpu_type for t in (p.gpu_type,)] + list(cfg.gpu_type_prices)
+    keys = {label.key for label in policy.labels}
+    note = "note"
+    while note in keys:
+        note += "x"
+    accounts = [a for a in cfg.accounts if a not in policy.exempt_accounts] or ["bench-acct"]
+    plans = []
+    for acct in accounts:
+        ar = policy.accounts.get(acct)
+        ac = cfg.accounts.get(acct)
+        pnames: list[str | None] = [*policy.partitions] or [None]
+        for pname in pnames:
+            pr = policy.partitions.get(pname) if pname else None
+            if pr is not None and pr.allowed_accounts is not None and acct not in pr.allowed_accounts:
+                continue
+            if ar is not None and ar.allowed_partitions is not None and pname not in ar.allowed_partitions:
+                continue
+            own_typed = (pr is not None and pr.typed_limits) or (ar is not None and ar.typed_limits)
+            qos = typed_qos[0] if typed_qos and not own_typed else None  # a QOS with typed limits makes them apply
+            if pr is not None and pr.gpu_types:
+                gpu_type = sorted(pr.gpu_types)[0]
+            else:
+                by_type = list(ac.limits.gpu_limit_by_type) + list(ac.limits.max_gpus_per_user_by_type) if ac else []
+                gpu_type = (by_type + known_types + ["h100"])[0]
+            limits = [x for x in (pr.max_gpus if pr else None, ar.max_gpus if ar else None) if x is not None]
+            max_minutes = pr.max_time_s // 60 if pr is not None and pr.max_time_s is not None else None
+            minutes = (min(max_minutes, 1440) or None) if max_minutes is not None else 60
+            own = ac.labels if ac else {}
+            plans.append(JobPlan(acct, pname, _checks(policy, pr, ar, qos is not None), gpu_type,
+                                 min(limits) if limits else 8, pr.gpus_per_node if pr else None, minutes, max_minutes,
+                                 bool(pr and pr.need_wckey), qos,
+                                 [(label.key, _label_value(label, own.get(label.key))) for label in policy.labels],
+                                 f"{note}=x{{i}}"))
+    plans.sort(key=lambda plan: -len(plan.checks))  # stable: config order among equals
+    return plans
+
+
+def _rule_rank(policy: CompiledPolicy, rule: str, message: str | None) -> tuple[int, int]:
+    """How late a rule comes in the engine's order (label rules: by the label's place in required_labels)."""
+    if rule not in RULE_ORDER:
+        return (-1, 0)
+    label_index = 0
+    if rule.startswith("label_") and message:
+        for k, label in enumerate(policy.labels):
+            if f"{label.key}=" in message:
+                label_index = k
+    return (RULE_ORDER.index(rule), label_index)
+
+
+def _checks_until(policy: CompiledPolicy, plan: JobPlan, rule: str, rank: tuple[int, int]) -> tuple[str, ...]:
+    """The plan's checks up to the one that rejects (plan.checks are in the engine's order)."""
+    stop = f"label:{policy.labels[rank[1]].key}" if rule.startswith("label_") else rule
+    return plan.checks[:plan.checks.index(stop) + 1] if stop in plan.checks else plan.checks
+
+
+def _mutations(plan: JobPlan, policy: CompiledPolicy) -> list[tuple[str, tuple[str, ...]]]:
+    """The plan's accepted job changed in one way each, to fail at one rule."""
+    out = [("untyped GPUs", plan.argv("untyped")), ("GPU type not the partition's", plan.argv(gpu_type="zz9")),
+           ("no GPUs", plan.argv("none")), ("no --wckey", plan.argv(wckey=False))]
+    pr = policy.partitions.get(plan.partition) if plan.partition else None
+    ar = policy.accounts.get(plan.account)
+    for limit in (pr.max_gpus if pr else None, ar.max_gpus if ar else None):
+        if limit is not None:
+            out.append((f"--gpus={limit + 1}", plan.argv("job", count=limit + 1)))
+    if plan.max_minutes is not None:
+        out.append(("time over max_time", plan.argv(minutes=plan.max_minutes + 1)))
+    for k in range(len(plan.labels) - 1, -1, -1):
+        key, _ = plan.labels[k]
+        bad = _bad_label_value(policy.labels[k])
+        if bad is not None:
+            out.append((f"{key} value not allowed", plan.argv(labels=[*plan.labels[:k], (key, bad), *plan.labels[k + 1:]])))
+            break
+    if plan.labels:
+        out.append((f"no {plan.labels[-1][0]} label", plan.argv(labels=plan.labels[:-1])))
+    return out
+
+
+def derive_jobs(cfg: SiteConfig, policy: CompiledPolicy, user: str) -> tuple[list[BenchJob], dict[str, list[str]], list[str]]:
+    """Jobs that run every check the policy's richest (account, partition) has: accepted after all of them (with
+    per-node and per-task GPUs), rejected at the latest rule any one change reaches, and at the last label's value."""
+    py = Evaluator(policy)
+
+    def verdict(argv: tuple[str, ...]) -> tuple[str, str | None]:
+        v = py.submit(job_desc_from_options([a.replace("{i}", "0") for a in argv], user=user))
+        return v.rule, v.message
+
+    plans = _plans(cfg, policy)
+    best: JobPlan | None = None
+    last: tuple[str, str | None] = ("", None)
+    for plan in plans:
+        last = verdict(plan.argv())
+        if last[0] == "ok":
+            best = plan
+            break
+    if best is None:
+        raise SystemExit(f"{cfg.path}: no job accepted by the policy could be derived "
+                         f"(tried {len(plans)} account/partition pairs; the last got {last[0]}: {last[1]})")
+    notes = []
+    jobs = [BenchJob(f"accepted (every check, {best.nodes} nodes)", best.argv(), "ok", best.checks)]
+    task = best.argv("task")
+    if verdict(task)[0] == "ok":
+        jobs.append(BenchJob(f"accepted (per-task GPUs, {best.nodes}x{best.per_node} tasks)", task, "ok",
+                             best.checks))
+    else:
+        notes.append(f"per-task GPU job not accepted ({verdict(task)[0]}); not timed")
+    # rejected at the latest rule: one change to the accepted job; untyped_gpu (the very last rule) may need
+    # another pair than the richest (a partition that does not require typed GPUs)
+    found: list[tuple[tuple[int, int], str, str, tuple[str, ...], JobPlan]] = []
+    for what, argv in _mutations(best, policy):
+        rule, msg = verdict(argv)
+        if rule not in ("ok", "exempt"):
+            found.append((_rule_rank(policy, rule, msg), rule, what, argv, best))
+    if not any(f[1] == "untyped_gpu" for f in found) and "untyped_gpu" in {c for p in plans for c in p.checks}:
+        untyped_ok = [p for p in plans if "untyped_gpu" in p.checks and "partition_typed_gpu" not in p.checks]
+        for plan in untyped_ok[:200]:
+            if verdict(plan.argv())[0] == "ok":
+                argv = plan.argv("untyped")
+                rule, msg = verdict(argv)
+                if rule == "untyped_gpu":
+                    found.append((_rule_rank(policy, rule, msg), rule, "untyped GPUs", argv, plan))
+                    break
+    if found:
+        rank, rule, what, argv, plan = max(found, key=lambda f: f[0])
+        jobs.append(BenchJob(f"rejected at the last rule ({what})", argv, rule, _checks_until(policy, plan, rule, rank)))
+        label_jobs = [f for f in found if f[1] == "label_value"]
+        if rule != "label_value" and label_jobs:
+            lrank, lrule, lwhat, largv, lplan = label_jobs[0]
+            jobs.append(BenchJob(f"rejected at a label ({lwhat})", largv, lrule,
+                                 _checks_until(policy, lplan, lrule, lrank)))
+    else:
+        notes.append("no single change to the accepted job makes the policy reject it")
+    has = sorted({c for p in plans for c in p.checks}, key=lambda c: (c.startswith("label:"), c))
+    present = {c if not c.startswith("label:") else "label" for c in has}
+    lacks = [r for r in RULE_ORDER if r not in present and not (r.startswith("label_") and "label" in present)]
+    checks = {"policy_has": has, "accepted_job_runs": list(best.checks),
+              "not_run_by_accepted_job": [c for c in has if c not in best.checks], "policy_lacks": lacks}
+    return jobs, checks, notes
+
+
+def config_case(path: str) -> BenchCase:
+    """A site config, loaded and validated by the project's loader (ConfigError: file:line, field)."""
+    cfg = load_config(path)
+    policy = compile_policy(cfg)
+    user = "alice"
+    while user in policy.exempt_users:
+        user += "x"
+    jobs, checks, notes = derive_jobs(cfg, policy, user)
+    return BenchCase(Path(path).name, len(policy.accounts), policy, jobs, user, None, checks, notes)
+
+
+def verify_case(case: BenchCase, distinct: int) -> None:
+    """Before timing: the Python twin and the Lua engine (lupa's Lua 5.1) agree on every job, also with the comments
+    the miss variants feed it, and give the expected rule."""
+    py = Evaluator(case.policy)
+    lua = LuaPolicy(case.text)
+    for bench_job in case.jobs:
+        for i in (0, 1, max(2, distinct)):
+            job = bench_job.job_desc(case, i)
+            v, got = py.submit(job), lua.submit(job)
+            agree = got.accepted == v.accepted and (v.accepted or (got.rc == v.rc and got.message == v.message))
+            if not agree:
+                raise SystemExit(f"{case.shape}: {bench_job.label}: Lua (rc={got.rc}, {got.message!r}) and Python "
+                                 f"({v.rc}, {v.message!r}) disagree")
+            if bench_job.expect is not None and v.rule != bench_job.expect:
+                raise SystemExit(f"{case.shape}: {bench_job.label}: gives {v.rule} ({v.message}), not {bench_job.expect}")
+
+
+
 DRIVER = r"""
 local src, n, repeats, mode, comments_file = arg[1], tonumber(arg[2]), tonumber(arg[5]), arg[6], arg[7]
 local known = {}
@@ -220,17 +578,16 @@ def comments_file(tmp: Path, tag: str, template: str, count: int) -> Path:
     return path
 
 
-def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engines: dict[str, str], shape: str,
-               n_accounts: int) -> list[dict]:
-    policy = compile_policy(parse_config(SHAPES[shape](n_accounts), "bench.conf"))
-    text = render_lua(policy)
+def time_case(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engines: dict[str, str],
+              case: BenchCase) -> list[dict]:
+    policy, text = case.policy, case.text
     py = Evaluator(policy)
     scripts: dict[str, Path] = {}
     texts: dict[str, str] = {}
     for name, source in engines.items():
         t = text.replace(engine_source(), source)
         texts[name] = t
-        tag = f"{shape}-{n_accounts}-{name}"
+        tag = f"{case.tag}-{name}"
         if MEMO_LINE in source:
             scripts[f"{name}/hit"] = lua51_script(t, tmp, f"{tag}-hit")
             scripts[f"{name}/cmiss"] = scripts[f"{name}/hit"]  # the same script, fed a new comment per call
@@ -242,17 +599,17 @@ def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engi
         else:
             scripts[f"{name}"] = lua51_script(t, tmp, tag)
     rows = []
-    for k, (label, template) in enumerate(JOBS[shape].items()):
+    for k, bench_job in enumerate(case.jobs):
+        label = bench_job.label
         if args.only not in label:
             continue
-        sbatch_args = [a.replace("{i}", "0") for a in template]
-        job = job_desc_from_options(sbatch_args, user="alice", default_account="acct00")
+        job = bench_job.job_desc(case, 0)
         verdict = py.submit(job)
-        comment = next((template[i + 1] for i, a in enumerate(template[:-1]) if a == "--comment"), None)
+        comment = bench_job.comment
         miss_comments = None
         if comment and "{i}" in comment:
             count = min(args.n, args.distinct)  # > the memo's 1024 entries: every call misses
-            miss_comments = comments_file(tmp, f"{shape}-{n_accounts}-{k}", comment, count)
+            miss_comments = comments_file(tmp, f"{case.tag}-{k}", comment, count)
             for i in (1, 2, count):  # the varied comments must not change the verdict
                 v = py.submit({**job, "comment": comment.replace("{i}", str(i))})
                 if v.rule != verdict.rule:
@@ -261,8 +618,10 @@ def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engi
         for _ in range(20_000):
             py.submit(job)
         py_us = (time.process_time() - t0) / 20_000 * 1e6
-        row: dict = {"shape": shape, "accounts": n_accounts, "job": label, "verdict": verdict.rule,
+        row: dict = {"shape": case.shape, "accounts": case.accounts, "job": label, "verdict": verdict.rule,
                      "python_evaluator_us": round(py_us, 2), "lua5.1": {}}
+        if case.checks is not None:
+            row["checks"] = bench_job.checks
         times: dict[str, list[float]] = {}
         reads: dict[str, int] = {}
         for r in range(args.rounds):
@@ -289,8 +648,11 @@ def time_shape(args: argparse.Namespace, exe: str, tmp: Path, driver: Path, engi
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--accounts", default="50,500", help="comma-separated account counts")
-    parser.add_argument("--shape", default="big", help="comma-separated policy shapes: big (big_config), wide (wide_config)")
+    parser.add_argument("--accounts", default="50,500", help="comma-separated account counts (--shape)")
+    parser.add_argument("--shape", help="comma-separated policy shapes: big (big_config), wide (wide_config); "
+                                        "default big, or none when --config is given")
+    parser.add_argument("--config", action="append", default=[], metavar="SITE.conf",
+                        help="a site config to time, with jobs derived from its policy (repeatable)")
     parser.add_argument("--n", type=int, default=100_000, help="calls per timing")
     parser.add_argument("--repeats", type=int, default=5, help="timings per process (best is kept)")
     parser.add_argument("--rounds", type=int, default=3, help="processes per variant, alternated (median reported)")
@@ -302,25 +664,48 @@ def main() -> None:
     parser.add_argument("--lupa", action="store_true", help="also time lupa's Lua 5.1 (slower to run)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
+    cases: list[BenchCase] = []
+    for path in args.config:  # every config is loaded and checked before anything is timed
+        try:
+            cases.append(config_case(path))
+        except ConfigError as exc:
+            print(f"policy_engine: invalid site config:\n{exc}", file=sys.stderr)
+            sys.exit(2)
+    shapes = args.shape if args.shape is not None else ("" if args.config else "big")
+    for shape in filter(None, shapes.split(",")):
+        if shape not in SHAPES:
+            parser.error(f"--shape {shape}: not one of {', '.join(SHAPES)}")
+        cases += [builtin_case(shape, int(x)) for x in args.accounts.split(",")]
     exe = shutil.which("lua5.1")
     if not exe:
         raise SystemExit("lua5.1 not found (apt-get install lua5.1)")
     engines = {"current": engine_source()}
     if args.compare:
         engines["compare"] = args.compare.read_text()
+    for case in cases:
+        verify_case(case, min(args.n, args.distinct))
     results = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         driver = tmp / "driver.lua"
         driver.write_text(DRIVER)
-        for shape in args.shape.split(","):
-            for n_accounts in (int(x) for x in args.accounts.split(",")):
-                results += time_shape(args, exe, tmp, driver, engines, shape, n_accounts)
+        for case in cases:
+            results += time_case(args, exe, tmp, driver, engines, case)
     result = {"n": args.n, "repeats": args.repeats, "rounds": args.rounds, "machine": platform.platform(),
-              "cpus": os.cpu_count(), "loadavg_end": os.getloadavg(), "python": platform.python_version(), "rows": results}
+              "cpus": os.cpu_count(), "loadavg_end": os.getloadavg(), "python": platform.python_version(),
+              "policies": [case.info() for case in cases], "rows": results}
     if args.json:
         print(json.dumps(result, indent=2))
         return
+    for info in result["policies"]:
+        print(f"{info['shape']}: {info['accounts']} accounts, {info['partitions']} partitions, {info['labels']} labels, "
+              f"{info['rules']} rules; rendered tables {info['table_bytes']} bytes (job_submit.lua {info['script_bytes']})")
+        for what, names in info.get("checks", {}).items():
+            print(f"  {what.replace('_', ' ')}: {', '.join(names) or '-'}")
+        for label, argv in info.get("jobs", {}).items():
+            print(f"  {label}: sbatch {argv}")
+        for note in info.get("notes", []):
+            print(f"  note: {note}")
     print("us per job, lua5.1, median [min-max] over rounds (best of repeats within each)")
     for row in results:
         print(f"{row['shape']:<5} {row['accounts']:>4} accounts  {row['job']:<38} {row['verdict']:<16} python {row['python_evaluator_us']:.1f} us"
