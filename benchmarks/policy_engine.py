@@ -5,8 +5,9 @@ config (--config SITE.conf, loaded and validated as `gpuclust config check` does
 file:line and field), with jobs derived from its policy: an account and partition that together carry the most
 rules, a job accepted after every check they have (typed GPUs of an allowed type within every limit, a time within
 max_time, the wckey, every required label in --comment after an unrelated token, values exact or generated from a
-glob), the same job rejected at the latest rule it can reach (untyped_gpu where typed limits apply, else the
-latest of the others), and rejected at the last label's value. Before any timing, each derived job's verdict is
+glob), with per-task GPUs too, accepted jobs of other pairs for the checks that pair lacks (a wckey partition
+without typed GPUs...), the same job rejected at the latest rule one change reaches (untyped_gpu where typed limits
+apply, else the latest of the others), and rejected at the last label's value. Before any timing, each derived job's verdict is
 checked on the Python twin and on the Lua engine (lupa), which must agree; the checks the policy lacks are listed.
 
 Runtime: Debian's lua5.1 binary (the same Lua 5.1 that slurmctld's job_submit_lua.so links), with the 22.05 `slurm`
@@ -326,33 +327,36 @@ def _plans(cfg: SiteConfig, policy: CompiledPolicy) -> list[JobPlan]:
     while note in keys:
         note += "x"
     accounts = [a for a in cfg.accounts if a not in policy.exempt_accounts] or ["bench-acct"]
-    plans = []
-    for acct in accounts:
-        ar = policy.accounts.get(acct)
-        ac = cfg.accounts.get(acct)
-        pnames: list[str | None] = [*policy.partitions] or [None]
-        for pname in pnames:
-            pr = policy.partitions.get(pname) if pname else None
-            if pr is not None and pr.allowed_accounts is not None and acct not in pr.allowed_accounts:
-                continue
-            if ar is not None and ar.allowed_partitions is not None and pname not in ar.allowed_partitions:
-                continue
-            own_typed = (pr is not None and pr.typed_limits) or (ar is not None and ar.typed_limits)
-            qos = typed_qos[0] if typed_qos and not own_typed else None  # a QOS with typed limits makes them apply
-            if pr is not None and pr.gpu_types:
-                gpu_type = sorted(pr.gpu_types)[0]
-            else:
-                by_type = list(ac.limits.gpu_limit_by_type) + list(ac.limits.max_gpus_per_user_by_type) if ac else []
-                gpu_type = (by_type + known_types + ["h100"])[0]
-            limits = [x for x in (pr.max_gpus if pr else None, ar.max_gpus if ar else None) if x is not None]
-            max_minutes = pr.max_time_s // 60 if pr is not None and pr.max_time_s is not None else None
-            minutes = (min(max_minutes, 1440) or None) if max_minutes is not None else 60
-            own = ac.labels if ac else {}
-            plans.append(JobPlan(acct, pname, _checks(policy, pr, ar, qos is not None), gpu_type,
-                                 min(limits) if limits else 8, pr.gpus_per_node if pr else None, minutes, max_minutes,
-                                 bool(pr and pr.need_wckey), qos,
-                                 [(label.key, _label_value(label, own.get(label.key))) for label in policy.labels],
-                                 f"{note}=x{{i}}"))
+
+    def plan_for(acct: str, pname: str | None) -> JobPlan | None:
+        ar, ac = policy.accounts.get(acct), cfg.accounts.get(acct)
+        # a job that names no partition gets the rules of default_partition (if any)
+        rules_of = pname or policy.default_partition
+        pr = policy.partitions.get(rules_of) if rules_of else None
+        if pr is not None and pr.allowed_accounts is not None and acct not in pr.allowed_accounts:
+            return None
+        if ar is not None and ar.allowed_partitions is not None and rules_of not in ar.allowed_partitions:
+            return None
+        own_typed = (pr is not None and pr.typed_limits) or (ar is not None and ar.typed_limits)
+        qos = typed_qos[0] if typed_qos and not own_typed else None  # a QOS with typed limits makes them apply
+        if pr is not None and pr.gpu_types:
+            gpu_type = sorted(pr.gpu_types)[0]
+        else:
+            by_type = list(ac.limits.gpu_limit_by_type) + list(ac.limits.max_gpus_per_user_by_type) if ac else []
+            gpu_type = (by_type + known_types + ["h100"])[0]
+        limits = [x for x in (pr.max_gpus if pr else None, ar.max_gpus if ar else None) if x is not None]
+        max_minutes = pr.max_time_s // 60 if pr is not None and pr.max_time_s is not None else None
+        minutes = (min(max_minutes, 1440) or None) if max_minutes is not None else 60
+        own = ac.labels if ac else {}
+        return JobPlan(acct, pname, _checks(policy, pr, ar, qos is not None), gpu_type,
+                       min(limits) if limits else 8, pr.gpus_per_node if pr else None, minutes, max_minutes,
+                       bool(pr and pr.need_wckey), qos,
+                       [(label.key, _label_value(label, own.get(label.key))) for label in policy.labels],
+                       f"{note}=x{{i}}")
+
+    plans = [plan for a in accounts for p in policy.partitions if (plan := plan_for(a, p)) is not None]
+    if not plans:  # no account may use a partition by name: jobs that name none
+        plans = [plan for a in accounts if (plan := plan_for(a, None)) is not None]
     plans.sort(key=lambda plan: -len(plan.checks))  # stable: config order among equals
     return plans
 
@@ -407,6 +411,10 @@ def derive_jobs(cfg: SiteConfig, policy: CompiledPolicy, user: str) -> tuple[lis
         return v.rule, v.message
 
     plans = _plans(cfg, policy)
+    for k, label in enumerate(policy.labels):
+        if plans and all(plan.labels[k][1] is None for plan in plans):
+            raise SystemExit(f"{cfg.path}: no --comment value can match label.{label.key} = {label.allowed}: "
+                             "the policy rejects every job")
     best: JobPlan | None = None
     last: tuple[str, str | None] = ("", None)
     for plan in plans:
@@ -414,6 +422,8 @@ def derive_jobs(cfg: SiteConfig, policy: CompiledPolicy, user: str) -> tuple[lis
         if last[0] == "ok":
             best = plan
             break
+    if not plans:
+        raise SystemExit(f"{cfg.path}: no non-exempt account may use any partition of the policy: no job to time")
     if best is None:
         raise SystemExit(f"{cfg.path}: no job accepted by the policy could be derived "
                          f"(tried {len(plans)} account/partition pairs; the last got {last[0]}: {last[1]})")
@@ -425,6 +435,18 @@ def derive_jobs(cfg: SiteConfig, policy: CompiledPolicy, user: str) -> tuple[lis
                              best.checks))
     else:
         notes.append(f"per-task GPU job not accepted ({verdict(task)[0]}); not timed")
+    # checks the richest pair lacks (e.g. one partition needs a wckey, another typed GPUs): accepted jobs of the
+    # pairs that carry them, most new checks first, until every check the policy has is run by some job
+    has = {c for p in plans for c in p.checks}
+    covered = set(best.checks)
+    for _ in range(4):
+        gains = sorted(((len(set(p.checks) - covered), k) for k, p in enumerate(plans)), reverse=True)
+        extra = next((plans[k] for gain, k in gains[:200] if gain and verdict(plans[k].argv())[0] == "ok"), None)
+        if extra is None:
+            break
+        new = [c for c in extra.checks if c not in covered]
+        jobs.append(BenchJob(f"accepted (also {', '.join(new)})", extra.argv(), "ok", extra.checks))
+        covered |= set(new)
     # rejected at the latest rule: one change to the accepted job; untyped_gpu (the very last rule) may need
     # another pair than the richest (a partition that does not require typed GPUs)
     found: list[tuple[tuple[int, int], str, str, tuple[str, ...], JobPlan]] = []
@@ -451,11 +473,12 @@ def derive_jobs(cfg: SiteConfig, policy: CompiledPolicy, user: str) -> tuple[lis
                                  _checks_until(policy, lplan, lrule, lrank)))
     else:
         notes.append("no single change to the accepted job makes the policy reject it")
-    has = sorted({c for p in plans for c in p.checks}, key=lambda c: (c.startswith("label:"), c))
+    has_sorted = sorted(has, key=lambda c: (c.startswith("label:"), c))
     present = {c if not c.startswith("label:") else "label" for c in has}
     lacks = [r for r in RULE_ORDER if r not in present and not (r.startswith("label_") and "label" in present)]
-    checks = {"policy_has": has, "accepted_job_runs": list(best.checks),
-              "not_run_by_accepted_job": [c for c in has if c not in best.checks], "policy_lacks": lacks}
+    checks = {"policy_has": has_sorted, "accepted_job_runs": list(best.checks),
+              "not_run_by_accepted_job": [c for c in has_sorted if c not in best.checks],
+              "not_run_by_any_job": [c for c in has_sorted if c not in covered], "policy_lacks": lacks}
     return jobs, checks, notes
 
 

@@ -176,3 +176,55 @@ def test_bad_config_exits_2_naming_the_file(tmp_path: Path) -> None:
     out = _run("--config", str(bad), "--shape", "big")
     assert out.returncode == 2, out.stderr
     assert f"{bad}:5:" in out.stderr and "max_gpus_per_job" in out.stderr
+
+
+def test_checks_no_single_pair_carries_get_their_own_accepted_job() -> None:
+    bench = _bench()
+    case = bench.config_case(str(REPO / "tests" / "data" / "policy" / "diff-site.conf"))
+    bench.verify_case(case, 50)
+    assert case.checks["not_run_by_accepted_job"] == ["partition_wckey"]
+    assert case.checks["not_run_by_any_job"] == []
+    assert any(job.label == "accepted (also partition_wckey)" and "--wckey" in job.argv for job in case.jobs)
+
+
+_GLOBS = ("*", "a*", "*b", "x?y*", "p-*-*", "??", "*@*", "exact1", "exact2", "a b", "*.*", "ü*", "[x]*")
+
+
+def _random_site(rng: random.Random) -> str:
+    accts = [f"a{i}" for i in range(rng.randint(0, 8))]
+    parts = [f"p{j}" for j in range(rng.randint(0, 4))]
+    lines = ["[site]", "cluster_name = r", ""]
+    for p in parts:
+        opts = [rng.choice(("gpu_type = h100", "gpu_type = a100", "")), "require_gpu = yes", "require_typed_gpu = yes",
+                "require_wckey = yes", f"max_gpus_per_job = {rng.choice((1, 2, 8, 64))}", "gpus_per_node = 4",
+                f"max_time = {rng.choice(('30m', '2-00:00:00', '90s'))}", "qos = tq"]
+        if accts:
+            opts.append("allowed_accounts = " + ", ".join(rng.sample(accts, rng.randint(1, len(accts)))))
+        lines += [f"[partition {p}]", *[o for o in opts if o and rng.random() < 0.5], ""]
+    for a in accts:
+        opts = [f"max_gpus_per_job = {rng.choice((1, 4, 16))}", f"gpu_limit.{rng.choice(('h100', 'a100'))} = 8"]
+        if parts:
+            opts.append("allowed_partitions = " + ", ".join(rng.sample(parts, rng.randint(1, len(parts)))))
+        lines += [f"[account {a}]", *[o for o in opts if rng.random() < 0.5], ""]
+    labels = [f"k{i}" for i in range(rng.randint(0, 4))]
+    lines += ["[qos tq]", "gpu_limit.h100 = 4", "", "[policy]", f"require_account = {rng.choice(('yes', 'no'))}",
+              f"reject_untyped_gpu_where_typed_limits = {rng.choice(('yes', 'no'))}"]
+    if labels:
+        lines.append("required_labels = " + ", ".join(labels))
+        lines += [f"label.{k} = " + ", ".join(rng.sample(_GLOBS, rng.randint(1, 4))) for k in labels if rng.random() < 0.8]
+    if accts and rng.random() < 0.3:
+        lines.append(f"exempt_accounts = {accts[0]}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_policies_derive_jobs_that_verify(seed: int, tmp_path: Path) -> None:
+    bench = _bench()
+    path = _write(tmp_path, f"r{seed}.conf", _random_site(random.Random(seed)))
+    try:
+        case = bench.config_case(str(path))
+    except SystemExit as exc:  # only where no non-exempt job can use the policy's partitions
+        assert "no non-exempt account may use any partition" in str(exc)
+        return
+    bench.verify_case(case, 50)
+    assert case.checks["not_run_by_any_job"] == [] and case.jobs[0].expect == "ok"
