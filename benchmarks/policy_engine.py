@@ -7,8 +7,9 @@ rules, a job accepted after every check they have (typed GPUs of an allowed type
 max_time, the wckey, every required label in --comment after an unrelated token, values exact or generated from a
 glob), with per-task GPUs too, accepted jobs of other pairs for the checks that pair lacks (a wckey partition
 without typed GPUs...), the same job rejected at the latest rule one change reaches (untyped_gpu where typed limits
-apply, else the latest of the others), and rejected at the last label's value. Before any timing, each derived job's verdict is
-checked on the Python twin and on the Lua engine (lupa), which must agree; the checks the policy lacks are listed.
+apply, else the latest of the others), and rejected at the last label's value. Before any timing, each derived
+job's verdict is checked on the Python twin and on the Lua engine (lupa), which must agree and give the expected
+rule; the checks each job runs and those the policy lacks are listed.
 
 Runtime: Debian's lua5.1 binary (the same Lua 5.1 that slurmctld's job_submit_lua.so links), with the 22.05 `slurm`
 mock of gpuclust.policy.luasim, whose log functions keep only the last message here (as slurmctld's, which format
