@@ -494,19 +494,23 @@ def config_case(path: str) -> BenchCase:
     return BenchCase(Path(path).name, len(policy.accounts), policy, jobs, user, None, checks, notes)
 
 
-def verify_case(case: BenchCase, distinct: int) -> None:
-    """Before timing: the Python twin and the Lua engine (lupa's Lua 5.1) agree on every job, also with the comments
-    the miss variants feed it, and give the expected rule."""
+def verify_case(case: BenchCase, distinct: int, engines: dict[str, str] | None = None) -> None:
+    """Before timing: the Python twin and the Lua engine (lupa's Lua 5.1; each of `engines`, e.g. --compare's, with
+    the same tables) agree on every job, also with the comments the miss variants feed it, and give the expected
+    rule."""
     py = Evaluator(case.policy)
-    lua = LuaPolicy(case.text)
+    luas = {name: LuaPolicy(case.text.replace(engine_source(), source)) for name, source in
+            (engines or {"current": engine_source()}).items()}
     for bench_job in case.jobs:
         for i in (0, 1, max(2, distinct)):
             job = bench_job.job_desc(case, i)
-            v, got = py.submit(job), lua.submit(job)
-            agree = got.accepted == v.accepted and (v.accepted or (got.rc == v.rc and got.message == v.message))
-            if not agree:
-                raise SystemExit(f"{case.shape}: {bench_job.label}: Lua (rc={got.rc}, {got.message!r}) and Python "
-                                 f"({v.rc}, {v.message!r}) disagree")
+            v = py.submit(job)
+            for name, lua in luas.items():
+                got = lua.submit(job)
+                agree = got.accepted == v.accepted and (v.accepted or (got.rc == v.rc and got.message == v.message))
+                if not agree:
+                    raise SystemExit(f"{case.shape}: {bench_job.label}: Lua ({name}: rc={got.rc}, {got.message!r}) "
+                                     f"and Python ({v.rc}, {v.message!r}) disagree")
             if bench_job.expect is not None and v.rule != bench_job.expect:
                 raise SystemExit(f"{case.shape}: {bench_job.label}: gives {v.rule} ({v.message}), not {bench_job.expect}")
 
@@ -707,7 +711,7 @@ def main() -> None:
     if args.compare:
         engines["compare"] = args.compare.read_text()
     for case in cases:
-        verify_case(case, min(args.n, args.distinct))
+        verify_case(case, min(args.n, args.distinct), engines)
     results = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
