@@ -2,7 +2,8 @@
 
 Rounds alternate the two modes (ABBA order) so drift on the shared machine hits both. In each block,
 --concurrency submitters (threads, each running sbatch one call after another) submit --n held, compliant jobs in
-all (sbatch --hold: nothing runs); the jobs are cancelled afterwards. slurmctld runs job_submit under its job write
+all (sbatch --hold: nothing runs; each with a --comment the engine has not seen, unless --same-comment); the jobs
+are cancelled afterwards. slurmctld runs job_submit under its job write
 lock, so the engine's time is serialised across the submitters. Per mode: jobs/s per block (median, range) and the
 p50/p99 latency of single sbatch calls over all its blocks; slurmctld's own CPU time per job (from /proc, the
 submit and the cancel), which the other load on a shared machine disturbs far less than the rates; the ratio policy/pass-through of the medians, and of
@@ -19,7 +20,7 @@ policy - pass-through (what the policy adds inside slurmctld, under its job writ
 typed limit) to the lab policy and to the gpu partition's allowed_accounts, so the engine runs site-size tables.
 
 Usage: python benchmarks/policy_sbatch_throughput.py [--name perf] [--n 64] [--concurrency 8] [--rounds 24]
-                                                     [--extra-accounts 500] [--json]
+                                                     [--extra-accounts 500] [--same-comment] [--json]
 """
 
 from __future__ import annotations
@@ -42,8 +43,26 @@ from gpuclust.policy.render import write_lua
 
 REPO = Path(__file__).resolve().parent.parent
 LAB = REPO / "tests" / "slurm_lab" / "slurm-lab"
-JOB = ["-A", "physics", "--gres=gpu:h100:1", "--comment", "team=physics project=bench", "-t", "5", "--hold",
-       "-o", "/dev/null", "--parsable", "--wrap", "true"]
+JOB_HEAD = ["-A", "physics", "--gres=gpu:h100:1", "-t", "5", "--hold", "-o", "/dev/null", "--parsable"]
+COMMENT = "team=physics project=bench"
+
+
+class Comments:
+    """The --comment of each sbatch call. By default every job of the run brings a comment the engine has not seen
+    (`run=N` after the labels, N counting over the whole run, both modes alike): the engine's memo of comments
+    never answers, so the blocks time its full label check. --same-comment sends one comment throughout."""
+
+    def __init__(self, distinct: bool) -> None:
+        self.distinct = distinct
+        self.counter = 0
+        self.lock = threading.Lock()
+
+    def next(self) -> str:
+        if not self.distinct:
+            return COMMENT
+        with self.lock:
+            self.counter += 1
+            return f"{COMMENT} run={self.counter}"
 
 
 def run(argv: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -55,7 +74,7 @@ def install(name: str, what: str, env: dict[str, str]) -> None:
     time.sleep(1.1)  # slurmctld notices script changes by mtime at 1 s granularity
 
 
-def block(n: int, concurrency: int, env: dict[str, str]) -> tuple[float, list[float]]:
+def block(n: int, concurrency: int, env: dict[str, str], comments: Comments) -> tuple[float, list[float]]:
     """n sbatch calls spread over `concurrency` threads: (jobs per second, latency of each call in s)."""
     ids: list[str] = []
     latencies: list[float] = []
@@ -67,10 +86,13 @@ def block(n: int, concurrency: int, env: dict[str, str]) -> tuple[float, list[fl
     def submitter(count: int) -> None:
         start.wait()
         for _ in range(count):
+            argv = ["sbatch", *JOB_HEAD, "--comment", comments.next(), "--wrap", "true"]
             t0 = time.perf_counter()
-            cp = run(["sbatch", *JOB], env, check=False)
+            cp = run(argv, env, check=False)
             dt = time.perf_counter() - t0
             with lock:
+                if "retrying" in cp.stderr:  # slurmctld refused and sbatch slept (e.g. MaxJobCount): not a clean block
+                    errors.append(cp.stderr.strip())
                 if cp.returncode == 0:
                     ids.append(cp.stdout.strip().split(";")[0])
                     latencies.append(dt)
@@ -134,6 +156,15 @@ def estimate(values: list[float]) -> dict:
             "ci95_bootstrap": median_ci_bootstrap(values), "n": len(values)}
 
 
+def geometric_mean_ci(ratios: list[float], level_z: float = 1.96) -> dict:
+    """The geometric mean of paired ratios with a normal 95% interval on their logs (a second estimator beside the
+    median: it uses every round's size, where the median uses only their order)."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    half = level_z * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
+    return {"geometric_mean": math.exp(mean), "ci95": (math.exp(mean - half), math.exp(mean + half)), "n": len(logs)}
+
+
 def pooled_difference(a: list[float], b: list[float], resamples: int = 4000) -> dict:
     """mean(a) - mean(b) over paired rounds, with a bootstrap 95% interval that resamples whole rounds. Per-block
     CPU is counted in 10 ms clock ticks; pooling all blocks makes the resolution one tick over all the jobs."""
@@ -167,8 +198,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent submitters")
     parser.add_argument("--rounds", type=int, default=24, help="blocks per mode (ABBA order)")
     parser.add_argument("--extra-accounts", type=int, default=500, help="synthetic accounts added to the lab policy")
+    parser.add_argument("--same-comment", action="store_true",
+                        help="one --comment for every job (default: a new comment per job, as distinct runs send)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
+    comments = Comments(distinct=not args.same_comment)
     info = json.loads(run([str(LAB), "--name", args.name, "env", "--json"], dict(os.environ)).stdout)
     env = {**os.environ, **info["env"]}
     conf = (REPO / "tests" / "data" / "policy" / "lab-site.conf").read_text()
@@ -183,16 +217,16 @@ def main() -> None:
         lua = write_lua(compile_policy(parse_config(conf, "lab-site.conf")), Path(tmp) / "job_submit.lua")
         try:
             install(args.name, "default", env)
-            block(max(args.concurrency, 16), args.concurrency, env)  # warm-up, not counted
+            block(max(args.concurrency, 16), args.concurrency, env, comments)  # warm-up, not counted
             for r in range(args.rounds):
                 order = ("passthrough", "policy") if r % 4 in (0, 3) else ("policy", "passthrough")
                 for mode in order:
                     install(args.name, "default" if mode == "passthrough" else str(lua), env)
                     # slurmctld (re)loads the script at the first job after a change: warm it up outside the timed
                     # block, so the blocks time steady-state submits (loading the 500-account script is ms of CPU)
-                    block(args.concurrency, args.concurrency, env)
+                    block(args.concurrency, args.concurrency, env, comments)
                     c0 = ctld_cpu_s(info["state_dir"])
-                    rate, latencies = block(args.n, args.concurrency, env)
+                    rate, latencies = block(args.n, args.concurrency, env, comments)
                     c1 = ctld_cpu_s(info["state_dir"])
                     if c0 is not None and c1 is not None:  # includes the scancel of the block's jobs
                         ctld_ms[mode].append(1000 * (c1 - c0) / args.n)
@@ -210,6 +244,8 @@ def main() -> None:
         "ratio_policy_over_passthrough": med["policy"] / med["passthrough"],
         "ratio_per_round": pairs,
         "ratio_per_round_estimate": estimate(pairs),
+        "ratio_per_round_geometric_mean": geometric_mean_ci(pairs),
+        "distinct_comments": comments.distinct,
         "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
         "latency_ms": {k: {"p50": 1000 * percentile(v, 50), "p99": 1000 * percentile(v, 99), "max": 1000 * max(v),
                            "calls": len(v)} for k, v in lats.items()},
@@ -236,6 +272,9 @@ def main() -> None:
         e = result["ratio_per_round_estimate"]
         print(f"median of per-round ratios: {e['median']:.3f}   95% CI rank {e['ci95_rank'][0]:.3f}-{e['ci95_rank'][1]:.3f}"
               f"   bootstrap {e['ci95_bootstrap'][0]:.3f}-{e['ci95_bootstrap'][1]:.3f}   ({e['n']} rounds)")
+        g = result["ratio_per_round_geometric_mean"]
+        print(f"geometric mean of per-round ratios: {g['geometric_mean']:.3f}   95% CI {g['ci95'][0]:.3f}-{g['ci95'][1]:.3f}"
+              f"   ({'a new comment per job' if comments.distinct else 'one comment for every job'})")
         d = result["slurmctld_cpu_ms_per_job_added_by_policy"]
         if d:
             print(f"slurmctld CPU added by the policy per job (per-round differences): median {d['median']:.3f} ms   "
