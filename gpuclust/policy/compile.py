@@ -66,18 +66,27 @@ class GlobChecks:
 
 
 def glob_in_place(glob: str) -> bytes:
+    """A glob as a Lua pattern anchored at the value's first byte in the comment. A glob that ends in `*` needs no
+    end check: its last `*` takes the rest of the token, whatever it holds (no NUL byte on this path), so its
+    pattern stops where the `*` starts (`proj-*` is `^proj%-`: a literal compare, no byte-by-byte set match to the
+    token's end). Any other glob ends with a frontier at a separator or the comment's end."""
+    data = glob.encode("utf-8")
+    open_end = len(data) > 1 and data.endswith(b"*")
+    if open_end:
+        data = data[:-1]
     out = [b"^"]
-    for byte in glob.encode("utf-8"):
+    for byte in data:
         ch = bytes([byte])
         if ch == b"*":
-            out.append(_VALUE_BYTE + b"*")
+            out.append(_VALUE_BYTE + b"-")  # lazy: the first split that matches will do
         elif ch == b"?":
             out.append(_VALUE_BYTE)
         elif byte < 128 and not ch.isalnum():
             out.append(b"%" + ch)
         else:
             out.append(ch)
-    out.append(b"%f[" + LABEL_SEPARATORS + b"%z]")
+    if not open_end:
+        out.append(b"%f[" + LABEL_SEPARATORS + b"%z]")
     return b"".join(out)
 
 
