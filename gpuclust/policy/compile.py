@@ -44,6 +44,13 @@ class LabelRule:
     def glob_checks(self) -> GlobChecks:
         return glob_checks(self.pattern_globs)
 
+    @property
+    def globs_first(self) -> bool:
+        """engine.lua tries the globs at each token with the key before checking the value is non-empty: a label
+        with globs only (no exact value, not `*`), none filed by first byte."""
+        g = self.glob_checks
+        return bool(self.globs) and not self.exact and not g.any and not g.by_first and bool(g.wild)
+
 
 # Bytes that end a label value in --comment (engine.lua's label rules; evaluate.py's _LABEL_TOKEN).
 LABEL_SEPARATORS = b",; \t\n\r\v\f"
@@ -63,6 +70,12 @@ class GlobChecks:
     any: bool = False
     wild: tuple[bytes, ...] = ()
     by_first: dict[int, tuple[bytes, ...]] = field(default_factory=dict)
+
+
+# Globs are filed by their first byte only when a label has at least this many with a literal first byte: the
+# look-up costs a string.byte call, about what one anchored glob costs that fails at its first byte. Otherwise
+# they are all `wild`, those with a literal first byte first.
+FIRST_BYTE_MIN = 3
 
 
 def glob_in_place(glob: str) -> bytes:
@@ -105,6 +118,8 @@ def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
             wild.append(glob_in_place(g))
         else:
             by_first.setdefault(data[0], []).append(glob_in_place(g))
+    if sum(map(len, by_first.values())) < FIRST_BYTE_MIN:  # fewer than a first-byte look-up pays for
+        return GlobChecks(any_value, tuple(p for _, v in sorted(by_first.items()) for p in v) + tuple(wild), {})
     return GlobChecks(any_value, tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())})
 
 

@@ -366,17 +366,18 @@ end
 local LABELS_OK, LABELS_OK_N = {}, 0
 
 -- Per label: a plain find for `key=` (memchr and memcmp in C: far cheaper than a Lua pattern walking the comment
--- byte by byte), the byte before it (a token starts there), then the value: for a label with exact values one
--- string.match makes the value string (an allowed value is already interned, so nothing is allocated), else one
--- string.byte checks it is non-empty and files it for the globs, which match in place on the comment. Written out
--- in one function: in Lua 5.1 a Lua call costs about as much as a C call (~0.1 µs), and a new string costs its
--- allocation and its share of the collector, so the count of calls and new strings per label is the cost.
+-- byte by byte), the byte before it (a token starts there), then the value. A label with exact values: one
+-- string.match makes the value string (an allowed value is already interned: nothing is allocated) for a hash
+-- look-up. A label with globs only: the globs are tried in place at the value first, since a glob that matches
+-- proves the value non-empty (no string.byte, no value string). Globs that end in `*` stop where that `*` starts
+-- (gpuclust.policy.compile.glob_in_place), so `proj-*` is a literal compare. Written out in one function: in Lua 5.1
+-- a Lua call costs about what a C call does (~0.1 µs), so the count of calls per label is the cost.
 local function check_labels(comment, labels)
   local nul = nil -- does the comment hold a NUL byte? (looked up once, when a glob is first needed)
   for i = 1, #labels do
     local rule = labels[i]
     local key_eq, has_exact = rule.key_eq, rule.has_exact
-    local value, b = nil, nil
+    local value, b, ok = nil, nil, false
     local s, e = sfind(comment, key_eq, 1, true)
     while s do -- the first token with this key and a non-empty value
       if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
@@ -384,6 +385,19 @@ local function check_labels(comment, labels)
           value = smatch(comment, LABEL_VALUE, e + 1) -- '^' anchors at e + 1 in Lua 5.1: one call, no ssub
           if value ~= "" then break end
         else
+          if rule.globs_first then -- globs only, not filed by first byte: try them before anything else
+            if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
+            if not nul then
+              local pats = rule.wild
+              for j = 1, #pats do
+                if sfind(comment, pats[j], e + 1) then
+                  ok = true
+                  break
+                end
+              end
+              if ok then break end
+            end
+          end
           b = sbyte(comment, e + 1)
           if b and not SEP_BYTE[b] then break end
         end
@@ -394,8 +408,7 @@ local function check_labels(comment, labels)
       return reject(RC_ERROR, "label_missing", sformat(
         "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed))
     end
-    if rule.any == false and not (has_exact and rule.exact[value]) then
-      local ok = false
+    if not ok and rule.any == false and not (has_exact and rule.exact[value]) then
       if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
       if nul then -- `*` matches no NUL byte: the full patterns decide (%Z), as glob_to_regex's [^\x00]
         value = value or smatch(comment, LABEL_VALUE, e + 1)
@@ -409,7 +422,7 @@ local function check_labels(comment, labels)
       elseif rule.any_glob then
         ok = true
       else -- the globs matched in place at the value (gpuclust.policy.compile.GlobChecks)
-        local pats = rule.by_first[b or sbyte(comment, e + 1)] -- filed by first byte
+        local pats = rule.by_first[b or sbyte(comment, e + 1)] -- filed by first byte (empty unless many globs)
         if pats then
           for j = 1, #pats do
             if sfind(comment, pats[j], e + 1) then
@@ -419,7 +432,7 @@ local function check_labels(comment, labels)
           end
         end
         if not ok then -- the same loop as above, inlined: a helper call per label costs ~0.1 µs in Lua 5.1
-          local pats = rule.wild
+          pats = rule.wild
           for j = 1, #pats do
             if sfind(comment, pats[j], e + 1) then
               ok = true
