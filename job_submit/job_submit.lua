@@ -15,10 +15,12 @@ local POLICY = {
   labels = {
     { key = "team", key_eq = "team=", any = false, exact = {["ml"] = true, ["ops"] = true, ["physics"] = true}, patterns = {}, allowed = "physics, ml, ops",
       has_exact = true, any_glob = false, wild = {},
-      globs_first = false, by_first = {} },
+      globs_first = false, lead = {}, suffix = {},
+      first_byte = false, by_first = {} },
     { key = "project", key_eq = "project=", any = false, exact = {}, patterns = {"^%Z*$"}, allowed = "*",
       has_exact = false, any_glob = true, wild = {},
-      globs_first = false, by_first = {} },
+      globs_first = false, lead = {}, suffix = {},
+      first_byte = false, by_first = {} },
   },
   partitions = {
     ["gpu"] = { name = "gpu", need_gpu = true, need_typed_gpu = true, need_wckey = false, max_gpus = 16, gpus_per_node = 4, max_time_s = 172800, max_time_str = "2-00:00:00", allowed_accounts = {["ml"] = true, ["ops"] = true, ["physics"] = true}, allowed_accounts_str = "physics, ml, ops", typed_limits = false, gpu_types = {["h100"] = true}, gpu_types_str = "h100" },
@@ -409,7 +411,7 @@ local function check_labels(comment, labels)
   for i = 1, #labels do
     local rule = labels[i]
     local key_eq, has_exact = rule.key_eq, rule.has_exact
-    local value, b, ok = nil, nil, false
+    local value, b, ok, last, tried = nil, nil, false, nil, false -- last: where the value ends, once looked for
     local s, e = sfind(comment, key_eq, 1, true)
     while s do -- the first token with this key and a non-empty value
       if s == 1 or SEP_BYTE[sbyte(comment, s - 1)] then
@@ -417,17 +419,40 @@ local function check_labels(comment, labels)
           value = smatch(comment, LABEL_VALUE, e + 1) -- '^' anchors at e + 1 in Lua 5.1: one call, no ssub
           if value ~= "" then break end
         else
-          if rule.globs_first then -- globs only, not filed by first byte: try them before anything else
+          if rule.globs_first then -- globs only, none filed by first byte: all tried here, before anything else
             if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
             if not nul then
-              local pats = rule.wild
+              local pats = rule.lead
               for j = 1, #pats do
                 if sfind(comment, pats[j], e + 1) then
                   ok = true
                   break
                 end
               end
-              if ok then break end
+              pats = rule.suffix
+              if not ok and pats[1] then
+                local _
+                _, last = sfind(comment, LABEL_VALUE, e + 1)
+                for j = 1, #pats do
+                  local x = pats[j]
+                  local at = last - #x + 1 -- the literal ends where the value does (plain find: one memcmp)
+                  if at > e and sfind(comment, x, at, true) == at then
+                    ok = true
+                    break
+                  end
+                end
+              end
+              if not ok then
+                pats = rule.wild
+                for j = 1, #pats do
+                  if sfind(comment, pats[j], e + 1) then
+                    ok = true
+                    break
+                  end
+                end
+              end
+              if ok then break end -- a glob that matches proves the value non-empty
+              tried = true -- no glob matches this token's value (if it is empty, the next token is tried)
             end
           end
           b = sbyte(comment, e + 1)
@@ -453,18 +478,38 @@ local function check_labels(comment, labels)
         end
       elseif rule.any_glob then
         ok = true
-      else -- the globs matched in place at the value (gpuclust.policy.compile.GlobChecks)
-        local pats = rule.by_first[b or sbyte(comment, e + 1)] -- filed by first byte (empty unless many globs)
-        if pats then
+      else -- gpuclust.policy.compile.GlobChecks: literal-first globs in place, `*LITERAL` at the value's end, the rest
+        if not tried then
+          local pats = rule.lead
+          if rule.first_byte then pats = rule.by_first[b or sbyte(comment, e + 1)] or pats end
           for j = 1, #pats do
             if sfind(comment, pats[j], e + 1) then
               ok = true
               break
             end
           end
+          pats = rule.suffix
+          if not ok and pats[1] then
+            if last == nil then
+              if value then
+                last = e + #value
+              else
+                local _
+                _, last = sfind(comment, LABEL_VALUE, e + 1)
+              end
+            end
+            for j = 1, #pats do
+              local x = pats[j]
+              local at = last - #x + 1
+              if at > e and sfind(comment, x, at, true) == at then
+                ok = true
+                break
+              end
+            end
+          end
         end
-        if not ok then -- the same loop as above, inlined: a helper call per label costs ~0.1 µs in Lua 5.1
-          pats = rule.wild
+        if not ok and not tried then -- the same loop as the first, inlined: a Lua call costs ~0.1 µs in Lua 5.1
+          local pats = rule.wild
           for j = 1, #pats do
             if sfind(comment, pats[j], e + 1) then
               ok = true

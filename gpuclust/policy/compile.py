@@ -46,10 +46,11 @@ class LabelRule:
 
     @property
     def globs_first(self) -> bool:
-        """engine.lua tries the globs at each token with the key before checking the value is non-empty: a label
-        with globs only (no exact value, not `*`), none filed by first byte."""
+        """engine.lua tries the literal-first and `*LITERAL` globs at each token with the key before checking the
+        value is non-empty (a glob that matches proves it is): a label with globs only (no exact value, not `*`),
+        none filed by first byte."""
         g = self.glob_checks
-        return bool(self.globs) and not self.exact and not g.any and not g.by_first and bool(g.wild)
+        return bool(self.globs) and not self.exact and not g.any and not g.by_first and bool(g.lead or g.suffix)
 
 
 # Bytes that end a label value in --comment (engine.lua's label rules; evaluate.py's _LABEL_TOKEN).
@@ -59,17 +60,24 @@ _VALUE_BYTE = b"[^" + LABEL_SEPARATORS + b"%z]"  # one byte of a NUL-free value,
 
 @dataclass(frozen=True)
 class GlobChecks:
-    """The globs of one label as Lua patterns matched in place, on the comment at the value's first byte (issue 18:
-    no value string is made unless the label also has exact values). `*` is any run of value bytes, `?` one, and
-    the value must end where the match ends (a frontier at a separator or the comment's end). Globs that start with
-    a literal byte are filed under it (a value is tried only against those of its own first byte); `any` is the
-    glob `*`; the rest are `wild`. Valid for comments without NUL bytes, which `*` never matches: for those the
-    engine matches the value against every glob's full pattern instead (LabelRule.lua_patterns). A glob holding a
-    separator (or a NUL byte) can match no value and is left out."""
+    """The globs of one label for engine.lua, valid for comments without NUL bytes (which `*` never matches: for
+    those the engine matches the value against every glob's full pattern, LabelRule.lua_patterns), in the order
+    the engine tries them:
+    - `any`: the glob `*` (any non-empty value);
+    - `by_first` / `lead`: globs that start with a literal byte, as Lua patterns matched in place on the comment at
+      the value's first byte (glob_in_place: an anchored literal compare, cheap). Filed under their first byte
+      when there are FIRST_BYTE_MIN of them (a value is tried only against those of its own first byte), else
+      all in `lead`;
+    - `suffix`: globs `*LITERAL` (no other `*` or `?`) as their literal: the engine finds the value's end once and
+      compares each literal there with one plain find, instead of a byte-by-byte pattern walk per glob;
+    - `wild`: the rest (a leading `*` or `?` and more), in place.
+    A glob holding a separator (or a NUL byte) can match no value on this path and is left out."""
 
     any: bool = False
     wild: tuple[bytes, ...] = ()
     by_first: dict[int, tuple[bytes, ...]] = field(default_factory=dict)
+    suffix: tuple[bytes, ...] = ()
+    lead: tuple[bytes, ...] = ()
 
 
 # Globs are filed by their first byte only when a label has at least this many with a literal first byte: the
@@ -107,6 +115,7 @@ def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
     any_value = False
     wild: list[bytes] = []
     by_first: dict[int, list[bytes]] = {}
+    suffix: list[bytes] = []
     for glob in globs:
         data = glob.encode("utf-8")
         if any(b in LABEL_SEPARATORS or b == 0 for b in data):
@@ -114,13 +123,15 @@ def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
         g = re.sub(r"\*+", "*", glob)  # a run of stars matches what one star does
         if g == "*":
             any_value = True
+        elif g[0] == "*" and "*" not in g[1:] and "?" not in g:
+            suffix.append(g[1:].encode("utf-8"))
         elif data[0] in b"*?":
             wild.append(glob_in_place(g))
         else:
             by_first.setdefault(data[0], []).append(glob_in_place(g))
     if sum(map(len, by_first.values())) < FIRST_BYTE_MIN:  # fewer than a first-byte look-up pays for
-        return GlobChecks(any_value, tuple(p for _, v in sorted(by_first.items()) for p in v) + tuple(wild), {})
-    return GlobChecks(any_value, tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())})
+        return GlobChecks(any_value, tuple(wild), {}, tuple(suffix), tuple(p for _, v in sorted(by_first.items()) for p in v))
+    return GlobChecks(any_value, tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())}, tuple(suffix))
 
 
 @dataclass(frozen=True)
