@@ -44,6 +44,14 @@ class LabelRule:
     def glob_checks(self) -> GlobChecks:
         return glob_checks(self.pattern_globs)
 
+    @property
+    def globs_first(self) -> bool:
+        """engine.lua tries the literal-first and `*LITERAL` globs at each token with the key before checking the
+        value is non-empty (a glob that matches proves it is): a label with globs only (no exact value, not `*`),
+        none filed by first byte."""
+        g = self.glob_checks
+        return bool(self.globs) and not self.exact and not g.any and not g.by_first and bool(g.lead or g.suffix)
+
 
 # Bytes that end a label value in --comment (engine.lua's label rules; evaluate.py's _LABEL_TOKEN).
 LABEL_SEPARATORS = b",; \t\n\r\v\f"
@@ -52,32 +60,54 @@ _VALUE_BYTE = b"[^" + LABEL_SEPARATORS + b"%z]"  # one byte of a NUL-free value,
 
 @dataclass(frozen=True)
 class GlobChecks:
-    """The globs of one label as Lua patterns matched in place, on the comment at the value's first byte (issue 18:
-    no value string is made unless the label also has exact values). `*` is any run of value bytes, `?` one, and
-    the value must end where the match ends (a frontier at a separator or the comment's end). Globs that start with
-    a literal byte are filed under it (a value is tried only against those of its own first byte); `any` is the
-    glob `*`; the rest are `wild`. Valid for comments without NUL bytes, which `*` never matches: for those the
-    engine matches the value against every glob's full pattern instead (LabelRule.lua_patterns). A glob holding a
-    separator (or a NUL byte) can match no value and is left out."""
+    """The globs of one label for engine.lua, valid for comments without NUL bytes (which `*` never matches: for
+    those the engine matches the value against every glob's full pattern, LabelRule.lua_patterns), in the order
+    the engine tries them:
+    - `any`: the glob `*` (any non-empty value);
+    - `by_first` / `lead`: globs that start with a literal byte, as Lua patterns matched in place on the comment at
+      the value's first byte (glob_in_place: an anchored literal compare, cheap). Filed under their first byte
+      when there are FIRST_BYTE_MIN of them (a value is tried only against those of its own first byte), else
+      all in `lead`;
+    - `suffix`: globs `*LITERAL` (no other `*` or `?`) as their literal: the engine finds the value's end once and
+      compares each literal there with one plain find, instead of a byte-by-byte pattern walk per glob;
+    - `wild`: the rest (a leading `*` or `?` and more), in place.
+    A glob holding a separator (or a NUL byte) can match no value on this path and is left out."""
 
     any: bool = False
     wild: tuple[bytes, ...] = ()
     by_first: dict[int, tuple[bytes, ...]] = field(default_factory=dict)
+    suffix: tuple[bytes, ...] = ()
+    lead: tuple[bytes, ...] = ()
+
+
+# Globs are filed by their first byte only when a label has at least this many with a literal first byte: the
+# look-up costs a string.byte call, about what one anchored glob costs that fails at its first byte. Otherwise
+# they are all `wild`, those with a literal first byte first.
+FIRST_BYTE_MIN = 3
 
 
 def glob_in_place(glob: str) -> bytes:
+    """A glob as a Lua pattern anchored at the value's first byte in the comment. A glob that ends in `*` needs no
+    end check: its last `*` takes the rest of the token, whatever it holds (no NUL byte on this path), so its
+    pattern stops where the `*` starts (`proj-*` is `^proj%-`: a literal compare, no byte-by-byte set match to the
+    token's end). Any other glob ends with a frontier at a separator or the comment's end."""
+    data = glob.encode("utf-8")
+    open_end = len(data) > 1 and data.endswith(b"*")
+    if open_end:
+        data = data[:-1]
     out = [b"^"]
-    for byte in glob.encode("utf-8"):
+    for byte in data:
         ch = bytes([byte])
         if ch == b"*":
-            out.append(_VALUE_BYTE + b"*")
+            out.append(_VALUE_BYTE + b"-")  # lazy: the first split that matches will do
         elif ch == b"?":
             out.append(_VALUE_BYTE)
         elif byte < 128 and not ch.isalnum():
             out.append(b"%" + ch)
         else:
             out.append(ch)
-    out.append(b"%f[" + LABEL_SEPARATORS + b"%z]")
+    if not open_end:
+        out.append(b"%f[" + LABEL_SEPARATORS + b"%z]")
     return b"".join(out)
 
 
@@ -85,6 +115,7 @@ def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
     any_value = False
     wild: list[bytes] = []
     by_first: dict[int, list[bytes]] = {}
+    suffix: list[bytes] = []
     for glob in globs:
         data = glob.encode("utf-8")
         if any(b in LABEL_SEPARATORS or b == 0 for b in data):
@@ -92,11 +123,15 @@ def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
         g = re.sub(r"\*+", "*", glob)  # a run of stars matches what one star does
         if g == "*":
             any_value = True
+        elif g[0] == "*" and "*" not in g[1:] and "?" not in g:
+            suffix.append(g[1:].encode("utf-8"))
         elif data[0] in b"*?":
             wild.append(glob_in_place(g))
         else:
             by_first.setdefault(data[0], []).append(glob_in_place(g))
-    return GlobChecks(any_value, tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())})
+    if sum(map(len, by_first.values())) < FIRST_BYTE_MIN:  # fewer than a first-byte look-up pays for
+        return GlobChecks(any_value, tuple(wild), {}, tuple(suffix), tuple(p for _, v in sorted(by_first.items()) for p in v))
+    return GlobChecks(any_value, tuple(wild), {k: tuple(v) for k, v in sorted(by_first.items())}, tuple(suffix))
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,9 @@ def render_tables(policy: CompiledPolicy) -> str:
             f"    {{ key = {lua_string(label.key)}, key_eq = {lua_string(label.key + '=')}, any = {_bool(label.any_value)}, "
             f"exact = {_set(label.exact)}, patterns = {_list(label.lua_patterns)}, allowed = {lua_string(label.allowed)},\n"
             f"      has_exact = {_bool(bool(label.exact))}, any_glob = {_bool(g.any)}, wild = {_list(g.wild)},\n"
-            f"      by_first = {{{', '.join(f'[{b}] = {_list(p)}' for b, p in g.by_first.items())}}} }},")
+            f"      globs_first = {_bool(label.globs_first)}, lead = {_list(g.lead)}, suffix = {_list(g.suffix)},\n"
+            f"      first_byte = {_bool(bool(g.by_first))}, "
+            f"by_first = {{{', '.join(f'[{b}] = {_list(p)}' for b, p in g.by_first.items())}}} }},")
     lines.append("  },")
     lines.append("  partitions = {")
     for name in sorted(policy.partitions):

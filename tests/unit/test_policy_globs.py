@@ -61,9 +61,12 @@ def test_every_value_in_every_label_agrees():
 
 def test_split_kinds():
     g = glob_checks(("proj-*", "res-*", "*-prod", "lab-*-dev", "*", "?x?", "a**", "a b*", "**"))
-    assert g.any and len(g.wild) == 2  # '*-prod', '?x?'; 'a b*' holds a separator: it matches no value
+    assert g.any and g.suffix == (b"-prod",)  # '*-prod': its literal, compared at the value's end
+    # '?x?' alone is wild; 'a b*' holds a separator: it matches no value
     assert sorted(g.by_first) == [ord("a"), ord("l"), ord("p"), ord("r")]
-    assert g.by_first[ord("a")] == (b"^a[^,; \t\n\r\x0b\x0c%z]*%f[,; \t\n\r\x0b\x0c%z]",)
+    assert g.by_first[ord("a")] == (b"^a",)  # a glob ending in '*' stops where its last '*' starts (no end check)
+    assert g.wild == (b"^[^,; \t\n\r\x0b\x0c%z]x[^,; \t\n\r\x0b\x0c%z]%f[,; \t\n\r\x0b\x0c%z]",)
+    assert glob_checks(("*.exp", "*x*", "*?y", "*")).suffix == (b".exp",)
 
 
 @settings(max_examples=300, deadline=None)
