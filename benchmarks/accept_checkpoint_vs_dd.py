@@ -22,6 +22,7 @@ reversed in odd ones); round 0 warms up and is discarded. Kinds (write / read):
   raw-4x16   raw-direct with the reader as before run 6 (4 x 16 MiB in flight, each reader faults its own chunk)
   raw-8x16-nopf  raw-direct, 8 x 16 MiB in flight, no prefault thread
   raw-4x64   raw-direct, 4 x 64 MiB in flight, prefault thread
+  raw-16x16  raw-direct, 16 x 16 MiB in flight, prefault thread
   raw-nohuge raw-direct with 4 KiB pages (no MADV_HUGEPAGE), prefault thread
   dcp        torch.distributed.checkpoint save/load, one process, no process group, FileSystemWriter defaults
              (sync_files, one thread); load into tensors allocated before the timer, as a model's parameters are
@@ -64,7 +65,8 @@ from gpuclust.accept.storage import (
 )
 
 ALL_KINDS = ["dd-zero", "dd", "dd-again", "dd-16M", "dd-direct", "harness", "harness-prev", "harness-falloc",
-             "harness-buffered", "raw", "raw-direct", "raw-4x16", "raw-8x16-nopf", "raw-4x64", "raw-nohuge", "dcp",
+             "harness-buffered", "raw", "raw-direct", "raw-4x16", "raw-8x16-nopf", "raw-4x64", "raw-16x16",
+             "raw-nohuge", "dcp",
              "dcp-t4"]
 PREV_READER: dict[str, Any] = {"threads": 4, "prefault": False}  # the reader before run 6
 
@@ -262,6 +264,7 @@ def main() -> None:
                           lambda p: raw_read(p, True, raw_digest, threads=8, prefault=False)),
         "raw-4x64": (lambda p: raw_direct_write(state, p),
                      lambda p: raw_read(p, True, raw_digest, threads=4, chunk=64 * 1024 * 1024)),
+        "raw-16x16": (lambda p: raw_direct_write(state, p), lambda p: raw_read(p, True, raw_digest, threads=16)),
         "raw-nohuge": (lambda p: raw_direct_write(state, p), lambda p: raw_read(p, True, raw_digest, huge=False)),
         "dcp": (lambda p: dcp_write(state, p, 1), lambda p: dcp_read(state, p)),
         "dcp-t4": (lambda p: dcp_write(state, p, 4), lambda p: dcp_read(state, p)),

@@ -421,6 +421,8 @@ def _rebuild(torch: Any, meta: Any, buf: mmap.mmap) -> Any:
     if isinstance(meta, torch.Tensor):
         storage = meta.untyped_storage()
         count = storage.nbytes() // meta.element_size()
+        if count == 0:  # an empty storage has no bytes in the file (torch.frombuffer refuses count 0)
+            return torch.empty(0, dtype=meta.dtype).as_strided(meta.size(), meta.stride(), meta.storage_offset())
         flat = torch.frombuffer(buf, dtype=meta.dtype, count=count, offset=_record_offset(storage))
         return flat.as_strided(meta.size(), meta.stride(), meta.storage_offset())
     if isinstance(meta, dict):
