@@ -17,6 +17,13 @@ reversed in odd ones); round 0 warms up and is discarded. Kinds (write / read):
   raw        the tensors' bytes, no format: os.writev of memoryviews (64 MiB per call) + fsync / readinto one
              fresh buffer (buffered, 64 MiB calls)
   raw-direct the tensors' bytes through the harness's O_DIRECT writer / the harness's O_DIRECT reader
+  harness-prev  the harness's restore as it was before run 6: torch.load(meta), then the O_DIRECT read, 4 x 16 MiB
+             requests in flight, no prefault thread (the write is the harness's)
+  raw-4x16   raw-direct with the reader as before run 6 (4 x 16 MiB in flight, each reader faults its own chunk)
+  raw-8x16-nopf  raw-direct, 8 x 16 MiB in flight, no prefault thread
+  raw-4x64   raw-direct, 4 x 64 MiB in flight, prefault thread
+  raw-16x16  raw-direct, 16 x 16 MiB in flight, prefault thread
+  raw-nohuge raw-direct with 4 KiB pages (no MADV_HUGEPAGE), prefault thread
   dcp        torch.distributed.checkpoint save/load, one process, no process group, FileSystemWriter defaults
              (sync_files, one thread); load into tensors allocated before the timer, as a model's parameters are
   dcp-t4     the same with thread_count=4
@@ -57,8 +64,11 @@ from gpuclust.accept.storage import (
     state_digest,
 )
 
-ALL_KINDS = ["dd-zero", "dd", "dd-again", "dd-16M", "dd-direct", "harness", "harness-falloc", "harness-buffered", "raw",
-             "raw-direct", "dcp", "dcp-t4"]
+ALL_KINDS = ["dd-zero", "dd", "dd-again", "dd-16M", "dd-direct", "harness", "harness-prev", "harness-falloc",
+             "harness-buffered", "raw", "raw-direct", "raw-4x16", "raw-8x16-nopf", "raw-4x64", "raw-16x16",
+             "raw-nohuge", "dcp",
+             "dcp-t4"]
+PREV_READER: dict[str, Any] = {"threads": 4, "prefault": False}  # the reader before run 6
 
 
 def drop_all(path: Path) -> bool:
@@ -141,10 +151,10 @@ def raw_direct_write(state: dict[str, Any], path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def raw_read(path: Path, direct: bool, expect: bytes) -> float:
+def raw_read(path: Path, direct: bool, expect: bytes, **reader: Any) -> float:
     t0 = time.perf_counter()
     if direct:
-        buf, size, _ = read_file_into(path, direct=True)
+        buf, size, _ = read_file_into(path, direct=True, **reader)
     else:
         size = path.stat().st_size
         buf = mmap.mmap(-1, size)
@@ -223,8 +233,8 @@ def main() -> None:
 
     raw_digest = hashlib.sha256(b"".join(bytes(v) for v in views(state))).digest()
 
-    def harness_read(path: Path, direct: bool) -> float:
-        loaded, seconds = restore_checkpoint(torch, path, direct=direct)
+    def harness_read(path: Path, direct: bool, **options: Any) -> float:
+        loaded, seconds = restore_checkpoint(torch, path, direct=direct, **options)
         if state_digest(torch, loaded) != digest:
             raise SystemExit(f"harness restore of {path} returned different data")
         del loaded
@@ -242,11 +252,20 @@ def main() -> None:
         "dd-direct": (lambda p: timed(lambda: dd(f"if={source}", f"of={p}", "bs=16M", "oflag=direct", "conv=fsync")),
                       lambda p: dd_read(p, "bs=16M", "iflag=direct")),
         "harness": (lambda p: save_checkpoint(torch, state, p), lambda p: harness_read(p, True)),
+        "harness-prev": (lambda p: save_checkpoint(torch, state, p),
+                         lambda p: harness_read(p, True, overlap=False, **PREV_READER)),
         "harness-falloc": (lambda p: save_checkpoint(torch, state, p, preallocate=True), lambda p: harness_read(p, True)),
         "harness-buffered": (lambda p: save_checkpoint(torch, state, p, direct=False),
                              lambda p: harness_read(p, False)),
         "raw": (lambda p: raw_write(state, p), lambda p: raw_read(p, False, raw_digest)),
         "raw-direct": (lambda p: raw_direct_write(state, p), lambda p: raw_read(p, True, raw_digest)),
+        "raw-4x16": (lambda p: raw_direct_write(state, p), lambda p: raw_read(p, True, raw_digest, **PREV_READER)),
+        "raw-8x16-nopf": (lambda p: raw_direct_write(state, p),
+                          lambda p: raw_read(p, True, raw_digest, threads=8, prefault=False)),
+        "raw-4x64": (lambda p: raw_direct_write(state, p),
+                     lambda p: raw_read(p, True, raw_digest, threads=4, chunk=64 * 1024 * 1024)),
+        "raw-16x16": (lambda p: raw_direct_write(state, p), lambda p: raw_read(p, True, raw_digest, threads=16)),
+        "raw-nohuge": (lambda p: raw_direct_write(state, p), lambda p: raw_read(p, True, raw_digest, huge=False)),
         "dcp": (lambda p: dcp_write(state, p, 1), lambda p: dcp_read(state, p)),
         "dcp-t4": (lambda p: dcp_write(state, p, 4), lambda p: dcp_read(state, p)),
     }

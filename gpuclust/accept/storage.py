@@ -307,26 +307,69 @@ def drop_cached(path: Path) -> None:
         os.close(fd)
 
 
-def read_file_into(path: Path, direct: bool = True, threads: int = DIRECT_THREADS) -> tuple[mmap.mmap, int, bool]:
-    """The whole file in one fresh page-aligned anonymous buffer (huge pages asked for), read in DIRECT_CHUNK
-    requests, `threads` in flight, with O_DIRECT when the filesystem allows it (straight into the buffer, no page
-    cache), else buffered; (buffer, size, direct)."""
+DIRECT_READ_THREADS = 8  # read requests in flight (each DIRECT_CHUNK: 4 device requests at virtio-blk's 4 MiB)
+MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault pages in (allocated, zeroed, writable) without touching them
+
+
+def _populate(address: int, length: int) -> bool:
+    """madvise(MADV_POPULATE_WRITE) on [address, address + length); False where the kernel or libc cannot."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return False
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return bool(madvise(address, length, MADV_POPULATE_WRITE) == 0)
+
+
+def read_file_into(path: Path, direct: bool = True, threads: int = DIRECT_READ_THREADS,
+                   chunk: int = DIRECT_CHUNK, prefault: bool = True, huge: bool = True) -> tuple[mmap.mmap, int, bool]:
+    """The whole file in one fresh page-aligned anonymous buffer; (buffer, size, direct).
+
+    Read in `chunk` requests, `threads` in flight, with O_DIRECT where the filesystem allows it (straight into the
+    buffer, no page cache), else buffered. huge: MADV_HUGEPAGE on the buffer (one fault per 2 MiB). prefault: a
+    thread faults the buffer in (MADV_POPULATE_WRITE) chunk by chunk ahead of the reads, and each read waits for
+    its chunk, so the page faults and the kernel's zeroing of fresh memory (the part of a cold restore that dd's
+    read, into reused page cache, does not pay) run on another core while the device reads; without it every
+    reader faults its own chunk in before its request goes out. Where the kernel has no MADV_POPULATE_WRITE the
+    readers fault their chunks themselves."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     size = os.path.getsize(path)
     buf = mmap.mmap(-1, max(HUGE, -(-size // HUGE) * HUGE))
-    if hasattr(mmap, "MADV_HUGEPAGE"):
+    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             buf.madvise(mmap.MADV_HUGEPAGE)
         except OSError:
             pass
     view = memoryview(buf)
+    offsets = list(range(0, size, chunk)) or [0]
+    ready = [threading.Event() for _ in offsets]
+    if not prefault:
+        for event in ready:
+            event.set()
+
+    def populate() -> None:
+        base = _address(view)
+        try:
+            for i, offset in enumerate(offsets):
+                if not _populate(base + offset, min(chunk, len(buf) - offset)):
+                    break
+                ready[i].set()
+        finally:
+            for event in ready:  # on any failure the readers fault their chunks themselves
+                event.set()
 
     def read_all_with(flags: int) -> int:
         fd = os.open(path, os.O_RDONLY | flags)
 
-        def one(offset: int) -> int:
-            want = min(DIRECT_CHUNK, len(buf) - offset)
+        def one(i: int) -> int:
+            ready[i].wait()
+            offset = offsets[i]
+            want = min(chunk, len(buf) - offset)
             got = 0
             while got < want:
                 n = os.preadv(fd, [view[offset + got : offset + want]], offset + got)
@@ -337,12 +380,15 @@ def read_file_into(path: Path, direct: bool = True, threads: int = DIRECT_THREAD
 
         try:
             with ThreadPoolExecutor(max(1, threads), thread_name_prefix="ckpt-read") as pool:
-                return sum(pool.map(one, range(0, size, DIRECT_CHUNK)))
+                return min(size, sum(pool.map(one, range(len(offsets)))))
         finally:
             os.close(fd)
 
+    toucher = threading.Thread(target=populate, name="ckpt-prefault", daemon=True) if prefault else None
     used_direct = bool(direct and _o_direct())
     try:
+        if toucher is not None:
+            toucher.start()
         try:
             got = read_all_with(_o_direct() if used_direct else 0)
         except OSError:
@@ -351,6 +397,8 @@ def read_file_into(path: Path, direct: bool = True, threads: int = DIRECT_THREAD
             used_direct = False  # a filesystem that refuses O_DIRECT (at open or at read): buffered
             got = read_all_with(0)
     finally:
+        if toucher is not None:
+            toucher.join()
         view.release()
     if got != size:
         raise OSError(f"{path}: read {got} of {size} bytes")
@@ -373,6 +421,8 @@ def _rebuild(torch: Any, meta: Any, buf: mmap.mmap) -> Any:
     if isinstance(meta, torch.Tensor):
         storage = meta.untyped_storage()
         count = storage.nbytes() // meta.element_size()
+        if count == 0:  # an empty storage has no bytes in the file (torch.frombuffer refuses count 0)
+            return torch.empty(0, dtype=meta.dtype).as_strided(meta.size(), meta.stride(), meta.storage_offset())
         flat = torch.frombuffer(buf, dtype=meta.dtype, count=count, offset=_record_offset(storage))
         return flat.as_strided(meta.size(), meta.stride(), meta.storage_offset())
     if isinstance(meta, dict):
@@ -382,22 +432,27 @@ def _rebuild(torch: Any, meta: Any, buf: mmap.mmap) -> Any:
     return meta
 
 
-def restore_checkpoint(torch: Any, path: Path, *, direct: bool = True,
-                       info: dict[str, Any] | None = None) -> tuple[dict[str, Any], float]:
+def restore_checkpoint(torch: Any, path: Path, *, direct: bool = True, overlap: bool = True,
+                       info: dict[str, Any] | None = None, **reader: Any) -> tuple[dict[str, Any], float]:
     """A cold restore: the file's cached pages dropped first, then the file into memory; (state, seconds).
 
     direct (default): torch.load(map_location="meta") reads only the pickle and the zip directory (each storage's
-    record offset), the whole file is read with O_DIRECT into one fresh huge-page buffer, and each tensor is a view
-    of it: memory is touched once, by the device's DMA, as dd's read touches its page cache once. torch.load
-    instead reads through the page cache and copies into a fresh allocation per record (two fresh touches per
-    byte; BENCHMARKS.md). Not direct: torch.load. The tensors are ordinary writable CPU tensors either way.
-    `info`, when given, gets "method"."""
+    record offset), the whole file is read with O_DIRECT into one fresh huge-page buffer (read_file_into; `reader`
+    passes its options), and each tensor is a view of it: memory is touched once, by the device's DMA, as dd's read
+    touches its page cache once. overlap (default): the read starts first and torch.load(meta) runs while it is in
+    flight. torch.load instead reads through the page cache and copies into a fresh allocation per record (two
+    fresh touches per byte; BENCHMARKS.md). Not direct: torch.load. The tensors are ordinary writable CPU tensors
+    either way. `info`, when given, gets "method"."""
+    from concurrent.futures import ThreadPoolExecutor
+
     drop_cached(path)
     t0 = time.perf_counter()
     method = "torch.load"
     if direct:
-        meta = torch.load(str(path), map_location="meta", weights_only=True)
-        buf, _size, used_direct = read_file_into(path)
+        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-restore") as background:
+            reading = background.submit(read_file_into, path, **reader) if overlap else None
+            meta = torch.load(str(path), map_location="meta", weights_only=True)
+            buf, _size, used_direct = reading.result() if reading is not None else read_file_into(path, **reader)
         try:
             state = _rebuild(torch, meta, buf)
             method = "meta torch.load + " + ("O_DIRECT" if used_direct else "buffered") + " read into one buffer"

@@ -132,3 +132,63 @@ def test_restore_falls_back_to_torch_load_where_torch_gives_no_record_offsets(tm
     loaded, seconds = restore_checkpoint(torch, path, info=read_how)
     assert read_how["method"] == "torch.load (this torch gives no record offsets)"
     assert seconds >= 0 and state_digest(torch, loaded) == state_digest(torch, state)
+
+
+@pytest.mark.parametrize("options", [{}, {"prefault": False, "threads": 1}, {"huge": False, "threads": 3},
+                                     {"chunk": 2 * 4096}])
+def test_read_file_into_gives_the_exact_bytes(tmp_path, options):
+    """Odd-sized files (not a multiple of a page or a chunk), any number of readers, with or without prefaulting."""
+    import os
+
+    from gpuclust.accept.storage import read_file_into
+
+    for size in (0, 1, 4095, 4096, 3 * 8192 + 123, 5 * 1024 * 1024 + 17):
+        path = tmp_path / f"f{size}.bin"
+        data = os.urandom(size)
+        path.write_bytes(data)
+        buf, got, _ = read_file_into(path, **options)
+        assert got == size and buf[:size] == data
+        buf.close()
+
+
+def test_read_file_into_without_madv_populate_write(tmp_path, monkeypatch):
+    """A kernel without MADV_POPULATE_WRITE (before 5.14): the readers fault their own chunks in."""
+    import os
+
+    from gpuclust.accept import storage
+
+    calls: list[int] = []
+
+    def refuse(address: int, length: int) -> bool:
+        calls.append(length)
+        return False
+
+    monkeypatch.setattr(storage, "_populate", refuse)
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    buf, size, _ = storage.read_file_into(path, chunk=1024 * 1024)
+    assert calls == [1024 * 1024] and size == len(data) and buf[:size] == data
+
+
+@pytest.mark.parametrize("options", [{}, {"overlap": False}, {"threads": 1, "prefault": False, "chunk": 64 * 1024}])
+def test_restore_keeps_dtypes_odd_sizes_and_shared_storages(tmp_path, options):
+    """Odd-sized tensors of several dtypes (records end off a page), shared and strided views, nesting, with the
+    restore's reader options."""
+    gen = torch.Generator().manual_seed(11)
+    shared = torch.randn(1001, generator=gen)
+    state = {"w": torch.randn(3, 333, generator=gen).t(), "h": torch.randn(7, generator=gen).to(torch.bfloat16),
+             "i": torch.arange(13, dtype=torch.int8), "m": torch.tensor([True, False, True]),
+             "s": shared, "s2": shared[10:20], "n": {"l": [shared[::7], (torch.zeros(0),)], "x": "text"}}
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(torch, state, path)
+    read_how: dict = {}
+    loaded, _ = restore_checkpoint(torch, path, info=read_how, **options)
+    assert read_how["method"].startswith("meta torch.load")
+    for key in ("w", "h", "i", "m", "s", "s2"):
+        assert loaded[key].dtype == state[key].dtype and loaded[key].stride() == state[key].stride()
+        assert torch.equal(loaded[key], state[key])
+    assert torch.equal(loaded["n"]["l"][0], shared[::7]) and loaded["n"]["l"][1][0].numel() == 0
+    assert isinstance(loaded["n"]["l"][1], tuple) and loaded["n"]["x"] == "text"
+    loaded["s"][12] = 5.0  # one storage, as saved: the views see the write
+    assert float(loaded["s2"][2]) == 5.0 and float(loaded["n"]["l"][0][0]) == float(loaded["s"][0])
