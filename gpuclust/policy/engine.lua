@@ -638,11 +638,21 @@ end
 -- newline cannot break the line; gpuclust/accounting/refusals.py decodes it); nil as the empty string.
 local LOG_UNSAFE = "[^%w_%.,:/@%+%-]"
 local function hex_byte(c) return sformat("%%%02X", sbyte(c)) end
+-- Encoded strings are remembered (bounded as GPU_MEMO): a site's rejections name few distinct accounts, users and
+-- partitions, and each encoding is three C calls.
+local LOG_MEMO, LOG_MEMO_N = {}, 0
 local function log_value(v)
   if v == nil then return "" end
+  local e = LOG_MEMO[v]
+  if e then return e end
   local s = ssub(tostring(v), 1, 200)
-  if not sfind(s, LOG_UNSAFE) then return s end
-  return (sgsub(s, LOG_UNSAFE, hex_byte))
+  if sfind(s, LOG_UNSAFE) then s = sgsub(s, LOG_UNSAFE, hex_byte) end
+  if v == v then -- NaN cannot be a key
+    if LOG_MEMO_N >= CACHE_MAX then LOG_MEMO, LOG_MEMO_N = {}, 0 end
+    LOG_MEMO[v] = s
+    LOG_MEMO_N = LOG_MEMO_N + 1
+  end
+  return s
 end
 
 local function read_field(job, k) return job[k] end

@@ -197,3 +197,16 @@ def test_lua_logs_a_fail_closed_internal_error_as_a_rejection():
     assert not res.accepted
     lines = _logged(policy)
     assert len(lines) == 1 and " rule=internal_error account=ml user=bob partition=gpu gpus=" in lines[0]
+
+
+def test_lua_log_encoding_memo_is_exact_past_its_bound():
+    """engine.lua remembers each value's encoding (bounded at 1,024 entries): repeats and values past the bound
+    give the same lines as first sights, and Python reads every one back."""
+    policy = _lua_policy()
+    users = [f"user {i % 1500}=x" for i in range(3100)]  # 1,500 distinct: the memo is dropped and refilled
+    for i, user in enumerate(users):
+        policy.eval("gpuclust_sim_reset()")
+        policy.submit({"user_name": user, "account": "ml", "partition": "gpu", "tres_per_job": f"gres:gpu:{3 + i % 4}"})
+        (line,) = _logged(policy)
+        r = refusals.parse_line("[2026-12-03T09:06:16] lua: " + line, UTC)
+        assert r is not None and (r.user, r.gpus, r.account) == (user, 3 + i % 4, "ml"), line
