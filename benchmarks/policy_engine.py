@@ -24,7 +24,8 @@ Variants per job shape:
                   the same job again and again (its GPU strings and comment were seen before: the engine's memos
                   answer) / a new comment per call (GPU strings seen before: a site sends few distinct ones) /
                   a new comment per call and the GPU memo off (every string parsed; the worst case).
-  --compare OLD   another engine.lua (e.g. `git show main:gpuclust/policy/engine.lua > /tmp/old.lua`), rendered
+  --compare OLD   another engine.lua (e.g. `git show main:gpuclust/policy/engine.lua > /tmp/old.lua`; one older than
+                  the `lead`/`suffix` glob lists needs benchmarks/policy_engine_main_tables.lua first), rendered
                   with the same policy tables and timed in the same rounds, alternating.
 
 Usage: python benchmarks/policy_engine.py [--shape big,wide] [--accounts 50,500] [--config SITE.conf]
