@@ -18,6 +18,7 @@ MB/s is 1e6 bytes/s. Rank 0 writes `<results_dir>/storage-<job>.jsonl`.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import importlib
@@ -311,17 +312,23 @@ DIRECT_READ_THREADS = 8  # read requests in flight (each DIRECT_CHUNK: 4 device 
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault pages in (allocated, zeroed, writable) without touching them
 
 
-def _populate(address: int, length: int) -> bool:
-    """madvise(MADV_POPULATE_WRITE) on [address, address + length); False where the kernel or libc cannot."""
+@functools.cache
+def _libc_madvise() -> Any | None:
+    """libc's madvise, looked up once (the prefault thread calls it per chunk); None where libc has none."""
     import ctypes
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        madvise = libc.madvise
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
-        return False
+        return None
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return bool(madvise(address, length, MADV_POPULATE_WRITE) == 0)
+    return madvise
+
+
+def _populate(address: int, length: int) -> bool:
+    """madvise(MADV_POPULATE_WRITE) on [address, address + length); False where the kernel or libc cannot."""
+    madvise = _libc_madvise()
+    return madvise is not None and bool(madvise(address, length, MADV_POPULATE_WRITE) == 0)
 
 
 def read_file_into(path: Path, direct: bool = True, threads: int = DIRECT_READ_THREADS,
