@@ -42,7 +42,7 @@ from gpuclust.policy.compile import compile_policy
 from gpuclust.policy.render import render_lua
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from policy_sbatch_throughput import LAB, REPO, install, lab_policy, run  # noqa: E402
+from policy_sbatch_throughput import REPO, install, lab_context, run  # noqa: E402
 
 ENGINE = REPO / "gpuclust" / "policy" / "engine.lua"
 COMMENT = "team=physics project=bench note=gpuclust-in-slurmctld"
@@ -123,11 +123,7 @@ def main() -> None:
     parser.add_argument("--extra-accounts", type=int, default=500, help="synthetic accounts added to the lab policy")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
-    info = json.loads(run([str(LAB), "--name", args.name, "env", "--json"], dict(os.environ)).stdout)
-    env = {**os.environ, **info["env"]}
-    conf = (REPO / "tests" / "data" / "policy" / "lab-site.conf").read_text()
-    conf = conf.replace("cluster_name = policy", f"cluster_name = {info['cluster_name']}")
-    conf = lab_policy(conf, args.extra_accounts)
+    info, env, conf = lab_context(args.name, args.extra_accounts)
     log = Path(info["log_dir"]) / "slurmctld.log"
     samples: list[dict[str, float]] = []
     field_reads: dict[str, list[float]] = {}

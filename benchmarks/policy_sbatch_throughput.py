@@ -91,12 +91,11 @@ def block(n: int, concurrency: int, env: dict[str, str], comments: Comments) -> 
             cp = run(argv, env, check=False)
             dt = time.perf_counter() - t0
             with lock:
-                if "retrying" in cp.stderr:  # slurmctld refused and sbatch slept (e.g. MaxJobCount): not a clean block
-                    errors.append(cp.stderr.strip())
                 if cp.returncode == 0:
-                    ids.append(cp.stdout.strip().split(";")[0])
+                    ids.append(cp.stdout.strip().split(";")[0])  # cancelled afterwards, even if retried
                     latencies.append(dt)
-                else:
+                # a retry: slurmctld refused and sbatch slept (e.g. MaxJobCount), so the block is not clean
+                if cp.returncode != 0 or "retrying" in cp.stderr:
                     errors.append(cp.stderr.strip())
 
     threads = [threading.Thread(target=submitter, args=(c,)) for c in per]
@@ -191,6 +190,16 @@ def lab_policy(conf: str, extra_accounts: int) -> str:
     return conf.replace("[qos ", "\n".join(sections) + "\n[qos ", 1)
 
 
+def lab_context(name: str, extra_accounts: int) -> tuple[dict, dict[str, str], str]:
+    """The running lab's description (`slurm-lab env --json`), the environment for its clients, and the lab policy
+    (tests/data/policy/lab-site.conf for this lab's cluster, plus `extra_accounts` synthetic accounts)."""
+    info = json.loads(run([str(LAB), "--name", name, "env", "--json"], dict(os.environ)).stdout)
+    env = {**os.environ, **info["env"]}
+    conf = (REPO / "tests" / "data" / "policy" / "lab-site.conf").read_text()
+    conf = conf.replace("cluster_name = policy", f"cluster_name = {info['cluster_name']}")
+    return info, env, lab_policy(conf, extra_accounts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", default=os.environ.get("SLURM_LAB_NAME", "policy"), help="slurm-lab instance")
@@ -203,11 +212,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
     comments = Comments(distinct=not args.same_comment)
-    info = json.loads(run([str(LAB), "--name", args.name, "env", "--json"], dict(os.environ)).stdout)
-    env = {**os.environ, **info["env"]}
-    conf = (REPO / "tests" / "data" / "policy" / "lab-site.conf").read_text()
-    conf = conf.replace("cluster_name = policy", f"cluster_name = {info['cluster_name']}")
-    conf = lab_policy(conf, args.extra_accounts)
+    info, env, conf = lab_context(args.name, args.extra_accounts)
     rates: dict[str, list[float]] = {"passthrough": [], "policy": []}
     lats: dict[str, list[float]] = {"passthrough": [], "policy": []}
     load: list[float] = []

@@ -40,7 +40,8 @@ def test_wrapper_times_every_loop_and_the_job_is_still_judged():
 
     bench = _bench()
     conf = (REPO / "tests" / "data" / "policy" / "lab-site.conf").read_text()
-    lua = LuaPolicy(bench.bench_lua(bench.lab_policy(conf, 5)))
+    lab_policy = sys.modules["policy_sbatch_throughput"].lab_policy  # the script's own import of it
+    lua = LuaPolicy(bench.bench_lua(lab_policy(conf, 5)))
     job = {"user_name": "alice", "account": "physics", "partition": "gpu", "tres_per_node": "gres:gpu:h100:2",
            "min_nodes": 1, "max_nodes": 1, "time_limit": 30, "comment": bench.COMMENT + " bench_n=50"}
     assert lua.submit(job).rc == 0
