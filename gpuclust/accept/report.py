@@ -14,7 +14,9 @@ Checks
   against the GPU device files found on the node, and the job's per-node allocation against the devices
   bound to its ranks (CUDA_VISIBLE_DEVICES); on GPU also each rank's torch.cuda.device_count() against what
   was bound to it. GPU model vs GRES type: WARNING.
-- baseline (WARNING): a node's figure below the median of its own last runs by more than the tolerance.
+- baseline (WARNING): a node's figure below the median of its own last runs by more than the tolerance;
+  where the run's nodes all dropped (per-node figures, 3+ nodes), one run-level finding instead, and a node
+  named only if it fell further than its peers by more than the tolerance.
 - topology (CRITICAL): the partition's announced topology (gpus_per_node, nics_per_node, nic_speed_mbps,
   nvlink) against what the job saw on each node (gpuclust.accept.topology); the comparison is kept in
   report.json under "topology".
@@ -27,6 +29,7 @@ status line with performance data (jobs, nodes, nodes_critical, nodes_warning, u
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -43,6 +46,8 @@ PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept
 DEFAULT_PARTITION = PartitionConfig("", 0)  # a partition missing from the site config: the keys' defaults
 BASELINE_MIN_RUNS = 3
 BASELINE_WINDOW = 10
+PEER_MIN_NODES = 3  # fewer nodes with a baseline: no peers to tell a node's drop from the run's
+JOB_WIDE_METRICS = frozenset({"allreduce_busbw_gbps"})  # one figure per job, copied to each node
 
 
 def _finding(node: str | None, status: Nagios, check: str, message: str, job_id: str | None = None,
@@ -335,7 +340,13 @@ def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
 
 
 def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: PartitionConfig | None) -> list[Finding]:
-    """The node's figure against the median of its own earlier runs of the same kind and partition."""
+    """Each node's figure against the median of its own earlier runs of the same kind and partition.
+
+    Per-node figures (pairwise, storage) are also compared across the run, once it has PEER_MIN_NODES nodes
+    with a baseline that it did not find at fault: when the nodes dropped together (CPU contention, a busy fabric or file system), the drop
+    is the run's, one finding without a node, and a node is named only where it fell further than the run's
+    median drop by more than the tolerance. A job-wide figure (all_reduce busbw) names each of the job's
+    nodes."""
     f: list[Finding] = []
     prior = [h for h in history if h.kind == result.kind and h.job.partition == result.job.partition
              and h.job.finished < result.job.finished]
@@ -344,27 +355,51 @@ def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: Par
     series: dict[tuple[str, str], list[float]] = {}
     for h in prior:
         for node, figures in node_metrics(h, part).items():
+            if not h.node_passed(node):
+                continue  # the run that named the node at fault is no part of its baseline
             for metric, value in figures.items():
                 series.setdefault((node, metric), []).append(value)
-    # a pairwise run measured its own noise: a drop within 3 sigma of it is that noise, not the node
-    import math
-
-    noise_drop = 1.0 - math.exp(-verdict.PAIR_Z * verdict.judge(result.pairs).analysis.noise_sigma) \
-        if result.kind == "pairwise" else 0.0
+    noise_drop = pairwise_noise_drop(result, prior) if result.kind == "pairwise" else 0.0
+    compared: dict[str, dict[str, tuple[float, float]]] = {}  # metric -> node -> (figure, baseline)
     for node, figures in node_metrics(result, part).items():
         for metric, value in figures.items():
             base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
-            if base is None or base <= 0:
+            if base is not None and base > 0:
+                compared.setdefault(metric, {})[node] = (value, base)
+    gates = part or DEFAULT_PARTITION
+    for metric, per_node in compared.items():
+        tol = max(gates.busbw_tolerance if "busbw" in metric else gates.storage_tolerance, noise_drop)
+        ratios = {node: value / base for node, (value, base) in per_node.items()}
+        run_ratio = 1.0  # capped at 1: a run that improved overall still names a node below its own baseline
+        peers = [ratio for node, ratio in ratios.items() if result.node_passed(node)]  # not the run's culprits
+        if metric not in JOB_WIDE_METRICS and len(peers) >= PEER_MIN_NODES:
+            run_ratio = min(1.0, stats.median(peers))
+            if run_ratio < 1 - tol:
+                f.append(_finding(None, Nagios.WARNING, "baseline",
+                                 f"{metric}: the run's {len(peers)} nodes are a median {1 - run_ratio:.0%} below "
+                                 f"their own baselines, a drop of the whole run (load, fabric, file system), "
+                                 f"not of one node", result.job_id, result.kind))
+        for node, (value, base) in sorted(per_node.items()):
+            ratio = ratios[node]
+            if ratio >= 1 - tol or ratio / run_ratio >= 1 - tol:
                 continue
-            gates = part or DEFAULT_PARTITION
-            tol = gates.busbw_tolerance if "busbw" in metric else gates.storage_tolerance
-            tol = max(tol, noise_drop)
-            if value < base * (1 - tol):
-                runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
-                f.append(_finding(node, Nagios.WARNING, "baseline",
-                                 f"{metric} {value:.3f} is {1 - value / base:.0%} below {node}'s own baseline "
-                                 f"{base:.3f} (median of its last {runs} runs)", result.job_id, result.kind))
+            runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
+            message = (f"{metric} {value:.3f} is {1 - ratio:.0%} below {node}'s own baseline {base:.3f} "
+                       f"(median of its last {runs} runs)")
+            if run_ratio < 1.0:
+                message += f", the run's median drop being {1 - run_ratio:.0%}"
+            f.append(_finding(node, Nagios.WARNING, "baseline", message, result.job_id, result.kind))
     return f
+
+
+def pairwise_noise_drop(result: R.JobResult, prior: list[R.JobResult]) -> float:
+    """The drop a pairwise figure can show by noise alone against its baseline: each run measured its own noise
+    (sigma of log busbw); the figure and the baseline (earlier runs, their median sigma) are both that noisy,
+    so PAIR_Z combined sigmas."""
+    now = verdict.judge(result.pairs).analysis.noise_sigma
+    recent = sorted(prior, key=lambda h: h.job.finished)[-BASELINE_WINDOW:]
+    before = stats.median([verdict.judge(h.pairs).analysis.noise_sigma for h in recent]) if recent else 0.0
+    return 1.0 - math.exp(-verdict.PAIR_Z * math.hypot(now, before))
 
 
 def drift_findings(result: R.JobResult, history: list[R.JobResult]) -> list[Finding]:

@@ -176,7 +176,11 @@ def test_pairwise_under_cpu_load_one_verdict(accept: Accept) -> None:
     res = accept.result("pairwise", job)
     assert res.job.failed_nodes == () and res.job.passed, res.job.reasons
     code, doc = accept.report(job)
-    assert outlier_nodes(doc) == [] and code == 0, doc
+    # the load slows the whole run below the unloaded history: the report may say so once, naming no node
+    assert outlier_nodes(doc) == [] and all(v["status"] == "OK" for v in doc["nodes"].values()), doc
+    warned = [r for r in doc["findings"] if r["status"] != "OK"]
+    assert all(r["check"] == "baseline" and not r["node_list"] for r in warned), doc
+    assert code == (1 if warned else 0), doc
 
 
 def test_storage_restores_on_another_node(accept: Accept) -> None:

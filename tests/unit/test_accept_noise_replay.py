@@ -28,6 +28,7 @@ NODES = ("node1", "node2", "node3", "node4")
 REPLAYS = 20  # per recorded run: the requirement is 20 of 20
 SYNTHETIC = 200
 CONFIRM_PASSES = 2  # the default of ACCEPT_PAIR_CONFIRM
+LAB_TOLERANCE = "[site]\ncluster_name = lab\nresults_dir = /x\n[partition gpu]\nbusbw_tolerance = 50%\n"  # lab-site.conf's
 
 
 def _noise_dir(data_dir: Path) -> Path:
@@ -67,6 +68,22 @@ def test_recorded_runs_one_verdict(data_dir: Path) -> None:
             assert result.job.failed_nodes == judged.nodes and result.job.passed == judged.passed
         report = rep.evaluate(scan, config, job=result.job_id)
         assert rep.nodes_with(report, "outlier") == list(judged.nodes)
+
+
+
+def test_recorded_history_baseline_names_no_healthy_node(data_dir: Path) -> None:
+    """Each recorded run judged against the ones before it, at the lab's tolerance: a node's own baseline names
+    at most the throttled node. The whole loaded run being slower than the history is one run-level finding
+    (runs 8 and 22 named healthy node1 and node2 for it before)."""
+    config = parse_config(LAB_TOLERANCE, "lab.conf")
+    scan = R.scan_results(_noise_dir(data_dir))
+    run_level = []
+    for result, throttled in _runs(data_dir):
+        report = rep.evaluate(scan, config, job=result.job_id)
+        assert set(rep.nodes_with(report, "baseline")) <= {throttled}, (result.job_id, report.as_dict())
+        assert all(v.status.name == "OK" for n, v in report.nodes.items() if n != throttled), result.job_id
+        run_level += [result.job_id for f in report.findings if f.check == "baseline" and not f.node_list]
+    assert run_level == ["8"]  # its 3 healthy nodes a median 57% below their history, the throttle on node3
 
 
 def _redraw(a: R.PairAttempt, rng: random.Random) -> stats.PairAttemptFigure:

@@ -208,3 +208,65 @@ def test_cli_since_forms(tmp_path: Path, since: str) -> None:
     R.write_result(tmp_path, allreduce("1", 0.4, datetime.now(timezone.utc)))
     out = CliRunner().invoke(cli, ["--config", str(conf), "accept", "report", "--since", since], obj=AppContext())
     assert out.exit_code == 0, out.output
+
+
+def staging(job: str, mbps: dict[str, float], finished: datetime, failed: tuple[str, ...] = ()) -> R.JobResult:
+    nodes = tuple(mbps)
+    jr = R.JobRecord(job_id=job, kind="storage", cluster="lab", partition="gpu", nodes=nodes,
+                     started=finished - timedelta(minutes=1), finished=finished, passed=not failed,
+                     world_size=len(nodes), backend="gloo", failed_nodes=failed)
+    recs = tuple(R.StorageRecord(job_id=job, kind="storage", metric="staging", node=n, bytes=1 << 30,
+                                 seconds=(1 << 30) / (v * 1e6), mbps=v) for n, v in mbps.items())
+    return R.JobResult("", jr, storage=recs)
+
+
+def baseline_of(*last: dict[str, float]) -> rep.Report:
+    """Three runs at 200 MB/s on every node, then the given runs; the report on the last one."""
+    runs = [staging(str(i), dict.fromkeys(NODES, 200.0), T0 + timedelta(hours=i)) for i in range(3)]
+    runs += [staging(str(10 + i), m, T0 + timedelta(days=1, hours=i)) for i, m in enumerate(last)]
+    return rep.evaluate(scan_of(*runs), CONFIG)
+
+
+def test_baseline_a_whole_run_drop_is_the_runs_not_each_nodes() -> None:
+    """Every node 60% below its own history (a loaded login node, a busy file system): one run-level
+    warning, no node named for it."""
+    report = baseline_of(dict.fromkeys(NODES, 80.0))
+    assert rep.nodes_with(report, "baseline") == [] and all(v.status == Nagios.OK for v in report.nodes.values())
+    [run_level] = [f for f in report.findings if f.check == "baseline"]
+    assert run_level.status == Nagios.WARNING and not run_level.nodes
+    assert "median 60% below their own baselines" in run_level.message
+    assert report.status == Nagios.WARNING
+
+
+def test_baseline_names_the_node_that_fell_further_than_the_run() -> None:
+    alone = baseline_of(dict.fromkeys(NODES, 200.0) | {"node3": 60.0})
+    assert rep.nodes_with(alone, "baseline") == ["node3"] and not [f for f in alone.findings if not f.nodes]
+    assert "70% below node3's own baseline 200.000" in alone.nodes["node3"].findings[0].message
+    both = baseline_of(dict.fromkeys(NODES, 80.0) | {"node3": 20.0})  # run -60%, node3 -90%: 4x its peers' drop
+    assert rep.nodes_with(both, "baseline") == ["node3"]
+    assert "the run's median drop being 60%" in both.nodes["node3"].findings[0].message
+    assert [f.check for f in both.findings if not f.nodes] == ["baseline"]
+    within = baseline_of(dict.fromkeys(NODES, 80.0) | {"node3": 50.0})  # -75%, but within 50% of the run's drop
+    assert rep.nodes_with(within, "baseline") == []
+
+
+def test_baseline_two_nodes_have_no_peers_to_compare() -> None:
+    """Under PEER_MIN_NODES nodes with a baseline, each node is judged against its own history alone."""
+    pair = ("node1", "node2")
+    runs = [staging(str(i), dict.fromkeys(pair, 200.0), T0 + timedelta(hours=i)) for i in range(3)]
+    report = rep.evaluate(scan_of(*runs, staging("9", dict.fromkeys(pair, 80.0), T0 + timedelta(days=1))), CONFIG)
+    assert rep.nodes_with(report, "baseline") == ["node1", "node2"]
+
+
+def test_baseline_leaves_out_the_runs_that_named_the_node() -> None:
+    """node3 was named at fault in three runs (20 MB/s): its baseline is its three good runs (200), not a
+    median dragged down to 110 by the runs that already failed it."""
+    good = dict.fromkeys(NODES, 200.0)
+    figures = [good, good | {"node3": 20.0}, good | {"node3": 20.0}, good | {"node3": 20.0}, good, good]
+    runs = [staging(str(i), m, T0 + timedelta(hours=i), failed=("node3",) if m["node3"] < 100 else ())
+            for i, m in enumerate(figures)]
+    last = staging("9", good | {"node3": 90.0}, T0 + timedelta(days=1))
+    report = rep.evaluate(scan_of(*runs, last), CONFIG)
+    assert rep.nodes_with(report, "baseline") == ["node3"]
+    assert "55% below node3's own baseline 200.000 (median of its last 3 runs)" in \
+        report.nodes["node3"].findings[0].message
