@@ -15,8 +15,8 @@ Checks
   bound to its ranks (CUDA_VISIBLE_DEVICES); on GPU also each rank's torch.cuda.device_count() against what
   was bound to it. GPU model vs GRES type: WARNING.
 - baseline (WARNING): a node's figure below the median of its own last runs by more than the tolerance;
-  where the run's nodes all dropped (per-node figures, 3+ nodes), one run-level finding instead, and a node
-  named only if it fell further than its peers by more than the tolerance.
+  where the whole run dropped (per-node figures, 3+ healthy nodes: the run's median against earlier runs'),
+  one run-level finding instead, and a node named only if it fell further than the run by more than that.
 - topology (CRITICAL): the partition's announced topology (gpus_per_node, nics_per_node, nic_speed_mbps,
   nvlink) against what the job saw on each node (gpuclust.accept.topology); the comparison is kept in
   report.json under "topology".
@@ -46,7 +46,7 @@ PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept
 DEFAULT_PARTITION = PartitionConfig("", 0)  # a partition missing from the site config: the keys' defaults
 BASELINE_MIN_RUNS = 3
 BASELINE_WINDOW = 10
-PEER_MIN_NODES = 3  # fewer nodes with a baseline: no peers to tell a node's drop from the run's
+PEER_MIN_NODES = 3  # fewer healthy nodes in a run: no peers to tell a node's drop from the run's
 JOB_WIDE_METRICS = frozenset({"allreduce_busbw_gbps"})  # one figure per job, copied to each node
 
 
@@ -339,55 +339,70 @@ def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
     return f
 
 
-def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: PartitionConfig | None) -> list[Finding]:
-    """Each node's figure against the median of its own earlier runs of the same kind and partition.
+def healthy_figures(result: R.JobResult, part: PartitionConfig | None) -> dict[str, dict[str, float]]:
+    """Per metric, the figure of each node the run did not find at fault (node_metrics, less its culprits)."""
+    out: dict[str, dict[str, float]] = {}
+    for node, figures in node_metrics(result, part).items():
+        if result.node_passed(node):
+            for metric, value in figures.items():
+                out.setdefault(metric, {})[node] = value
+    return out
 
-    Per-node figures (pairwise, storage) are also compared across the run, once it has PEER_MIN_NODES nodes
-    with a baseline that it did not find at fault: when the nodes dropped together (CPU contention, a busy fabric or file system), the drop
-    is the run's, one finding without a node, and a node is named only where it fell further than the run's
-    median drop by more than the tolerance. A job-wide figure (all_reduce busbw) names each of the job's
-    nodes."""
+
+def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: PartitionConfig | None) -> list[Finding]:
+    """Each node's figure against the median of its own earlier runs of the same kind and partition, leaving out
+    the runs that found the node at fault.
+
+    A per-node figure (pairwise, storage) is first set against the run as a whole: the median over the run's
+    healthy nodes (PEER_MIN_NODES or more) against the median of the earlier runs' medians. When the run fell
+    as a whole (CPU contention, a busy fabric or file system), that is one finding without a node, and a node is
+    named only where it fell further than the run by more than the tolerance. A job-wide figure (all_reduce
+    busbw) names each of the job's nodes."""
     f: list[Finding] = []
-    prior = [h for h in history if h.kind == result.kind and h.job.partition == result.job.partition
-             and h.job.finished < result.job.finished]
+    prior = sorted((h for h in history if h.kind == result.kind and h.job.partition == result.job.partition
+                    and h.job.finished < result.job.finished), key=lambda h: h.job.finished)
     if not prior:
         return f
-    series: dict[tuple[str, str], list[float]] = {}
+    series: dict[tuple[str, str], list[float]] = {}  # (node, metric) -> the node's figures, oldest first
+    run_series: dict[str, list[float]] = {}  # metric -> each earlier run's median over its healthy nodes
     for h in prior:
-        for node, figures in node_metrics(h, part).items():
-            if not h.node_passed(node):
-                continue  # the run that named the node at fault is no part of its baseline
-            for metric, value in figures.items():
+        for metric, figures in healthy_figures(h, part).items():
+            for node, value in figures.items():
                 series.setdefault((node, metric), []).append(value)
+            run_series.setdefault(metric, []).append(stats.median(list(figures.values())))
     noise_drop = pairwise_noise_drop(result, prior) if result.kind == "pairwise" else 0.0
-    compared: dict[str, dict[str, tuple[float, float]]] = {}  # metric -> node -> (figure, baseline)
+    gates = part or DEFAULT_PARTITION
+    now: dict[str, dict[str, float]] = {}
     for node, figures in node_metrics(result, part).items():
         for metric, value in figures.items():
-            base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
-            if base is not None and base > 0:
-                compared.setdefault(metric, {})[node] = (value, base)
-    gates = part or DEFAULT_PARTITION
-    for metric, per_node in compared.items():
+            now.setdefault(metric, {})[node] = value
+    for metric, values in now.items():
         tol = max(gates.busbw_tolerance if "busbw" in metric else gates.storage_tolerance, noise_drop)
-        ratios = {node: value / base for node, (value, base) in per_node.items()}
         run_ratio = 1.0  # capped at 1: a run that improved overall still names a node below its own baseline
-        peers = [ratio for node, ratio in ratios.items() if result.node_passed(node)]  # not the run's culprits
-        if metric not in JOB_WIDE_METRICS and len(peers) >= PEER_MIN_NODES:
-            run_ratio = min(1.0, stats.median(peers))
+        healthy = [value for node, value in values.items() if result.node_passed(node)]
+        run_base = stats.baseline(run_series.get(metric, []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
+        if metric not in JOB_WIDE_METRICS and len(healthy) >= PEER_MIN_NODES and run_base:
+            run_median = stats.median(healthy)
+            run_ratio = min(1.0, run_median / run_base)
             if run_ratio < 1 - tol:
+                runs = min(len(run_series[metric]), BASELINE_WINDOW)
                 f.append(_finding(None, Nagios.WARNING, "baseline",
-                                 f"{metric}: the run's {len(peers)} nodes are a median {1 - run_ratio:.0%} below "
-                                 f"their own baselines, a drop of the whole run (load, fabric, file system), "
-                                 f"not of one node", result.job_id, result.kind))
-        for node, (value, base) in sorted(per_node.items()):
-            ratio = ratios[node]
+                                 f"{metric}: the run's median {run_median:.3f} over {len(healthy)} nodes is "
+                                 f"{1 - run_ratio:.0%} below the median {run_base:.3f} of its last {runs} runs: a "
+                                 f"drop of the whole run (load, fabric, file system), not of one node",
+                                 result.job_id, result.kind))
+        for node, value in sorted(values.items()):
+            base = stats.baseline(series.get((node, metric), []), BASELINE_MIN_RUNS, BASELINE_WINDOW)
+            if base is None or base <= 0:
+                continue
+            ratio = value / base
             if ratio >= 1 - tol or ratio / run_ratio >= 1 - tol:
                 continue
             runs = min(len(series[(node, metric)]), BASELINE_WINDOW)
             message = (f"{metric} {value:.3f} is {1 - ratio:.0%} below {node}'s own baseline {base:.3f} "
                        f"(median of its last {runs} runs)")
             if run_ratio < 1.0:
-                message += f", the run's median drop being {1 - run_ratio:.0%}"
+                message += f", the whole run being {1 - run_ratio:.0%} below its own"
             f.append(_finding(node, Nagios.WARNING, "baseline", message, result.job_id, result.kind))
     return f
 

@@ -83,7 +83,22 @@ def test_recorded_history_baseline_names_no_healthy_node(data_dir: Path) -> None
         assert set(rep.nodes_with(report, "baseline")) <= {throttled}, (result.job_id, report.as_dict())
         assert all(v.status.name == "OK" for n, v in report.nodes.items() if n != throttled), result.job_id
         run_level += [result.job_id for f in report.findings if f.check == "baseline" and not f.node_list]
-    assert run_level == ["8"]  # its 3 healthy nodes a median 57% below their history, the throttle on node3
+    assert run_level == ["8", "22"]  # loaded, throttled node3: the healthy nodes' median 50-60% below history
+
+
+def test_loaded_ci_history_names_nobody(data_dir: Path) -> None:
+    """The CI rehearsal's four lab runs (tests/data/accept/loaded_history): the clean run under load, judged
+    against the three before it, names no node; the throttled runs name exactly their node."""
+    config = parse_config(LAB_TOLERANCE, "lab.conf")
+    folder = data_dir / "accept" / "loaded_history"
+    runs = json.loads((folder / "manifest.json").read_text())["runs"]
+    scan = R.scan_results(folder)
+    assert not scan.problems and sorted(r.job_id for r in scan.jobs) == sorted(runs)
+    for job, info in runs.items():
+        report = rep.evaluate(scan, config, job=job)
+        named = [info["throttled"]] if info["throttled"] else []
+        assert [n for n, v in report.nodes.items() if v.status.name != "OK"] == named, (job, report.as_dict())
+    assert rep.evaluate(scan, config, job="2542").status.name == "OK"
 
 
 def _redraw(a: R.PairAttempt, rng: random.Random) -> stats.PairAttemptFigure:

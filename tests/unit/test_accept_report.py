@@ -234,7 +234,7 @@ def test_baseline_a_whole_run_drop_is_the_runs_not_each_nodes() -> None:
     assert rep.nodes_with(report, "baseline") == [] and all(v.status == Nagios.OK for v in report.nodes.values())
     [run_level] = [f for f in report.findings if f.check == "baseline"]
     assert run_level.status == Nagios.WARNING and not run_level.nodes
-    assert "median 60% below their own baselines" in run_level.message
+    assert "the run's median 80.000 over 4 nodes is 60% below the median 200.000 of its last 3 runs" in run_level.message
     assert report.status == Nagios.WARNING
 
 
@@ -244,7 +244,7 @@ def test_baseline_names_the_node_that_fell_further_than_the_run() -> None:
     assert "70% below node3's own baseline 200.000" in alone.nodes["node3"].findings[0].message
     both = baseline_of(dict.fromkeys(NODES, 80.0) | {"node3": 20.0})  # run -60%, node3 -90%: 4x its peers' drop
     assert rep.nodes_with(both, "baseline") == ["node3"]
-    assert "the run's median drop being 60%" in both.nodes["node3"].findings[0].message
+    assert "the whole run being 60% below its own" in both.nodes["node3"].findings[0].message
     assert [f.check for f in both.findings if not f.nodes] == ["baseline"]
     within = baseline_of(dict.fromkeys(NODES, 80.0) | {"node3": 50.0})  # -75%, but within 50% of the run's drop
     assert rep.nodes_with(within, "baseline") == []
