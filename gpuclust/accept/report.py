@@ -339,13 +339,15 @@ def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
     return f
 
 
-def healthy_figures(result: R.JobResult, part: PartitionConfig | None) -> dict[str, dict[str, float]]:
-    """Per metric, the figure of each node the run did not find at fault (node_metrics, less its culprits)."""
+def figures_by_metric(result: R.JobResult, part: PartitionConfig | None,
+                      healthy_only: bool = False) -> dict[str, dict[str, float]]:
+    """node_metrics per metric, then node; healthy_only: less the nodes the run found at fault."""
     out: dict[str, dict[str, float]] = {}
     for node, figures in node_metrics(result, part).items():
-        if result.node_passed(node):
-            for metric, value in figures.items():
-                out.setdefault(metric, {})[node] = value
+        if healthy_only and not result.node_passed(node):
+            continue
+        for metric, value in figures.items():
+            out.setdefault(metric, {})[node] = value
     return out
 
 
@@ -366,17 +368,13 @@ def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: Par
     series: dict[tuple[str, str], list[float]] = {}  # (node, metric) -> the node's figures, oldest first
     run_series: dict[str, list[float]] = {}  # metric -> each earlier run's median over its healthy nodes
     for h in prior:
-        for metric, figures in healthy_figures(h, part).items():
+        for metric, figures in figures_by_metric(h, part, healthy_only=True).items():
             for node, value in figures.items():
                 series.setdefault((node, metric), []).append(value)
             run_series.setdefault(metric, []).append(stats.median(list(figures.values())))
     noise_drop = pairwise_noise_drop(result, prior) if result.kind == "pairwise" else 0.0
     gates = part or DEFAULT_PARTITION
-    now: dict[str, dict[str, float]] = {}
-    for node, figures in node_metrics(result, part).items():
-        for metric, value in figures.items():
-            now.setdefault(metric, {})[node] = value
-    for metric, values in now.items():
+    for metric, values in figures_by_metric(result, part).items():
         tol = max(gates.busbw_tolerance if "busbw" in metric else gates.storage_tolerance, noise_drop)
         run_ratio = 1.0  # capped at 1: a run that improved overall still names a node below its own baseline
         healthy = [value for node, value in values.items() if result.node_passed(node)]
@@ -409,11 +407,11 @@ def baseline_findings(result: R.JobResult, history: list[R.JobResult], part: Par
 
 def pairwise_noise_drop(result: R.JobResult, prior: list[R.JobResult]) -> float:
     """The drop a pairwise figure can show by noise alone against its baseline: each run measured its own noise
-    (sigma of log busbw); the figure and the baseline (earlier runs, their median sigma) are both that noisy,
-    so PAIR_Z combined sigmas."""
-    now = verdict.judge(result.pairs).analysis.noise_sigma
-    recent = sorted(prior, key=lambda h: h.job.finished)[-BASELINE_WINDOW:]
-    before = stats.median([verdict.judge(h.pairs).analysis.noise_sigma for h in recent]) if recent else 0.0
+    (sigma of log busbw); the figure and the baseline (the last BASELINE_WINDOW of `prior`, oldest first, their
+    median sigma) are both that noisy, so PAIR_Z combined sigmas."""
+    now = pair_analysis(result).noise_sigma
+    recent = prior[-BASELINE_WINDOW:]
+    before = stats.median([pair_analysis(h).noise_sigma for h in recent]) if recent else 0.0
     return 1.0 - math.exp(-verdict.PAIR_Z * math.hypot(now, before))
 
 
