@@ -106,7 +106,7 @@ def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delim
                 "Elapsed": el(elapsed), "AllocTRES": tres, "NodeList": "node[1-2]" if start else "None assigned",
                 "NNodes": str(max(1, gpus // 4)), "Reason": REASONS[raw % len(REASONS)],
             }
-            out.write(d.join(rec[f] for f in FETCH_FIELDS) + "\n")
+            out.write(d.join(rec.get(f, "") for f in FETCH_FIELDS) + "\n")
             n += 1
             if messy and start is not None and end is not None and not job_id.endswith("]"):
                 # The steps a dump without -X lists after the allocation (dropped by the reader).

@@ -9,7 +9,7 @@ from gpuclust.accounting.jsonin import parse_json
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions
 from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.accounting.text import parse_parsable
-from gpuclust.errors import InputError, SlurmOutputError
+from gpuclust.errors import InputError, SlurmError, SlurmOutputError
 from gpuclust.slurm.client import SLURM_TIME_FORMAT, SlurmClient
 
 VIA = ("parsable", "json")
@@ -25,14 +25,15 @@ def window_bounds(day: date) -> tuple[str, str]:
 def sacct_args(day: date, via: str = "parsable") -> list[str]:
     """The sacct argv (without 'sacct') for one UTC day window.
 
-    -a all users, -D every execution of requeued jobs, -X allocations only (no steps). The text form uses a
+    -a all users, -D every execution of requeued jobs, with their steps (no -X): the steps carry the usage TRES
+    (TRESUsageIn*, rolled up to their job by gpuclust.accounting.usage, then dropped). The text form uses a
     multi-character delimiter and an explicit field list (FETCH_FIELDS: fields every Slurm since 22.05 prints,
     checked against each version's recorded `sacct --helpformat`; 22.05 refuses newer ones such as Restarts,
     and -D already gives each execution of a requeued job its own row). --json ignores -o; its shape
     depends on the version and is read by gpuclust.slurm.sacct_json.
     """
     since, until = window_bounds(day)
-    base = ["-a", "-D", "-X", "-S", since, "-E", until]
+    base = ["-a", "-D", "-S", since, "-E", until]
     if via == "json":
         return [*base, "--json"]
     if via != "parsable":
@@ -53,6 +54,18 @@ def fetch_day(client: SlurmClient, day: date, via: str = "parsable", *,
         except InputError as exc:  # Slurm's own output: an unknown shape or broken JSON is Slurm's side
             raise SlurmOutputError(f"sacct {' '.join(args)}: {exc}") from None
     return parse_parsable(raw, FETCH_DELIMITER, source, options=options)
+
+
+def sacct_version(client: SlurmClient) -> str | None:
+    """The Slurm release sacct prints records of (it picks the gres/gpuutil rule); None where the client
+    cannot say (a replay) or sacct fails: the rule is then inferred per step (gpuclust.accounting.usage)."""
+    ask = getattr(client, "sacct_version", None)
+    if ask is None:
+        return None
+    try:
+        return str(ask())
+    except SlurmError:
+        return None
 
 
 def _sacct_bytes(client: SlurmClient, args: list[str]) -> bytes:

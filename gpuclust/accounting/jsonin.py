@@ -10,11 +10,13 @@ gpuclust.accounting.normalize interprets both identically.
 * A job object with a field that cannot be read is a rejected row, reported as ``file:N`` (N = the job's
   record number, 1-based, as ``line``) with ``jobs[N-1]``, the job id where readable, and the field.
 
-Steps are not read: ``jobs[].steps`` hold step records; each job is one allocation record.
+Each job is one allocation record. Its ``steps`` become step rows (sacct_json.step_records), read only for
+their usage TRES, which normalize rolls up to the job (gpuclust.accounting.usage) before dropping them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 from collections.abc import Mapping
@@ -26,7 +28,7 @@ import pyarrow as pa
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, normalize
 from gpuclust.errors import InputError, Problem
 from gpuclust.slurm.jsonshape import UnknownShape, read_shape
-from gpuclust.slurm.sacct_json import BadField, OpenapiDbV0038, SacctJsonAdapter, adapter_for
+from gpuclust.slurm.sacct_json import BadField, OpenapiDbV0038, SacctJsonAdapter, adapter_for, step_records
 
 BOM = b"\xef\xbb\xbf"
 JSON_EXIT_NOTE = OpenapiDbV0038.note
@@ -89,6 +91,7 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
     known: list[bool] = []
     lines: list[int] = []
     problems: list[Problem] = []
+    usage_problems: list[str] = []
     for number, job in enumerate(jobs, start=1):
         where = f"jobs[{number - 1}]"
         if not isinstance(job, Mapping):
@@ -100,14 +103,25 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
             problems.append(Problem(source, number, f"{where}{_job_label(job)}: cannot read {exc} "
                                                     "(line = job record number)", exc.field))
             continue
-        for name in registry.raw:
-            cols[name].append(rec[name])
-        # A value the shape cannot know (22.05's exit codes) comes empty: null, not an error.
-        known.append(all(rec[name] != "" for name in unknowable))
-        lines.append(number)
+        steps: list[dict[str, str]] = []
+        if registry.step_usage:
+            try:
+                steps = step_records(job, rec["JobID"])
+            except BadField as exc:  # the job's own record stands; only its usage is unknown
+                usage_problems.append(f"{source}:{number}: {where}{_job_label(job)}: cannot read {exc}")
+        for one in (rec, *steps):
+            for name in registry.raw:
+                cols[name].append(one.get(name, ""))
+            # A value the shape cannot know (22.05's exit codes) comes empty: null, not an error.
+            known.append(one is not rec or all(rec[name] != "" for name in unknowable))
+            lines.append(number)
     raw = {name: pa.array(values, pa.string()) for name, values in cols.items()}
+    if options.slurm_version is None and shape.version:  # the document names the Slurm that wrote it
+        options = dataclasses.replace(options, slurm_version="{}.{}".format(*shape.version[:2]))
     result = normalize(raw, pa.array(np.array(lines, dtype=np.int64)), pa.array(known, pa.bool_()), source,
                        extra_problems=problems, options=options)
+    result.usage_warnings += len(usage_problems)
+    result.usage_problems = usage_problems[:50] + result.usage_problems
     result.reader = "json"
     if not adapter.exit_code_known and jobs:
         result.notes.append(adapter.note)

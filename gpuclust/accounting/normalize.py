@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting import fields as f
+from gpuclust.accounting import usage
 from gpuclust.accounting.registry import REGISTRY, Parsed, Registry
 from gpuclust.errors import Problem
 
@@ -45,6 +46,9 @@ class ReaderOptions:
     max_blank_candidates: int = 100_000
     scan_block: int = 1 << 22  # bytes per block of the line scans
     parallel_replace_bytes: int = 16 << 20  # from this size the delimiter swap runs in pieces side by side
+    # The Slurm release that wrote the records (`report fetch`: the local sacct's; `report build
+    # --slurm-version`): picks the gres/gpuutil rule (gpuclust.accounting.usage.rule_for_version).
+    slurm_version: str | None = None
 
 
 DEFAULT_OPTIONS = ReaderOptions()
@@ -70,6 +74,9 @@ class ParseResult:
     exit_codes_known: bool = True
     notes: list[str] = field(default_factory=list)
     reader: str = ""  # which reader made it: "direct" or "reference" (text), "json"; "a+b" after extend
+    # Usage TRES values that could not be used (gpuclust.accounting.usage): counted, the first ones listed.
+    usage_warnings: int = 0
+    usage_problems: list[str] = field(default_factory=list)
 
     def extend(self, other: ParseResult) -> None:
         tables = [self.table, other.table]
@@ -81,6 +88,8 @@ class ParseResult:
         self.steps_dropped += other.steps_dropped
         self.exit_codes_known = self.exit_codes_known and other.exit_codes_known
         self.notes += [n for n in other.notes if n not in self.notes]
+        self.usage_warnings += other.usage_warnings
+        self.usage_problems += other.usage_problems[: max(0, usage.MAX_WARNINGS_LISTED - len(self.usage_problems))]
         readers = [r for r in dict.fromkeys([*self.reader.split("+"), *other.reader.split("+")]) if r]
         self.reader = "+".join(readers)
 
@@ -120,6 +129,7 @@ def normalize(
     result = finish(
         n, columns, bad, is_step, lambda name, i: rawc[name][i].as_py(),
         lines.to_numpy(zero_copy_only=False), source, extra_problems, schema=registry.schema,
+        usage_rule=usage.rule_for_version(options.slurm_version),
     )
     result.table = result.table.cast(registry.schema)
     result.exit_codes_known = exit_all
@@ -177,6 +187,7 @@ def finish(
     dropped: np.ndarray | None = None,
     *,
     schema: pa.Schema = REGISTRY.schema,
+    usage_rule: str | None = None,
 ) -> ParseResult:
     """The rows of `columns` (every SCHEMA column, `n` rows) less the bad ones and the steps, with one
     Problem per bad row (its first bad field, in the order of `bad`) after `extra_problems`.
@@ -210,6 +221,15 @@ def finish(
                 problems.append(Problem(source, int(line_values[i]), f"cannot parse {name} {value!r}", name))
                 break
 
+    warnings = usage.UsageWarnings()
+    if usage.COLUMNS[0][0] in schema.names:
+        columns = dict(columns)
+        usage_text = {name: columns.pop(col) for name, col in zip(usage.USAGE_FIELDS, usage.TEXT_COLUMNS,
+                                                                   strict=True) if col in columns}
+        # Steps give their usage to their job row before they are dropped (rows that are no record take no part).
+        rows_step = step if dropped is None else step | dropped
+        usage.attach(columns, usage_text, rows_step, line_values, source, rule=usage_rule, warnings=warnings)
+
     specs = []
     arrays = []
     for spec in schema:
@@ -227,4 +247,6 @@ def finish(
         rejected=rejected,
         steps_dropped=int(step.sum()),
         source=source,
+        usage_warnings=warnings.count,
+        usage_problems=warnings.listed,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -9,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from gpuclust.accounting import economics, reportdoc, store, storeread, trend
-from gpuclust.accounting.fetch import fetch_day
+from gpuclust.accounting import economics, gpuuse, reportdoc, store, storeread, trend
+from gpuclust.accounting.fetch import fetch_day, sacct_version
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions
@@ -61,11 +64,14 @@ def fetch(
     root = store.store_dir(config.state_dir)
     summary = FetchSummary(str(root))
     days = period.utc_days()
+    if options.slurm_version is None:
+        options = dataclasses.replace(options, slurm_version=sacct_version(client))
     with store.staged(root, days) as stage:
         for day in days:
             result = fetch_day(client, day, via, options=options)
             summary.days.append({"day": day.isoformat(), "rows": result.table.num_rows,
-                                 "rejected_rows": result.rejected, "steps_dropped": result.steps_dropped})
+                                 "rejected_rows": result.rejected, "steps_dropped": result.steps_dropped,
+                                 "usage_warnings": result.usage_warnings})
             summary.problems += result.problems
             problems = None
             if result.rejected:
@@ -121,6 +127,34 @@ def input_period(result: ParseResult) -> Period:
     return Period(min(starts), max(ends) + timedelta(seconds=1))
 
 
+@dataclass(frozen=True)
+class JobFilter:
+    """`report build --user/--account/--partition`: only these jobs (empty: any). A filtered report leaves
+    the unit economics out: capacity and idle belong to the whole partition, not to a part of its jobs."""
+
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.users or self.accounts or self.partitions)
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        mask = None
+        for column, wanted in (("user", self.users), ("account", self.accounts), ("partition", self.partitions)):
+            if not wanted:
+                continue
+            col = table.column(column)
+            if pa.types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            one = pc.is_in(col, pa.array(list(wanted), pa.string()))
+            mask = one if mask is None else pc.and_(mask, one)
+        return table if mask is None else table.filter(pc.fill_null(mask, False))
+
+    def describe(self) -> dict[str, list[str]]:
+        return {"users": list(self.users), "accounts": list(self.accounts), "partitions": list(self.partitions)}
+
+
 def build(
     config: SiteConfig,
     period: Period | None,
@@ -135,13 +169,16 @@ def build(
     sreport_path: str | None = None,
     log_path: str | None = None,
     reasons_path: str | None = None,
+    only: JobFilter = JobFilter(),
+    slurm_version: str | None = None,
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report). From the store, the
     report also holds the daily trend of the `trend_days` days before its end (0: none)."""
     info: dict[str, Any]
     parsed: ParseResult | None = None
     if input_path:
-        parsed = read_input(input_path, delimiter)
+        parsed = read_input(input_path, delimiter, options=dataclasses.replace(DEFAULT_OPTIONS,
+                                                                               slurm_version=slurm_version))
         table = parsed.table
         if period is None:
             period = input_period(parsed)
@@ -153,6 +190,7 @@ def build(
             "problems": [str(p) for p in parsed.problems[:PROBLEMS_IN_REPORT]],
             "exit_codes_known": parsed.exit_codes_known,
             "notes": list(parsed.notes),
+            "usage_warnings": parsed.usage_warnings,
         }
         table = store.latest_state(table)
     else:
@@ -180,10 +218,20 @@ def build(
                 "null, and COMPLETED counts as success for them."
             ],
         }
+    if only:
+        table = only.apply(table)
+        info["only"] = only.describe()
+        info.setdefault("notes", []).append("Filtered to " + ", ".join(
+            f"{k} {', '.join(v)}" for k, v in only.describe().items() if v) + ": the unit economics (capacity, "
+            "idle) are left out, they belong to whole partitions.")
     report = build_report(table, config, period, target=target, top=top, input_info=info)
-    economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
-                     sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
-                     offline=bool(input_path), target=target)
+    if not only:
+        economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
+                         sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
+                         offline=bool(input_path), target=target)
+    gpuuse.attach(report, table, config, period,
+                  usage_warnings=parsed.usage_warnings if parsed else 0,
+                  usage_problems=parsed.usage_problems if parsed else None)
     del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
     if not input_path and trend_days:
         add_trend(report, config, trend_days)

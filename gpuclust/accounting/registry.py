@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting import fields as f
+from gpuclust.accounting import usage
 from gpuclust.errors import SlurmOutputError
 from gpuclust.slurm import sacct_json as sj
 
@@ -99,6 +100,9 @@ class SacctField:
     direct: DirectRead = "dict"
     fixed: FixedRead | None = None
     json_by_shape: Mapping[str, JsonRead] = field(default_factory=dict)  # data_parser plugin -> reader
+    # Read on step rows only and rolled up to the job (gpuclust.accounting.usage): its text column is consumed
+    # there, and the table gets usage.COLUMNS instead.
+    step_usage: bool = False
 
     def json_reader(self, plugin: str) -> JsonRead:
         return self.json_by_shape.get(plugin, self.json)
@@ -205,8 +209,14 @@ class Registry:
         return {fd.name: fd.copy.name for fd in self.fields if fd.copy}
 
     @cached_property
+    def step_usage(self) -> tuple[str, ...]:
+        return tuple(fd.name for fd in self.fields if fd.step_usage)
+
+    @cached_property
     def schema(self) -> pa.Schema:
-        cols = [LINE, *(c for fd in self.fields for c in fd.columns)]
+        # The usage columns go before any unplaced field column: a field added later stays last.
+        rollup = [Column(name, kind) for name, kind in usage.COLUMNS] if self.step_usage else []
+        cols = [LINE, *rollup, *(c for fd in self.fields if not fd.step_usage for c in fd.columns)]
         placed = sorted((c for c in cols if c.place is not None), key=lambda c: c.place or 0)
         return pa.schema([(c.name, c.type) for c in placed + [c for c in cols if c.place is None]])
 
@@ -367,8 +377,13 @@ FIELDS: tuple[SacctField, ...] = (
                 Column("mem_mb", pa.float64(), 30)),
         parse=f.parse_alloc_tres, vparse=_alloc_tres, dictionary=True,
     ),
+    # Usage TRES, on step rows (the allocation row's are empty): rolled up to the job (accounting.usage).
+    # Not in the JSON job object: the JSON reader makes step rows of jobs[].steps (sacct_json.step_records).
+    *(SacctField(name, 19 + i, lambda a, job: "", copy=Column(column, pa.string()), required=False,
+                 step_usage=True, dictionary=True)
+      for i, (name, column) in enumerate(zip(usage.USAGE_FIELDS, usage.TEXT_COLUMNS, strict=True))),
     SacctField(
-        "NNodes", 19, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 26),),
+        "NNodes", 24, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 26),),
         parse=parse_count, vparse=_one("nnodes", f.v_int), dictionary=True,
     ),
     _string("NodeList", "nodelist", 18, 14, at("nodes")),

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpuclust.accounting import prom, svgplot
+from gpuclust.accounting import gpuuse, prom, svgplot
 from gpuclust.accounting.economics_render import economics_families, economics_html
 from gpuclust.accounting.metrics import Report
 from gpuclust.atomicfile import write_atomic
@@ -27,7 +27,7 @@ from gpuclust.output import to_json
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
 # Families other parts of the report add to gpuclust.prom, besides the accounting ones prom.py writes itself.
-PROM_CONTRIBUTORS: tuple[prom.Contributor, ...] = (economics_families,)
+PROM_CONTRIBUTORS: tuple[prom.Contributor, ...] = (economics_families, gpuuse.prom_families)
 TREND_VIEWS = (30, 90)
 ECONOMICS_SECTION_TABLES = frozenset({"economics_terms", "economics_baselines"})  # shown in its own section  # days shown in the HTML trend view (the report holds the longest)
 
@@ -406,12 +406,12 @@ def render_html(report: Report) -> str:
         parts.append(f"</div><details><summary>Last {long} days</summary><div class='charts'>")
         parts += [f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, long)]
         parts.append("</div></details>")
-    for section in SECTIONS:
+    for section in (gpuuse.html_section, *SECTIONS):
         extra = section(report)
         if extra:
             parts.append(extra)
     for name, frame in report.tables.items():
-        if name in ("totals", "sizing") or name in ECONOMICS_SECTION_TABLES:
+        if name in ("totals", "sizing") or name in ECONOMICS_SECTION_TABLES or name in gpuuse.NOT_ON_PAGE:
             continue
         parts.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>" + table_html(frame, currency=currency))
     parts.append(economics_html(d))

@@ -14,6 +14,7 @@ from gpuclust.accounting.metrics import check_target
 from gpuclust.accounting.period import PERIODS, resolve_period
 from gpuclust.accounting.render import parse_formats, prepare_out_dir, write_report
 from gpuclust.accounting.text import decode_delimiter
+from gpuclust.accounting.usage import check_slurm_version
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json, format_table
 from gpuclust.cli.params import TIME, TIME_HELP
@@ -129,12 +130,20 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
               help="How many top failures to list.")
 @click.option("--strict", is_flag=True, help="Exit 2 if any input row could not be parsed (default: report and go on).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json's content on stdout too.")
+@click.option("--user", "users", multiple=True, help="Only jobs of this user (repeat for several).")
+@click.option("--account", "accounts", multiple=True, help="Only jobs of this account (repeat for several).")
+@click.option("--partition", "partitions", multiple=True, help="Only jobs of this partition (repeat for several).")
+@click.option("--slurm-version", "slurm_version", callback=_named(check_slurm_version),
+              help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), which picks how "
+                   "gres/gpuutil becomes per-GPU utilisation (summed over the GPUs since 24.05). "
+                   "A --json document names its own.")
 @pass_app
 def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
               input_path: str | None, events_path: str | None, nodes_path: str | None, sreport_path: str | None,
               reasons_path: str | None, log_path: str | None, delimiter: str, formats: str, out_dir: str | None,
               target: float | None,
-              top: int, strict: bool, as_json: bool) -> None:
+              top: int, strict: bool, as_json: bool, users: tuple[str, ...], accounts: tuple[str, ...],
+              partitions: tuple[str, ...], slurm_version: str | None) -> None:
     """Build report.html, CSV tables, report.json and gpuclust.prom for a period.
 
     Reads the store (fetch first) or --input. Rows that cannot be parsed are listed with their line numbers.
@@ -153,7 +162,8 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
                          "has its own)")
     report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim,
                                target=target, top=top, events_path=events_path, nodes_path=nodes_path,
-                               sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path)
+                               sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
+                               only=pipeline.JobFilter(users, accounts, partitions), slurm_version=slurm_version)
     info = report.data["input"]
     for problem in info.get("problems", []):
         click.echo(f"warning: {problem}", err=True)

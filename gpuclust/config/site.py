@@ -20,6 +20,7 @@ from gpuclust.config.economics import (
 )
 from gpuclust.config.ini import decode_config, parse_ini
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
+from gpuclust.config.telemetry import TELEMETRY, TelemetryConfig, telemetry_config
 from gpuclust.errors import ConfigError, Problem
 
 DEFAULT_CONFIG_PATH = "/etc/gpuclust/site.conf"
@@ -130,7 +131,7 @@ POLICY = SectionSpec(
     ),
 )
 
-SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS)
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY)
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ class SiteConfig:
     qos: dict[str, QosConfig] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     economics: EconomicsConfig = field(default_factory=EconomicsConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     @property
     def currency(self) -> str:
@@ -306,6 +308,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         qos=qos,
         policy=policy_cfg,
         economics=economics,
+        telemetry=telemetry_config(by_kind.get("telemetry", [])),
     )
 
 

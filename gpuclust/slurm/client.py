@@ -94,6 +94,10 @@ class CommandSlurmClient:
     def sacct_bytes(self, args: Sequence[str], *, timeout: float | None = None) -> bytes:
         return self.run("sacct", args, timeout=timeout, raw_stdout=True).raw
 
+    def sacct_version(self) -> str:
+        """`sacct --version` (``slurm 24.11.5``, ``slurm-wlm 22.05.8``): the release whose records it prints."""
+        return self.run("sacct", ["--version"]).stdout.strip()
+
     def scontrol(self, args: Sequence[str], *, timeout: float | None = None) -> str:
         return self.run("scontrol", args, timeout=timeout).stdout
 

@@ -142,6 +142,71 @@ def tres_text(items: Any, field: str) -> str:
     return ",".join(sorted(out))  # sacct's text prints the items sorted
 
 
+# Usage TRES as the JSON gives them (raw counts) -> sacct's text: cpu in ms -> a clock; sizes stay bytes
+# (the text reader takes a size without a suffix as bytes).
+def usage_text(items: Any, field: str) -> str:
+    """A step's ``tres.requested.average`` (etc.) list -> the TRESUsageIn* string sacct prints."""
+    if items is None:
+        return ""
+    if not isinstance(items, list):
+        raise BadField(field, f"{items!r:.60} is not a list")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{field}[{i}]"
+        item = obj(item, where)
+        kind, name = text(item.get("type"), f"{where}.type"), text(item.get("name"), f"{where}.name")
+        n = number(item.get("count"), f"{where}.count")
+        if not kind or n is None or n in (NO_VAL, INFINITE):
+            continue
+        if "," in kind + name or "=" in kind + name:
+            raise BadField(where, f"TRES name {kind}/{name!r} holds ',' or '='")
+        key = f"{kind}/{name}" if name else kind
+        if key == "cpu" and n >= 0:
+            secs, ms = divmod(n, 1000)
+            out.append(f"cpu={secs // 3600:02d}:{secs % 3600 // 60:02d}:{secs % 60:02d}.{ms:03d}")
+        else:
+            out.append(f"{key}={n}")
+    return ",".join(sorted(out))
+
+
+def step_records(job: Mapping[str, Any], job_text_id: str) -> list[dict[str, str]]:
+    """``jobs[].steps[]`` -> the step rows sacct's text would print (JobID ``<job>.<step>``, AllocTRES,
+    Elapsed and the usage fields; the rest empty), so the usage rollup reads both front ends alike. Shapes:
+    ``step.id`` is the step part (22.05: ``batch`` or 0) or the whole id (``123.batch``)."""
+    steps = job.get("steps")
+    if not isinstance(steps, list):
+        return []
+    out = []
+    for i, step in enumerate(steps):
+        where = f"steps[{i}]"
+        step = obj(step, where)
+        ident = obj(step.get("step"), f"{where}.step")
+        sid = ident.get("id")
+        sid_text = text(sid if sid is not None else ident.get("name"), f"{where}.step.id")
+        if not sid_text:
+            continue
+        part = sid_text.rsplit(".", 1)[-1] if "." in sid_text else sid_text
+        tres = obj(step.get("tres"), f"{where}.tres")
+        requested = obj(tres.get("requested"), f"{where}.tres.requested")
+        consumed = obj(tres.get("consumed"), f"{where}.tres.consumed")
+        time_ = obj(step.get("time"), f"{where}.time")
+        stats = obj(step.get("statistics"), f"{where}.statistics")
+        energy = obj(stats.get("energy"), f"{where}.statistics.energy").get("consumed")
+        joules = number(energy, f"{where}.statistics.energy.consumed")
+        out.append({
+            "JobID": f"{job_text_id}.{part}",
+            "JobIDRaw": f"{job_text_id}.{part}",
+            "Elapsed": elapsed(time_.get("elapsed"), f"{where}.time.elapsed"),
+            "AllocTRES": tres_text(tres.get("allocated"), f"{where}.tres.allocated"),
+            "TRESUsageInAve": usage_text(requested.get("average"), f"{where}.tres.requested.average"),
+            "TRESUsageInMax": usage_text(requested.get("max"), f"{where}.tres.requested.max"),
+            "TRESUsageInTot": usage_text(requested.get("total"), f"{where}.tres.requested.total"),
+            "TRESUsageOutTot": usage_text(consumed.get("total"), f"{where}.tres.consumed.total"),
+            "ConsumedEnergyRaw": "" if joules is None or joules < 0 or joules in (NO_VAL, INFINITE) else str(joules),
+        })
+    return out
+
+
 # ---- adapters -------------------------------------------------------------------------------------------
 
 class SacctJsonAdapter:

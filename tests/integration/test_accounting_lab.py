@@ -172,7 +172,7 @@ def fetch_outputs(day: datetime) -> dict[str, str]:
     client = CommandSlurmClient()
     d = day.date()
     # The plain dump in sacct's usual order (Comment last), as an admin would write it by hand.
-    plain = [*sacct_args(d, "parsable")[:7], "--parsable2", "-o", ",".join(RAW_FIELDS)]
+    plain = [*sacct_args(d, "parsable")[:6], "--parsable2", "-o", ",".join(RAW_FIELDS)]
     return {
         "parsable": client.sacct(sacct_args(d, "parsable")),
         "pipe": client.sacct(plain),

@@ -48,7 +48,7 @@ def _row(**kw: str) -> dict[str, str]:
 
 
 def _dump(rows: list[dict[str, str]], fields: list[str] = PLAIN_FIELDS, delim: str = "|") -> bytes:
-    lines = [delim.join(fields)] + [delim.join(r[f] for f in fields) for r in rows]
+    lines = [delim.join(fields)] + [delim.join(r.get(f, "") for f in fields) for r in rows]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from gpuclust.accounting import registry as r
-from gpuclust.accounting import schema
+from gpuclust.accounting import schema, usage
 from gpuclust.accounting.jsonin import parse_json
 from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.text import parse_parsable
@@ -19,10 +19,10 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "accounting"
 
 # Two new fields, each declared in one place: a text one (dictionary-read) and a number parsed from its text.
 # (Reason was the text example until issue 16 made it a field of the default registry; Cluster took its place.)
-CLUSTER = r.SacctField("Cluster", 19, r.at("cluster"), copy=r.Column("cluster", pa.string()), required=False,
+CLUSTER = r.SacctField("Cluster", 30, r.at("cluster"), copy=r.Column("cluster", pa.string()), required=False,
                        dictionary=True)
 PRIORITY = r.SacctField(
-    "Priority", 20, r.at("priority", lambda v, path: str(sj.count(v, path) or 0)),
+    "Priority", 31, r.at("priority", lambda v, path: str(sj.count(v, path) or 0)),
     parsed=(r.Column("priority", pa.int64()),), parse=r.parse_count,
     vparse=lambda t: r.Parsed({"priority": r.f.v_int(t)[0]}, r.f.v_int(t)[1]), required=False, dictionary=True,
 )
@@ -38,16 +38,21 @@ ROW = {
 
 
 def _dump(rows: list[dict[str, str]], fields: tuple[str, ...], delimiter: str) -> bytes:
-    lines = [delimiter.join(fields)] + [delimiter.join(row[f] for f in fields) for row in rows]
+    lines = [delimiter.join(fields)] + [delimiter.join(row.get(f, "") for f in fields) for row in rows]
     return ("\n".join(lines) + "\n").encode()
 
 
 def test_default_registry_gives_the_documented_lists() -> None:
     assert schema.FETCH_FIELDS[0] == "JobID" and schema.FETCH_FIELDS[-1] == "NNodes"
     assert schema.FREE_TEXT_FIELDS == ("JobName", "Reason", "Comment")  # Reason: issue 16 (was a second sacct)
-    assert schema.OPTIONAL_FIELDS == ("Reason", "WCKey", "Comment")
+    assert schema.OPTIONAL_FIELDS == ("Reason", *usage.USAGE_FIELDS, "WCKey", "Comment")
     assert schema.SCHEMA.names[:3] == ["line", "job_id", "job_id_raw"]
-    assert schema.SCHEMA.names[-3:] == ["gpus", "gpu_type", "mem_mb"]
+    placed = [name for name in schema.SCHEMA.names if name not in dict(usage.COLUMNS)]
+    assert placed[-3:] == ["gpus", "gpu_type", "mem_mb"]
+    # Usage TRES (issue 26): read on step rows, rolled up to the job's columns, never stored as text.
+    assert schema.SCHEMA.names[-len(usage.COLUMNS):] == [name for name, _ in usage.COLUMNS]
+    assert r.REGISTRY.step_usage == usage.USAGE_FIELDS
+    assert not set(usage.TEXT_COLUMNS) & set(schema.SCHEMA.names)
 
 
 def test_new_field_is_in_fetch_list_and_schema() -> None:

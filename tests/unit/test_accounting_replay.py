@@ -147,7 +147,7 @@ def test_fetch_replay_to_store_then_build(tmp_path, via):
 
 def test_fetch_argv_is_explicit_and_utc_windowed():
     args = sacct_args(DAY, "parsable")
-    assert args[:7] == ["-a", "-D", "-X", "-S", "2026-12-02T00:00:00", "-E", "2026-12-03T00:00:00"]
+    assert args[:6] == ["-a", "-D", "-S", "2026-12-02T00:00:00", "-E", "2026-12-03T00:00:00"]  # steps too (no -X)
     assert f"--delimiter={FETCH_DELIMITER}" in args and "--parsable2" in args
     assert args[-1].startswith("JobID,JobIDRaw,JobName,")
     assert sacct_args(DAY, "json")[-1] == "--json"

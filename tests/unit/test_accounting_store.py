@@ -26,7 +26,7 @@ BASE = {
 
 
 def out(*rows: dict) -> str:
-    lines = [FETCH_DELIMITER.join(FETCH_FIELDS)] + [FETCH_DELIMITER.join({**BASE, **r}[f] for f in FETCH_FIELDS) for r in rows]
+    lines = [FETCH_DELIMITER.join(FETCH_FIELDS)] + [FETCH_DELIMITER.join({**BASE, **r}.get(f, "") for f in FETCH_FIELDS) for r in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -30,7 +30,7 @@ BASE = {
 def rows(*changes: dict[str, str]) -> pa.Table:
     """Rows as `report fetch` parses sacct's output (BASE changed by each dict)."""
     text = "\n".join([FETCH_DELIMITER.join(FETCH_FIELDS)]
-                     + [FETCH_DELIMITER.join({**BASE, **c}[f] for f in FETCH_FIELDS) for c in changes]) + "\n"
+                     + [FETCH_DELIMITER.join({**BASE, **c}.get(f, "") for f in FETCH_FIELDS) for c in changes]) + "\n"
     return parse_parsable(text.encode(), FETCH_DELIMITER, "test").table.cast(SCHEMA)
 
 

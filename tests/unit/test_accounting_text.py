@@ -21,7 +21,7 @@ ROW = {
 
 
 def dump(rows: list[dict[str, str]], delimiter: str, fields=FETCH_FIELDS) -> bytes:
-    lines = [delimiter.join(fields)] + [delimiter.join(r[f] for f in fields) for r in rows]
+    lines = [delimiter.join(fields)] + [delimiter.join(r.get(f, "") for f in fields) for r in rows]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 

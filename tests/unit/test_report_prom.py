@@ -100,8 +100,18 @@ def test_every_metric_is_documented_in_the_readme(tmp_path):
     documented = _documented_metrics()
     # cost_per_completed_run and the like may be absent from one report; none may be undocumented.
     assert written - documented == set()
-    every = {prom.PREFIX + name for name in _all_core_names()} | _economics_names()
+    every = {prom.PREFIX + name for name in _all_core_names()} | _economics_names() | _gpu_use_names()
     assert every == documented
+
+
+def _gpu_use_names() -> set[str]:
+    """The families of the GPU-use contributor (issue 26), for a report with use figures."""
+    from gpuclust.accounting.gpuuse import prom_families
+    from tests.unit.test_economics_lab import _build
+
+    report = _build()
+    report.data["gpu_use"] = {"by_partition": [], "by_account": []}
+    return {family.name for family in prom_families(prom.context_of(report))}
 
 
 def _economics_names() -> set[str]:

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
+from gpuclust.accounting import usage
 from gpuclust.accounting.direct.assemble import assemble, removed_rows
 from gpuclust.accounting.direct.columns import FinalRows, Merge
 from gpuclust.accounting.direct.layout import Fallback, Layout, Pool, StandIn, split_at
@@ -76,4 +77,4 @@ def _pipeline(src: _Source, body_start: int, layout: Layout, source: str, opts: 
     done = pool.run(final.tasks())  # 4b
     utf8 = records.utf8 and all(out.utf8 for out in done.values())
     removed = removed_rows(src, body_start, layout, pieces, candidates, records, utf8, stand_in)  # 5
-    return assemble(final, done, records, removed, source)
+    return assemble(final, done, records, removed, source, usage.rule_for_version(opts.slurm_version))

@@ -59,7 +59,7 @@ def _no_separator_lines(src: _Source, body_start: int, layout: Layout) -> None:
 
 
 def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, removed: set[int],
-             source: str) -> ParseResult:
+             source: str, usage_rule: str | None = None) -> ParseResult:
     """The columns of step 4b as one table (less the rows that are no records), with the problems of steps 2-3
     and one per bad row."""
     m, registry = final.merge, final.layout.registry
@@ -90,4 +90,4 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
         return text[0].as_py()
 
     return finish(m.size, columns, bad, is_step, raw_value, m.lines, source, records.problems, dropped,
-                  schema=registry.schema)
+                  schema=registry.schema, usage_rule=usage_rule)

@@ -1,0 +1,285 @@
+"""Use, not only allocation: how much of the allocated GPU time did work (report.json `gpu_use`, the
+`gpu_use_*` tables, the HTML section and the Prometheus families below).
+
+Names follow shared/gpu-hours-glossary.md, and each is defined once, in DEFINITIONS (the report's
+definitions table is made from it):
+
+* allocated: GPUs allocated to a job x its Elapsed, per job that ended in the period (as the rest of the
+  report counts it);
+* coverage: the share of allocated GPU-hours that has utilisation telemetry. A job is covered by the
+  Prometheus source (dcgm-exporter series carrying its job id) where one is configured and has its series,
+  else by Slurm's usage TRES (a step recorded gres/gpuutil), else not at all: its busy and held-idle figures
+  are unknown, counted in `unknown_jobs`, never 0;
+* busy: covered GPU-hours x measured mean per-GPU utilisation;
+* held-idle: covered GPU-hours during which a GPU ran under `idle_threshold` for at least `idle_min`. From
+  Prometheus, the idle stretches of each GPU's series; from usage TRES (an average, no time series), the
+  job's whole covered time when its mean utilisation is under the threshold and it ran at least `idle_min`.
+
+Per job it also gives what seff/jobstats give: mean and max GPU utilisation, GPU memory peak against the
+GPU's memory (Prometheus), energy (kWh: ConsumedEnergyRaw, else the integral of DCGM power), CPU
+efficiency (CPU time / (Elapsed x CPUs)) and memory efficiency (peak RSS / allocated memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuclust.accounting import prom, svgplot
+from gpuclust.accounting.metrics.assembly import records
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from gpuclust.accounting.metrics import Report
+    from gpuclust.accounting.period import Period
+    from gpuclust.config import SiteConfig
+
+WORST_JOBS = 20
+WORST_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "allocated_gpu_hours", "held_idle_gpu_hours",
+                 "util_mean_pct", "telemetry")
+# Per-job rows go to CSV, Parquet and report.json only (too wide for the page, which shows the worst jobs).
+NOT_ON_PAGE = frozenset({"gpu_use_jobs"})
+DIMENSIONS = ("user", "account", "partition")
+DEFINITIONS: dict[str, str] = {
+    "allocated_gpu_hours": "GPUs allocated to a job x its elapsed time, summed over jobs that ended in the period.",
+    "covered_gpu_hours": "Allocated GPU-hours of the jobs that have utilisation telemetry (Prometheus series, "
+                         "else Slurm's usage TRES gres/gpuutil).",
+    "coverage": "covered / allocated GPU-hours (0..1); every busy and held-idle figure carries it.",
+    "busy_gpu_hours": "Covered GPU-hours x measured mean per-GPU utilisation (0-100%).",
+    "held_idle_gpu_hours": "Covered GPU-hours during which a GPU ran under the idle threshold for at least the "
+                           "minimum time (Prometheus: per GPU series; usage TRES: the whole covered time of a job "
+                           "whose mean is under the threshold).",
+    "util_mean_pct": "busy / covered GPU-hours x 100: mean per-GPU utilisation over the covered part.",
+    "unknown_jobs": "Jobs with GPUs and no utilisation telemetry: their busy and held-idle are unknown, never 0.",
+    "gpu_util_rule": "How Slurm's gres/gpuutil became per-GPU utilisation: per-gpu (before 24.05: a task reads "
+                     "one GPU), summed (24.05 on: summed over the step's GPUs, divided by its GPUs).",
+    "energy_kwh": "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded.",
+    "cpu_efficiency": "CPU time of the job's steps / (Elapsed x allocated CPUs).",
+    "mem_efficiency": "Peak task RSS (TRESUsageInMax mem) / allocated memory.",
+}
+
+
+def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
+    cols = ["job_id", "job_id_raw", "user", "account", "partition", "gpus", "elapsed_s", "start", "end",
+            "alloc_tres", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
+            "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule"]
+    present = [c for c in cols if c in table.column_names]
+    t = table.select(present)
+    lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
+    hi = pa.scalar(period.end, pa.timestamp("s", tz="UTC"))
+    end = t.column("end")
+    if pa.types.is_timestamp(end.type) and end.type.tz is None:
+        end = end.cast(pa.timestamp("s", tz="UTC"))
+    mask = pc.and_(pc.and_(pc.greater_equal(end, lo), pc.less(end, hi)), pc.is_valid(t.column("start")))
+    frame = t.filter(pc.fill_null(mask, False)).to_pandas()
+    for c in cols:
+        if c not in frame.columns:
+            frame[c] = None if c == "gpu_util_rule" else np.nan
+    for c in ("user", "account", "partition", "job_id", "alloc_tres", "gpu_util_rule"):
+        if isinstance(frame[c].dtype, pd.CategoricalDtype):
+            frame[c] = frame[c].astype(object)
+    return frame
+
+
+def _cpus(alloc_tres: pd.Series) -> np.ndarray:
+    got = alloc_tres.astype("string").str.extract(r"(?:^|,)cpu=([0-9]+)", expand=False)
+    return pd.to_numeric(got, errors="coerce").to_numpy(dtype=float)
+
+
+def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One row per job that ended in the period and holds GPUs, with its use figures; and the source info."""
+    jobs = _ended_jobs(table, period)
+    jobs = jobs[pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0) > 0].reset_index(drop=True)
+    tel = config.telemetry
+    idle_pct, idle_min = float(tel.idle_threshold_pct), float(tel.idle_min_s)
+    elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
+    gpus = jobs["gpus"].to_numpy(dtype=float)
+    alloc_s = gpus * elapsed
+    covered = jobs["gpu_util_gpu_s"].to_numpy(dtype=float)
+    busy = jobs["gpu_busy_gpu_s"].to_numpy(dtype=float)
+    mean = np.where(covered > 0, busy / np.where(covered > 0, covered, 1) * 100, np.nan)
+    held = np.where(np.isnan(covered), np.nan,
+                    np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
+    source = np.array([None if np.isnan(c) else "usage_tres" for c in covered], dtype=object)
+    util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float)
+    energy_j = jobs["energy_j"].to_numpy(dtype=float)
+    fb_total = np.full(len(jobs), np.nan)
+    gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float)
+    info: dict[str, Any] = {"prometheus": None}
+
+    if tel.prometheus_url and len(jobs):
+        from gpuclust.accounting.telemetry import JobWindow, fetch_telemetry
+
+        windows = []
+        for i, row in enumerate(jobs.itertuples(index=False)):
+            start = _utc(row.start)
+            end = _utc(row.end)
+            windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i))
+        result = fetch_telemetry(tel, windows, period.start, period.end)
+        info["prometheus"] = {"url": result.source, "queries": result.queries, "jobs_with_series": len(result.jobs),
+                              "warnings": len(result.warnings), "warning_list": result.warnings[:50],
+                              "nodes": result.nodes}
+        for key, got in result.jobs.items():
+            i = int(key)  # type: ignore[call-overload]
+            covered[i] = got.covered_gpu_s
+            busy[i] = got.busy_gpu_s
+            held[i] = got.held_idle_gpu_s
+            mean[i] = got.util_mean_pct if got.util_mean_pct is not None else np.nan
+            util_max[i] = got.util_max_pct if got.util_max_pct is not None else np.nan
+            if got.fb_used_max_mib is not None:
+                gmem[i] = got.fb_used_max_mib
+            if got.fb_total_mib is not None:
+                fb_total[i] = got.fb_total_mib
+            if np.isnan(energy_j[i]) and got.energy_j is not None:
+                energy_j[i] = got.energy_j
+            source[i] = "prometheus"
+
+    cpus = _cpus(jobs["alloc_tres"])
+    cpu_eff = jobs["cpu_used_s"].to_numpy(dtype=float) / (elapsed * cpus)
+    mem_eff = jobs["mem_max_mb"].to_numpy(dtype=float) / jobs["mem_mb"].to_numpy(dtype=float)
+    out = pd.DataFrame({
+        "job_id": jobs["job_id"], "user": jobs["user"], "account": jobs["account"], "partition": jobs["partition"],
+        "gpus": gpus.astype(int), "elapsed_s": elapsed,
+        "allocated_gpu_hours": alloc_s / 3600, "covered_gpu_hours": covered / 3600,
+        "busy_gpu_hours": busy / 3600, "held_idle_gpu_hours": held / 3600,
+        "util_mean_pct": mean, "util_max_pct": util_max,
+        "gpu_mem_max_mib": gmem, "gpu_mem_total_mib": fb_total,
+        "energy_kwh": energy_j / 3.6e6, "cpu_efficiency": np.where(np.isfinite(cpu_eff), cpu_eff, np.nan),
+        "mem_efficiency": np.where(np.isfinite(mem_eff), mem_eff, np.nan),
+        "telemetry": source, "gpu_util_rule": jobs["gpu_util_rule"],
+    })
+    return out, info
+
+
+def _utc(value: Any) -> datetime:
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize(timezone.utc)
+    return ts.to_pydatetime()
+
+
+def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """Allocated, covered, busy, held-idle GPU-hours, coverage, mean utilisation and unknown jobs, per `by`
+    (None: one row for the whole period)."""
+    f = frame.assign(_unknown=frame["covered_gpu_hours"].isna().astype(int), _one=1)
+    keys = [by] if by else []
+    if by is None:
+        f = f.assign(_all="all")
+        keys = ["_all"]
+    g = f.groupby(keys, sort=True, dropna=False)
+    out = pd.DataFrame({
+        "jobs": g["_one"].sum(),
+        "allocated_gpu_hours": g["allocated_gpu_hours"].sum(),
+        "covered_gpu_hours": g["covered_gpu_hours"].sum(min_count=0),
+        "busy_gpu_hours": g["busy_gpu_hours"].sum(min_count=0),
+        "held_idle_gpu_hours": g["held_idle_gpu_hours"].sum(min_count=0),
+        "energy_kwh": g["energy_kwh"].sum(min_count=1),
+        "unknown_jobs": g["_unknown"].sum(),
+    }).reset_index()
+    if by is None:
+        out = out.drop(columns=["_all"])
+    covered = out["covered_gpu_hours"]
+    out.insert(list(out.columns).index("covered_gpu_hours") + 1, "coverage",
+               np.where(out["allocated_gpu_hours"] > 0, covered / out["allocated_gpu_hours"].where(
+                   out["allocated_gpu_hours"] > 0), np.nan))
+    out["util_mean_pct"] = np.where(covered > 0, out["busy_gpu_hours"] / covered.where(covered > 0) * 100, np.nan)
+    # Without any covered job, busy and held-idle are unknown, not 0.
+    none = covered <= 0
+    out.loc[none, ["busy_gpu_hours", "held_idle_gpu_hours"]] = np.nan
+    return out
+
+
+def attach(report: Report, table: pa.Table, config: SiteConfig, period: Period,
+           *, usage_warnings: int = 0, usage_problems: list[str] | None = None) -> None:
+    """Add the use figures to `report` (tables gpu_use_*, report.json `gpu_use`, definitions)."""
+    jobs, info = job_use(table, config, period)
+    tel = config.telemetry
+    totals = summarise(jobs, None)
+    tables = {f"gpu_use_by_{dim}": summarise(jobs, dim) for dim in DIMENSIONS}
+    worst = jobs[jobs["held_idle_gpu_hours"] > 0].sort_values(
+        ["held_idle_gpu_hours", "job_id"], ascending=[False, True], kind="stable").head(WORST_JOBS)[list(WORST_COLUMNS)]
+    report.tables["gpu_use_totals"] = totals
+    report.tables.update(tables)
+    report.tables["gpu_use_worst_held_idle"] = worst.reset_index(drop=True)
+    report.tables["gpu_use_jobs"] = jobs
+    rules = sorted({r for r in jobs["gpu_util_rule"].dropna().unique()})
+    histogram = {}
+    for part, sub in jobs.groupby("partition", sort=True):
+        counts, _ = np.histogram(sub["util_mean_pct"].dropna().clip(0, 100), bins=10, range=(0, 100))
+        hours, _ = np.histogram(sub["util_mean_pct"].dropna().clip(0, 100), bins=10, range=(0, 100),
+                                weights=sub.loc[sub["util_mean_pct"].notna(), "covered_gpu_hours"])
+        histogram[str(part)] = {"bins_pct": list(range(0, 101, 10)), "jobs": counts.tolist(),
+                                "covered_gpu_hours": [float(h) for h in hours]}
+    report.data["gpu_use"] = {
+        "idle_threshold_pct": tel.idle_threshold_pct,
+        "idle_min_s": tel.idle_min_s,
+        "gpu_util_rules": rules,
+        "sources": {"usage_tres": int((jobs["telemetry"] == "usage_tres").sum()),
+                    "prometheus": int((jobs["telemetry"] == "prometheus").sum()),
+                    "none": int(jobs["telemetry"].isna().sum())},
+        "prometheus": info["prometheus"],
+        "usage_warnings": int(usage_warnings),
+        "usage_problems": list(usage_problems or [])[:50],
+        "totals": records(totals)[0] if len(totals) else {},
+        **{f"by_{dim}": records(tables[f"gpu_use_by_{dim}"]) for dim in DIMENSIONS},
+        "worst_held_idle": records(worst),
+        "histogram_by_partition": histogram,
+    }
+    report.data["definitions"] = {**report.data.get("definitions", {}),
+                                  **{f"gpu_use.{k}": v for k, v in DEFINITIONS.items()}}
+
+
+def html_section(report: Report) -> str | None:
+    """The HTML page's use section: the headline and a utilisation histogram per partition (the tables
+    follow with the others)."""
+    use = report.data.get("gpu_use")
+    if not use:
+        return None
+    import html
+
+    parts = ["<h2 id='gpu-use'>GPU use: busy, held-idle and coverage</h2>"]
+    t = use.get("totals") or {}
+    cov = t.get("coverage")
+    parts.append("<p class='meta'>Idle: under {:g}% for at least {:g} s. Coverage {}. Rules: {}.</p>".format(
+        use["idle_threshold_pct"], use["idle_min_s"], "unknown" if cov is None else f"{cov:.1%}",
+        html.escape(", ".join(use["gpu_util_rules"]) or "none")))
+    for part, h in use.get("histogram_by_partition", {}).items():
+        labels = [f"{lo}-{lo + 10}%" for lo in h["bins_pct"][:-1]]
+        if not sum(h["jobs"]):  # no covered job: "no data", never a row of zero bars
+            parts.append(f"<p><em>{html.escape(part)}: no utilisation telemetry</em></p>")
+            continue
+        parts.append(svgplot.bar_chart(f"{part}: covered GPU-hours by mean GPU utilisation", labels,
+                                       [("covered GPU-hours", h["covered_gpu_hours"])], y_label="GPU-hours"))
+    return "\n".join(parts)
+
+
+def prom_families(ctx: prom.PromContext) -> Iterator[Metric]:
+    """Gauges per partition and account: allocated, covered, busy and held-idle GPU-seconds, coverage."""
+    use = ctx.report.data.get("gpu_use")
+    if not use:
+        return
+    figures = (("allocated_gpu_hours", "allocated"), ("covered_gpu_hours", "covered"),
+               ("busy_gpu_hours", "busy"), ("held_idle_gpu_hours", "held-idle"))
+    for dim in ("partition", "account"):
+        for key, name in figures:
+            fam = ctx.gauge(f"{dim}_{key.replace('_gpu_hours', '')}_gpu_seconds".replace("-", "_"),
+                            f"GPU time {name} (GPU-hours x 3600), per {dim} of the job; glossary name '{name}'",
+                            (dim,))
+            for row in use.get(f"by_{dim}", []):
+                value = row.get(key)
+                if value is not None:
+                    ctx.add(fam, float(value) * 3600, row.get(dim))
+            yield fam
+        fam = ctx.gauge(f"{dim}_gpu_coverage_ratio", f"Coverage: covered / allocated GPU-hours (0..1), per {dim}",
+                        (dim,))
+        for row in use.get(f"by_{dim}", []):
+            if row.get("coverage") is not None:
+                ctx.add(fam, float(row["coverage"]), row.get(dim))
+        yield fam

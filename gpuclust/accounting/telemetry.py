@@ -1,0 +1,572 @@
+"""Per-job GPU figures and per-node health figures from Prometheus: dcgm-exporter (with its HPC job mapping:
+each GPU series of a Slurm job carries ``job_label="<JobIDRaw>"``) and node_exporter. Stdlib HTTP only.
+
+Names follow shared/gpu-hours-glossary.md (busy, held-idle, coverage, unknown). Everything below can be
+computed by hand from the series Prometheus returns.
+
+Queries (never one per job)
+    The period [start, end) is cut into one grid of points ``start + i*step`` (i = 0, 1, ... while < end);
+    the grid is split into windows of ``chunk_hours`` (at most 10,000 steps each, under Prometheus's 11,000
+    points per series), and for each metric ONE ``POST /api/v1/query_range`` per window asks for all jobs at
+    once: ``METRIC{job_label!=""}``. GPU memory size is one more query, ``FB_USED{..} + FB_FREE{..}``
+    (same label sets, joined by Prometheus). So the DCGM queries are 7 x windows, whatever the number of jobs
+    (none when no job overlaps the period). Node figures are 6 instant queries at ``end``. ``queries`` counts
+    every HTTP request made.
+
+Attribution
+    A returned series belongs to the job whose id is its job label, on GPU (node label, gpu label); series
+    with the same (job, node, gpu) (e.g. a driver-version label change, an Xid code change) are merged by
+    time, the larger value winning a tie. A job window is clipped to the period: [max(job.start, start),
+    min(job.end, end)). Of a series of job J, a window of J takes the points t with window start <= t < window
+    end (so a requeued job's executions, which share J, each take their own points). Points are Prometheus's
+    evaluations on the grid: the latest raw sample within its lookback (5 min by default).
+
+Held durations
+    In a window [s, e) with points t1 < t2 < ... < tn, point k holds its value from tk to t(k+1); the first
+    point holds back to s and the last until e. The durations add up to e - s exactly.
+
+Job figures (``JobTelemetry``; a job whose windows have no utilisation point is ABSENT: unknown, never 0)
+    gpus_seen         distinct (node, gpu) with utilisation points in the window
+    util_mean_pct     per GPU: sum(value x duration) / (e - s); then the mean over the seen GPUs
+    util_max_pct      the largest utilisation point
+    held_idle_gpu_s   per GPU: maximal runs of consecutive points under ``idle_threshold_pct``; a run whose
+                      summed duration is >= ``idle_min_s`` counts in full; summed over the seen GPUs (GPU-s)
+    covered_gpu_s     (e - s) x min(gpus_seen, gpus)
+    busy_gpu_s        covered_gpu_s x util_mean_pct / 100
+    fb_used_max_mib   the largest memory-used point; fb_total_mib: the largest (used + free) point
+    power_mean_w      per GPU as util_mean_pct, then the mean over GPUs; energy_j: sum(value x duration)
+                      summed over GPUs
+    temp_max_c        the largest point
+    xid_errors        DCGM_FI_DEV_XID_ERRORS is a gauge (the GPU's last Xid code), not a counter: the number
+                      of points whose value is non-zero and differs from the GPU's previous point in the
+                      window (the first point counts when non-zero), summed over GPUs
+    ecc_dbe           counter increase: over consecutive points, the rise, or after a drop (a reset) the new
+                      value; summed over GPUs (nothing is extrapolated before the first point)
+    A figure whose metric has no point in the window is None.
+
+Node figures (``nodes``, one dict per node; a figure without data is None)
+    Instant queries at ``end`` over ``[R]`` = the period, all nodes at once, grouped by the node label with
+    its ``:port`` stripped (label_replace), summed over devices:
+    disk_read_latency_ms = 1000 x increase(node_disk_read_time_seconds_total) / increase(
+    node_disk_reads_completed_total) (writes alike; None when nothing was read), net_{receive,transmit}_
+    {errs,drop} = increase(node_network_..._total). increase() is Prometheus's (extrapolated to the edges).
+
+Errors never raise: connection refused, timeout (``timeout_s`` for a whole request), HTTP 4xx/5xx, JSON with
+status "error", a malformed body, an empty result -> a warning naming the URL and the metric; the figures
+that query would have given stay unknown (a window overlapping a failed utilisation query is absent; other
+metrics give None). After a connection failure or a timeout the remaining queries are skipped (named in
+one warning) rather than each waiting for its own timeout. A point that cannot be (utilisation outside
+0-100, any other metric negative, NaN or infinite) is dropped and counted in a warning.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+
+from gpuclust.config.telemetry import TelemetryConfig, parse_prometheus_url
+
+MAX_STEPS_PER_QUERY = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
+_READ_CHUNK = 1 << 20
+_NODE_LABEL = "gpuclust_node"  # the label label_replace() writes: the node label without its :port
+
+__all__ = ["JobTelemetry", "JobWindow", "TelemetryResult", "fetch_telemetry", "MAX_STEPS_PER_QUERY"]
+
+
+@dataclass(frozen=True)
+class JobWindow:
+    job: str  # the job id as the job label carries it (JobIDRaw as a decimal string)
+    start: datetime  # tz-aware
+    end: datetime  # tz-aware (for a running job: the period end)
+    gpus: int  # GPUs allocated (from AllocTRES)
+    key: object = None  # the caller's row key, returned as is (a requeued job's executions share `job`)
+
+
+@dataclass
+class JobTelemetry:
+    gpus_seen: int
+    util_mean_pct: float | None
+    util_max_pct: float | None
+    fb_used_max_mib: float | None
+    fb_total_mib: float | None
+    power_mean_w: float | None
+    energy_j: float | None
+    temp_max_c: float | None
+    xid_errors: float | None
+    ecc_dbe: float | None
+    held_idle_gpu_s: float
+    covered_gpu_s: float
+    busy_gpu_s: float
+
+
+@dataclass
+class TelemetryResult:
+    jobs: dict[object, JobTelemetry]  # by JobWindow.key; jobs without utilisation points are absent
+    nodes: list[dict[str, Any]]
+    warnings: list[str]
+    queries: int
+    source: str
+
+
+NODE_FIGURES = (
+    "disk_read_latency_ms",
+    "disk_write_latency_ms",
+    "net_receive_errs",
+    "net_transmit_errs",
+    "net_receive_drop",
+    "net_transmit_drop",
+)
+
+
+# ---- HTTP ------------------------------------------------------------------------------------------------
+
+
+class _QueryFailed(Exception):
+    def __init__(self, message: str, skipped: bool = False) -> None:
+        super().__init__(message)
+        self.skipped = skipped  # not asked: an earlier query found the server unreachable
+
+
+class _Client:
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.queries = 0
+        self.dead: str | None = None  # why the remaining queries are skipped
+        self.skipped = 0
+
+    def call(self, path: str, params: dict[str, str]) -> Any:
+        """The `data` of a successful API answer; raises _QueryFailed saying why not."""
+        if self.dead is not None:
+            self.skipped += 1
+            raise _QueryFailed(f"skipped ({self.dead})", skipped=True)
+        self.queries += 1
+        body = urllib.parse.urlencode(params).encode()
+        request = urllib.request.Request(
+            self.url + path, data=body, method="POST",
+            headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
+        )
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                raw = self._read(response, deadline)
+        except urllib.error.HTTPError as exc:
+            detail = _error_detail(exc)
+            raise _QueryFailed(f"HTTP {exc.code} {exc.reason}{detail}") from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            why = "timed out" if isinstance(reason, TimeoutError) else f"unreachable ({reason})"
+            self._die(why)
+        except TimeoutError:
+            self._die(f"timed out after {self.timeout_s:g} s")
+        except (http.client.HTTPException, OSError) as exc:
+            self._die(f"connection failed ({type(exc).__name__}: {exc})")
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise _QueryFailed(f"bad JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise _QueryFailed("malformed answer (not a JSON object)")
+        if doc.get("status") != "success":
+            raise _QueryFailed(f"Prometheus error {doc.get('errorType', '?')}: {doc.get('error', '?')}")
+        if not isinstance(doc.get("data"), dict):
+            raise _QueryFailed("malformed answer (no data)")
+        return doc
+
+    def _die(self, why: str) -> NoReturn:
+        self.dead = f"{self.url} {why}"
+        raise _QueryFailed(why)
+
+    def _read(self, response: Any, deadline: float) -> bytes:
+        # urlopen's timeout bounds each socket operation; the deadline bounds the whole request
+        parts: list[bytes] = []
+        while True:
+            part = response.read(_READ_CHUNK)
+            if not part:
+                return b"".join(parts)
+            parts.append(part)
+            if time.monotonic() > deadline:
+                raise TimeoutError
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    """Prometheus's own error text from an HTTP error's JSON body (400/422/503 carry one), if any."""
+    try:
+        doc = json.loads(exc.read(64 * 1024))
+        return f": {doc['errorType']}: {doc['error']}"
+    except Exception:  # any body that is not Prometheus's error JSON: the status line says enough
+        return ""
+
+
+# ---- series ----------------------------------------------------------------------------------------------
+
+
+class _Series:
+    __slots__ = ("times", "values", "ordered")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.values = array("d")
+        self.ordered = True
+
+    def add(self, t: float, value: float) -> None:
+        if self.times and t <= self.times[-1]:
+            self.ordered = False
+        self.times.append(t)
+        self.values.append(value)
+
+    def settle(self) -> None:
+        """Sorted by time, one value per time (the larger: merged series, repeated chunk edges)."""
+        if self.ordered:
+            return
+        merged: dict[float, float] = {}
+        for t, value in zip(self.times, self.values, strict=True):
+            if t not in merged or value > merged[t]:
+                merged[t] = value
+        keys = sorted(merged)
+        self.times = array("d", keys)
+        self.values = array("d", (merged[t] for t in keys))
+        self.ordered = True
+
+    def window(self, s: float, e: float) -> tuple[Sequence[float], Sequence[float], list[float]] | None:
+        """The points in [s, e) with their held durations (summing to e - s), or None."""
+        i = bisect_left(self.times, s)
+        j = bisect_left(self.times, e)
+        if i >= j:
+            return None
+        ts = self.times[i:j]
+        vs = self.values[i:j]
+        durations = [ts[k + 1] - ts[k] for k in range(len(ts) - 1)]
+        durations.append(e - ts[-1])
+        durations[0] += ts[0] - s
+        return ts, vs, durations
+
+
+@dataclass
+class _Metric:
+    name: str  # the config key's figure: util, fb_used, fb_total, power, temp, xid, ecc_dbe
+    query: str
+    label: str  # what warnings call it
+    valid: Callable[[float], bool]
+    series: dict[tuple[str, str, str], _Series] = field(default_factory=dict)
+    failed: list[tuple[float, float]] = field(default_factory=list)  # query windows without an answer
+    dropped: int = 0
+    dropped_example: str = ""
+    returned: int = 0  # series returned, over all windows
+
+
+def _util_ok(value: float) -> bool:
+    return 0.0 <= value <= 100.0
+
+
+def _nonneg_ok(value: float) -> bool:
+    return 0.0 <= value < math.inf
+
+
+def _selector(metric: str, job_label: str) -> str:
+    return f'{metric}{{{job_label}!=""}}'
+
+
+def _metrics(cfg: TelemetryConfig) -> list[_Metric]:
+    sel = lambda m: _selector(m, cfg.job_label)  # noqa: E731
+    return [
+        _Metric("util", sel(cfg.metric_util), cfg.metric_util, _util_ok),
+        _Metric("fb_used", sel(cfg.metric_fb_used), cfg.metric_fb_used, _nonneg_ok),
+        _Metric("fb_total", f"{sel(cfg.metric_fb_used)} + {sel(cfg.metric_fb_free)}",
+                f"{cfg.metric_fb_used} + {cfg.metric_fb_free}", _nonneg_ok),
+        _Metric("power", sel(cfg.metric_power), cfg.metric_power, _nonneg_ok),
+        _Metric("temp", sel(cfg.metric_temp), cfg.metric_temp, _nonneg_ok),
+        _Metric("xid", sel(cfg.metric_xid), cfg.metric_xid, _nonneg_ok),
+        _Metric("ecc_dbe", sel(cfg.metric_ecc_dbe), cfg.metric_ecc_dbe, _nonneg_ok),
+    ]
+
+
+def _grid_windows(start: float, end: float, step: float, chunk_hours: float) -> list[tuple[float, float]]:
+    """(first point, last point) of each query window of the grid start + i*step < end."""
+    points = math.ceil((end - start) / step)  # the number of grid points in [start, end)
+    per_window = max(1, min(int(chunk_hours * 3600 / step), MAX_STEPS_PER_QUERY))
+    return [(start + a * step, start + (min(a + per_window, points) - 1) * step) for a in range(0, points, per_window)]
+
+
+def _fmt(ts: float) -> str:
+    return f"{ts:.3f}"
+
+
+# ---- per window figures ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Win:
+    index: int  # position in the caller's list (keys may repeat: None)
+    job: str
+    s: float
+    e: float
+    gpus: int
+    key: object
+
+
+def _overlaps(win: _Win, failed: Iterable[tuple[float, float]], step: float) -> bool:
+    # a failed query window [a, b] lacks the points a..b; held values reach up to b + step
+    return any(a < win.e and win.s < b + step for a, b in failed)
+
+
+def _aggregate(metric: _Metric, wins_by_job: dict[str, list[_Win]], step: float, cfg: TelemetryConfig,
+               out: dict[int, dict[str, Any]]) -> None:
+    """Adds this metric's figures to out[window index] (a dict of figure -> value)."""
+    for (job, node, gpu), series in metric.series.items():
+        series.settle()
+        for win in wins_by_job.get(job, ()):
+            got = series.window(win.s, win.e)
+            if got is None:
+                continue
+            ts, vs, ds = got
+            acc = out.setdefault(win.index, {})
+            per = acc.setdefault(metric.name, {})
+            per[(node, gpu)] = _per_gpu(metric.name, vs, ds, cfg)
+    metric.series.clear()  # the points are no longer needed: free them before the next metric
+
+
+def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], cfg: TelemetryConfig) -> Any:
+    total = sum(ds)
+    if name in ("util", "power"):
+        integral = sum(v * d for v, d in zip(vs, ds, strict=True))
+        mean = integral / total if total > 0 else sum(vs) / len(vs)
+        if name == "power":
+            return (mean, integral)
+        idle = run = 0.0
+        for v, d in zip(vs, ds, strict=True):
+            if v < cfg.idle_threshold_pct:
+                run += d
+                continue
+            if run >= cfg.idle_min_s:
+                idle += run
+            run = 0.0
+        if run >= cfg.idle_min_s:
+            idle += run
+        return (mean, max(vs), idle)
+    if name == "xid":
+        events, previous = 0, 0.0
+        for v in vs:
+            if v != 0 and v != previous:
+                events += 1
+            previous = v
+        return float(events)
+    if name == "ecc_dbe":
+        rise = 0.0
+        for a, b in zip(vs, vs[1:], strict=False):
+            rise += b - a if b >= a else b
+        return rise
+    return max(vs)  # fb_used, fb_total, temp
+
+
+def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
+    util: dict[tuple[str, str], tuple[float, float, float]] = acc["util"]
+    seen = len(util)
+    mean = sum(u[0] for u in util.values()) / seen
+    covered = (win.e - win.s) * min(seen, win.gpus)
+    power = acc.get("power")
+
+    def largest(name: str) -> float | None:
+        return max(acc[name].values()) if name in acc else None
+
+    def summed(name: str) -> float | None:
+        return float(sum(acc[name].values())) if name in acc else None
+
+    return JobTelemetry(
+        gpus_seen=seen,
+        util_mean_pct=mean,
+        util_max_pct=max(u[1] for u in util.values()),
+        fb_used_max_mib=largest("fb_used"),
+        fb_total_mib=largest("fb_total"),
+        power_mean_w=sum(p[0] for p in power.values()) / len(power) if power else None,
+        energy_j=sum(p[1] for p in power.values()) if power else None,
+        temp_max_c=largest("temp"),
+        xid_errors=summed("xid"),
+        ecc_dbe=summed("ecc_dbe"),
+        held_idle_gpu_s=sum(u[2] for u in util.values()),
+        covered_gpu_s=covered,
+        busy_gpu_s=covered * mean / 100.0,
+    )
+
+
+# ---- the queries -----------------------------------------------------------------------------------------
+
+
+def _collect(client: _Client, metric: _Metric, cfg: TelemetryConfig, jobs: set[str],
+             windows: list[tuple[float, float]], warnings: list[str]) -> None:
+    for a, b in windows:
+        params = {"query": metric.query, "start": _fmt(a), "end": _fmt(b), "step": f"{cfg.step_s:g}"}
+        try:
+            doc = client.call("/api/v1/query_range", params)
+            _take_matrix(doc, metric, cfg, jobs)
+        except _QueryFailed as exc:
+            metric.failed.append((a, b))
+            if not exc.skipped:
+                warnings.append(f"{client.url}: query_range {metric.query} [{_fmt(a)}, {_fmt(b)}]: {exc}; "
+                                f"its figures stay unknown for the jobs in that window")
+
+
+def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, jobs: set[str]) -> None:
+    data = doc["data"]
+    result = data.get("result")
+    if data.get("resultType") != "matrix" or not isinstance(result, list):
+        raise _QueryFailed(f"malformed answer (resultType {data.get('resultType')!r}, expected matrix)")
+    try:
+        for item in result:
+            labels = item["metric"]
+            metric.returned += 1
+            job = labels.get(cfg.job_label)
+            if job not in jobs:
+                continue
+            node = labels.get(cfg.node_label, "")
+            gpu = labels.get(cfg.gpu_label, "")
+            series = metric.series.get((job, node, gpu))
+            if series is None:
+                series = metric.series[(job, node, gpu)] = _Series()
+            for t, raw in item["values"]:
+                value = float(raw)
+                if not metric.valid(value):
+                    metric.dropped += 1
+                    metric.dropped_example = metric.dropped_example or f"{raw} for job {job} on {node} gpu {gpu}"
+                    continue
+                series.add(float(t), value)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {exc})") from None
+
+
+def _node_queries(cfg: TelemetryConfig, range_s: int) -> dict[str, str]:
+    def by_node(counter: str) -> str:
+        inner = f"increase({counter}[{range_s}s])"
+        relabelled = f'label_replace({inner}, "{_NODE_LABEL}", "$1", "{cfg.node_exporter_node_label}", "(.*?)(?::[0-9]+)?")'
+        return f"sum by ({_NODE_LABEL}) ({relabelled})"
+
+    return {
+        "disk_read_latency_ms": f"1000 * {by_node('node_disk_read_time_seconds_total')} / "
+                                f"{by_node('node_disk_reads_completed_total')}",
+        "disk_write_latency_ms": f"1000 * {by_node('node_disk_write_time_seconds_total')} / "
+                                 f"{by_node('node_disk_writes_completed_total')}",
+        "net_receive_errs": by_node("node_network_receive_errs_total"),
+        "net_transmit_errs": by_node("node_network_transmit_errs_total"),
+        "net_receive_drop": by_node("node_network_receive_drop_total"),
+        "net_transmit_drop": by_node("node_network_transmit_drop_total"),
+    }
+
+
+def _fetch_nodes(client: _Client, cfg: TelemetryConfig, start: float, end: float,
+                 warnings: list[str]) -> list[dict[str, Any]]:
+    nodes: dict[str, dict[str, Any]] = {}
+    range_s = max(1, math.ceil(end - start))
+    for figure, query in _node_queries(cfg, range_s).items():
+        try:
+            doc = client.call("/api/v1/query", {"query": query, "time": _fmt(end)})
+            data = doc["data"]
+            result = data.get("result")
+            if data.get("resultType") != "vector" or not isinstance(result, list):
+                raise _QueryFailed(f"malformed answer (resultType {data.get('resultType')!r}, expected vector)")
+            if not result:
+                warnings.append(f"{client.url}: query {query}: empty result; {figure} is unknown for every node")
+            try:
+                for item in result:
+                    node = item["metric"].get(_NODE_LABEL, "")
+                    value = float(item["value"][1])
+                    if not node:
+                        continue
+                    row = nodes.setdefault(node, {"node": node, **dict.fromkeys(NODE_FIGURES)})
+                    # NaN / Inf: nothing read or written (0/0, x/0), and a negative increase cannot be
+                    row[figure] = value if 0 <= value < math.inf else None
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {exc})") from None
+        except _QueryFailed as exc:
+            if not exc.skipped:
+                warnings.append(f"{client.url}: query {query}: {exc}; {figure} is unknown for every node")
+    return [nodes[name] for name in sorted(nodes)]
+
+
+def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: datetime, end: datetime) -> TelemetryResult:
+    """The jobs' GPU figures and the nodes' figures over [start, end) (module docstring: exact rules).
+    Never raises for what the server does; raises ValueError for naive datetimes (a caller's bug)."""
+    for when in (start, end, *(t for j in jobs for t in (j.start, j.end))):
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValueError(f"fetch_telemetry needs tz-aware datetimes, got {when!r}")
+    source = cfg.prometheus_url or ""
+    result = TelemetryResult(jobs={}, nodes=[], warnings=[], queries=0, source=source)
+    if cfg.prometheus_url is None:
+        result.warnings.append("telemetry: [telemetry] prometheus_url is not set; every telemetry figure is unknown")
+        return result
+    try:
+        url = parse_prometheus_url(cfg.prometheus_url)
+    except ValueError as exc:
+        result.warnings.append(f"telemetry: [telemetry] prometheus_url: {exc}; every telemetry figure is unknown")
+        return result
+    if not (cfg.step_s > 0 and cfg.chunk_hours > 0 and cfg.timeout_s > 0):
+        result.warnings.append(f"{url}: step, chunk_hours and timeout must be > 0; every telemetry figure is unknown")
+        return result
+    t0, t1 = start.timestamp(), end.timestamp()
+    if not t1 > t0:
+        result.warnings.append(f"{url}: empty period [{start.isoformat()}, {end.isoformat()}); nothing queried")
+        return result
+    client = _Client(url, cfg.timeout_s)
+    warnings = result.warnings
+
+    wins: list[_Win] = []
+    for index, job in enumerate(jobs):
+        s, e = max(job.start.timestamp(), t0), min(job.end.timestamp(), t1)
+        if s < e:
+            wins.append(_Win(index, str(job.job).strip(), s, e, job.gpus, job.key))
+    wins_by_job: dict[str, list[_Win]] = {}
+    for win in wins:
+        wins_by_job.setdefault(win.job, []).append(win)
+
+    acc: dict[int, dict[str, Any]] = {}
+    metrics = _metrics(cfg)
+    if wins:
+        windows = _grid_windows(t0, t1, cfg.step_s, cfg.chunk_hours)
+        for metric in metrics:
+            _collect(client, metric, cfg, set(wins_by_job), windows, warnings)
+            if metric.dropped:
+                warnings.append(f"{url}: {metric.label}: {metric.dropped} point(s) dropped as impossible values "
+                                f"(e.g. {metric.dropped_example})")
+            if metric.returned == 0 and len(metric.failed) < len(windows):
+                warnings.append(f"{url}: query_range {metric.query}: empty result over the period; "
+                                f"its figures are unknown for every job")
+            _aggregate(metric, wins_by_job, cfg.step_s, cfg, acc)
+
+    util_failed = metrics[0].failed
+    missing: list[str] = []
+    for win in wins:
+        figures = acc.get(win.index, {})
+        if "util" not in figures or _overlaps(win, util_failed, cfg.step_s):
+            missing.append(win.job)
+            continue
+        for metric in metrics[1:]:
+            if metric.name in figures and _overlaps(win, metric.failed, cfg.step_s):
+                del figures[metric.name]
+        tel = _job_figures(win, figures)
+        if tel.gpus_seen > win.gpus:
+            warnings.append(f"{url}: job {win.job}: {tel.gpus_seen} GPUs have series, {win.gpus} allocated; "
+                            f"covered counts {win.gpus}")
+        if win.key in result.jobs:
+            warnings.append(f"telemetry: two job windows share the key {win.key!r}; the later one is kept")
+        result.jobs[win.key] = tel
+    if missing:
+        shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
+        warnings.append(f"{url}: {len(missing)} of {len(wins)} job window(s) have no {cfg.metric_util} points "
+                        f"(unknown, not 0): {shown}")
+
+    result.nodes = _fetch_nodes(client, cfg, t0, t1, warnings)
+    if client.dead is not None:
+        warnings.append(f"{client.dead}: {client.skipped} further quer{'y' if client.skipped == 1 else 'ies'} "
+                        f"skipped; their figures are unknown")
+    result.queries = client.queries
+    return result

@@ -1,0 +1,406 @@
+"""Slurm's own usage accounting, rolled up from the steps to their job: `TRESUsageInAve`, `TRESUsageInMax`,
+`TRESUsageInTot`, `TRESUsageOutTot` and `ConsumedEnergyRaw` (no extra infrastructure: jobacct_gather and,
+for GPUs, the gpu/nvml plugin's `gres/gpuutil` and `gres/gpumem`).
+
+sacct prints usage on the step rows (`123.batch`, `123.0`, `123.extern`); the allocation row's usage
+fields are empty. The readers keep every row until `normalize.finish`, which calls `attach` here: each step
+is given to its job row (the nearest job row before it with the step's job id: sacct prints each execution's
+steps right after it, so a requeued job's executions keep their own steps), its usage is summed or maxed
+into the job's columns below, and then the steps are dropped as before. The JSON reader turns
+``jobs[].steps[]`` into the same step rows (`sacct_json.step_records`), so both front ends share this code.
+
+The columns (null = unknown, never 0: a job without usage TRES has no figure):
+
+====================  ==========================================================================================
+column                meaning
+====================  ==========================================================================================
+gpu_util_gpu_s        the job's allocated GPU-seconds (gres/gpu x Elapsed) when a step recorded gres/gpuutil
+                      (the part of `allocated` that has utilisation: `coverage`'s numerator on this path)
+gpu_busy_gpu_s        GPU-seconds x measured utilisation, summed over the steps (`busy`): a step gives
+                      per-GPU utilisation x its GPUs x its Elapsed, per-GPU utilisation by RULES below
+gpu_util_max_pct      the highest per-GPU utilisation a step recorded (TRESUsageInMax gres/gpuutil, per GPU)
+gpu_mem_max_mb        the highest GPU memory a step's task used (TRESUsageInMax gres/gpumem), MiB
+cpu_used_s            CPU time of the job's steps (TRESUsageInTot cpu summed over steps), seconds
+mem_max_mb            the largest resident memory of a task (TRESUsageInMax mem, max over steps), MiB
+energy_j              ConsumedEnergyRaw of the job row, else the sum over its steps; null where Slurm gathers
+                      no energy (it then prints 0: a job that ran never used 0 J)
+gpu_util_rule         which rule turned gres/gpuutil into per-GPU utilisation: `per-gpu` (before 24.05) or
+                      `summed` (24.05 on); null without gres/gpuutil
+====================  ==========================================================================================
+
+RULES (shared/gpu-hours-glossary.md): since Slurm 24.05 a task's gres/gpuutil is the sum over the GPUs it
+uses (a 4-GPU step at full load reads 400), so a step's per-GPU utilisation is TRESUsageInTot / its GPUs;
+before, a task reads the utilisation of a GPU (0-100), and the step's per-GPU utilisation is
+TRESUsageInAve. Which applies depends on the Slurm that wrote the records: `report fetch` knows it (the
+local sacct's version), a `--json` document names it in `meta`, and a text dump is told with
+`report build --slurm-version`. Without it, a step on one GPU reads the same under both rules; a step on
+several GPUs is `summed` when a value exceeds 100 (no single GPU can), else its utilisation is unknown
+and counted as a warning.
+
+Bad values (an entry that is not `name=value`, a value that is not a number, a utilisation below 0 or above
+100 per GPU, a negative memory) make that job's figure unknown and are counted as warnings with the line;
+the row itself and its allocation figures are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# The sacct fields read on step rows (the registry declares them with step_usage=True).
+USAGE_FIELDS: tuple[str, ...] = (
+    "TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot", "TRESUsageOutTot", "ConsumedEnergyRaw",
+)
+# Their text columns in the raw table (consumed by `attach`, never stored).
+TEXT_COLUMNS: tuple[str, ...] = (
+    "tres_usage_in_ave", "tres_usage_in_max", "tres_usage_in_tot", "tres_usage_out_tot", "consumed_energy_raw",
+)
+COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("gpu_util_gpu_s", pa.float64()),
+    ("gpu_busy_gpu_s", pa.float64()),
+    ("gpu_util_max_pct", pa.float64()),
+    ("gpu_mem_max_mb", pa.float64()),
+    ("cpu_used_s", pa.float64()),
+    ("mem_max_mb", pa.float64()),
+    ("energy_j", pa.float64()),
+    ("gpu_util_rule", pa.string()),
+)
+RULE_PER_GPU = "per-gpu"
+RULE_SUMMED = "summed"
+SUMMED_SINCE = (24, 5)
+MAX_WARNINGS_LISTED = 50
+
+_MEM_UNIT_MIB = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_ENTRY_SYNTAX = re.compile(r"^(?:[^,=\s]+=[^,=\s]*(?:,[^,=\s]+=[^,=\s]*)*)?$")
+
+
+def rule_for_version(version: str | None) -> str | None:
+    """`summed` for Slurm 24.05 and later, `per-gpu` before; None when the version is not known."""
+    if not version:
+        return None
+    m = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?([0-9]+)\.([0-9]+)", version)
+    if not m:
+        return None
+    return RULE_SUMMED if (int(m.group(1)), int(m.group(2))) >= SUMMED_SINCE else RULE_PER_GPU
+
+
+def check_slurm_version(version: str | None) -> str | None:
+    """`report build --slurm-version`: a release such as 23.11 or 24.05.3 (InputError otherwise)."""
+    from gpuclust.errors import InputError
+
+    if version is not None and rule_for_version(version) is None:
+        raise InputError(f"{version!r} is not a Slurm release (e.g. 23.11, 24.05.3)")
+    return version
+
+
+@dataclass
+class UsageWarnings:
+    count: int = 0
+    listed: list[str] = field(default_factory=list)
+
+    def add(self, source: str, line: int, message: str) -> None:
+        self.count += 1
+        if len(self.listed) < MAX_WARNINGS_LISTED:
+            self.listed.append(f"{source}:{line}: {message}")
+
+
+# ---- one TRES value ----------------------------------------------------------------------------------------
+
+def _value_regex(key: str) -> str:
+    return r"(?:^|,)" + re.escape(key) + r"=(?P<v>[^,]*)"
+
+
+def extract(text: pa.Array, key: str) -> pa.Array:
+    """The value text of `key` in each TRES string (null where absent)."""
+    got = pc.extract_regex(text, _value_regex(key))
+    return pc.struct_field(got, [0])
+
+
+def numbers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Plain numbers -> (float values, NaN where absent; bad mask: present but not a number)."""
+    ok = pc.fill_null(pc.match_substring_regex(values, f"^{_NUMBER}$"), False)
+    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    out = np.full(len(values), np.nan)
+    okn = ok.to_numpy(zero_copy_only=False)
+    if okn.any():
+        out[okn] = pc.cast(pc.filter(values, ok), pa.float64()).to_numpy(zero_copy_only=False)
+    return out, present & ~okn
+
+
+def sizes_mib(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Sizes as sacct prints them (`218192K`, `1.50G`, raw bytes without a suffix) -> MiB."""
+    got = pc.extract_regex(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
+    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    ok = pc.is_valid(got).to_numpy(zero_copy_only=False)
+    out = np.full(len(values), np.nan)
+    if ok.any():
+        sub = pc.filter(got, pa.array(ok))
+        num = pc.cast(pc.struct_field(sub, [0]), pa.float64()).to_numpy(zero_copy_only=False)
+        units = pc.struct_field(sub, [1]).to_pylist()
+        out[ok] = num * np.array([_MEM_UNIT_MIB[u] for u in units])
+    return out, present & ~ok
+
+
+def clock_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """CPU time as sacct prints it (`[D-]HH:MM:SS`, `MM:SS.mmm`) -> seconds."""
+    got = pc.extract_regex(values, r"^(?:(?P<d>[0-9]+)-)?(?:(?P<h>[0-9]+):)?(?P<m>[0-9]+):(?P<s>[0-9]+(?:\.[0-9]+)?)$")
+    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    ok = pc.is_valid(got).to_numpy(zero_copy_only=False)
+    out = np.full(len(values), np.nan)
+    if ok.any():
+        sub = pc.filter(got, pa.array(ok))
+
+        def part(i: int) -> np.ndarray:
+            col = pc.struct_field(sub, [i])
+            col = pc.if_else(pc.equal(col, ""), "0", col)
+            return np.asarray(pc.cast(pc.fill_null(col, "0"), pa.float64()).to_numpy(zero_copy_only=False))
+
+        out[ok] = part(0) * 86400 + part(1) * 3600 + part(2) * 60 + part(3)
+    return out, present & ~ok
+
+
+def parse_usage(text: str) -> dict[str, float]:
+    """One usage TRES string -> {name: value} (cpu in seconds, mem/vmem/gres/gpumem in MiB, others as
+    printed). The scalar definition, for tests and messages; the rollup uses the vectorised forms above."""
+    if not _ENTRY_SYNTAX.match(text):
+        raise ValueError(f"not a TRES list (name=value,...): {text!r:.80}")
+    out: dict[str, float] = {}
+    for entry in filter(None, text.split(",")):
+        name, _, value = entry.partition("=")
+        arr = pa.array([value])
+        if name == "cpu":
+            got, bad = clock_seconds(arr) if ":" in value else numbers(arr)
+        elif name in ("mem", "vmem", "gres/gpumem"):
+            got, bad = sizes_mib(arr)
+        else:
+            got, bad = numbers(arr)
+        if bad[0]:
+            raise ValueError(f"{name}={value!r} is not a number")
+        out[name] = float(got[0])
+    return out
+
+
+# ---- the rollup --------------------------------------------------------------------------------------------
+
+def present(raw: Mapping[str, pa.Array]) -> bool:
+    """Whether the input has any usage column at all."""
+    return any(name in raw for name in USAGE_FIELDS)
+
+
+def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    return arr
+
+
+def _empty_to_null(arr: pa.Array) -> pa.Array:
+    return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+
+
+def null_columns(n: int) -> dict[str, pa.Array]:
+    return {name: pa.nulls(n, kind) for name, kind in COLUMNS}
+
+
+def attach(
+    columns: dict[str, Any],
+    usage_text: Mapping[str, pa.Array],
+    is_step: np.ndarray,
+    line_values: np.ndarray,
+    source: str,
+    *,
+    rule: str | None,
+    warnings: UsageWarnings,
+) -> None:
+    """Add the COLUMNS to `columns` (every row; only the job rows' values matter), from the step rows'
+    `usage_text` (raw field -> string array of every row). `columns` must hold job_id, gpus and elapsed_s."""
+    n = len(is_step)
+    if not usage_text or n == 0:
+        columns.update(null_columns(n))
+        return
+    text = {name: _empty_to_null(_plain(arr)) for name, arr in usage_text.items()}
+    has_usage = np.zeros(n, dtype=bool)
+    for arr in text.values():
+        has_usage |= pc.is_valid(arr).to_numpy(zero_copy_only=False)
+    out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
+    rule_out = np.full(n, None, dtype=object)
+    rows = np.flatnonzero(has_usage)
+    if rows.size == 0:
+        columns.update(null_columns(n))
+        return
+
+    job_id = _plain(columns["job_id"])
+    parent = _parents(job_id, is_step, rows, line_values, source, warnings)
+    take = pa.array(rows)
+    sub = {name: pc.take(arr, take) for name, arr in text.items()}
+    gpus = np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
+    gpus = np.nan_to_num(gpus)
+    elapsed = np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
+    elapsed = np.nan_to_num(elapsed)
+    lines = line_values[rows]
+
+    def field_values(name: str, key: str, kind: str) -> np.ndarray:
+        arr = sub.get(name)
+        if arr is None:
+            return np.full(rows.size, np.nan)
+        values = extract(arr, key)
+        parse = {"number": numbers, "size": sizes_mib, "clock": clock_seconds}[kind]
+        got, bad = parse(values)
+        for i in np.flatnonzero(bad)[: MAX_WARNINGS_LISTED]:
+            warnings.add(source, int(lines[i]), f"{name} {key}={values[int(i)].as_py()!r} is not a value")
+        warnings.count += max(0, int(bad.sum()) - MAX_WARNINGS_LISTED)
+        return got
+
+    # Malformed strings: the whole entry is unreadable for that step.
+    for name, arr in sub.items():
+        if name == "ConsumedEnergyRaw":
+            continue
+        syntax = pc.fill_null(pc.match_substring_regex(arr, _ENTRY_SYNTAX.pattern), True).to_numpy(
+            zero_copy_only=False)
+        for i in np.flatnonzero(~syntax)[: MAX_WARNINGS_LISTED]:
+            warnings.add(source, int(lines[i]), f"{name} {arr[int(i)].as_py()!r:.80} is not a TRES list")
+        warnings.count += max(0, int((~syntax).sum()) - MAX_WARNINGS_LISTED)
+
+    util_ave = field_values("TRESUsageInAve", "gres/gpuutil", "number")
+    util_max = field_values("TRESUsageInMax", "gres/gpuutil", "number")
+    util_tot = field_values("TRESUsageInTot", "gres/gpuutil", "number")
+    gmem_max = field_values("TRESUsageInMax", "gres/gpumem", "size")
+    cpu_tot = field_values("TRESUsageInTot", "cpu", "clock")
+    mem_max = field_values("TRESUsageInMax", "mem", "size")
+    energy = numbers(sub["ConsumedEnergyRaw"])[0] if "ConsumedEnergyRaw" in sub else np.full(rows.size, np.nan)
+
+    step = is_step[rows]
+    # Per-GPU utilisation of each step, by the rule of the Slurm that wrote it.
+    has_util = ~np.isnan(util_ave) | ~np.isnan(util_tot)
+    multi = gpus > 1
+    evidence = np.fmax(np.nan_to_num(util_max, nan=-1), np.nan_to_num(util_tot, nan=-1)) > 100
+    if rule == RULE_SUMMED:
+        summed = np.ones(rows.size, dtype=bool)
+    elif rule == RULE_PER_GPU:
+        summed = np.zeros(rows.size, dtype=bool)
+    else:
+        summed = multi & evidence
+    ambiguous = has_util & multi & ~evidence if rule is None else np.zeros(rows.size, dtype=bool)
+    per_gpu = np.where(summed, util_tot / np.maximum(gpus, 1), util_ave)
+    per_gpu = np.where(np.isnan(per_gpu) & ~summed, util_tot / np.maximum(gpus, 1), per_gpu)
+    peak = np.where(summed, util_max / np.maximum(gpus, 1), util_max)
+    absurd = has_util & ((per_gpu < 0) | (per_gpu > 100) | (np.nan_to_num(peak) > 100) | (np.nan_to_num(peak) < 0))
+    for i in np.flatnonzero(absurd)[: MAX_WARNINGS_LISTED]:
+        warnings.add(source, int(lines[i]), f"gres/gpuutil reads {per_gpu[i]:.6g}% per GPU "
+                                            f"(outside 0-100; rule {RULE_SUMMED if summed[i] else RULE_PER_GPU})")
+    warnings.count += max(0, int(absurd.sum()) - MAX_WARNINGS_LISTED)
+    for i in np.flatnonzero(ambiguous)[: MAX_WARNINGS_LISTED]:
+        warnings.add(source, int(lines[i]), "gres/gpuutil of a step on several GPUs, and the Slurm version that "
+                                            "wrote it is not known (per GPU before 24.05, summed since): pass "
+                                            "--slurm-version")
+    warnings.count += max(0, int(ambiguous.sum()) - MAX_WARNINGS_LISTED)
+    spoiled = absurd | ambiguous
+    negative_mem = np.nan_to_num(gmem_max) < 0
+    gmem_max = np.where(negative_mem, np.nan, gmem_max)
+
+    target = np.where(step, parent, rows)
+    valid = target >= 0
+    target_v = target[valid]
+
+    def add(name: str, values: np.ndarray) -> None:
+        v = values[valid]
+        ok = ~np.isnan(v)
+        dest = out[name]
+        idx = target_v[ok]
+        dest[idx[np.isnan(dest[idx])]] = 0.0
+        np.add.at(dest, idx, v[ok])
+
+    def peak_of(name: str, values: np.ndarray) -> None:
+        v = values[valid]
+        ok = ~np.isnan(v)
+        dest = out[name]
+        idx = target_v[ok]
+        np.fmax.at(dest, idx, v[ok])
+
+    busy = np.where(has_util & ~spoiled, per_gpu / 100 * gpus * elapsed, np.nan)
+    add("gpu_busy_gpu_s", busy)
+    peak_of("gpu_util_max_pct", np.where(spoiled, np.nan, peak))
+    peak_of("gpu_mem_max_mb", gmem_max)
+    add("cpu_used_s", cpu_tot)
+    peak_of("mem_max_mb", mem_max)
+    energy = np.where(energy > 0, energy, np.nan)
+    step_energy = np.where(step, energy, np.nan)
+    own_energy = np.where(step, np.nan, energy)
+    add("energy_j", step_energy)
+    job_energy = own_energy[valid]
+    ok = ~np.isnan(job_energy)
+    out["energy_j"][target_v[ok]] = job_energy[ok]  # the job row's own figure wins over its steps' sum
+
+    # A job with a spoiled step has no utilisation figure at all (part of it would read as idle).
+    spoiled_jobs = np.unique(target_v[spoiled[valid]])
+    util_jobs = np.unique(target_v[has_util[valid]])
+    out["gpu_busy_gpu_s"][spoiled_jobs] = np.nan
+    out["gpu_util_max_pct"][spoiled_jobs] = np.nan
+    job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
+    job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
+                                           dtype=float))
+    good_jobs = np.setdiff1d(util_jobs, spoiled_jobs)
+    out["gpu_util_gpu_s"][good_jobs] = job_gpus[good_jobs] * job_elapsed[good_jobs]
+    # Busy GPU-seconds never exceed the job's own GPU-seconds (overlapping steps on the same GPUs).
+    cap = out["gpu_util_gpu_s"]
+    over = ~np.isnan(cap) & (out["gpu_busy_gpu_s"] > cap)
+    out["gpu_busy_gpu_s"][over] = cap[over]
+    job_rule = np.where(summed, RULE_SUMMED, RULE_PER_GPU)
+    rule_out[target_v[has_util[valid]]] = job_rule[valid][has_util[valid]]
+    rule_out[spoiled_jobs] = None
+
+    for name, kind in COLUMNS:
+        if kind == pa.string():
+            columns[name] = pa.array(rule_out, pa.string())
+        else:
+            values = out[name]
+            columns[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
+
+
+def _parents(job_id: pa.Array, is_step: np.ndarray, rows: np.ndarray, line_values: np.ndarray, source: str,
+             warnings: UsageWarnings) -> np.ndarray:
+    """For each of `rows` (row positions), the position of its job row: the nearest job row before it whose
+    job id is the step's id less its `.step` part; -1 where none (an orphan step, counted)."""
+    n = len(is_step)
+    positions = np.arange(n)
+    last_job = np.maximum.accumulate(np.where(~is_step, positions, -1))
+    step_rows = rows[is_step[rows]]
+    parent = np.full(rows.size, -1, dtype=np.int64)
+    if step_rows.size == 0:
+        return parent
+    ids = pc.take(job_id, pa.array(step_rows))
+    keys = pc.replace_substring_regex(ids, r"\.[^.]*$", "")
+    guess = last_job[step_rows]
+    guess_ok = guess >= 0
+    match = np.zeros(step_rows.size, dtype=bool)
+    if guess_ok.any():
+        got = pc.take(job_id, pa.array(np.where(guess_ok, guess, 0)))
+        match = guess_ok & pc.fill_null(pc.equal(got, keys), False).to_numpy(zero_copy_only=False)
+    resolved = np.where(match, guess, -1)
+    missing = np.flatnonzero(~match)
+    if missing.size:
+        # Out of sacct's order (a dump sorted or merged by hand): the latest job row with that id before the
+        # step, else after it.
+        job_rows = np.flatnonzero(~is_step)
+        by_id: dict[str, list[int]] = {}
+        for pos, jid in zip(job_rows.tolist(), pc.take(job_id, pa.array(job_rows)).to_pylist(), strict=True):
+            by_id.setdefault(jid, []).append(pos)
+        for i in missing.tolist():
+            cands = by_id.get(keys[i].as_py(), [])
+            before = [p for p in cands if p < step_rows[i]]
+            if before or cands:
+                resolved[i] = before[-1] if before else cands[0]
+            else:
+                warnings.add(source, int(line_values[step_rows[i]]),
+                             f"step {ids[i].as_py()} has no job row: its usage is left out")
+    where = np.searchsorted(rows, step_rows)
+    parent[where] = resolved
+    return parent

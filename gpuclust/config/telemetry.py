@@ -1,0 +1,160 @@
+"""Config section [telemetry]: where the Prometheus that holds dcgm-exporter's and node_exporter's series is,
+how to query it, and the held-idle rule (shared/gpu-hours-glossary.md).
+
+Kept apart from site.py like economics.py: site.py lists TELEMETRY in SECTIONS and calls `telemetry_config`
+once; `TelemetryConfig` is re-exported there. The reader is gpuclust.accounting.telemetry.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+from urllib.parse import urlsplit
+
+from gpuclust.config import values as v
+from gpuclust.config.schema import Key, ParsedSection, SectionSpec
+
+# Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*) and metric names (also ':'): they go into PromQL verbatim.
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_METRIC_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def parse_prometheus_url(text: str) -> str:
+    """http(s)://host[:port][/path], without a trailing '/' (the API paths are appended to it)."""
+    raw = text.strip()
+    if not raw or any(c.isspace() or ord(c) < 32 for c in raw):
+        raise ValueError(f"expected a URL like http://prometheus:9090, got {text!r}")
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
+    try:
+        port = parts.port  # (raises on a port that is not a number or out of range)
+    except ValueError:
+        raise ValueError(f"bad port in {text!r}") from None
+    if not parts.hostname or "@" in parts.netloc:
+        raise ValueError(f"expected http(s)://host[:port][/path] (no user:password@), got {text!r}")
+    if parts.query or parts.fragment or raw.endswith(("?", "#")):
+        raise ValueError(f"the URL takes no ?query or #fragment, got {text!r}")
+    if port == 0:
+        raise ValueError(f"bad port in {text!r}")
+    return raw.rstrip("/")
+
+
+def parse_label_name(text: str) -> str:
+    if not _LABEL_NAME.fullmatch(text):
+        raise ValueError(f"{text!r} is not a Prometheus label name (letters, digits, '_')")
+    return text
+
+
+def parse_metric_name(text: str) -> str:
+    if not _METRIC_NAME.fullmatch(text):
+        raise ValueError(f"{text!r} is not a Prometheus metric name (letters, digits, '_', ':')")
+    return text
+
+
+def parse_positive_seconds(text: str) -> float:
+    """Seconds > 0: a plain number (fractions allowed: 0.5) or a duration like 30s, 5m."""
+    raw = text.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float(v.parse_duration(raw))
+    if not (value > 0 and math.isfinite(value) and value <= v.MAX_DURATION_S):
+        raise ValueError(f"must be a duration > 0 (e.g. 30s, 5m or 30), got {text!r}")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    value = v.parse_nonneg_float(text)
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {text!r}")
+    return value
+
+
+def parse_percent(text: str) -> float:
+    """A utilisation in percent, 0-100: `10` or `10%`."""
+    raw = text.strip().removesuffix("%")
+    value = v.parse_nonneg_float(raw)
+    if value > 100:
+        raise ValueError(f"must be a percentage between 0 and 100, got {text!r}")
+    return value
+
+
+# key -> TelemetryConfig field, where they differ (the unit suffix goes on the field, not the key)
+FIELD_OF_KEY = {
+    "timeout": "timeout_s",
+    "step": "step_s",
+    "idle_threshold": "idle_threshold_pct",
+    "idle_min": "idle_min_s",
+    **{f"metric.{m}": f"metric_{m}" for m in ("util", "fb_used", "fb_free", "power", "temp", "xid", "ecc_dbe")},
+}
+
+TELEMETRY = SectionSpec(
+    "telemetry",
+    "GPU and node telemetry from Prometheus (dcgm-exporter with its HPC job mapping, node_exporter).",
+    (
+        Key("prometheus_url", parse_prometheus_url, "Base URL of the Prometheus HTTP API, http(s)://host[:port][/path]; "
+            "absent: the Prometheus source is off."),
+        Key("timeout", parse_positive_seconds, "Limit of each HTTP request (seconds or 30s, 2m).", default=30.0),
+        Key("step", parse_positive_seconds, "query_range resolution: one point per series every STEP seconds.",
+            default=30.0),
+        Key("chunk_hours", parse_positive_float, "The period is queried in windows of this many hours (bounds each "
+            "response; a window never exceeds 10,000 steps).", default=6.0),
+        Key("job_label", parse_label_name, "dcgm-exporter's HPC job mapping label (value: the Slurm job id).",
+            default="hpc_job"),
+        Key("node_label", parse_label_name, "Label with the node name on the DCGM series.", default="Hostname"),
+        Key("gpu_label", parse_label_name, "Label with the GPU index on the DCGM series.", default="gpu"),
+        Key("node_exporter_node_label", parse_label_name, "Label with the Slurm node name on node_exporter series "
+            "(a :port suffix is stripped).", default="instance"),
+        Key("metric.util", parse_metric_name, "GPU utilisation, percent.", default="DCGM_FI_DEV_GPU_UTIL"),
+        Key("metric.fb_used", parse_metric_name, "GPU memory used, MiB.", default="DCGM_FI_DEV_FB_USED"),
+        Key("metric.fb_free", parse_metric_name, "GPU memory free, MiB (used + free = the GPU's memory).",
+            default="DCGM_FI_DEV_FB_FREE"),
+        Key("metric.power", parse_metric_name, "GPU power draw, W.", default="DCGM_FI_DEV_POWER_USAGE"),
+        Key("metric.temp", parse_metric_name, "GPU temperature, C.", default="DCGM_FI_DEV_GPU_TEMP"),
+        Key("metric.xid", parse_metric_name, "The GPU's last Xid error code.", default="DCGM_FI_DEV_XID_ERRORS"),
+        Key("metric.ecc_dbe", parse_metric_name, "Double-bit volatile ECC errors (a counter).",
+            default="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+        Key("idle_threshold", parse_percent, "held-idle: a GPU under this utilisation (percent, 0-100) ...",
+            default=10.0),
+        Key("idle_min", v.parse_duration, "... for at least this long (30m, 1800).", default=1800),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    prometheus_url: str | None = None  # None: the Prometheus source is off
+    timeout_s: float = TELEMETRY.default("timeout")  # per HTTP request
+    step_s: float = TELEMETRY.default("step")  # query_range resolution (the lab uses 1)
+    chunk_hours: float = TELEMETRY.default("chunk_hours")  # the period is queried in windows of this length
+    job_label: str = TELEMETRY.default("job_label")  # dcgm-exporter HPC job mapping label (value = JobIDRaw)
+    node_label: str = TELEMETRY.default("node_label")  # the node name on DCGM series
+    gpu_label: str = TELEMETRY.default("gpu_label")
+    node_exporter_node_label: str = TELEMETRY.default("node_exporter_node_label")  # port stripped
+    metric_util: str = TELEMETRY.default("metric.util")
+    metric_fb_used: str = TELEMETRY.default("metric.fb_used")  # MiB
+    metric_fb_free: str = TELEMETRY.default("metric.fb_free")  # MiB (used+free = the GPU's memory)
+    metric_power: str = TELEMETRY.default("metric.power")  # W
+    metric_temp: str = TELEMETRY.default("metric.temp")
+    metric_xid: str = TELEMETRY.default("metric.xid")
+    metric_ecc_dbe: str = TELEMETRY.default("metric.ecc_dbe")
+    idle_threshold_pct: float = TELEMETRY.default("idle_threshold")  # glossary held-idle: under this ...
+    idle_min_s: float = float(TELEMETRY.default("idle_min"))  # ... for at least this long
+
+    @property
+    def enabled(self) -> bool:
+        return self.prometheus_url is not None
+
+
+def telemetry_config(sections: list[ParsedSection]) -> TelemetryConfig:
+    """The typed [telemetry] section (defaults when absent; the schema already reported bad values)."""
+    if not sections:
+        return TelemetryConfig()
+    s = sections[0]
+    names = {f.name for f in fields(TelemetryConfig)}
+    values = {FIELD_OF_KEY.get(k, k): s.values[k] for k in s.values if FIELD_OF_KEY.get(k, k) in names}
+    if "idle_min_s" in values:
+        values["idle_min_s"] = float(values["idle_min_s"])
+    return TelemetryConfig(**values)
