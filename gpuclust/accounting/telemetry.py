@@ -64,13 +64,14 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
@@ -79,6 +80,7 @@ from gpuclust.config.telemetry import TelemetryConfig, parse_prometheus_url
 
 MAX_STEPS_PER_QUERY = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
 _READ_CHUNK = 1 << 20
+_FINITE = sys.float_info.max
 _NODE_LABEL = "gpuclust_node"  # the label label_replace() writes: the node label without its :port
 
 __all__ = ["JobTelemetry", "JobWindow", "TelemetryResult", "fetch_telemetry", "MAX_STEPS_PER_QUERY"]
@@ -220,11 +222,14 @@ class _Series:
         self.values = array("d")
         self.ordered = True
 
-    def add(self, t: float, value: float) -> None:
-        if self.times and t <= self.times[-1]:
-            self.ordered = False
-        self.times.append(t)
-        self.values.append(value)
+    def extend(self, times: list[float], values: list[float]) -> None:
+        """Points of one answer (Prometheus returns a series' points in time order)."""
+        if not times:
+            return
+        if self.times and times[0] <= self.times[-1]:
+            self.ordered = False  # merged series, or a repeated window edge
+        self.times.extend(times)
+        self.values.extend(values)
 
     def settle(self) -> None:
         """Sorted by time, one value per time (the larger: merged series, repeated chunk edges)."""
@@ -258,7 +263,8 @@ class _Metric:
     name: str  # the config key's figure: util, fb_used, fb_total, power, temp, xid, ecc_dbe
     query: str
     label: str  # what warnings call it
-    valid: Callable[[float], bool]
+    high: float  # points outside [0, high] (and NaN) cannot be: dropped and counted
+    low: float = 0.0
     series: dict[tuple[str, str, str], _Series] = field(default_factory=dict)
     failed: list[tuple[float, float]] = field(default_factory=list)  # query windows without an answer
     dropped: int = 0
@@ -266,12 +272,9 @@ class _Metric:
     returned: int = 0  # series returned, over all windows
 
 
-def _util_ok(value: float) -> bool:
-    return 0.0 <= value <= 100.0
-
-
-def _nonneg_ok(value: float) -> bool:
-    return 0.0 <= value < math.inf
+def _all_within(values: list[float], low: float, high: float) -> bool:
+    total = sum(values)  # (min and max may step over a NaN; a sum never does)
+    return low <= min(values) and max(values) <= high and total == total
 
 
 def _selector(metric: str, job_label: str) -> str:
@@ -281,14 +284,14 @@ def _selector(metric: str, job_label: str) -> str:
 def _metrics(cfg: TelemetryConfig) -> list[_Metric]:
     sel = lambda m: _selector(m, cfg.job_label)  # noqa: E731
     return [
-        _Metric("util", sel(cfg.metric_util), cfg.metric_util, _util_ok),
-        _Metric("fb_used", sel(cfg.metric_fb_used), cfg.metric_fb_used, _nonneg_ok),
+        _Metric("util", sel(cfg.metric_util), cfg.metric_util, 100.0),
+        _Metric("fb_used", sel(cfg.metric_fb_used), cfg.metric_fb_used, _FINITE),
         _Metric("fb_total", f"{sel(cfg.metric_fb_used)} + {sel(cfg.metric_fb_free)}",
-                f"{cfg.metric_fb_used} + {cfg.metric_fb_free}", _nonneg_ok),
-        _Metric("power", sel(cfg.metric_power), cfg.metric_power, _nonneg_ok),
-        _Metric("temp", sel(cfg.metric_temp), cfg.metric_temp, _nonneg_ok),
-        _Metric("xid", sel(cfg.metric_xid), cfg.metric_xid, _nonneg_ok),
-        _Metric("ecc_dbe", sel(cfg.metric_ecc_dbe), cfg.metric_ecc_dbe, _nonneg_ok),
+                f"{cfg.metric_fb_used} + {cfg.metric_fb_free}", _FINITE),
+        _Metric("power", sel(cfg.metric_power), cfg.metric_power, _FINITE),
+        _Metric("temp", sel(cfg.metric_temp), cfg.metric_temp, _FINITE),
+        _Metric("xid", sel(cfg.metric_xid), cfg.metric_xid, _FINITE),
+        _Metric("ecc_dbe", sel(cfg.metric_ecc_dbe), cfg.metric_ecc_dbe, _FINITE),
     ]
 
 
@@ -321,7 +324,7 @@ def _overlaps(win: _Win, failed: Iterable[tuple[float, float]], step: float) -> 
     return any(a < win.e and win.s < b + step for a, b in failed)
 
 
-def _aggregate(metric: _Metric, wins_by_job: dict[str, list[_Win]], step: float, cfg: TelemetryConfig,
+def _aggregate(metric: _Metric, wins_by_job: dict[str, list[_Win]], cfg: TelemetryConfig,
                out: dict[int, dict[str, Any]]) -> None:
     """Adds this metric's figures to out[window index] (a dict of figure -> value)."""
     for (job, node, gpu), series in metric.series.items():
@@ -434,13 +437,18 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
             series = metric.series.get((job, node, gpu))
             if series is None:
                 series = metric.series[(job, node, gpu)] = _Series()
-            for t, raw in item["values"]:
-                value = float(raw)
-                if not metric.valid(value):
-                    metric.dropped += 1
-                    metric.dropped_example = metric.dropped_example or f"{raw} for job {job} on {node} gpu {gpu}"
-                    continue
-                series.add(float(t), value)
+            points = item["values"]
+            times = [float(t) for t, _ in points]
+            values = [float(raw) for _, raw in points]
+            if values and not _all_within(values, metric.low, metric.high):
+                keep = [k for k, value in enumerate(values) if metric.low <= value <= metric.high]
+                kept = set(keep)
+                bad = next(points[k][1] for k in range(len(values)) if k not in kept)
+                metric.dropped += len(values) - len(keep)
+                metric.dropped_example = metric.dropped_example or f"{bad} for job {job} on {node} gpu {gpu}"
+                times = [times[k] for k in keep]
+                values = [values[k] for k in keep]
+            series.extend(times, values)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {exc})") from None
 
@@ -540,7 +548,7 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
             if metric.returned == 0 and len(metric.failed) < len(windows):
                 warnings.append(f"{url}: query_range {metric.query}: empty result over the period; "
                                 f"its figures are unknown for every job")
-            _aggregate(metric, wins_by_job, cfg.step_s, cfg, acc)
+            _aggregate(metric, wins_by_job, cfg, acc)
 
     util_failed = metrics[0].failed
     missing: list[str] = []

@@ -10,7 +10,7 @@ The data (step 60 s, one raw sample per minute; P0 = 2024-01-01T00:00Z, period [
     103  n1/3     0-120 min  util 80 then 5 from 60 min; Xid 79 at 90 min; ECC DBE 5, 7, reset to 1
     104  n2/0     0-30 min   util 50 (execution A); n2/1 40-100 min util 20, then 3 from 70 min (execution B)
     105  -        no series                                 -> absent
-    106  n2/2     0-60 min   util 30 with one 1e9 at 10 min -> dropped, counted
+    106  n2/2     0-60 min   util 30 with 1e9 at 10 min and NaN at 20 min -> dropped, counted
     n2/3 carries util without the job label (a GPU outside any job): never read
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import math
 import os
 import shutil
 import socket
@@ -88,7 +89,7 @@ class OpenMetrics:
     def add(self, name: str, labels: dict[str, str], points: list[tuple[float, float]]) -> None:
         lines = self.families.setdefault(name, [])
         text = label_text(labels)
-        lines.extend(f"{name}{{{text}}} {value!r} {ts:.3f}" for ts, value in points)
+        lines.extend(f"{name}{{{text}}} {'NaN' if value != value else repr(value)} {ts:.3f}" for ts, value in points)
 
     def write(self, path: Path) -> None:
         with path.open("w") as fh:
@@ -180,7 +181,7 @@ def lab_data() -> OpenMetrics:
     gpu_series("n1", 3, "103", 0, 119, {m: 80.0 for m in range(60)} | {-1: 5.0})
     gpu_series("n2", 0, "104", 0, 29, 50.0)
     gpu_series("n2", 1, "104", 40, 99, {m: 20.0 for m in range(40, 70)} | {-1: 3.0})
-    gpu_series("n2", 2, "106", 0, 59, {10: 1e9, -1: 30.0})
+    gpu_series("n2", 2, "106", 0, 59, {10: 1e9, 20: math.nan, -1: 30.0})
     gpu_series("n2", 3, None, 0, 239, 0.0)  # no job: the selector {hpc_job!=""} never returns it
     # Xid: the last Xid code, with err_code as dcgm-exporter writes it; 0 until 90 min, then 79
     xid = _gpu("n1", 3, "103")
@@ -293,8 +294,8 @@ def test_job_without_series_is_absent_and_named(lab_result: TelemetryResult) -> 
 
 def test_absurd_value_is_dropped_and_counted(lab_result: TelemetryResult) -> None:
     job = lab_result.jobs["106"]
-    assert job.util_mean_pct == pytest.approx(30) and job.util_max_pct == 30  # the 9 min point holds 120 s
-    assert any(f"{UTIL}: 1 point(s) dropped" in w and "job 106" in w for w in lab_result.warnings), lab_result.warnings
+    assert job.util_mean_pct == pytest.approx(30) and job.util_max_pct == 30  # the 9 and 19 min points hold 120 s
+    assert any(f"{UTIL}: 2 point(s) dropped" in w and "job 106" in w for w in lab_result.warnings), lab_result.warnings
 
 
 def test_node_figures(lab_result: TelemetryResult) -> None:
@@ -331,7 +332,7 @@ def test_step_of_one_second_stays_under_the_point_limit(prometheus: str) -> None
     assert result.jobs["103"].held_idle_gpu_s == pytest.approx(3600)
     assert result.jobs["104b"].held_idle_gpu_s == pytest.approx(1800)
     assert result.jobs["106"].util_mean_pct == pytest.approx(30)
-    assert any(f"{UTIL}: 60 point(s) dropped" in w for w in result.warnings)  # the raw 1e9 held a minute
+    assert any(f"{UTIL}: 120 point(s) dropped" in w for w in result.warnings)  # the raw 1e9 and NaN held a minute
 
 
 def test_missing_metric_is_an_empty_result_warning(prometheus: str) -> None:
