@@ -131,7 +131,8 @@ def test_fetch_replay_to_store_then_build(tmp_path, via):
     config = _config(tmp_path)
     period = resolve_period("2026-12-03", "2026-12-04", None, "UTC")
     summary = pipeline.fetch(client, config, period, via=via)
-    assert summary.days == [{"day": "2026-12-03", "rows": 15, "rejected_rows": 0, "steps_dropped": 0}]
+    assert summary.days == [{"day": "2026-12-03", "rows": 15, "rejected_rows": 0, "steps_dropped": 0,
+                            "usage_warnings": 0}]
     assert client.calls == [("sacct", *sacct_args(day, via))]
     report, _ = pipeline.build(config, period)
     direct, _ = pipeline.build(config, period, input_path=str(DATA / "reason" / "22.05" / name),
