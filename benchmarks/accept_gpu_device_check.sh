@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU path of the acceptance harness in one go (NOT run in the session that wrote it: no GPU was lent).
+# GPU path of the acceptance harness in one go (NOT yet run on a GPU: no session has been lent one so far).
 # World size 1 on one GPU: NCCL backend chosen by ACCEPT_BACKEND=auto, CUDA-event timing, version capture
 # (driver from /proc/driver/nvidia/version, CUDA, NCCL, torch, GPU model/UUID), result file written to $OUT.
 #
@@ -15,6 +15,42 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 { nvidia-smi --query-gpu=name,uuid,driver_version --format=csv 2>&1 || echo "nvidia-smi not available"; } > "$OUT/nvidia-smi.csv"
+# Recordings for the health parsers' fixtures (issue 27): the real XML, topology and a health snapshot of this
+# node through the same collector the acceptance jobs run (each source ok or unavailable with its reason).
+timeout 60 nvidia-smi -q -x > "$OUT/nvidia-smi-q-x.xml" 2> "$OUT/nvidia-smi-q-x.err" || true
+timeout 60 nvidia-smi topo -m > "$OUT/nvidia-smi-topo-m.txt" 2>&1 || true
+"$PY" -m gpuclust.accept.health snapshot --phase before --job 1 --out "$OUT/health" --node "$(hostname -s)" \
+    --nvbandwidth || true
+"$PY" - "$OUT/nvml.json" <<'PY' || true
+import json, sys
+try:
+    import pynvml  # nvidia-ml-py
+except ImportError:
+    json.dump({"nvml": "not importable"}, open(sys.argv[1], "w")); sys.exit(0)
+pynvml.nvmlInit()
+out = {"driver": pynvml.nvmlSystemGetDriverVersion(), "gpus": []}
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    g = {"index": i, "name": pynvml.nvmlDeviceGetName(h)}
+    for key, fn in (("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                    ("pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                    ("pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+                    ("pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth),
+                    ("remapped_rows", pynvml.nvmlDeviceGetRemappedRows),
+                    ("throttle_reasons", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)):
+        try:
+            g[key] = fn(h)
+        except pynvml.NVMLError as exc:
+            g[key] = f"error: {exc}"
+    out["gpus"].append(g)
+json.dump(out, open(sys.argv[1], "w"), indent=1, default=str)
+PY
+"$PY" - "$OUT/nvidia-smi-q-x.xml" <<'PY' || true
+import sys
+from gpuclust.accept.health.parse import parse_nvidia_smi_xml
+log = parse_nvidia_smi_xml(open(sys.argv[1]).read(), source=sys.argv[1])
+print("health parser read", len(log.gpus), "GPU(s), driver", log.driver_version)
+PY
 "$PY" - > "$OUT/capture.json" <<'PY'
 import json, torch
 from gpuclust.accept import launch

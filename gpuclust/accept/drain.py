@@ -1,10 +1,14 @@
 """Close the loop with the scheduler: drain the nodes an acceptance report fails, resume the ones gpuclust
 itself drained once they pass again, and never touch a drain someone else set (the rule NHC follows).
 
-Ownership is the drain reason: every drain gpuclust sets has a reason that starts with REASON_PREFIX
-(`gpuclust accept: <check> job <id> (<kind>): <message>`). A drained node whose reason starts otherwise (an
-admin's `disk`, NHC's `NHC: ...`) is somebody else's: it is listed as untouched and never resumed or
-re-drained. Resume needs evidence newer than the drain: the node's latest judged result must have finished
+Ownership is the drain reason: every drain gpuclust sets has a reason in a stable taxonomy that admins and
+NHC-style scripts can grep, `gpuclust:<class>:<detail> job <id> (<kind>): <message>`, e.g.
+`gpuclust:remap:pending job 41 (allreduce): node3: GPU 2 row remap pending` or
+`gpuclust:bandwidth:outlier job 22 (pairwise): slow node: ...`. <class> is one of CLASSES; <detail> is
+[a-z0-9._-]+. Drains in the earlier form `gpuclust accept: <check> job ...` are still gpuclust's own. A drained
+node whose reason starts otherwise (an admin's `disk`, NHC's `NHC: ...`) is somebody else's: it is listed as
+untouched and never resumed or re-drained. When a node has several CRITICAL findings, the reason names the
+cause before the symptom: a hardware-health class before gres, gres before bandwidth. Resume needs evidence newer than the drain: the node's latest judged result must have finished
 after the time Slurm recorded for the drain reason, and carry no CRITICAL finding.
 
 A drained node cannot run the next acceptance job, so `retest` (used by `gpuclust accept submit
@@ -31,7 +35,13 @@ from gpuclust.errors import UnsafeValueError
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.client import SlurmClient
 
-REASON_PREFIX = "gpuclust accept:"
+REASON_PREFIX = "gpuclust:"
+LEGACY_REASON_PREFIX = "gpuclust accept:"  # drains set before the taxonomy: still ours
+OWN_PREFIXES = (REASON_PREFIX, LEGACY_REASON_PREFIX)
+# The drain classes, cause first: the order also picks which CRITICAL finding names a node's drain.
+HEALTH_CLASSES = ("xid", "remap", "ecc", "dcgm", "pcie", "link", "throttle", "topology")
+CLASSES = (*HEALTH_CLASSES, "gres", "bandwidth", "retest")
+_DETAIL = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}")
 MAX_REASON = 240  # long enough for check, job and a short message; scontrol shows it whole
 DEFAULT_MAX_DRAIN_FRACTION = 0.5
 _NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
@@ -45,15 +55,36 @@ def valid_node_name(name: str) -> str:
     return name
 
 
-def make_reason(check: str, job_id: str | None, kind: str | None, message: str) -> str:
-    """`gpuclust accept: outlier job 12 (pairwise): slow node: ...`, one line, at most MAX_REASON characters."""
-    head = f"{REASON_PREFIX} {check}" + (f" job {job_id}" if job_id else "") + (f" ({kind})" if kind else "")
+def reason_class(finding: Finding) -> tuple[str, str]:
+    """(class, detail) of a finding: a health finding's own (check health-<class>); gres and topology by name;
+    every bandwidth judgement (gate, outlier, baseline, drift) is `bandwidth` with the check as its detail."""
+    if finding.check.startswith("health-"):
+        cls = str(finding.details.get("class") or finding.check.removeprefix("health-"))
+        return cls, str(finding.details.get("detail") or "unknown")
+    if finding.check in ("gres", "topology", "retest"):
+        return finding.check, "count" if finding.check == "gres" else finding.check
+    return "bandwidth", finding.check
+
+
+def _cause_rank(finding: Finding) -> int:
+    cls, _ = reason_class(finding)
+    return CLASSES.index(cls) if cls in CLASSES else len(CLASSES)
+
+
+def make_reason(cls: str, detail: str, job_id: str | None, kind: str | None, message: str) -> str:
+    """`gpuclust:remap:pending job 12 (allreduce): ...`, one line, at most MAX_REASON characters."""
+    if cls not in CLASSES:
+        raise UnsafeValueError(f"drain class {cls!r} is not one of {', '.join(CLASSES)}")
+    detail = re.sub(r"[^a-z0-9._-]+", "-", detail.lower()).strip("-")[:48] or "unknown"
+    if not _DETAIL.fullmatch(detail):
+        raise UnsafeValueError(f"drain detail {detail!r} must match {_DETAIL.pattern}")
+    head = f"{REASON_PREFIX}{cls}:{detail}" + (f" job {job_id}" if job_id else "") + (f" ({kind})" if kind else "")
     text = f"{head}: {' '.join(_CONTROL.sub(' ', message).split())}"
     return valid_reason(text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "...")
 
 
 def valid_reason(reason: str) -> str:
-    if not reason.startswith(REASON_PREFIX):
+    if not reason.startswith(OWN_PREFIXES):
         raise UnsafeValueError(f"drain reason must start with {REASON_PREFIX!r}: {reason!r}")
     if _CONTROL.search(reason) or len(reason) > MAX_REASON:
         raise UnsafeValueError(f"drain reason must be one line of at most {MAX_REASON} characters: {reason!r}")
@@ -61,7 +92,7 @@ def valid_reason(reason: str) -> str:
 
 
 def is_ours(node: NodeRecord) -> bool:
-    return node.is_drain and (node.reason or "").startswith(REASON_PREFIX)
+    return node.is_drain and (node.reason or "").startswith(OWN_PREFIXES)
 
 
 def drain_args(node: str, reason: str) -> list[str]:
@@ -124,7 +155,9 @@ class DrainPlan:
 
 
 def first_critical(findings: Sequence[Finding]) -> Finding | None:
-    return next((f for f in findings if f.status == Nagios.CRITICAL), None)
+    """The CRITICAL finding that names the drain: the cause (hardware health) before the symptom (bandwidth)."""
+    critical = [f for f in findings if f.status == Nagios.CRITICAL]
+    return min(critical, key=_cause_rank) if critical else None
 
 
 def plan(report: Report, nodes: dict[str, NodeRecord],
@@ -145,7 +178,7 @@ def plan(report: Report, nodes: dict[str, NodeRecord],
             out.actions.append(Action(name, "untouched", f"drained by someone else ({node.reason_user or '?'}); "
                                                          "gpuclust never touches another's drain", node.reason))
         elif bad is not None:
-            reason = make_reason(bad.check, bad.job_id, bad.kind, bad.message)
+            reason = make_reason(*reason_class(bad), bad.job_id, bad.kind, bad.message)
             if node.is_drain:
                 out.actions.append(Action(name, "keep", "already drained by gpuclust and still failing", node.reason))
             else:
@@ -240,7 +273,7 @@ def retest(client: SlurmClient, drained: dict[str, NodeRecord], job_ids: Sequenc
             notes.append(f"job(s) {','.join(pending)} still pending after {timeout_s:.0f} s; nodes drained again")
     finally:
         for name, node in sorted(drained.items()):
-            reason = node.reason or make_reason("retest", None, None, "re-test")
+            reason = node.reason or make_reason("retest", "retest", None, None, "re-test")
             client.scontrol(drain_args(name, reason))
         notes.append(f"drained {','.join(sorted(drained))} again (same reasons) while the job(s) run")
     return notes

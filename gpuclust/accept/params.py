@@ -35,6 +35,9 @@ NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 CONTAINER_RE = r"^(/[A-Za-z0-9._/+-]+|[A-Za-z0-9][A-Za-z0-9._/:@#+-]{0,255})$"
 RUNTIME_RE = r"^(oci|pyxis|apptainer|singularity)$"
 DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
+BOOL_RE = r"^(0|1)$"
+DCGM_LEVEL_RE = r"^[0-4]$"
+NVBANDWIDTH_RE = r"^(auto|0)$"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,10 @@ _PARAMS = [
     Param("ACCEPT_CONTAINER_DIGEST", DIGEST_RE, None, "sha256 of the image, computed before submission (recorded with the result).", str),
     Param("ACCEPT_CONTAINER_PYTHON", PYTHON_RE, "python3", "Interpreter inside the container (with torch and gpuclust importable).", str),
     Param("ACCEPT_GPU_DEVICE_GLOB", GLOB_RE, "/dev/nvidia[0-9]*", "Device files counted as the node's GPUs.", str),
+    # hardware-health snapshots before and after the run (gpuclust.accept.health.job)
+    Param("ACCEPT_HEALTH", BOOL_RE, "1", "1: snapshot every node's health counters before and after the run; 0: no.", lambda t: t == "1"),
+    Param("ACCEPT_DCGM_LEVEL", DCGM_LEVEL_RE, "0", "1-4: the before phase also runs dcgmi diag -r N -j where dcgmi exists (0: no).", int),
+    Param("ACCEPT_NVBANDWIDTH", NVBANDWIDTH_RE, "auto", "auto: record nvbandwidth's copy-engine tests where the binary exists; 0: no.", str),
     # all_reduce sweep
     Param("ACCEPT_MIN_SIZE", SIZE_RE, "8", "Smallest message (bytes; K/M/G binary suffixes).", v.parse_size),
     Param("ACCEPT_MAX_SIZE", SIZE_RE, "1G", "Largest message.", v.parse_size),

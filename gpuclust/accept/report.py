@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from gpuclust.accept import drift, stats, verdict
@@ -89,6 +90,7 @@ class Report:
     findings: list[Finding]  # run-level ones (node None), input problems included
     problems: list[str]
     topology: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> node -> announced vs seen
+    health: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> node -> sources, nvbandwidth, dcgm
 
     def figures(self) -> dict[str, int]:
         """Jobs judged, nodes judged, nodes per verdict, run-level UNKNOWN findings, unreadable inputs."""
@@ -133,6 +135,7 @@ class Report:
             "findings": [_reason(f) for f in self.findings],
             "problems": self.problems,
             "topology": self.topology,
+            "health": self.health,
         }
 
 
@@ -450,6 +453,88 @@ def drift_findings(result: R.JobResult, history: list[R.JobResult]) -> list[Find
     return f
 
 
+def health_summary(snapshots: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per node: each source's state in the after-snapshot (`ok` or `unavailable: why`), nvbandwidth's sums
+    (GB/s per test case, recorded beside all_reduce) and dcgmi diag's failed tests, where the before-snapshot
+    ran them."""
+    out: dict[str, Any] = {}
+    for node, phases in sorted(snapshots.items()):
+        after, before = phases.get("after") or {}, phases.get("before") or {}
+        sources = (after or before).get("sources", {})
+        entry: dict[str, Any] = {"sources": {name: src.get("status") if src.get("status") == "ok"
+                                             else f"unavailable: {src.get('reason')}"
+                                             for name, src in sorted(sources.items())
+                                             if name not in ("dcgm", "nvbandwidth")}}
+        nvb = before.get("sources", {}).get("nvbandwidth") or {}
+        if nvb.get("status") == "ok":
+            entry["nvbandwidth_gbps"] = {r.get("testcase") or "?": r.get("sum_gbps") for r in nvb.get("results", [])}
+        dcgm = before.get("sources", {}).get("dcgm") or {}
+        if dcgm:
+            entry["dcgm"] = ({"level": dcgm.get("level"),
+                              "failed": sorted({r.get("test") for r in dcgm.get("results", [])
+                                                if r.get("status") == "fail"})}
+                             if dcgm.get("status") == "ok" else f"unavailable: {dcgm.get('reason')}")
+        out[node] = entry
+    return out
+
+
+def health_findings(result: R.JobResult, results_root: str | None, config: SiteConfig,
+                    summaries: dict[str, dict[str, Any]] | None = None) -> list[Finding]:
+    """The job's hardware-health findings from its before/after snapshots (gpuclust.accept.health): one per
+    fault, check `health-<class>`. A job run without snapshots (ACCEPT_HEALTH=0, or older than them) has none;
+    a job with snapshots for only some nodes is UNKNOWN for the others. Findings at OK level (a source that
+    is not there, say no nvidia-smi on a CPU node) are kept: visible in --json, never a failure."""
+    from gpuclust.accept.health.collect import load_snapshots
+    from gpuclust.accept.health.job import HEALTH_DIR
+    from gpuclust.accept.health.parse import DcgmResult
+    from gpuclust.accept.health.rules import judge_dcgm, judge_job, to_finding
+
+    if not results_root:
+        return []
+    directory = Path(results_root) / HEALTH_DIR / result.job_id
+    if not directory.is_dir():
+        return []
+    snapshots, problems = load_snapshots(directory)
+    if summaries is not None:
+        summaries[result.job_id] = health_summary(snapshots)
+    found = judge_job(snapshots, config.health, result.nodes)
+    for node, phases in snapshots.items():
+        dcgm = (phases.get("before") or {}).get("sources", {}).get("dcgm") or {}
+        if dcgm.get("status") == "ok":
+            found.extend(judge_dcgm(node, [DcgmResult.from_dict(r) for r in dcgm.get("results", [])]))
+    out = [to_finding(hf, result.job_id, result.kind) for hf in found]
+    out.extend(_finding(None, Nagios.UNKNOWN, "health-input", str(p), result.job_id, result.kind) for p in problems)
+    return out
+
+
+def attribute_job_wide(findings: list[Finding], result: R.JobResult) -> list[Finding]:
+    """A job-wide judgement (the all_reduce busbw gate, a failed run without culprits) is copied to every node
+    of the job: one figure cannot say which node. When the job's own health counters name some of its nodes
+    CRITICAL (the cause), that judgement stays on those nodes, and for the others becomes one run-level
+    finding: their counters were clean, so they are not named and `--drain` does not drain them."""
+    nodes = set(result.nodes)
+    causes = {n for f in findings if f.check.startswith("health-") and f.status == Nagios.CRITICAL
+              for n in f.node_list}
+    if not causes or causes >= nodes:
+        return findings
+    by_message: dict[tuple[str, str], set[str]] = {}
+    for f in findings:
+        if f.check in ("gate", "run") and len(f.node_list) == 1:
+            by_message.setdefault((f.check, f.message), set()).update(f.node_list)
+    job_wide = {key for key, seen in by_message.items() if seen == nodes}
+    out: list[Finding] = []
+    for f in findings:
+        key = (f.check, f.message)
+        if key in job_wide and f.node_list[0] not in causes:
+            continue
+        out.append(f)
+    for check, message in sorted(job_wide):
+        out.append(_finding(None, Nagios.CRITICAL, check, f"{message} (the job as a whole; attributed to "
+                            f"{hostlist.fold(sorted(causes))}, whose health counters failed)",
+                            result.job_id, result.kind))
+    return out
+
+
 def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
     if result.kind == "allreduce":
         if not result.sweep:
@@ -484,10 +569,13 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
                 if job is None or p.file.endswith(f"-{job}.jsonl")]  # --job: only that job's files count
     status = Nagios.OK
     topologies: dict[str, dict[str, Any]] = {}
+    healths: dict[str, dict[str, Any]] = {}
     for result in chosen:
         part = config.partitions.get(result.job.partition or "")
         findings = [*gate_findings(result, part), *outlier_findings(result), *gres_findings(result, part),
                     *baseline_findings(result, history, part), *drift_findings(result, history)]
+        findings.extend(health_findings(result, scan.root, config, healths))
+        findings = attribute_job_wide(findings, result)
         compared, topo_findings = topology.compare(result, part)  # announced vs seen (gpuclust.accept.topology)
         findings.extend(topo_findings)
         if compared:
@@ -514,7 +602,7 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
         run_findings.append(_finding(None, Nagios.UNKNOWN, "input",
                                     f"{len(problems)} unreadable result line(s)/file(s); see problems"))
         status = Nagios.worst(status, Nagios.UNKNOWN)
-    return Report(status, nodes, summaries, run_findings, problems, topologies)
+    return Report(status, nodes, summaries, run_findings, problems, topologies, healths)
 
 
 def render_table(report: Report) -> str:

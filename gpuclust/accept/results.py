@@ -296,6 +296,7 @@ class ResultScan:
     jobs: list[JobResult]
     problems: list[Problem]
     bad_files: list[str] = field(default_factory=list)  # files with no usable job line
+    root: str | None = None  # the results directory scanned (health snapshots live under it)
 
 
 # ---- writing ------------------------------------------------------------------------------------------
@@ -463,7 +464,8 @@ def scan_results(
     bad: list[str] = []
     directory = Path(results_dir)
     if not directory.exists():
-        return ResultScan([], [Problem(str(directory), None, "results directory does not exist")], [])
+        return ResultScan([], [Problem(str(directory), None, "results directory does not exist")], [],
+                          str(directory))
     for path in result_files(directory):
         match = _FILE_NAME.fullmatch(path.name)
         if job is not None and (match is None or match.group(2) != job):
@@ -486,7 +488,7 @@ def scan_results(
             continue
         jobs.append(result)
     jobs.sort(key=lambda r: (r.job.finished, r.job_id, r.kind))
-    return ResultScan(jobs, problems, bad)
+    return ResultScan(jobs, problems, bad, str(directory))
 
 
 def load_results(

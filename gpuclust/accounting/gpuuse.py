@@ -52,14 +52,17 @@ DEFINITIONS: dict[str, str] = {
     "covered_gpu_hours": "Allocated GPU-hours of the jobs that have utilisation telemetry (Prometheus series, "
                          "else Slurm's usage TRES gres/gpuutil).",
     "coverage": "covered / allocated GPU-hours (0..1); every busy and held-idle figure carries it.",
-    "busy_gpu_hours": "Covered GPU-hours x measured mean per-GPU utilisation (0-100%).",
+    "busy_gpu_hours": "Covered GPU-hours x measured mean per-GPU utilisation (0-100%). From Prometheus a time "
+                      "average; from usage TRES (telemetry = usage_tres) an upper bound, because Slurm records each "
+                      "task's PEAK sample of gres/gpuutil, not its average.",
     "held_idle_gpu_hours": "Covered GPU-hours during which a GPU ran under the idle threshold for at least the "
                            "minimum time (Prometheus: per GPU series; usage TRES: the whole covered time of a job "
                            "whose mean is under the threshold).",
     "util_mean_pct": "busy / covered GPU-hours x 100: mean per-GPU utilisation over the covered part.",
     "unknown_jobs": "Jobs with GPUs and no utilisation telemetry: their busy and held-idle are unknown, never 0.",
-    "gpu_util_rule": "How Slurm's gres/gpuutil became per-GPU utilisation: per-gpu (before 24.05: a task reads "
-                     "one GPU), summed (24.05 on: summed over the step's GPUs, divided by its GPUs).",
+    "gpu_util_rule": "How Slurm's gres/gpuutil became per-GPU utilisation: summed (23.02.x and 24.05.1 on: the "
+                     "step's Tot, summed over its GPUs, divided by its GPUs) or last-gpu (23.11.0 to 24.05.0 "
+                     "recorded only the node's last GPU: utilisation unknown, counted in usage_warnings).",
     "energy_kwh": "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded.",
     "cpu_efficiency": "CPU time of the job's steps / (Elapsed x allocated CPUs).",
     "mem_efficiency": "Peak task RSS (TRESUsageInMax mem) / allocated memory.",
@@ -102,16 +105,17 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
     elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
     gpus = jobs["gpus"].to_numpy(dtype=float)
     alloc_s = gpus * elapsed
-    covered = jobs["gpu_util_gpu_s"].to_numpy(dtype=float)
-    busy = jobs["gpu_busy_gpu_s"].to_numpy(dtype=float)
+    # copies: Prometheus figures overwrite them in place (an Arrow-backed column's array is read-only)
+    covered = jobs["gpu_util_gpu_s"].to_numpy(dtype=float, copy=True)
+    busy = jobs["gpu_busy_gpu_s"].to_numpy(dtype=float, copy=True)
     mean = np.where(covered > 0, busy / np.where(covered > 0, covered, 1) * 100, np.nan)
     held = np.where(np.isnan(covered), np.nan,
                     np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
     source = np.array([None if np.isnan(c) else "usage_tres" for c in covered], dtype=object)
-    util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float)
-    energy_j = jobs["energy_j"].to_numpy(dtype=float)
+    util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True)
+    energy_j = jobs["energy_j"].to_numpy(dtype=float, copy=True)
     fb_total = np.full(len(jobs), np.nan)
-    gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float)
+    gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True)
     info: dict[str, Any] = {"prometheus": None}
 
     if tel.prometheus_url and len(jobs):

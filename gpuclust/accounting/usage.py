@@ -18,24 +18,37 @@ gpu_util_gpu_s        the job's allocated GPU-seconds (gres/gpu x Elapsed) when 
                       (the part of `allocated` that has utilisation: `coverage`'s numerator on this path)
 gpu_busy_gpu_s        GPU-seconds x measured utilisation, summed over the steps (`busy`): a step gives
                       per-GPU utilisation x its GPUs x its Elapsed, per-GPU utilisation by RULES below
-gpu_util_max_pct      the highest per-GPU utilisation a step recorded (TRESUsageInMax gres/gpuutil, per GPU)
+gpu_util_max_pct      at least this per-GPU utilisation was reached (TRESUsageInMax gres/gpuutil / the step's
+                      GPUs, or the step's per-GPU mean of task peaks, whichever is higher)
 gpu_mem_max_mb        the highest GPU memory a step's task used (TRESUsageInMax gres/gpumem), MiB
 cpu_used_s            CPU time of the job's steps (TRESUsageInTot cpu summed over steps), seconds
 mem_max_mb            the largest resident memory of a task (TRESUsageInMax mem, max over steps), MiB
 energy_j              ConsumedEnergyRaw of the job row, else the sum over its steps; null where Slurm gathers
                       no energy (it then prints 0: a job that ran never used 0 J)
-gpu_util_rule         which rule turned gres/gpuutil into per-GPU utilisation: `per-gpu` (before 24.05) or
-                      `summed` (24.05 on); null without gres/gpuutil
+gpu_util_rule         which rule turned gres/gpuutil into per-GPU utilisation: `summed` (23.02.x, and 24.05.1
+                      on) or `last-gpu` (23.11.0 to 24.05.0: utilisation unknown); null without gres/gpuutil
 ====================  ==========================================================================================
 
-RULES (shared/gpu-hours-glossary.md): since Slurm 24.05 a task's gres/gpuutil is the sum over the GPUs it
-uses (a 4-GPU step at full load reads 400), so a step's per-GPU utilisation is TRESUsageInTot / its GPUs;
-before, a task reads the utilisation of a GPU (0-100), and the step's per-GPU utilisation is
-TRESUsageInAve. Which applies depends on the Slurm that wrote the records: `report fetch` knows it (the
-local sacct's version), a `--json` document names it in `meta`, and a text dump is told with
-`report build --slurm-version`. Without it, a step on one GPU reads the same under both rules; a step on
-several GPUs is `summed` when a value exceeds 100 (no single GPU can), else its utilisation is unknown
-and counted as a warning.
+RULES (shared/gpu-hours-glossary.md; read from Slurm's gpu_nvml.c at each release tag, with the evidence in
+tests/data/accounting/usage/FINDINGS.md):
+  before 23.02        no gres/gpuutil is gathered at all;
+  23.02.x             `summed`: a task's value is its processes' utilisation summed over the node's GPUs;
+  23.11.0 - 24.05.0   `last-gpu`: each GPU overwrote the previous one, so a task's value is its reading on the
+                      node's LAST GPU only (0 when it does not use that GPU). Utilisation is unknown: the jobs are
+                      counted with a warning, never read as idle. (24.05.1's NEWS: "Fix gpuutil/gpumem only
+                      tracking last GPU in step.")
+  24.05.1 on          `summed` again: a 4-GPU step at full load reads 400.
+Under `summed` a step's per-GPU utilisation is TRESUsageInTot / its GPUs. What a task contributes is the
+PEAK of its samples (slurmstepd sets Tot := Max for gpuutil before aggregating, 23.02.3 on), so `busy` from
+usage TRES is an upper bound built from peaks, not a time average: the report says so, and the Prometheus
+source (a time series) is the one to trust where both exist.
+Which rule applies depends on the Slurm that wrote the records: `report fetch` knows it (the local sacct's
+version), a `--json` document names it in `meta`, and a text dump is told with `report build
+--slurm-version`. Without it, a step on one GPU is read as `summed` (23.02 and 24.05.1+ agree there); a step
+on several GPUs is `summed` when a value exceeds 100 (no single GPU can), else its utilisation is unknown and
+counted as a warning naming --slurm-version.
+sacct before 23.11.7 prints gpuutil (and always energy) through its unit conversion: 1024 prints as `1K` and
+1536 as `1.50K`; those suffixes are read as x1024.
 
 Bad values (an entry that is not `name=value`, a value that is not a number, a utilisation below 0 or above
 100 per GPU, a negative memory) make that job's figure unknown and are counted as warnings with the line;
@@ -71,24 +84,36 @@ COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("energy_j", pa.float64()),
     ("gpu_util_rule", pa.string()),
 )
-RULE_PER_GPU = "per-gpu"
 RULE_SUMMED = "summed"
-SUMMED_SINCE = (24, 5)
+RULE_LAST_GPU = "last-gpu"
+GATHERED_SINCE = (23, 2, 0)
+LAST_GPU_RELEASES = ((23, 11, 0), (24, 5, 0))  # inclusive
 MAX_WARNINGS_LISTED = 50
 
+_COUNT_UNIT = {"": 1.0, "K": 1024.0, "M": 1024.0**2, "G": 1024.0**3, "T": 1024.0**4, "P": 1024.0**5}
 _MEM_UNIT_MIB = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _ENTRY_SYNTAX = re.compile(r"^(?:[^,=\s]+=[^,=\s]*(?:,[^,=\s]+=[^,=\s]*)*)?$")
 
 
-def rule_for_version(version: str | None) -> str | None:
-    """`summed` for Slurm 24.05 and later, `per-gpu` before; None when the version is not known."""
+def parse_release(version: str | None) -> tuple[int, int, int] | None:
+    """`slurm-wlm 23.11.4`, `24.05`, `slurm 24.05.1-1` -> (major, minor, micro); micro 0 when not given."""
     if not version:
         return None
-    m = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?([0-9]+)\.([0-9]+)", version)
+    m = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", version)
     if not m:
         return None
-    return RULE_SUMMED if (int(m.group(1)), int(m.group(2))) >= SUMMED_SINCE else RULE_PER_GPU
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def rule_for_version(version: str | None) -> str | None:
+    """The gres/gpuutil rule of a Slurm release (RULES above); None when the version is not known. A release
+    without a micro number (`24.05`) is taken as its .0."""
+    release = parse_release(version)
+    if release is None:
+        return None
+    first, last = LAST_GPU_RELEASES
+    return RULE_LAST_GPU if first <= release <= last else RULE_SUMMED
 
 
 def check_slurm_version(version: str | None) -> str | None:
@@ -132,6 +157,21 @@ def numbers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if okn.any():
         out[okn] = pc.cast(pc.filter(values, ok), pa.float64()).to_numpy(zero_copy_only=False)
     return out, present & ~okn
+
+
+def counts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Counts sacct may have put through its unit conversion (gpuutil before 23.11.7, energy): `1K` = 1024,
+    `1.50K` = 1536; plain numbers as they are."""
+    got = pc.extract_regex(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
+    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    ok = pc.is_valid(got).to_numpy(zero_copy_only=False)
+    out = np.full(len(values), np.nan)
+    if ok.any():
+        sub = pc.filter(got, pa.array(ok))
+        num = pc.cast(pc.struct_field(sub, [0]), pa.float64()).to_numpy(zero_copy_only=False)
+        units = pc.struct_field(sub, [1]).to_pylist()
+        out[ok] = num * np.array([_COUNT_UNIT[u] for u in units])
+    return out, present & ~ok
 
 
 def sizes_mib(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +220,7 @@ def parse_usage(text: str) -> dict[str, float]:
         elif name in ("mem", "vmem", "gres/gpumem"):
             got, bad = sizes_mib(arr)
         else:
-            got, bad = numbers(arr)
+            got, bad = counts(arr)
         if bad[0]:
             raise ValueError(f"{name}={value!r} is not a number")
         out[name] = float(got[0])
@@ -252,7 +292,7 @@ def attach(
         if arr is None:
             return np.full(rows.size, np.nan)
         values = extract(arr, key)
-        parse = {"number": numbers, "size": sizes_mib, "clock": clock_seconds}[kind]
+        parse = {"number": numbers, "count": counts, "size": sizes_mib, "clock": clock_seconds}[kind]
         got, bad = parse(values)
         for i in np.flatnonzero(bad)[: MAX_WARNINGS_LISTED]:
             warnings.add(source, int(lines[i]), f"{name} {key}={values[int(i)].as_py()!r} is not a value")
@@ -269,9 +309,9 @@ def attach(
             warnings.add(source, int(lines[i]), f"{name} {arr[int(i)].as_py()!r:.80} is not a TRES list")
         warnings.count += max(0, int((~syntax).sum()) - MAX_WARNINGS_LISTED)
 
-    util_ave = field_values("TRESUsageInAve", "gres/gpuutil", "number")
-    util_max = field_values("TRESUsageInMax", "gres/gpuutil", "number")
-    util_tot = field_values("TRESUsageInTot", "gres/gpuutil", "number")
+    util_ave = field_values("TRESUsageInAve", "gres/gpuutil", "count")
+    util_max = field_values("TRESUsageInMax", "gres/gpuutil", "count")
+    util_tot = field_values("TRESUsageInTot", "gres/gpuutil", "count")
     gmem_max = field_values("TRESUsageInMax", "gres/gpumem", "size")
     cpu_tot = field_values("TRESUsageInTot", "cpu", "clock")
     mem_max = field_values("TRESUsageInMax", "mem", "size")
@@ -282,27 +322,31 @@ def attach(
     has_util = ~np.isnan(util_ave) | ~np.isnan(util_tot)
     multi = gpus > 1
     evidence = np.fmax(np.nan_to_num(util_max, nan=-1), np.nan_to_num(util_tot, nan=-1)) > 100
-    if rule == RULE_SUMMED:
-        summed = np.ones(rows.size, dtype=bool)
-    elif rule == RULE_PER_GPU:
-        summed = np.zeros(rows.size, dtype=bool)
-    else:
-        summed = multi & evidence
+    last_gpu = has_util if rule == RULE_LAST_GPU else np.zeros(rows.size, dtype=bool)
+    # Unknown version: one GPU reads the same under both `summed` releases; several need a value over 100.
     ambiguous = has_util & multi & ~evidence if rule is None else np.zeros(rows.size, dtype=bool)
-    per_gpu = np.where(summed, util_tot / np.maximum(gpus, 1), util_ave)
-    per_gpu = np.where(np.isnan(per_gpu) & ~summed, util_tot / np.maximum(gpus, 1), per_gpu)
-    peak = np.where(summed, util_max / np.maximum(gpus, 1), util_max)
-    absurd = has_util & ((per_gpu < 0) | (per_gpu > 100) | (np.nan_to_num(peak) > 100) | (np.nan_to_num(peak) < 0))
+    # Tot is the sum over tasks; a step without Tot (a hand-cut dump) falls back to Ave x tasks = Ave for one.
+    total = np.where(np.isnan(util_tot), util_ave, util_tot)
+    per_gpu = total / np.maximum(gpus, 1)
+    # Max is one task's peak summed over its GPUs: / the step's GPUs, and the step's mean of task peaks, are
+    # both lower bounds of the busiest GPU's peak, so the larger one is kept.
+    peak = np.fmax(util_max / np.maximum(gpus, 1), per_gpu)
+    absurd = has_util & ~last_gpu & ((per_gpu < 0) | (per_gpu > 100) | (np.nan_to_num(peak) > 100)
+                                     | (np.nan_to_num(peak) < 0))
     for i in np.flatnonzero(absurd)[: MAX_WARNINGS_LISTED]:
         warnings.add(source, int(lines[i]), f"gres/gpuutil reads {per_gpu[i]:.6g}% per GPU "
-                                            f"(outside 0-100; rule {RULE_SUMMED if summed[i] else RULE_PER_GPU})")
+                                            f"(outside 0-100; rule {RULE_SUMMED})")
     warnings.count += max(0, int(absurd.sum()) - MAX_WARNINGS_LISTED)
     for i in np.flatnonzero(ambiguous)[: MAX_WARNINGS_LISTED]:
         warnings.add(source, int(lines[i]), "gres/gpuutil of a step on several GPUs, and the Slurm version that "
-                                            "wrote it is not known (per GPU before 24.05, summed since): pass "
-                                            "--slurm-version")
+                                            "wrote it is not known (23.11.0-24.05.0 recorded only the node's last "
+                                            "GPU, other releases the sum): pass --slurm-version")
     warnings.count += max(0, int(ambiguous.sum()) - MAX_WARNINGS_LISTED)
-    spoiled = absurd | ambiguous
+    for i in np.flatnonzero(last_gpu)[: MAX_WARNINGS_LISTED]:
+        warnings.add(source, int(lines[i]), "gres/gpuutil from Slurm 23.11.0-24.05.0, which recorded only the "
+                                            "node's last GPU (fixed in 24.05.1): utilisation unknown")
+    warnings.count += max(0, int(last_gpu.sum()) - MAX_WARNINGS_LISTED)
+    spoiled = absurd | ambiguous | last_gpu
     negative_mem = np.nan_to_num(gmem_max) < 0
     gmem_max = np.where(negative_mem, np.nan, gmem_max)
 
@@ -353,9 +397,8 @@ def attach(
     cap = out["gpu_util_gpu_s"]
     over = ~np.isnan(cap) & (out["gpu_busy_gpu_s"] > cap)
     out["gpu_busy_gpu_s"][over] = cap[over]
-    job_rule = np.where(summed, RULE_SUMMED, RULE_PER_GPU)
-    rule_out[target_v[has_util[valid]]] = job_rule[valid][has_util[valid]]
-    rule_out[spoiled_jobs] = None
+    rule_out[good_jobs] = RULE_SUMMED
+    rule_out[np.unique(target_v[last_gpu[valid]])] = RULE_LAST_GPU  # says why the figure is unknown
 
     for name, kind in COLUMNS:
         if kind == pa.string():

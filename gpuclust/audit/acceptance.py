@@ -9,7 +9,7 @@
   acceptance.versions   WARNING   driver/CUDA/NCCL/torch on a node differs from the partition's strict majority,
                                   or differs with no majority (a tie names nobody); from each node's most
                                   recent job with rank records, judged by gpuclust.accept.drift
-  acceptance.drain      WARNING   nodes drained by `gpuclust accept report --drain` (reason "gpuclust accept: ..."),
+  acceptance.drain      WARNING   nodes drained by `gpuclust accept report --drain` (reason "gpuclust:<class>:..."),
                                   shown as gpuclust's own (check_gpuclust_drains)
 
 "Passing" is JobResult.node_passed: correctness, not the performance gates `accept report` applies.
@@ -154,14 +154,16 @@ def _shown(value: str | None) -> str:
     return "(none)" if value is None else value
 
 
-GPUCLUST_DRAIN_PREFIX = "gpuclust accept:"  # = gpuclust.accept.drain.REASON_PREFIX (not imported: no cycle)
+# = gpuclust.accept.drain.OWN_PREFIXES (not imported: no cycle): the taxonomy `gpuclust:<class>:<detail>` and
+# the earlier `gpuclust accept:` form
+GPUCLUST_DRAIN_PREFIXES = ("gpuclust:", "gpuclust accept:")
 
 
 def check_gpuclust_drains(nodes: Sequence[NodeRecord]) -> list[Finding]:
-    """acceptance.drain WARNING: nodes drained by `gpuclust accept report --drain` (reason 'gpuclust accept:
-    ...'), shown as gpuclust's own: the same command resumes them once an acceptance run passes again.
+    """acceptance.drain WARNING: nodes drained by `gpuclust accept report --drain` (reason
+    'gpuclust:<class>:<detail> ...', or the earlier 'gpuclust accept: ...'), shown as gpuclust's own: the same command resumes them once an acceptance run passes again.
     Drains with any other reason are someone else's (node.drain reports them; gpuclust never touches them)."""
-    ours = [n for n in nodes if n.is_drain and (n.reason or "").startswith(GPUCLUST_DRAIN_PREFIX)]
+    ours = [n for n in nodes if n.is_drain and (n.reason or "").startswith(GPUCLUST_DRAIN_PREFIXES)]
     groups: dict[str, list[NodeRecord]] = {}
     for node in ours:
         groups.setdefault(node.reason or "", []).append(node)

@@ -45,6 +45,9 @@ def group() -> None:
 @click.option("--container-runtime", type=click.Choice(["auto", "oci", "pyxis", "apptainer"]), default="auto",
               show_default=True, help="oci: Slurm's --container (oci.conf); pyxis: --container-image; "
                                       "apptainer: apptainer/singularity exec; auto: detect.")
+@click.option("--dcgm-level", type=click.IntRange(0, 4), default=None,
+              help="Before the run, also run `dcgmi diag -r N -j` on each node where dcgmi exists, and gate on it "
+                   "(ACCEPT_DCGM_LEVEL; 1 quick, 2 medium, 3 long, 4 very long; 0 or absent: none).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
 @click.option("--retest-drained", is_flag=True,
               help="Let the job(s) onto the partition's nodes that gpuclust drained (accept report --drain): resume "
@@ -53,12 +56,14 @@ def group() -> None:
 def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node: int | None, account: str | None,
            qos: str | None, time_limit: str | None, comment: str | None, settings: tuple[str, ...],
            python: str | None, template_dir: str | None, container_image: str | None, container_runtime: str,
-           as_json: bool, retest_drained: bool = False) -> None:
+           as_json: bool, retest_drained: bool = False, dcgm_level: int | None = None) -> None:
     """Submit acceptance job(s) with sbatch and print their job ids (one per line: KIND JOBID)."""
     from gpuclust.accept import submit as S
 
     config = app.config
     values = S.parse_settings(list(settings))
+    if dcgm_level is not None:
+        values["ACCEPT_DCGM_LEVEL"] = str(dcgm_level)
     templates = S.template_dir(template_dir)
     kinds = ["allreduce", "pairwise", "storage"] if kind == "all" else [kind]
     spec = None
@@ -99,7 +104,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
               help="Per node, the latest containerised run against the latest bare-metal one (figures, versions); "
                    "CRITICAL beyond the partition's container_tolerance.")
 @click.option("--drain", "drain_nodes", is_flag=True,
-              help="Drain each failed node (reason 'gpuclust accept: CHECK job ID ...'); resume the nodes gpuclust "
+              help="Drain each failed node (reason 'gpuclust:CLASS:DETAIL job ID ...'); resume the nodes gpuclust "
                    "drained once they pass again; never touch another's drain.")
 @click.option("--dry-run", is_flag=True, help="With --drain: print the scontrol commands, run none.")
 @click.option("--max-drain", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,

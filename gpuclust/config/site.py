@@ -18,6 +18,7 @@ from gpuclust.config.economics import (
     EconomicsConfig,
     economics_config,
 )
+from gpuclust.config.health import HEALTH, HealthConfig, health_config
 from gpuclust.config.ini import decode_config, parse_ini
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.config.telemetry import TELEMETRY, TelemetryConfig, telemetry_config
@@ -131,7 +132,7 @@ POLICY = SectionSpec(
     ),
 )
 
-SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY)
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH)
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ class SiteConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     economics: EconomicsConfig = field(default_factory=EconomicsConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
 
     @property
     def currency(self) -> str:
@@ -309,6 +311,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         policy=policy_cfg,
         economics=economics,
         telemetry=telemetry_config(by_kind.get("telemetry", [])),
+        health=health_config(by_kind.get("health", [])),
     )
 
 

@@ -27,3 +27,17 @@ wait_done "$pw"
 trap - EXIT
 rc=0; gpuclust accept report --job "$pw" --results-dir "$scratch" || rc=$?
 echo "accept report exit code: $rc (2 = CRITICAL: node3 named, and only node3)"
+
+echo; echo "--- hardware health: 5% packet loss on node2's link (nftables) and a pending row remap on node4's GPU"
+echo "    (the nvidia-smi -q -x stand-in answers with a recorded XML); every node snapshots its counters"
+trap '"${lab[@]}" fault node2 clear >/dev/null; "${lab[@]}" fault node4 clear >/dev/null' EXIT
+"${lab[@]}" fault node2 loss 5 --direction in
+"${lab[@]}" fault node4 nvidia-smi tests/data/accept/health/lab/nvidia-smi-rtx-4000-sff-ada-v13-remap-pending.xml
+hw=$(gpuclust accept submit allreduce -N 4 "${common[@]}" --set ACCEPT_MAX_SIZE=16M --set ACCEPT_ITERS=3 \
+     --set ACCEPT_WARMUP=1 --set "ACCEPT_RESULTS_DIR=${scratch}" | awk '{print $2}')
+wait_done "$hw"
+"${lab[@]}" fault node2 clear; "${lab[@]}" fault node4 clear
+trap - EXIT
+rc=0; gpuclust accept report --job "$hw" --results-dir "$scratch" || rc=$?
+echo "accept report exit code: $rc (node2 named [health-link], node4 [health-remap]; node1 and node3 OK)"
+gpuclust accept report --job "$hw" --results-dir "$scratch" --drain --dry-run | grep 'scontrol update' || true

@@ -72,3 +72,28 @@ for b in e["baselines"]:
 print("policy refusals today:", e["refusals"].get("total"), "by rule:",
       {r["rule"]: r["refusals"] for r in e["refusals"].get("by_rule", [])})
 PY
+
+echo "== GPU use: busy and held-idle GPU-hours from the lab's Prometheus (fake-dcgm stands in for dcgm-exporter)"
+if [ -z "${SLURM_LAB_PROMETHEUS:-}" ]; then
+    echo "(the lab runs without telemetry: slurm-lab up --telemetry starts it)"
+    exit 0
+fi
+fd="${GPUCLUST_REPO}/.venv/bin/python ${GPUCLUST_REPO}/tests/slurm_lab/fake-dcgm"
+busy=$(sbatch --parsable "${common[@]}" -J "${tag}-busy" --gres=gpu:h100:2 --wrap "$fd set --util 85 && sleep 20")
+idle=$(sbatch --parsable "${common[@]}" -J "${tag}-idle" --wrap "$fd set --util 0 && sleep 20")
+echo "submitted ${busy} (2 GPUs at 85 %) and ${idle} (1 GPU at 0 %)"
+use_done() { [ "$(sacct -a -n -X -j "${busy},${idle}" -o State | grep -c COMPLETED)" -ge 2 ]; }
+wait_for 180 use_done
+sleep 3
+use_conf="${TMPDIR:-/tmp}/gpuclust-demo-use.conf"
+cp "$GPUCLUST_CONFIG" "$use_conf"
+printf '\n[telemetry]\nprometheus_url = %s\nstep = 1\nidle_min = 10s\n' "$SLURM_LAB_PROMETHEUS" >> "$use_conf"
+gpuclust --config "$use_conf" report fetch --period today
+gpuclust --config "$use_conf" report build --period today --out "$out-use" --format json,html,prom
+python3 - "$out-use/report.json" "$busy" "$idle" <<'PY'
+import json, sys
+u = json.load(open(sys.argv[1]))["gpu_use"]
+print("gpu_use totals:", json.dumps(u["totals"]))
+print("sources:", json.dumps(u.get("sources")))
+PY
+grep -E '^gpuclust_report_partition_(busy|held_idle)_gpu_seconds' "$out-use/gpuclust.prom" || true

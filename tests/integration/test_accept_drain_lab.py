@@ -1,5 +1,5 @@
 """`gpuclust accept report --drain` on the real lab: a tbf-throttled node is named by a pairwise run and drained
-(reason `gpuclust accept: ...`); a drain an admin set on another node is never touched; with the throttle
+(reason `gpuclust:bandwidth:outlier ...`); a drain an admin set on another node is never touched; with the throttle
 lifted, a re-test (`accept submit --retest-drained`) passes and --drain resumes the node. Audit shows the drain
 as gpuclust's own. Also: the topology the lab config announces (1 NIC at 10000 Mb/s, the veth) against what
 the job saw."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,10 @@ def _drain_scenario(accept: Accept) -> None:
         assert code == 2 and doc["drain"]["dry_run"] and doc["drain"]["applied"] == []
         assert actions(doc) == {throttled: "drain", admin: "untouched"}
         [cmd] = [a["command"] for a in doc["drain"]["actions"] if a["command"]]
-        assert cmd.startswith(f"scontrol update NodeName={throttled} State=DRAIN 'Reason=gpuclust accept: outlier "
-                              f"job {job} (pairwise): slow node")
+        # the tbf's drops and the retransmits they cause are the cause (link), the slow pairs the symptom
+        cause = re.compile(rf"gpuclust:(link:[a-z0-9._-]+|bandwidth:outlier) job {job} \(pairwise\): ")
+        assert cmd.startswith(f"scontrol update NodeName={throttled} State=DRAIN 'Reason="), cmd
+        assert cause.match(cmd.split("'Reason=", 1)[1]), cmd
         assert not nodes()[throttled].is_drain
         text = accept.gpuclust("accept", "report", "--job", job, "--drain", "--dry-run").stdout
         assert cmd in text
@@ -85,7 +88,7 @@ def _drain_scenario(accept: Accept) -> None:
         code, doc = report_drain(accept, "--job", job)
         assert code == 2 and actions(doc) == {throttled: "drain", admin: "untouched"}, doc["drain"]
         now = nodes()
-        assert now[throttled].is_drain and (now[throttled].reason or "").startswith(f"gpuclust accept: outlier job {job}")
+        assert now[throttled].is_drain and cause.match(now[throttled].reason or ""), now[throttled].reason
         assert now[admin].is_drain and now[admin].reason == ADMIN_REASON
         # again: nothing new (ours kept, the admin's untouched)
         code, doc = report_drain(accept, "--job", job)

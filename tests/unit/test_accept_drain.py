@@ -73,7 +73,7 @@ def test_failed_node_is_drained_with_check_and_job(results: Path, data_dir: Path
     plan = drain.plan(report, _nodes(data_dir, "show_node_clean.txt"))
     assert plan.of("drain") == ["node3"] and not plan.of("resume")
     [action] = [a for a in plan.actions if a.action == "drain"]
-    assert action.reason is not None and action.reason.startswith("gpuclust accept: outlier job 22 (pairwise): slow node")
+    assert action.reason is not None and action.reason.startswith("gpuclust:bandwidth:outlier job 22 (pairwise): slow node")
     assert action.scontrol_args() == ["update", "NodeName=node3", "State=DRAIN", f"Reason={action.reason}"]
     assert plan.commands() == [shlex.join(["scontrol", "update", "NodeName=node3", "State=DRAIN",
                                            f"Reason={action.reason}"])]
@@ -124,12 +124,31 @@ def test_bad_node_names_never_reach_scontrol(name: str) -> None:
 
 
 def test_reasons_are_one_bounded_line_with_the_prefix() -> None:
-    reason = drain.make_reason("gate", "7", "allreduce", "line one\nline two\t" + "x" * 500)
-    assert reason.startswith("gpuclust accept: gate job 7 (allreduce): line one line two x")
+    reason = drain.make_reason("bandwidth", "gate", "7", "allreduce", "line one\nline two\t" + "x" * 500)
+    assert reason.startswith("gpuclust:bandwidth:gate job 7 (allreduce): line one line two x")
     assert len(reason) <= drain.MAX_REASON and "\n" not in reason and reason.endswith("...")
-    for bad in ("admin: disk", "gpuclust accept: a\nb", "gpuclust accept: " + "x" * 300):
+    for bad in ("admin: disk", "gpuclust accept: a\nb", "gpuclust accept: " + "x" * 300, "gpuclust:a\nb"):
         with pytest.raises(UnsafeValueError):
             drain.valid_reason(bad)
+    assert drain.valid_reason("gpuclust accept: outlier job 1 (pairwise): x")  # the earlier form is still ours
+    with pytest.raises(UnsafeValueError):
+        drain.make_reason("disk", "x", None, None, "not a gpuclust class")
+
+
+def test_taxonomy_names_the_cause_before_the_symptom(results: Path, data_dir: Path) -> None:
+    """node3 fails the pairwise outlier AND has a pending row remap: the drain says remap, the cause."""
+    from gpuclust.findings import Finding
+
+    report = _report(results, "22")
+    remap = Finding.make("health-remap", Nagios.CRITICAL, "node3: GPU 2 row remap pending", ["node3"], job_id="22",
+                         kind="pairwise", **{"class": "remap", "detail": "pending"})
+    report.nodes["node3"].add(remap)
+    [action] = [a for a in drain.plan(report, _nodes(data_dir, "show_node_clean.txt")).actions
+                if a.action == "drain"]
+    assert action.node == "node3" and action.reason is not None
+    assert action.reason.startswith("gpuclust:remap:pending job 22 (pairwise): node3: GPU 2 row remap pending")
+    legacy = replace(_nodes(data_dir, "show_node_drained.txt")["node3"])
+    assert legacy.reason is not None and legacy.reason.startswith("gpuclust accept:") and drain.is_ours(legacy)
 
 
 def _client(data_dir: Path, show: str) -> ReplaySlurmClient:
@@ -171,7 +190,7 @@ def test_cli_dry_run_prints_commands_and_changes_nothing(results: Path, data_dir
     client = _client(data_dir, "show_node_clean.txt")
     code, out = _cli(["accept", "report", "--job", "22", "--drain", "--dry-run"], client, results, tmp_path)
     assert code == 2, out
-    assert "scontrol update NodeName=node3 State=DRAIN 'Reason=gpuclust accept: outlier job 22 (pairwise): slow" in out
+    assert "scontrol update NodeName=node3 State=DRAIN 'Reason=gpuclust:bandwidth:outlier job 22 (pairwise): slow" in out
     assert all(c[1] != "update" for c in client.calls)
 
 

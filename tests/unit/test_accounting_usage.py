@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -50,26 +49,84 @@ def _dump(tmp_path: Path, lines: list[str]) -> Path:
 
 
 def test_rules_turn_gpuutil_into_per_gpu_utilisation(tmp_path: Path) -> None:
-    # One 4-GPU job, busy 60% per GPU for its hour, as each rule prints it.
-    before = _dump(tmp_path, [JOB.format(id=1, e=0),
-                              STEP.format(id=1, s="batch", g=4, ave="cpu=00:10:00,gres/gpuutil=60",
-                                          max="gres/gpuutil=90,gres/gpumem=40960M,mem=2G",
-                                          tot="cpu=00:10:00,gres/gpuutil=60")])
-    got = _by_job(before, slurm_version="23.11.10")["1"]
-    assert got["gpu_util_rule"] == usage.RULE_PER_GPU
-    assert got["gpu_util_gpu_s"] == 4 * 3600
-    assert got["gpu_busy_gpu_s"] == pytest.approx(0.6 * 4 * 3600)
-    assert got["gpu_util_max_pct"] == 90 and got["gpu_mem_max_mb"] == 40960 and got["mem_max_mb"] == 2048
-    after = _dump(tmp_path, [JOB.format(id=1, e=1800000),
-                             STEP.format(id=1, s="0", g=4, ave="gres/gpuutil=240", max="gres/gpuutil=320",
-                                         tot="gres/gpuutil=240")])
-    got = _by_job(after, slurm_version="24.05.3")["1"]
-    assert got["gpu_util_rule"] == usage.RULE_SUMMED
-    assert got["gpu_busy_gpu_s"] == pytest.approx(0.6 * 4 * 3600)
-    assert got["gpu_util_max_pct"] == pytest.approx(80)
-    assert got["energy_j"] == 1800000
-    # Without a version, a value over 100 on several GPUs can only be the summed rule.
-    assert _by_job(after)["1"]["gpu_util_rule"] == usage.RULE_SUMMED
+    """One 4-GPU job, busy 60% per GPU for its hour, one task: Tot = Ave = the task's value summed over its GPUs
+    (23.02.x and 24.05.1 on). 23.11.0-24.05.0 kept only the node's last GPU: unknown, counted, never idle."""
+    lines = [JOB.format(id=1, e=1800000),
+             STEP.format(id=1, s="0", g=4, ave="cpu=00:10:00,gres/gpuutil=240",
+                         max="gres/gpuutil=320,gres/gpumem=40960M,mem=2G", tot="cpu=00:10:00,gres/gpuutil=240")]
+    for version in ("23.02.7", "24.05.1", "slurm-wlm 24.11.5", "26.05"):
+        got = _by_job(_dump(tmp_path, lines), slurm_version=version)["1"]
+        assert got["gpu_util_rule"] == usage.RULE_SUMMED, version
+        assert got["gpu_util_gpu_s"] == 4 * 3600
+        assert got["gpu_busy_gpu_s"] == pytest.approx(0.6 * 4 * 3600)
+        assert got["gpu_util_max_pct"] == pytest.approx(80)
+        assert got["gpu_mem_max_mb"] == 40960 and got["mem_max_mb"] == 2048 and got["energy_j"] == 1800000
+    # Without a version, a value over 100 on several GPUs can only be a sum.
+    assert _by_job(_dump(tmp_path, lines))["1"]["gpu_util_rule"] == usage.RULE_SUMMED
+    for version in ("23.11.0", "23.11.10", "24.05", "24.05.0"):
+        result = read_input(str(_dump(tmp_path, lines)), options=ReaderOptions(slurm_version=version))
+        got = result.table.to_pylist()[0]
+        assert got["gpu_util_rule"] == usage.RULE_LAST_GPU, version
+        assert got["gpu_busy_gpu_s"] is None and got["gpu_util_gpu_s"] is None, version
+        assert got["mem_max_mb"] == 2048  # the other usage figures stand
+        assert result.usage_warnings == 1 and "last GPU" in result.usage_problems[0], version
+
+
+def test_sacct_unit_suffix_on_gpuutil_before_23_11_7(tmp_path: Path) -> None:
+    """sacct before 23.11.7 puts gpuutil through its unit conversion: a 16-GPU step's Tot 1536 prints `1.50K`."""
+    job = JOB.format(id=3, e=0).replace("gres/gpu=4", "gres/gpu=16")
+    step = STEP.format(id=3, s="0", g=16, ave="gres/gpuutil=96", max="gres/gpuutil=1K", tot="gres/gpuutil=1.50K")
+    got = _by_job(_dump(tmp_path, [job, step]), slurm_version="23.02.6")["3"]
+    assert got["gpu_busy_gpu_s"] == pytest.approx(0.96 * 16 * 3600)
+    assert got["gpu_util_max_pct"] == pytest.approx(96)  # the step's mean of peaks beats 1024 / 16 = 64
+
+
+def _usage_rows(name: str) -> dict[str, str]:
+    """A real `sacct -p[n]o JobID,<one usage field>` recording (or one with a header) -> {row id: TRES text}."""
+    out: dict[str, str] = {}
+    for line in (DATA / name).read_text(encoding="utf-8").splitlines():
+        cells = line.rstrip("|").split("|")
+        if cells[0].startswith("TRESUsage"):
+            continue
+        out[cells[0] if len(cells) > 1 else "value"] = cells[-1] if len(cells) > 1 else cells[0]
+    return out
+
+
+def test_public_recordings_parse_to_the_figures_their_pages_state() -> None:
+    """Real sacct output from other sites (tests/data/accounting/usage/SOURCES.md), each checked against what the
+    same page says or against another recording of the same job."""
+    # CU Boulder Alpine, job 18194943, one task on .batch: Max (units converted) and Ave (--noconvert, bytes) are
+    # the same figures, because Ave = Tot / 1 task and Tot = the task's peak.
+    peak = usage.parse_usage(_usage_rows("curc-alpine-18194943-tresusageinmax-pno.txt")["18194943.batch"])
+    ave = usage.parse_usage(_usage_rows("curc-alpine-18194943-tresusageinave-pno-noconvert.txt")["18194943.batch"])
+    assert peak["gres/gpumem"] == ave["gres/gpumem"] == 38888
+    assert peak["mem"] == ave["mem"] == pytest.approx(10372780 / 1024)
+    assert peak["gres/gpuutil"] == ave["gres/gpuutil"] == 100 and peak["cpu"] == 56 * 60 + 24
+    extern = usage.parse_usage(_usage_rows("curc-alpine-18194943-tresusageinmax-pno.txt")["18194943.extern"])
+    assert extern["gres/gpuutil"] == 0 and extern["mem"] == 0.25
+    # Aalto Triton: seff on the same page says "GPU Utilized: 10%" and "GPU VRAM Utilized: 15114 MB" (1 V100).
+    aalto = usage.parse_usage(_usage_rows("aalto-triton-tresusageinave-p-fragment.txt")["value"])
+    assert aalto["gres/gpuutil"] == 10 and aalto["gres/gpumem"] == 15114 and aalto["energy"] == 95240
+    # SchedMD's gres docs, step 1277.0: 2 tasks with one A100 each under gpu_burn; Ave = floor(Tot / 2) for every
+    # TRES, and the summed rule gives 100 % per GPU.
+    tot = usage.parse_usage(_usage_rows("schedmd-gres-doc-1277.0-tresusageintot-p.txt")["value"])
+    ave2 = usage.parse_usage(_usage_rows("schedmd-gres-doc-1277.0-tresusageinave-p.txt")["value"])
+    for key in ("gres/gpuutil", "fs/disk", "cpu"):
+        assert ave2[key] == tot[key] // 2, key
+    assert tot["gres/gpuutil"] / 2 == 100
+
+
+def test_schedmd_step_rolls_up_to_full_use(tmp_path: Path) -> None:
+    """The SchedMD step's real usage strings in a job of 2 GPUs: busy = allocated (2 x 100 %) under the summed rule
+    of the release that wrote them (>= 24.05.1)."""
+    ave = _usage_rows("schedmd-gres-doc-1277.0-tresusageinave-p.txt")["value"]
+    tot = _usage_rows("schedmd-gres-doc-1277.0-tresusageintot-p.txt")["value"]
+    job = JOB.format(id=1277, e=0).replace("gres/gpu=4", "gres/gpu=2")
+    got = _by_job(_dump(tmp_path, [job, STEP.format(id=1277, s="0", g=2, ave=ave, max="", tot=tot)]),
+                  slurm_version="25.05.0")["1277"]
+    assert got["gpu_busy_gpu_s"] == pytest.approx(2 * 3600) == got["gpu_util_gpu_s"]
+    assert got["gpu_mem_max_mb"] is None  # no TRESUsageInMax recorded: the peak is unknown, not guessed from Tot
+    assert got["cpu_used_s"] == 22
 
 
 def test_ambiguous_and_absurd_values_are_unknown_and_counted(tmp_path: Path) -> None:
@@ -93,10 +150,10 @@ def test_ambiguous_and_absurd_values_are_unknown_and_counted(tmp_path: Path) -> 
 
 def test_requeued_executions_keep_their_own_steps(tmp_path: Path) -> None:
     first = JOB.format(id=7, e=0).replace("COMPLETED", "REQUEUED")
-    path = _dump(tmp_path, [first, STEP.format(id=7, s="batch", g=4, ave="gres/gpuutil=5", max="", tot=""),
-                            JOB.format(id=7, e=0), STEP.format(id=7, s="batch", g=4, ave="gres/gpuutil=95",
+    path = _dump(tmp_path, [first, STEP.format(id=7, s="batch", g=4, ave="gres/gpuutil=20", max="", tot=""),
+                            JOB.format(id=7, e=0), STEP.format(id=7, s="batch", g=4, ave="gres/gpuutil=380",
                                                                max="", tot="")])
-    rows = read_input(str(path), options=ReaderOptions(slurm_version="22.05")).table.to_pylist()
+    rows = read_input(str(path), options=ReaderOptions(slurm_version="24.11")).table.to_pylist()
     assert [r["gpu_busy_gpu_s"] for r in rows] == [pytest.approx(0.05 * 4 * 3600), pytest.approx(0.95 * 4 * 3600)]
 
 
@@ -105,8 +162,12 @@ def test_scalar_parser_and_version_rule() -> None:
     assert got["cpu"] == 86401 and got["mem"] == pytest.approx(12132 / 1024) and got["gres/gpumem"] == 1536
     with pytest.raises(ValueError):
         usage.parse_usage("mem")
-    assert usage.rule_for_version("slurm-wlm 22.05.8") == usage.RULE_PER_GPU
-    assert usage.rule_for_version("slurm 24.05.0") == usage.RULE_SUMMED
+    assert usage.parse_usage("energy=2K,gres/gpuutil=1.50K") == {"energy": 2048, "gres/gpuutil": 1536}
+    assert usage.rule_for_version("slurm-wlm 22.05.8") == usage.RULE_SUMMED  # nothing gathered: no gpuutil to read
+    assert usage.rule_for_version("slurm 23.02.7") == usage.RULE_SUMMED
+    assert usage.rule_for_version("slurm 23.11.4") == usage.RULE_LAST_GPU
+    assert usage.rule_for_version("slurm 24.05.0") == usage.RULE_LAST_GPU
+    assert usage.rule_for_version("slurm 24.05.1") == usage.RULE_SUMMED
     assert usage.rule_for_version("26.05") == usage.RULE_SUMMED
     assert usage.rule_for_version("garbage") is None
-    assert not math.isnan(usage.SUMMED_SINCE[0])
+    assert usage.parse_release("24.05.1-1") == (24, 5, 1)

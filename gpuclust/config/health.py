@@ -1,0 +1,155 @@
+"""Config section [health]: the thresholds the hardware-health rules (gpuclust.accept.health.rules) judge a
+node's before/after counter snapshots by.
+
+Kept apart from site.py like telemetry.py: site.py lists HEALTH in SECTIONS and calls `health_config` once;
+`HealthConfig` is re-exported there. Each default is stated once, on its Key, with the reason it has that
+value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from gpuclust.config import values as v
+from gpuclust.config.schema import Key, ParsedSection, SectionSpec
+from gpuclust.config.telemetry import parse_positive_seconds
+
+# The snapshot sources (gpuclust.accept.health.collect.SOURCES; repeated here so the config does not import
+# the collector).
+HEALTH_SOURCES = ("net", "snmp", "qdisc", "infiniband", "nvidia_smi", "xid")
+
+# Xids that mean the GPU (or its memory, or its link) needs attention before it takes another job. From
+# NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors) and the set AzNHC drains on
+# (azurehpc-health-checks customTests/azure_gpu_xid.nhc):
+#   48  double-bit (uncorrectable) ECC error
+#   63  ECC page retirement or row remap recorded (A100+: row remap event)
+#   64  ECC page retirement or row remap failed
+#   74  NVLink error
+#   79  GPU has fallen off the bus
+#   92  high single-bit ECC error rate
+#   94  contained ECC error (the application was killed; the GPU needs a reset to clear it)
+#   95  uncontained ECC error (all applications on the GPU affected; reset required)
+#   119 GSP RPC timeout
+#   120 GSP error
+#   140 unrecovered ECC error (ECC error on the GPU that was not recovered)
+XID_CRITICAL_DEFAULT = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
+
+
+def parse_xid_list(text: str) -> tuple[int, ...]:
+    """Xid codes, comma- or space-separated: 48, 63, 79."""
+    out: list[int] = []
+    for item in v.parse_list(text):
+        value = v.parse_int(item)
+        if not 0 < value < 100000:
+            raise ValueError(f"{item!r} is not an Xid code (a positive integer)")
+        out.append(value)
+    return tuple(sorted(set(out)))
+
+
+def parse_sources(text: str) -> tuple[str, ...]:
+    """Health sources, comma- or space-separated (empty: none required)."""
+    items = v.parse_list(text)
+    for item in items:
+        if item not in HEALTH_SOURCES:
+            raise ValueError(f"unknown health source {item!r} (expected some of {', '.join(HEALTH_SOURCES)})")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_positive_float(text: str) -> float:
+    value = v.parse_nonneg_float(text)
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {text!r}")
+    return value
+
+
+HEALTH = SectionSpec(
+    "health",
+    "Hardware-health counters snapshotted before and after each acceptance run, and the rules that judge them.",
+    (
+        Key("xid_critical", parse_xid_list, "Xid codes that are CRITICAL (drain-worthy) when seen during a run; "
+            "any other Xid is a WARNING. Default: NVIDIA's catalogue and AzNHC's drain set (48 DBE, 63/64 row "
+            "remap/retirement, 74 NVLink, 79 off the bus, 92 SBE rate, 94/95 contained/uncontained ECC, 119/120 "
+            "GSP, 140 unrecovered ECC).", default=XID_CRITICAL_DEFAULT),
+        Key("ecc_uncorrectable_max", v.parse_nonneg_int, "CRITICAL when a GPU's aggregate (lifetime) uncorrectable "
+            "ECC count exceeds this; any uncorrectable volatile error during the run is CRITICAL regardless "
+            "(NVIDIA: an uncorrectable error needs a GPU reset; AzNHC fails the node on any).", default=0),
+        Key("ecc_correctable_max", v.parse_nonneg_int, "WARNING when a GPU's volatile correctable ECC count grows "
+            "by more than this during one run (correctable errors are repaired, but a burst precedes row "
+            "remaps and Xid 92).", default=100),
+        Key("net_error_max", v.parse_nonneg_int, "A finding (net_severity) when a NIC's error counter (rx_errors, rx_crc_errors, "
+            "tx_carrier_errors ...) grows by more than this during a run.", default=0),
+        Key("net_drop_max", v.parse_nonneg_int, "A finding (net_severity) when a NIC's rx_dropped or tx_dropped grows by more than "
+            "this during a run (Linux counts some benign drops here, hence not 0).", default=100),
+        Key("net_drop_ratio_max", v.parse_fraction, "... or when drops / packets over the run exceed this "
+            "(judged once the run moved at least 1/ratio packets, so a handful of packets is not judged).",
+            default=1e-4),
+        Key("tcp_retrans_ratio_max", v.parse_fraction, "A finding (net_severity) when TCP RetransSegs / OutSegs over the run "
+            "exceeds this (1% retransmission is already a lossy fabric).", default=0.01),
+        Key("tcp_min_segments", v.parse_nonneg_int, "The TCP ratio is judged only when the run sent at least this "
+            "many segments (an idle node's handful of retransmits is noise).", default=1000),
+        Key("ip_lost_max", v.parse_nonneg_int, "A finding (net_severity) when more than this many IPv4 packets "
+            "were lost in the node itself during a run: received but not delivered (InReceives - InDelivers, less "
+            "forwarded and reassembled: dropped on the way in by a firewall, bad headers, a full backlog) or "
+            "requested but not transmitted (OutRequests - OutTransmits, kernel 6.3+: dropped on the way out).",
+            default=10),
+        Key("ip_lost_ratio_max", v.parse_fraction, "... and more than this share of the run's packets in that "
+            "direction (a stray broadcast a firewall drops is not a lossy link).", default=0.001),
+        Key("qdisc_drop_max", v.parse_nonneg_int, "A finding when a qdisc's drop counter grows by more than this "
+            "during a run (an AQM such as fq_codel may drop a few packets of a saturating run by design).",
+            default=100),
+        Key("net_severity", v.parse_choice("warning", "critical"), "Severity of an Ethernet/TCP link finding (NIC "
+            "errors or drops, TCP retransmits, qdisc drops over the limits above). Critical by default: on a "
+            "healthy fabric an acceptance run loses next to nothing, and a lossy link fails training runs.",
+            default="critical"),
+        Key("ib_error_max", v.parse_nonneg_int, "CRITICAL when an InfiniBand port's symbol_error, link_downed, "
+            "link_error_recovery or port_rcv_errors grows by more than this during a run (AzNHC's IB checks "
+            "and NVIDIA's fabric guidance: these do not grow on a healthy link).", default=0),
+        Key("ib_rate_gbps", parse_positive_float, "The expected rate of each InfiniBand port in Gb/s (e.g. 400 for "
+            "NDR); a port below it is a topology finding. Absent: not checked."),
+        Key("ib_rate_severity", v.parse_choice("warning", "critical"), "Severity of a port below ib_rate_gbps.",
+            default="warning"),
+        Key("pcie_severity", v.parse_choice("warning", "critical"), "Severity of a GPU whose PCIe link runs below "
+            "its max width (or, while busy, its max generation).", default="warning"),
+        Key("nvidia_smi_timeout", parse_positive_seconds, "Limit of each `nvidia-smi -q -x` (seconds or 30s): "
+            "a hung driver makes it block, and the snapshot must still finish.", default=30.0),
+        Key("require", parse_sources, "Sources whose absence is UNKNOWN rather than a note (some of net, snmp, "
+            "qdisc, infiniband, nvidia_smi, xid). Default: none; an absent source is reported at OK level.",
+            default=()),
+    ),
+)
+
+
+# key -> HealthConfig field, where they differ
+FIELD_OF_KEY = {"nvidia_smi_timeout": "nvidia_smi_timeout_s"}
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    xid_critical: tuple[int, ...] = HEALTH.default("xid_critical")
+    ecc_uncorrectable_max: int = HEALTH.default("ecc_uncorrectable_max")
+    ecc_correctable_max: int = HEALTH.default("ecc_correctable_max")
+    net_error_max: int = HEALTH.default("net_error_max")
+    net_drop_max: int = HEALTH.default("net_drop_max")
+    net_drop_ratio_max: float = HEALTH.default("net_drop_ratio_max")
+    tcp_retrans_ratio_max: float = HEALTH.default("tcp_retrans_ratio_max")
+    tcp_min_segments: int = HEALTH.default("tcp_min_segments")
+    qdisc_drop_max: int = HEALTH.default("qdisc_drop_max")
+    ip_lost_max: int = HEALTH.default("ip_lost_max")
+    ip_lost_ratio_max: float = HEALTH.default("ip_lost_ratio_max")
+    net_severity: str = HEALTH.default("net_severity")
+    ib_error_max: int = HEALTH.default("ib_error_max")
+    ib_rate_gbps: float | None = None  # None: the rate is not checked
+    ib_rate_severity: str = HEALTH.default("ib_rate_severity")
+    pcie_severity: str = HEALTH.default("pcie_severity")
+    nvidia_smi_timeout_s: float = HEALTH.default("nvidia_smi_timeout")
+    require: tuple[str, ...] = HEALTH.default("require")
+
+
+def health_config(sections: list[ParsedSection]) -> HealthConfig:
+    """The typed [health] section (defaults when absent; the schema already reported bad values)."""
+    if not sections:
+        return HealthConfig()
+    s = sections[0]
+    names = {f.name for f in fields(HealthConfig)}
+    values = {FIELD_OF_KEY.get(k, k): s.values[k] for k in s.values if FIELD_OF_KEY.get(k, k) in names}
+    return HealthConfig(**values)
