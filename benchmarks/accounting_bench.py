@@ -65,10 +65,13 @@ DELIMITERS = {"fetch": "\x1f|\x1e", "pipe-hash": "|#|"}  # the fetch's own; one 
 REASONS = ("None",) * 12 + ("AssocGrpGRES", "Priority", "Resources", "Dependency", "JobHeldUser")
 
 
-def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delimiter: str = "\x1f|\x1e") -> None:
+def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delimiter: str = "\x1f|\x1e",
+             usage: bool = False) -> None:
     """`rows` lines of a `--parsable2` dump. `messy`: as real dumps are (users' own `sacct` exports, without
     -X): step rows (``.batch``, ``.extern``, ``.0``) after most jobs, newlines and pipes in comments, more
-    pipes and newlines in names, pending array ranges."""
+    pipes and newlines in names, pending array ranges. `usage` (with `messy`): the step rows carry usage TRES
+    as 24.05.1+ prints them (CU Boulder Alpine's recorded shape: cpu, energy, fs/disk, gres/gpumem,
+    gres/gpuutil summed over the step's GPUs, mem, pages, vmem) and ConsumedEnergyRaw, as `report fetch` asks."""
     from gpuclust.accounting.schema import FETCH_FIELDS
 
     rng = random.Random(seed)
@@ -112,10 +115,19 @@ def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delim
                 # The steps a dump without -X lists after the allocation (dropped by the reader).
                 steps = ["batch", "extern"] + (["0"] if rng.random() < 0.3 else [])
                 for step in steps:
+                    use = {}
+                    if usage:
+                        util = 0 if step == "extern" else rng.randrange(0, 101) * gpus
+                        text = (f"cpu={el(rng.randrange(0, max(1, elapsed)))},energy=0,fs/disk={rng.randrange(10**9)},"
+                                f"gres/gpumem={rng.randrange(1, 80000)}M,gres/gpuutil={util},"
+                                f"mem={rng.randrange(1, 10**8)}K,pages={rng.randrange(5000)},vmem={rng.randrange(10**8)}K")
+                        use = {"TRESUsageInAve": text, "TRESUsageInMax": text, "TRESUsageInTot": text,
+                               "TRESUsageOutTot": f"energy=0,fs/disk={rng.randrange(10**6)}",
+                               "ConsumedEnergyRaw": str(rng.randrange(10**7))}
                     out.write(d.join({**rec, "JobID": f"{job_id}.{step}", "JobName": step if step != "0" else "python",
                                       "User": "", "Account": acct, "Comment": "", "Partition": "",
                                       "AllocTRES": f"cpu={gpus * 8},gres/gpu={gpus},mem={gpus * 64}G,node=1",
-                                      "QOS": ""}[f] for f in FETCH_FIELDS) + "\n")
+                                      "QOS": "", **use}.get(f, "") for f in FETCH_FIELDS) + "\n")
                     n += 1
 
         while n < rows:
@@ -211,11 +223,23 @@ def child_full(path: str, out: str, delimiter: str) -> dict:
 
     keep_freed_memory()  # as `gpuclust report build` does first
     config = parse_config(CONF)
+    usage = "-usage" in Path(path).name
     t = time.perf_counter()
-    parsed = read_input(path, delimiter)  # what `gpuclust report build --input` calls
+    if usage:  # the usage TRES rolled up by the 24.05.1+ rule, as `report build --slurm-version 24.11` reads them
+        from dataclasses import replace
+
+        from gpuclust.accounting.normalize import DEFAULT_OPTIONS
+
+        parsed = read_input(path, delimiter, options=replace(DEFAULT_OPTIONS, slurm_version="24.11"))
+    else:
+        parsed = read_input(path, delimiter)  # what `gpuclust report build --input` calls
     t_parse = time.perf_counter() - t
     table = latest_state(parsed.table)
     report = build_report(table, config, input_period(parsed))
+    if usage:  # and the use figures (gpu_use_*), which `report build` adds after the allocation report
+        from gpuclust.accounting import gpuuse
+
+        gpuuse.attach(report, table, config, input_period(parsed), usage_warnings=parsed.usage_warnings)
     t_report = time.perf_counter() - t - t_parse
     write_report(report, Path(out), ("html", "csv", "json", "prom"))
     total = time.perf_counter() - t
@@ -320,6 +344,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--messy", action="store_true", help="steps, newlines and pipes in comments (as users' dumps)")
     ap.add_argument("--delimiter", choices=sorted(DELIMITERS), default="fetch")
+    ap.add_argument("--usage", action="store_true", help="with --messy: usage TRES on the step rows (issue 26)")
     ap.add_argument("--store-days", type=int, default=0,
                     help="instead: the rows as this many days' sacct output through the store, then build")
     ap.add_argument("--build-only", action="store_true",
@@ -328,7 +353,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.dir)
     delimiter = DELIMITERS[args.delimiter]
-    data = work / f"sacct-{args.rows}{'-messy' if args.messy else ''}-{args.delimiter}.txt"
+    data = work / f"sacct-{args.rows}{'-messy' if args.messy else ''}{'-usage' if args.usage else ''}-{args.delimiter}.txt"
     if args.child == "floor":
         print(json.dumps(child_floor(str(data), delimiter)))
         return
@@ -341,10 +366,10 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     if not data.exists() and not args.build_only:
         t = time.perf_counter()
-        generate(data, args.rows, messy=args.messy, delimiter=delimiter)
+        generate(data, args.rows, messy=args.messy, delimiter=delimiter, usage=args.usage)
         print(f"generated {data} ({data.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.0f}s", file=sys.stderr)
     common = ["--rows", str(args.rows), "--dir", str(work), "--delimiter", args.delimiter,
-              *(["--messy"] if args.messy else [])]
+              *(["--messy"] if args.messy else []), *(["--usage"] if args.usage else [])]
     if args.store_days:
         only = ["--build-only"] if args.build_only else []
         done = [json.loads(subprocess.run([sys.executable, __file__, *common, "--store-days", str(args.store_days),

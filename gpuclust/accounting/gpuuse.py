@@ -45,7 +45,7 @@ WORST_JOBS = 20
 WORST_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "allocated_gpu_hours", "held_idle_gpu_hours",
                  "util_mean_pct", "telemetry")
 # Per-job rows go to CSV, Parquet and report.json only (too wide for the page, which shows the worst jobs).
-NOT_ON_PAGE = frozenset({"gpu_use_jobs"})
+NOT_ON_PAGE = frozenset({"gpu_use_jobs", "telemetry_nodes"})
 DIMENSIONS = ("user", "account", "partition")
 DEFINITIONS: dict[str, str] = {
     "allocated_gpu_hours": "GPUs allocated to a job x its elapsed time, summed over jobs that ended in the period.",
@@ -66,13 +66,19 @@ DEFINITIONS: dict[str, str] = {
     "energy_kwh": "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded.",
     "cpu_efficiency": "CPU time of the job's steps / (Elapsed x allocated CPUs).",
     "mem_efficiency": "Peak task RSS (TRESUsageInMax mem) / allocated memory.",
+    "telemetry_nodes": "Per node over the period, from node_exporter: disk read/write latency (ms per completed "
+                       "I/O) and network receive/transmit errors and drops (increase of the counters).",
+    "completed": "The job is a completed run (COMPLETED, exit 0:0): the economics' useful term.",
+    "useful_busy_gpu_hours": "[telemetry] weigh_useful: an economics row's useful GPU-hours x the measured mean "
+                             "per-GPU utilisation of its completed jobs that have telemetry (their coverage "
+                             "beside it); cost_per_useful_busy_gpu_hour = the row's total cost / it.",
 }
 
 
 def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     cols = ["job_id", "job_id_raw", "user", "account", "partition", "gpus", "elapsed_s", "start", "end",
             "alloc_tres", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
-            "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule"]
+            "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "state", "exit_code", "exit_signal"]
     present = [c for c in cols if c in table.column_names]
     t = table.select(present)
     lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
@@ -85,7 +91,7 @@ def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     for c in cols:
         if c not in frame.columns:
             frame[c] = None if c == "gpu_util_rule" else np.nan
-    for c in ("user", "account", "partition", "job_id", "alloc_tres", "gpu_util_rule"):
+    for c in ("user", "account", "partition", "job_id", "alloc_tres", "gpu_util_rule", "state"):
         if isinstance(frame[c].dtype, pd.CategoricalDtype):
             frame[c] = frame[c].astype(object)
     return frame
@@ -158,6 +164,10 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
         "energy_kwh": energy_j / 3.6e6, "cpu_efficiency": np.where(np.isfinite(cpu_eff), cpu_eff, np.nan),
         "mem_efficiency": np.where(np.isfinite(mem_eff), mem_eff, np.nan),
         "telemetry": source, "gpu_util_rule": jobs["gpu_util_rule"],
+        # completed-run (economics' useful term): COMPLETED with exit 0:0, or an exit code the input cannot know
+        "completed": (jobs["state"].astype(str).str.startswith("COMPLETED")
+                      & (pd.to_numeric(jobs["exit_code"], errors="coerce").fillna(0) == 0)
+                      & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
     })
     return out, info
 
@@ -200,6 +210,32 @@ def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
     return out
 
 
+def weigh_economics(economics: dict[str, Any], jobs: pd.DataFrame) -> None:
+    """[telemetry] weigh_useful: beside each economics row's useful term (allocated GPU-hours of completed runs),
+    the same GPU-hours weighted by the measured mean utilisation of the completed jobs that have telemetry, with
+    that coverage; and the cost per busy useful GPU-hour. The allocation view is left as it is."""
+    done = jobs[jobs["completed"] & (jobs["gpus"] > 0)]
+    rows = [(row, False) for row in economics.get("by_partition", [])] + [(economics.get("total") or {}, True)]
+    for row, whole in rows:
+        if not row or "terms" not in row:
+            continue
+        sub = done if whole else done[done["partition"].astype(str) == str(row.get("partition"))]
+        allocated = float(sub["allocated_gpu_hours"].sum())
+        covered = float(sub["covered_gpu_hours"].sum(min_count=1)) if sub["covered_gpu_hours"].notna().any() else 0.0
+        busy = float(sub["busy_gpu_hours"].sum(min_count=1)) if sub["busy_gpu_hours"].notna().any() else 0.0
+        ratio = busy / covered if covered > 0 else None
+        useful = row["terms"]["useful"]["gpu_hours"]
+        weighted = useful * ratio if ratio is not None and useful is not None else None
+        cost = row.get("total_cost")
+        row["utilisation_weighted"] = {
+            "useful_gpu_hours": useful,
+            "coverage": round(covered / allocated, 6) if allocated > 0 else None,
+            "util_mean_pct": round(ratio * 100, 4) if ratio is not None else None,
+            "useful_busy_gpu_hours": round(weighted, 6) if weighted is not None else None,
+            "cost_per_useful_busy_gpu_hour": round(cost / weighted, 6) if cost and weighted else None,
+        }
+
+
 def attach(report: Report, table: pa.Table, config: SiteConfig, period: Period,
            *, usage_warnings: int = 0, usage_problems: list[str] | None = None) -> None:
     """Add the use figures to `report` (tables gpu_use_*, report.json `gpu_use`, definitions)."""
@@ -213,6 +249,11 @@ def attach(report: Report, table: pa.Table, config: SiteConfig, period: Period,
     report.tables.update(tables)
     report.tables["gpu_use_worst_held_idle"] = worst.reset_index(drop=True)
     report.tables["gpu_use_jobs"] = jobs
+    node_rows = (info.get("prometheus") or {}).get("nodes") or []
+    if node_rows:  # node_exporter per node over the period: storage latency, network errors and drops
+        report.tables["telemetry_nodes"] = pd.DataFrame(node_rows)
+    if tel.weigh_useful and isinstance(report.data.get("economics"), dict):
+        weigh_economics(report.data["economics"], jobs)
     rules = sorted({r for r in jobs["gpu_util_rule"].dropna().unique()})
     histogram = {}
     for part, sub in jobs.groupby("partition", sort=True):

@@ -218,6 +218,9 @@ def test_report_busy_and_held_idle_from_prometheus_match_the_jobs_we_ran(slurm_l
     # job's mean: the glossary's "during which a GPU ran under the idle threshold for longer than the minimum"
     assert half["held_idle_gpu_hours"] * 3600 >= 10, half
 
+    nodes = report.tables["telemetry_nodes"].set_index("node")  # node_exporter, per node over the period
+    assert {"node1", "node2", "node3", "node4"} <= set(nodes.index), nodes
+    assert (nodes["net_receive_errs"].fillna(0) == 0).all(), nodes  # the lab's veths lose nothing
     totals = report.data["gpu_use"]["totals"]
     assert totals["unknown_jobs"] == 0 and totals["jobs"] == 3, totals
     want_idle = idle["covered_gpu_hours"] + half["held_idle_gpu_hours"]

@@ -171,3 +171,29 @@ def test_scalar_parser_and_version_rule() -> None:
     assert usage.rule_for_version("26.05") == usage.RULE_SUMMED
     assert usage.rule_for_version("garbage") is None
     assert usage.parse_release("24.05.1-1") == (24, 5, 1)
+
+
+def test_economics_utilisation_weighted_beside_the_allocation_view(tmp_path: Path) -> None:
+    """[telemetry] weigh_useful: the useful term (completed runs) weighted by their measured utilisation, with
+    coverage; the failed job's use does not count, and the allocation view is unchanged."""
+    from gpuclust.accounting import pipeline
+    from gpuclust.config import parse_config
+
+    lines = [JOB.format(id=1, e=0), STEP.format(id=1, s="0", g=4, ave="gres/gpuutil=240", max="",
+                                                tot="gres/gpuutil=240"),  # 60 % per GPU, completed
+             JOB.format(id=2, e=0).replace("COMPLETED|0:0", "FAILED|1:0"),
+             STEP.format(id=2, s="0", g=4, ave="gres/gpuutil=400", max="", tot="gres/gpuutil=400")]
+    dump = _dump(tmp_path, lines)
+    base = (f"[site]\ncluster_name = c\ntimezone = UTC\nstate_dir = {tmp_path}/s\nreport_dir = {tmp_path}/r\n\n"
+            "[costs]\ncurrency = EUR\nnetwork = 100\n\n[partition gpu]\nprice_per_gpu_hour = 2\n")
+    plain, _ = pipeline.build(parse_config(base), None, input_path=str(dump), slurm_version="24.11")
+    weighed, _ = pipeline.build(parse_config(base + "\n[telemetry]\nweigh_useful = yes\n"), None,
+                                input_path=str(dump), slurm_version="24.11")
+    total = weighed.data["economics"]["total"]
+    view = total["utilisation_weighted"]
+    assert view["useful_gpu_hours"] == pytest.approx(4.0) and view["coverage"] == 1.0
+    assert view["util_mean_pct"] == pytest.approx(60) and view["useful_busy_gpu_hours"] == pytest.approx(2.4)
+    # offline without node events and inventory the total cost is unknown, and so is its cost per busy GPU-hour
+    assert total["total_cost"] is None and view["cost_per_useful_busy_gpu_hour"] is None
+    assert "utilisation_weighted" not in plain.data["economics"]["total"]
+    assert {k: v for k, v in total.items() if k != "utilisation_weighted"} == plain.data["economics"]["total"]

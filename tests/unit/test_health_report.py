@@ -116,3 +116,12 @@ def test_a_job_wide_gate_goes_to_the_node_its_counters_name() -> None:
     assert run_level.severity == Nagios.CRITICAL and "attributed to node3" in run_level.message
     healthy = rep.evaluate(R.scan_results(DATA, job="14"), strict, job="14")  # no health cause: every node
     assert all(v.status == Nagios.CRITICAL for v in healthy.nodes.values())
+
+
+def test_spurious_retransmits_under_load_name_nobody() -> None:
+    """Recorded under load (lab-22.05-load/README.md): 662 retransmits on node3, all D-SACKed by the receivers.
+    Spurious, so not loss: every node OK."""
+    root = DATA.parent / "lab-22.05-load"
+    report = rep.evaluate(R.scan_results(root, job="35"), CONFIG, job="35")
+    assert {n: v.status for n, v in report.nodes.items()} == {"node2": Nagios.OK, "node3": Nagios.OK,
+                                                               "node4": Nagios.OK}, _named(report)
