@@ -5,8 +5,10 @@ gpuclust.accounting.normalize interprets both identically.
 
 * A document that is not UTF-8, not JSON, nested too deeply, or not an object with a ``jobs`` list is an
   InputError naming the file (and the line where that can be known).
-* A shape with no adapter (a newer data_parser) is refused with UnknownShape naming ``sacct --json``, the
-  plugin and the Slurm version; the text form is the documented fallback.
+* A shape with no adapter (a newer data_parser; a meta block missing, malformed or naming two versions; a
+  plugin the named Slurm does not ship) is refused with UnknownShape naming ``sacct --json``, the plugin and
+  the Slurm version; the text form is the documented fallback. Every refusal comes before any row is read:
+  nothing of a refused or truncated document reaches the table (or a store).
 * A job object with a field that cannot be read is a rejected row, reported as ``file:N`` (N = the job's
   record number, 1-based, as ``line``) with ``jobs[N-1]``, the job id where readable, and the field.
 
@@ -28,10 +30,10 @@ import pyarrow as pa
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, normalize
 from gpuclust.errors import InputError, Problem
 from gpuclust.slurm.jsonshape import UnknownShape, read_shape
-from gpuclust.slurm.sacct_json import BadField, OpenapiDbV0038, SacctJsonAdapter, adapter_for, step_records
+from gpuclust.slurm.sacct_json import DEFAULT_ADAPTER, BadField, SacctJsonAdapter, adapter_for, step_records
 
 BOM = b"\xef\xbb\xbf"
-JSON_EXIT_NOTE = OpenapiDbV0038.note
+JSON_EXIT_NOTE = DEFAULT_ADAPTER.note
 
 
 def _line_of(data: bytes, pos: int) -> int:
@@ -79,7 +81,7 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
     shape = read_shape(doc)
     adapter: SacctJsonAdapter
     if not jobs and not shape.plugin:
-        adapter = OpenapiDbV0038()  # no jobs, no meta: nothing whose shape matters
+        adapter = DEFAULT_ADAPTER  # no jobs, no meta: nothing whose shape matters
     else:
         try:
             adapter = adapter_for(shape)

@@ -315,11 +315,12 @@ def _string(name: str, column: str, fetch: int, place: int, read: JsonRead, *, r
                       free_text=free_text, dictionary=True)
 
 
-def _time(name: str, column: str, fetch: int, place: int, path: str, like: str | None = None) -> SacctField:
+def _time(name: str, column: str, fetch: int, place: int, path: str, like: str | None = None,
+          by_shape: Mapping[str, JsonRead] | None = None) -> SacctField:
     return SacctField(
         name, fetch, at(path, sj.epoch), parsed=(Column(column, UTC_SECONDS, place),),
         parse=f.parse_time_epoch, vparse=_one(column, lambda t: f.v_time(t)), direct="fixed",
-        fixed=FixedRead(f.fixed_times, 19, like),
+        fixed=FixedRead(f.fixed_times, 19, like), json_by_shape=dict(by_shape or {}),
     )
 
 
@@ -355,7 +356,7 @@ FIELDS: tuple[SacctField, ...] = (
     ),
     # The pending reason sacct kept (the last one slurmctld sent to slurmdbd; the economics' wait split reads
     # it). `state.reason` in every JSON shape recorded on the lab (22.05 dbv0.0.38, 24.11 v0.0.42, 26.05
-    # v0.0.45). Slurm prints an enum name (None, Priority, AssocGrpGRES, ...), but it is read as free text
+    # v0.0.45) and in the parsers of every other (dbv0.0.37, v0.0.39-v0.0.44). Slurm prints an enum name (None, Priority, AssocGrpGRES, ...), but it is read as free text
     # all the same, placed so that a `|` in it can go one way only: in the plain `-o` order (registry order)
     # between ExitCode and Submit, both parsed; in the fetch order after AllocTRES (parsed) and before
     # NodeList and NNodes (parsed), never last (a newline at its end would look like a blank line).
@@ -364,7 +365,9 @@ FIELDS: tuple[SacctField, ...] = (
                free_text=True, dictionary=True, absent=None),
     _time("Submit", "submit", 11, 21, "time.submission"),
     _time("Eligible", "eligible", 12, 22, "time.eligible", like="Submit"),
-    _time("Start", "start", 13, 23, "time.start"),
+    # 21.08's openapi/dbv0.0.37 prints the eligible time at time.start (parse.c): Start comes from
+    # End - Elapsed - Suspended there (sacct_json.SacctJsonAdapter.start).
+    _time("Start", "start", 13, 23, "time.start", by_shape={"openapi/dbv0.0.37": lambda a, job: a.start(job)}),
     _time("End", "end", 14, 24, "time.end"),
     SacctField(
         "Elapsed", 15, at("time.elapsed", sj.elapsed), parsed=(Column("elapsed_s", pa.int64(), 25),),

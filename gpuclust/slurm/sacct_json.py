@@ -1,23 +1,82 @@
 """``sacct --json``: one adapter per output shape, each turning a job object into the raw sacct fields the
 text path reads (the same strings ``sacct --parsable2`` prints), so the accounting plane sees one record.
 
-The shape comes from the document's ``meta`` block (gpuclust.slurm.jsonshape). Adapters exist only for
-shapes recorded from a real Slurm in the lab (tests/data/accounting/<version>/); anything else is refused
-with UnknownShape naming ``sacct --json``, the plugin and the version. The documented fallback is the text
-form (``report fetch --via parsable``, the default), which every Slurm since 22.05 prints the same way.
+The shape comes from the document's ``meta`` block (gpuclust.slurm.jsonshape). The adapters are one table
+(ADAPTER_TABLE): each entry names its plugin, the Slurm releases that ship it, what it was proven on, and only
+how it differs; the path of each field is declared once, with the field, in gpuclust.accounting.registry.
+Anything else (an unknown plugin, a missing or malformed meta, a plugin the named release does not ship) is
+refused with UnknownShape naming ``sacct --json``, what meta says and the shapes read. The documented
+fallback is the text form (``report fetch --via parsable``, the default).
 
-Shapes:
+Per shape, the fields gpuclust reads (job_id, array.{job_id,task_id,task}, het.{job_id,job_offset}, name,
+user, account, association.{user,account}, partition, qos, state.{current,reason}, exit_code,
+time.{submission,eligible,start,end,elapsed}, tres.allocated, allocation_nodes, nodes, wckey, comment.job,
+steps[].{step.id, time.elapsed, tres.allocated, tres.requested.{average,max,total}, tres.consumed.total,
+statistics.energy.consumed}) sit at the same paths in every shape from 21.08 to 26.05; what differs is how
+values are printed. Read in Slurm's sources (/work/.mirror/SchedMD+slurm, file:function@tag):
 
-* ``openapi/dbv0.0.38`` (Slurm 22.05): times are epoch integers (0 = unset); ``state.current`` a string;
-  ``tres.allocated`` a list of {type, name, id, count}. ``exit_code.return_code`` is **0 for every job that
-  exited normally, whatever its code** (a job that ran ``exit 3`` shows FAILED with return_code 0; the
-  text ``ExitCode`` says ``3:0``): exit codes from this shape are unknown (``exit_code_known`` false).
-* ``data_parser/v0.0.42`` (Slurm 24.11) and ``data_parser/v0.0.45`` (Slurm 26.05, same fields): numbers that may be
-  unset are {set, infinite, number} objects (``time.limit``, ``array.task_id``, ``het.job_offset``,
-  ``exit_code.return_code``, ``exit_code.signal.id``); ``state.current`` is a list (base state first); a
-  job that never started has ``time.start`` 4294967294 (NO_VAL). Exit codes are right, FAILED jobs included
-  (checked against the text ``ExitCode`` of the same jobs): ``exit_code_known`` true. A job killed by a
-  signal has ``return_code`` unset and ``signal.id`` set (status SIGNALED): sacct's text prints ``0:15``.
+=====================  ========  ===============  ================  ==================  ===============  =========
+shape                  releases  state.current    exit_code         times (time.*)      steps[].step.id  proven on
+=====================  ========  ===============  ================  ==================  ===============  =========
+openapi/dbv0.0.37      20.11-    string           return_code 0     int, 0 = unset;     string (batch,   spec
+(sacct 21.08)          23.02                      for any exit:     **time.start =      0)
+                                                  unknown           eligible**
+openapi/dbv0.0.38      22.05-    string           the same:         int, 0 = unset      string           lab 22.05
+(sacct 22.05)          23.02                      unknown
+data_parser/v0.0.39    23.02-    string           the same          int; null for       object {job_id,  spec
+(sacct 23.02)          24.05                      (-127 signaled)   NO_VAL64            step_id, ...}
+data_parser/v0.0.40    23.11-    list of flags    {status[],        int; null for       string           public
+(sacct 23.11)          25.05                      return_code{set,  NO_VAL64            ``<job>.<step>``  24.05.4
+                                                  infinite,number},
+                                                  signal.id{...}}:
+                                                  known
+data_parser/v0.0.41    24.05-    list             as v0.0.40        as v0.0.40          as v0.0.40       spec
+data_parser/v0.0.42    24.11-    list             as v0.0.40        as v0.0.40          as v0.0.40       lab 24.11
+data_parser/v0.0.43    25.05-    list             as v0.0.40        int; NO_VAL64 and   as v0.0.40       spec
+                                                                    INFINITE64 printed
+                                                                    as integers
+data_parser/v0.0.44    25.11-    list             as v0.0.40        as v0.0.43          as v0.0.40       spec
+data_parser/v0.0.45    26.05-    list             as v0.0.40        as v0.0.43          as v0.0.40       lab 26.05
+=====================  ========  ===============  ================  ==================  ===============  =========
+
+Common to all: array.task_id and het.job_offset are plain ints with NO_VAL 4294967294 (dbv0.0.37/38) or
+{set, infinite, number} objects (v0.0.39+; plain or null in v0.0.41+'s opt-in "complex" mode); tres lists
+are {type, name, id, count} (mem in MB); state.reason is job_reason_string() (v0.0.40: job_reason_string,
+v0.0.41+: job_state_reason_string, the same names); wckey is {wckey, flags} or null; user may be null from
+v0.0.39 on (JOB_USER falls back to the uid), then association.user is read.
+
+Sources read:
+
+* dbv0.0.37: src/plugins/openapi/dbv0.0.37/parse.c: parse_job[] (``_add_parse(UINT32, eligible,
+  "time/start")``), _dump_job_exit_code (WIFEXITED -> return_code 0), _dump_job_state (job_state_string),
+  parse_job_step[], _dump_job_steps@slurm-21-08-8-1 (the same at slurm-21-08-0-1 and slurm-22-05-8-1);
+  the elapsed rule: src/plugins/accounting_storage/mysql/as_mysql_jobacct_process.c@slurm-21-08-8-1;
+  meta: api.c:populate_response_format (meta.plugin.type, meta.Slurm.version ints); src/sacct/data.c
+  (sacct --json = openapi/dbv0.0.37).
+* dbv0.0.38: src/plugins/openapi/dbv0.0.38/parse.c@slurm-22-05-8-1 (differs from dbv0.0.37 only by
+  ``container`` and ``_add_parse(UINT32, start, "time/start")``).
+* v0.0.39: src/plugins/data_parser/v0.0.39/parsers.c@slurm-23-02-8-1: PARSER_ARRAY(JOB), PARSER_ARRAY(STEP),
+  DUMP_FUNC(JOB_EXIT_CODE) (WIFEXITED -> 0, the same at slurm-23-02-0-1 and slurm-23-11-11-1),
+  DUMP_FUNC(JOB_STATE), DUMP_FUNC(UINT64), DUMP_FUNC(UINT32_NO_VAL), DUMP_FUNC(SLURM_STEP_ID); meta:
+  src/interfaces/data_parser.c:_populate_cli_response_meta (meta.plugins.data_parser, meta.Slurm ints), and
+  slurmrestd: src/plugins/openapi/dbv0.0.39/api.c (meta.plugin.data_parser = "v0.0.39", no prefix).
+* v0.0.40: data_parser/v0.0.40/parsers.c@slurm-23-11-11-1: PARSER_ARRAY(JOB) (bit flag array JOB_STATE,
+  TIMESTAMP, PROCESS_EXIT_CODE), DUMP_FUNC(PROCESS_EXIT_CODE), PARSER_ARRAY(PROCESS_EXIT_CODE_VERBOSE),
+  DUMP_FUNC(SLURM_STEP_ID_STRING), PARSER_ARRAY(OPENAPI_META) (meta.plugin.data_parser, meta.slurm strings);
+  src/interfaces/data_parser.c:data_parser_cli_meta@slurm-23-11-11-1.
+* v0.0.41: data_parser/v0.0.41/parsers.c@slurm-24-05-8-1; v0.0.42: @slurm-24-11-5-1; v0.0.43:
+  @slurm-25-05-8-1 (DUMP_FUNC(UINT64) prints NO_VAL64/INFINITE64 outside complex mode); v0.0.44:
+  @slurm-25-11-7-1; v0.0.45: @slurm-26-05-3-1. PARSER_ARRAY(JOB) and PARSER_ARRAY(STEP) hold the same
+  paths and types for the fields above from v0.0.40 to v0.0.45 (v0.0.43+ declare JOB_STATE as a flag
+  array type instead of add_parse_bit_flag_array: the same list).
+* Which releases ship which plugin: ``git ls-tree`` of src/plugins/{openapi,data_parser}/ at each tag.
+
+Exit codes: dbv0.0.37, dbv0.0.38 and v0.0.39 print ``return_code`` 0 for every job that exited normally,
+whatever its code (a job that ran ``exit 3`` shows FAILED with return_code 0; the text ``ExitCode`` says
+``3:0``): exit codes from these shapes are unknown (``exit_code_known`` false). From v0.0.40 on they are right,
+FAILED jobs included (checked against the text ``ExitCode`` of the same jobs on 24.11 and 26.05). A job
+killed by a signal has ``return_code`` unset and ``signal.id`` set (status SIGNALED): sacct's text prints
+``0:15``. A job that never started has ``time.start`` 0.
 
 A job object with a field that cannot be read (wrong type, a number out of range, a time past year 9999)
 raises BadField; the reader rejects that row and reports it, never the whole document.
@@ -26,6 +85,7 @@ raises BadField; the reader rejects that row and reports it, never the whole doc
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -34,6 +94,8 @@ from gpuclust.slurm.jsonshape import JsonShape, UnknownShape
 COMMAND = "sacct --json"
 NO_VAL = 4294967294
 INFINITE = 4294967295
+NO_VAL64 = 2**64 - 2
+INFINITE64 = 2**64 - 1
 INT64_MAX = 2**63 - 1
 MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z: the last second a timestamp column can hold
 MAX_ELAPSED_S = 100 * 366 * 86400
@@ -77,6 +139,8 @@ def count(value: Any, field: str) -> int | None:
 
 def epoch(value: Any, field: str) -> str:
     """Epoch seconds -> the text sacct prints (SLURM_TIME_FORMAT pinned, UTC); 0/NO_VAL/INFINITE -> Unknown."""
+    if isinstance(value, int) and value in (NO_VAL64, INFINITE64):
+        return "Unknown"  # v0.0.43+ print an unset 64-bit time as these integers (v0.0.39-42: null)
     secs = number(value, field)
     if secs is None or secs in (0, NO_VAL, INFINITE):
         return "Unknown"
@@ -169,10 +233,18 @@ def usage_text(items: Any, field: str) -> str:
     return ",".join(sorted(out))
 
 
+def _step_id_object(ident: Mapping[str, Any], field: str) -> str:
+    """v0.0.39's step id object -> the step part (``batch``, ``0``; ``0+1`` for a het component)."""
+    part = text(ident.get("step_id"), f"{field}.step_id")
+    comp = count(ident.get("step_het_component"), f"{field}.step_het_component")
+    return f"{part}+{comp}" if part and comp is not None and comp != NO_VAL else part
+
+
 def step_records(job: Mapping[str, Any], job_text_id: str) -> list[dict[str, str]]:
     """``jobs[].steps[]`` -> the step rows sacct's text would print (JobID ``<job>.<step>``, AllocTRES,
     Elapsed and the usage fields; the rest empty), so the usage rollup reads both front ends alike. Shapes:
-    ``step.id`` is the step part (22.05: ``batch`` or 0) or the whole id (``123.batch``)."""
+    ``step.id`` is the step part (21.08, 22.05: ``batch`` or 0), an object holding it (23.02's v0.0.39:
+    ``{"job_id": 123, "step_id": "batch"}``) or the whole id (v0.0.40+: ``123.batch``)."""
     steps = job.get("steps")
     if not isinstance(steps, list):
         return []
@@ -182,6 +254,8 @@ def step_records(job: Mapping[str, Any], job_text_id: str) -> list[dict[str, str
         step = obj(step, where)
         ident = obj(step.get("step"), f"{where}.step")
         sid = ident.get("id")
+        if isinstance(sid, Mapping):  # v0.0.39: {job_id, step_het_component, step_id} (SLURM_STEP_ID)
+            sid = _step_id_object(sid, f"{where}.step.id")
         sid_text = text(sid if sid is not None else ident.get("name"), f"{where}.step.id")
         if not sid_text:
             continue
@@ -207,22 +281,86 @@ def step_records(job: Mapping[str, Any], job_text_id: str) -> list[dict[str, str
     return out
 
 
-# ---- adapters -------------------------------------------------------------------------------------------
+# ---- adapters: one table entry per shape ------------------------------------------------------------------
 
+# Where each shape was proven: a recording from a real Slurm in the lab, a real document from a public source,
+# or only the parsers of Slurm's sources at the release tag (spec-derived: consistency, not correctness).
+LAB, PUBLIC, SPEC = "lab recording", "public real document", "spec-derived"
+
+
+@dataclass(frozen=True)
 class SacctJsonAdapter:
-    """Base adapter: what every shape since 22.05 shares. Subclasses change what differs. The path of each
-    plain field (and any per-shape override) is declared with the field, in gpuclust.accounting.registry;
-    the adapters hold what is more than a path (State, ExitCode, the job id)."""
+    """One ``sacct --json`` shape: its plugin, the Slurm releases that ship it, and how it differs from the
+    others in the fields gpuclust reads (see the table in the module docstring). The path of each plain field
+    (and any per-shape override) is declared with the field, in gpuclust.accounting.registry; the adapter holds
+    what is more than a path (State, ExitCode, the job id, dbv0.0.37's Start)."""
 
-    plugins: tuple[str, ...] = ()
-    exit_code_known = False
-    note = ""
+    plugin: str
+    first: tuple[int, int]  # the first Slurm release that ships the plugin
+    last: tuple[int, int] | None  # the last one (None: still shipped by the newest tag read)
+    proof: str
+    state_list: bool = True  # state.current a list of flags (v0.0.40+), else job_state_string()'s one word
+    exit_code_known: bool = True
+    start_is_eligible: bool = False  # dbv0.0.37 dumps `eligible` at time/start (parse.c, 21.08 and 22.05)
+    note: str = ""
+
+    @property
+    def plugins(self) -> tuple[str, ...]:
+        return (self.plugin,)
+
+    @property
+    def label(self) -> str:
+        last = f"{self.last[0]}.{self.last[1]:02d}" if self.last else "later"
+        return f"{self.plugin} (Slurm {self.first[0]}.{self.first[1]:02d}-{last})"
+
+    def ships_in(self, version: tuple[int, int, int] | None) -> bool:
+        """Whether the Slurm release `version` has this plugin (True when the document does not say)."""
+        if version is None:
+            return True
+        return self.first <= version[:2] and (self.last is None or version[:2] <= self.last)
 
     def state(self, job: Mapping[str, Any]) -> str:
-        raise NotImplementedError
+        state = obj(job.get("state"), "state")
+        current = state.get("current")
+        if not self.state_list:
+            if isinstance(current, list):  # a list in a string shape: a document of another version
+                raise BadField("state.current", f"{current!r:.60} is a list; {self.plugin} prints a string")
+            return text(current, "state.current")
+        # The base state and its flags (["PENDING", "REQUEUED"] for a requeued execution) -> the one word
+        # sacct's text prints, by Slurm's own rule (job_state_string: these flags win over the base).
+        if not isinstance(current, list) or not current:
+            raise BadField("state.current", f"{current!r:.60} is not a non-empty list")
+        words = [text(word, f"state.current[{i}]") for i, word in enumerate(current)]
+        for flag in STATE_FLAGS_SHOWN:
+            if flag in words[1:]:
+                return flag
+        return words[0]
 
     def exit_code(self, job: Mapping[str, Any]) -> tuple[str, bool]:
-        return "", False
+        if not self.exit_code_known:
+            return "", False
+        ec = obj(job.get("exit_code"), "exit_code")
+        code = count(ec.get("return_code"), "exit_code.return_code")
+        signal = obj(ec.get("signal"), "exit_code.signal")
+        sig = count(signal.get("id"), "exit_code.signal.id")
+        if code is None and sig is None:
+            return "", False
+        # A job killed by a signal has no return code set (status SIGNALED): sacct's text prints 0:<signal>.
+        return f"{code or 0}:{sig or 0}", True
+
+    def start(self, job: Mapping[str, Any]) -> str:
+        """Start as sacct's text prints it. dbv0.0.37 puts the eligible time at ``time.start``; slurmdbd
+        computes ``elapsed = end - start - suspended`` (as_mysql_jobacct_process.c), so a job that ended has
+        ``start = end - elapsed - suspended``; one still running or pending has no start in the document."""
+        time_ = obj(job.get("time"), "time")
+        if not self.start_is_eligible:
+            return epoch(time_.get("start"), "time.start")
+        end = number(time_.get("end"), "time.end")
+        if end is None or end in (0, NO_VAL, INFINITE):
+            return "Unknown"
+        spent = (count(time_.get("elapsed"), "time.elapsed") or 0) + (count(time_.get("suspended"), "time.suspended")
+                                                                       or 0)
+        return epoch(end - spent, "time.start")
 
     def job_id(self, job: Mapping[str, Any]) -> tuple[str, str]:
         """(JobID as sacct prints it, JobIDRaw)."""
@@ -243,74 +381,49 @@ class SacctJsonAdapter:
         return str(raw), str(raw)
 
 
-class OpenapiDbV0038(SacctJsonAdapter):
-    """Slurm 22.05's ``sacct --json``."""
-
-    plugins = ("openapi/dbv0.0.38",)
-    exit_code_known = False
-    note = (
-        "Input is sacct --json from Slurm 22.05 (openapi/dbv0.0.38), which reports return code 0 for jobs that "
-        "exited non-zero: exit codes are unknown (null) on this path. A run counts as completed when its last "
-        "attempt is COMPLETED (Slurm sets COMPLETED only for exit code 0)."
-    )
-
-    def state(self, job: Mapping[str, Any]) -> str:
-        state = obj(job.get("state"), "state")
-        return text(state.get("current"), "state.current")
-
-
 # The state flags Slurm's job_state_string() prints instead of the base state, in its order of precedence.
 STATE_FLAGS_SHOWN = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
                      "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
 
+_LOST_EXIT = ("Input is sacct --json from {release} ({plugin}), which reports return code 0 for jobs that exited "
+              "non-zero: exit codes are unknown (null) on this path. A run counts as completed when its last "
+              "attempt is COMPLETED (Slurm sets COMPLETED only for exit code 0).")
 
-class DataParserV0042(SacctJsonAdapter):
-    """Slurm 24.11's ``sacct --json`` (data_parser/v0.0.42)."""
-
-    plugins = ("data_parser/v0.0.42",)
-    exit_code_known = True
-
-    def state(self, job: Mapping[str, Any]) -> str:
-        """The base state and its flags (``["PENDING", "REQUEUED"]`` for a requeued execution) -> the one
-        word sacct's text prints, by Slurm's own rule (job_state_string: these flags win over the base)."""
-        state = obj(job.get("state"), "state")
-        current = state.get("current")
-        if not isinstance(current, list) or not current:
-            raise BadField("state.current", f"{current!r:.60} is not a non-empty list")
-        words = [text(word, f"state.current[{i}]") for i, word in enumerate(current)]
-        for flag in STATE_FLAGS_SHOWN:
-            if flag in words[1:]:
-                return flag
-        return words[0]
-
-    def exit_code(self, job: Mapping[str, Any]) -> tuple[str, bool]:
-        ec = obj(job.get("exit_code"), "exit_code")
-        code = count(ec.get("return_code"), "exit_code.return_code")
-        signal = obj(ec.get("signal"), "exit_code.signal")
-        sig = count(signal.get("id"), "exit_code.signal.id")
-        if code is None and sig is None:
-            return "", False
-        # A job killed by a signal has no return code set (status SIGNALED): sacct's text prints 0:<signal>.
-        return f"{code or 0}:{sig or 0}", True
-
-
-class DataParserV0045(DataParserV0042):
-    """Slurm 26.05's ``sacct --json`` (data_parser/v0.0.45). The fields gpuclust reads are laid out as in
-    v0.0.42 (checked row by row against the text output of the same jobs, tests/data/accounting/26.05); new
-    are ``sluid``, ``exclusive``, ``oversubscribe``, ``segment_size``, and ``association.user``/``account``
-    come empty (the top-level ``user``/``account`` are set, and are read first)."""
-
-    plugins = ("data_parser/v0.0.45",)
-
-
-ADAPTERS: tuple[type[SacctJsonAdapter], ...] = (OpenapiDbV0038, DataParserV0042, DataParserV0045)
-KNOWN_PLUGINS: tuple[str, ...] = tuple(p for a in ADAPTERS for p in a.plugins)
+# The table: one entry per shape, each only its differences (the module docstring says where each was read).
+ADAPTER_TABLE: tuple[SacctJsonAdapter, ...] = (
+    SacctJsonAdapter("openapi/dbv0.0.37", (20, 11), (23, 2), SPEC, state_list=False, exit_code_known=False,
+                     start_is_eligible=True,
+                     note=_LOST_EXIT.format(release="Slurm 21.08", plugin="openapi/dbv0.0.37")
+                     + " Start is derived as End - Elapsed - Suspended (this shape prints the eligible time "
+                       "as time.start); unknown for jobs still running."),
+    SacctJsonAdapter("openapi/dbv0.0.38", (22, 5), (23, 2), LAB, state_list=False, exit_code_known=False,
+                     note=_LOST_EXIT.format(release="Slurm 22.05", plugin="openapi/dbv0.0.38")),
+    SacctJsonAdapter("data_parser/v0.0.39", (23, 2), (24, 5), SPEC, state_list=False, exit_code_known=False,
+                     note=_LOST_EXIT.format(release="Slurm 23.02", plugin="data_parser/v0.0.39")),
+    SacctJsonAdapter("data_parser/v0.0.40", (23, 11), (25, 5), PUBLIC),
+    SacctJsonAdapter("data_parser/v0.0.41", (24, 5), (25, 11), SPEC),
+    SacctJsonAdapter("data_parser/v0.0.42", (24, 11), (26, 5), LAB),
+    SacctJsonAdapter("data_parser/v0.0.43", (25, 5), None, SPEC),
+    SacctJsonAdapter("data_parser/v0.0.44", (25, 11), None, SPEC),
+    SacctJsonAdapter("data_parser/v0.0.45", (26, 5), None, LAB),
+)
+ADAPTERS: dict[str, SacctJsonAdapter] = {a.plugin: a for a in ADAPTER_TABLE}
+KNOWN_PLUGINS: tuple[str, ...] = tuple(ADAPTERS)
+DEFAULT_ADAPTER = ADAPTERS["openapi/dbv0.0.38"]  # for a document with neither jobs nor meta: nothing to read
 FALLBACK_HINT = "Read sacct's text output instead (`report fetch --via parsable`, or a --parsable2 dump)"
 
 
 def adapter_for(shape: JsonShape, command: str = COMMAND) -> SacctJsonAdapter:
-    """The adapter for a document's shape; UnknownShape (naming command, plugin, version) for any other."""
-    for adapter in ADAPTERS:
-        if shape.plugin in adapter.plugins:
-            return adapter()
-    raise UnknownShape(command, shape, KNOWN_PLUGINS, FALLBACK_HINT)
+    """The adapter for a document's shape; UnknownShape (naming command, what meta says, the versions read)
+    for any other: an unknown plugin, a meta block that is missing, malformed or says two things, or a plugin
+    that the named Slurm release does not ship (a document mixing versions)."""
+    known = tuple(a.label for a in ADAPTER_TABLE)
+    if shape.conflict:
+        raise UnknownShape(command, shape, known, FALLBACK_HINT)
+    adapter = ADAPTERS.get(shape.plugin)
+    if adapter is None:
+        raise UnknownShape(command, shape, known, FALLBACK_HINT)
+    if not adapter.ships_in(shape.version):
+        hint = (f"meta mixes versions: Slurm {shape.release} does not ship {adapter.label}. {FALLBACK_HINT}")
+        raise UnknownShape(command, shape, known, hint)
+    return adapter
