@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from gpuclust.accounting import prom, svgplot
 from gpuclust.accounting.metrics.assembly import records
+from gpuclust.slurm import hostlist
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -77,7 +78,7 @@ DEFINITIONS: dict[str, str] = {
 
 def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     cols = ["job_id", "job_id_raw", "user", "account", "partition", "gpus", "elapsed_s", "start", "end",
-            "alloc_tres", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
+            "alloc_tres", "nodelist", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
             "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "state", "exit_code", "exit_signal"]
     present = [c for c in cols if c in table.column_names]
     t = table.select(present)
@@ -91,7 +92,7 @@ def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     for c in cols:
         if c not in frame.columns:
             frame[c] = None if c == "gpu_util_rule" else np.nan
-    for c in ("user", "account", "partition", "job_id", "alloc_tres", "gpu_util_rule", "state"):
+    for c in ("user", "account", "partition", "job_id", "alloc_tres", "gpu_util_rule", "state", "nodelist"):
         if isinstance(frame[c].dtype, pd.CategoricalDtype):
             frame[c] = frame[c].astype(object)
     return frame
@@ -131,7 +132,8 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
         for i, row in enumerate(jobs.itertuples(index=False)):
             start = _utc(row.start)
             end = _utc(row.end)
-            windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i))
+            nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
+            windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i, nodes=nodes))
         result = fetch_telemetry(tel, windows, period.start, period.end)
         info["prometheus"] = {"url": result.source, "queries": result.queries, "jobs_with_series": len(result.jobs),
                               "warnings": len(result.warnings), "warning_list": result.warnings[:50],

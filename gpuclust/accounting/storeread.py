@@ -37,7 +37,7 @@ from gpuclust.errors import InputError
 
 # Columns no figure of the report reads (metrics, economics, trend): not in the table. (fetched_at and window
 # order the executions for latest_state: the first pass reads them.)
-UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "mem_mb", "fetched_at", "window"})
+UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "fetched_at", "window"})
 # Strings that repeat from row to row: read as dictionary codes (a few bytes a row, not the text).
 # (JobID is nearly unique per row: a dictionary would not save anything there.)
 DICTIONARY_COLUMNS = ("job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",

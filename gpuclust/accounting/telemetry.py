@@ -13,6 +13,13 @@ Queries (never one per job)
     (none when no job overlaps the period). Node figures are 6 instant queries at ``end``. ``queries`` counts
     every HTTP request made.
 
+Join by node ([telemetry] join = node, for sites whose dcgm-exporter has no HPC job mapping)
+    The selector is ``METRIC{node_label!=""}`` (every GPU's series), each window takes the points of the GPUs
+    of its nodes (``JobWindow.nodes``, the job's NodeList), and a job window is attributed ONLY where that is
+    unambiguous: no other job window overlaps it on any of its nodes, and its GPUs per node equal the GPUs
+    with series on each node (a whole-node job). Any other window is unknown, with one counted warning:
+    without the job label, which of a shared node's GPUs were whose cannot be told, and it is never guessed.
+
 Attribution
     A returned series belongs to the job whose id is its job label, on GPU (node label, gpu label); series
     with the same (job, node, gpu) (e.g. a driver-version label change, an Xid code change) are merged by
@@ -93,6 +100,7 @@ class JobWindow:
     end: datetime  # tz-aware (for a running job: the period end)
     gpus: int  # GPUs allocated (from AllocTRES)
     key: object = None  # the caller's row key, returned as is (a requeued job's executions share `job`)
+    nodes: tuple[str, ...] = ()  # the job's nodes (NodeList expanded); read only with [telemetry] join = node
 
 
 @dataclass
@@ -282,7 +290,7 @@ def _selector(metric: str, job_label: str) -> str:
 
 
 def _metrics(cfg: TelemetryConfig) -> list[_Metric]:
-    sel = lambda m: _selector(m, cfg.job_label)  # noqa: E731
+    sel = lambda m: _selector(m, cfg.node_label if cfg.join == "node" else cfg.job_label)  # noqa: E731
     return [
         _Metric("util", sel(cfg.metric_util), cfg.metric_util, 100.0),
         _Metric("fb_used", sel(cfg.metric_fb_used), cfg.metric_fb_used, _FINITE),
@@ -317,6 +325,7 @@ class _Win:
     e: float
     gpus: int
     key: object
+    nodes: tuple[str, ...] = ()
 
 
 def _overlaps(win: _Win, failed: Iterable[tuple[float, float]], step: float) -> bool:
@@ -406,6 +415,47 @@ def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
 # ---- the queries -----------------------------------------------------------------------------------------
 
 
+def _exclusive_by_node(wins: list[_Win], warnings: list[str], url: str) -> dict[str, list[_Win]]:
+    """join = node: node -> the windows on it that share none of their nodes with another window in time."""
+    by_node: dict[str, list[_Win]] = {}
+    for win in wins:
+        for node in win.nodes:
+            by_node.setdefault(node, []).append(win)
+    shared: set[int] = {w.index for w in wins if not w.nodes}
+    for on_node in by_node.values():
+        on_node.sort(key=lambda w: w.s)
+        latest: _Win | None = None  # the window reaching furthest so far
+        for win in on_node:
+            if latest is not None and win.s < latest.e:
+                shared |= {win.index, latest.index}
+            if latest is None or win.e > latest.e:
+                latest = win
+    if shared:
+        warnings.append(f"{url}: join = node: {len(shared)} job window(s) share a node with another job in time "
+                        "(or have no NodeList): without the job label, which GPUs were theirs is unknown (unknown, "
+                        "not 0)")
+    return {node: [w for w in on_node if w.index not in shared] for node, on_node in by_node.items()}
+
+
+def _whole_node_only(by_node: dict[str, list[_Win]], util: _Metric, warnings: list[str],
+                     url: str) -> dict[str, list[_Win]]:
+    """join = node: keep the windows whose GPUs per node equal the GPUs with utilisation series on each of
+    their nodes (a job on part of a node cannot be told from the GPUs beside it)."""
+    gpus_on: dict[str, set[str]] = {}
+    for _job, node, gpu in util.series:
+        gpus_on.setdefault(node, set()).add(gpu)
+    partial: set[int] = set()
+    for on_node in by_node.values():
+        for win in on_node:
+            per_node = win.gpus / max(len(win.nodes), 1)
+            if any(len(gpus_on.get(node, ())) != per_node for node in win.nodes):
+                partial.add(win.index)
+    if partial:
+        warnings.append(f"{url}: join = node: {len(partial)} job window(s) hold only part of a node's GPUs: which "
+                        "of them were theirs is unknown without the job label (unknown, not 0)")
+    return {node: [w for w in on_node if w.index not in partial] for node, on_node in by_node.items()}
+
+
 def _collect(client: _Client, metric: _Metric, cfg: TelemetryConfig, jobs: set[str],
              windows: list[tuple[float, float]], warnings: list[str]) -> None:
     for a, b in windows:
@@ -429,7 +479,8 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
         for item in result:
             labels = item["metric"]
             metric.returned += 1
-            job = labels.get(cfg.job_label)
+            # join = node: the series is keyed by its node, and the windows of that node's whole-node jobs take it
+            job = labels.get(cfg.node_label if cfg.join == "node" else cfg.job_label)
             if job not in jobs:
                 continue
             node = labels.get(cfg.node_label, "")
@@ -531,10 +582,13 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
     for index, job in enumerate(jobs):
         s, e = max(job.start.timestamp(), t0), min(job.end.timestamp(), t1)
         if s < e:
-            wins.append(_Win(index, str(job.job).strip(), s, e, job.gpus, job.key))
+            wins.append(_Win(index, str(job.job).strip(), s, e, job.gpus, job.key, tuple(job.nodes)))
     wins_by_job: dict[str, list[_Win]] = {}
-    for win in wins:
-        wins_by_job.setdefault(win.job, []).append(win)
+    if cfg.join == "node":
+        wins_by_job = _exclusive_by_node(wins, warnings, url)
+    else:
+        for win in wins:
+            wins_by_job.setdefault(win.job, []).append(win)
 
     acc: dict[int, dict[str, Any]] = {}
     metrics = _metrics(cfg)
@@ -542,6 +596,8 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
         windows = _grid_windows(t0, t1, cfg.step_s, cfg.chunk_hours)
         for metric in metrics:
             _collect(client, metric, cfg, set(wins_by_job), windows, warnings)
+            if cfg.join == "node" and metric is metrics[0]:
+                wins_by_job = _whole_node_only(wins_by_job, metric, warnings, url)
             if metric.dropped:
                 warnings.append(f"{url}: {metric.label}: {metric.dropped} point(s) dropped as impossible values "
                                 f"(e.g. {metric.dropped_example})")

@@ -183,6 +183,11 @@ def lab_data() -> OpenMetrics:
     gpu_series("n2", 1, "104", 40, 99, {m: 20.0 for m in range(40, 70)} | {-1: 3.0})
     gpu_series("n2", 2, "106", 0, 59, {10: 1e9, 20: math.nan, -1: 30.0})
     gpu_series("n2", 3, None, 0, 239, 0.0)  # no job: the selector {hpc_job!=""} never returns it
+    # join = node (no job label at all): n3 and n4 have 2 GPUs each
+    gpu_series("n3", 0, None, 0, 119, {m: 90.0 for m in range(60)} | {-1: 10.0})
+    gpu_series("n3", 1, None, 0, 119, {m: 70.0 for m in range(60)} | {-1: 10.0})
+    gpu_series("n4", 0, None, 0, 119, 50.0)
+    gpu_series("n4", 1, None, 0, 119, 50.0)
     # Xid: the last Xid code, with err_code as dcgm-exporter writes it; 0 until 90 min, then 79
     xid = _gpu("n1", 3, "103")
     om.add("DCGM_FI_DEV_XID_ERRORS", xid | {"err_code": "0", "err_msg": "No Error"}, _every_minute(0, 89, 0.0))
@@ -217,6 +222,15 @@ JOBS = [
     JobWindow("105", _minutes(0), _minutes(60), 1, key="105"),
     JobWindow("106", _minutes(0), _minutes(60), 1, key="106"),
     JobWindow("107", _minutes(300), _minutes(360), 1, key="107"),  # after the period
+]
+
+
+NODE_JOBS = [
+    JobWindow("301", _minutes(0), _minutes(60), 2, key="301", nodes=("n3",)),  # whole n3, alone: known
+    JobWindow("302", _minutes(0), _minutes(60), 2, key="302", nodes=("n4",)),  # 302 and 303 overlap on n4
+    JobWindow("303", _minutes(30), _minutes(90), 2, key="303", nodes=("n4",)),
+    JobWindow("304", _minutes(60), _minutes(120), 1, key="304", nodes=("n3",)),  # 1 of n3's 2 GPUs
+    JobWindow("305", _minutes(0), _minutes(60), 2, key="305"),  # no NodeList
 ]
 
 
@@ -505,3 +519,17 @@ def test_config_errors_name_file_line_and_key(line: str, message: str) -> None:
         parse_config(SITE + f"[telemetry]\n{line}\n", "t.conf")
     text = str(info.value)
     assert "t.conf:5" in text and message in text, text
+
+
+def test_join_by_node_attributes_only_whole_node_jobs_alone(prometheus: str, lab_result: TelemetryResult) -> None:
+    """[telemetry] join = node: 301 held n3 (both GPUs) alone -> n3's points, by hand: GPU 0 at 90 %, GPU 1 at
+    70 % for the hour, mean 80 %, covered 2 x 3600 GPU-s. 302/303 shared n4 in time, 304 held 1 of n3's 2 GPUs,
+    305 has no NodeList: all unknown (absent), each counted in a warning; nothing is guessed."""
+    result = fetch_telemetry(_cfg(prometheus, join="node"), NODE_JOBS, P0, PERIOD_END)
+    assert set(result.jobs) == {"301"}, result.warnings
+    job = result.jobs["301"]
+    assert job.gpus_seen == 2 and job.util_mean_pct == pytest.approx(80.0) and job.util_max_pct == 90.0
+    assert job.covered_gpu_s == pytest.approx(7200) and job.busy_gpu_s == pytest.approx(5760)
+    assert any("share a node" in w and w.count("3 job window") for w in result.warnings), result.warnings
+    assert any("part of a node" in w and "1 job window" in w for w in result.warnings), result.warnings
+    assert result.queries == lab_result.queries  # the same batched queries as the job-label join
