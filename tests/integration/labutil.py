@@ -58,6 +58,7 @@ def run_cmd(
         list(argv),
         capture_output=True,
         text=True,
+        errors="surrogateescape",  # job names and comments come back in whatever bytes the tests gave them
         timeout=timeout,
         env=dict(env) if env is not None else None,
         stdin=subprocess.DEVNULL,
