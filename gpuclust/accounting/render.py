@@ -10,6 +10,7 @@ import html
 import io
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -78,6 +79,36 @@ def with_context(frame: pd.DataFrame, report: Report) -> pd.DataFrame:
     return out
 
 
+# A table this long is written by Arrow's CSV writer (C++): pandas' own writer took 3.9 s for the 276k-job
+# gpu_use_jobs of 1M lines (BENCHMARKS.md, issue 26). The text is pandas' but for floats, which Arrow writes in
+# the shortest form that reads back as the same number (3600 for 3600.0, 0.00001 for 1e-05). A table Arrow
+# cannot write that way (a value holding a comma, quote or newline; mixed types) falls back to pandas.
+LARGE_CSV_ROWS = 50_000
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]+")
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    if len(frame) <= LARGE_CSV_ROWS or not all(_PLAIN_NAME.fullmatch(str(c)) for c in frame.columns):
+        return frame.to_csv(index=False)
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    prepared = frame.copy()
+    for name in prepared.columns:
+        if prepared[name].dtype == np.bool_:  # pandas writes True/False, Arrow true/false
+            prepared[name] = prepared[name].map({True: "True", False: "False"}).astype(object)
+    try:
+        table = pa.Table.from_pandas(prepared, preserve_index=False)
+        buf = io.BytesIO()
+        pacsv.write_csv(table, buf, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return frame.to_csv(index=False)
+    return ",".join(str(c) for c in frame.columns) + "\n" + buf.getvalue().decode("utf-8")
+
+
 def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[Path]:
     written: list[Path] = []
     for fmt in formats:
@@ -90,7 +121,7 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
                 frame = with_context(table, report)
                 path = out_dir / f"{name}.{fmt}"
                 if fmt == "csv":
-                    write_atomic(path, frame.to_csv(index=False), make_parents=True, input_error=True)
+                    write_atomic(path, csv_text(frame), make_parents=True, input_error=True)
                 else:
                     buf = io.BytesIO()
                     frame.to_parquet(buf, index=False)
