@@ -7,7 +7,18 @@ cd "${GPUCLUST_REPO:-$(dirname "$0")/../..}"
 lab=(tests/slurm_lab/slurm-lab --name "${SLURM_LAB_NAME:-gpuclust}")
 common=(-p gpu --gpus-per-node 1 -A ml --comment "team=ml project=acceptance"
         --set "ACCEPT_GPU_DEVICE_GLOB=${SLURM_LAB_STATE}/dev/nvidia[0-9]*")
-wait_done() { for j in "$@"; do while squeue -h -j "$j" 2>/dev/null | grep -q .; do sleep 1; done; done; }
+wait_done() {  # fail the demo with the job's pending reason rather than hang (e.g. a node left drained)
+  local j waited
+  for j in "$@"; do
+    waited=0
+    while squeue -h -j "$j" 2>/dev/null | grep -q .; do
+      sleep 1; waited=$((waited + 1))
+      if (( waited > 900 )); then
+        echo "job $j still queued after 900 s: $(squeue -h -j "$j" -o '%T %R')" >&2; sinfo -N -o '%N %T %E' >&2; return 1
+      fi
+    done
+  done
+}
 
 echo "--- all_reduce (8 B - 16 MiB) and storage, each on 4 nodes"
 ar=$(gpuclust accept submit allreduce -N 4 "${common[@]}" --set ACCEPT_MAX_SIZE=16M --set ACCEPT_ITERS=3 --set ACCEPT_WARMUP=1 | awk '{print $2}')
