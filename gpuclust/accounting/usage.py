@@ -159,9 +159,11 @@ def numbers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return out, present & ~okn
 
 
-def counts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Counts sacct may have put through its unit conversion (gpuutil before 23.11.7, energy): `1K` = 1024,
-    `1.50K` = 1536; plain numbers as they are."""
+_SUFFIXES = ("", "K", "M", "G", "T", "P")
+
+
+def _suffixed(values: pa.Array, scale: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """`<number><K|M|G|T|P>?` -> number x scale[suffix] (NaN where absent; bad mask: present, not that form)."""
     got = pc.extract_regex(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
     present = pc.is_valid(values).to_numpy(zero_copy_only=False)
     ok = pc.is_valid(got).to_numpy(zero_copy_only=False)
@@ -169,23 +171,20 @@ def counts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if ok.any():
         sub = pc.filter(got, pa.array(ok))
         num = pc.cast(pc.struct_field(sub, [0]), pa.float64()).to_numpy(zero_copy_only=False)
-        units = pc.struct_field(sub, [1]).to_pylist()
-        out[ok] = num * np.array([_COUNT_UNIT[u] for u in units])
+        unit = pc.index_in(pc.struct_field(sub, [1]), value_set=pa.array(_SUFFIXES)).to_numpy(zero_copy_only=False)
+        out[ok] = num * np.array([scale[u] for u in _SUFFIXES])[unit]
     return out, present & ~ok
+
+
+def counts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Counts sacct may have put through its unit conversion (gpuutil before 23.11.7, energy): `1K` = 1024,
+    `1.50K` = 1536; plain numbers as they are."""
+    return _suffixed(values, _COUNT_UNIT)
 
 
 def sizes_mib(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Sizes as sacct prints them (`218192K`, `1.50G`, raw bytes without a suffix) -> MiB."""
-    got = pc.extract_regex(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
-    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
-    ok = pc.is_valid(got).to_numpy(zero_copy_only=False)
-    out = np.full(len(values), np.nan)
-    if ok.any():
-        sub = pc.filter(got, pa.array(ok))
-        num = pc.cast(pc.struct_field(sub, [0]), pa.float64()).to_numpy(zero_copy_only=False)
-        units = pc.struct_field(sub, [1]).to_pylist()
-        out[ok] = num * np.array([_MEM_UNIT_MIB[u] for u in units])
-    return out, present & ~ok
+    return _suffixed(values, _MEM_UNIT_MIB)
 
 
 def clock_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
