@@ -162,18 +162,24 @@ def numbers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 _SUFFIXES = ("", "K", "M", "G", "T", "P")
 
 
-def _suffixed(values: pa.Array, scale: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """`<number><K|M|G|T|P>?` -> number x scale[suffix] (NaN where absent; bad mask: present, not that form)."""
-    got = pc.extract_regex(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
+def _matched(values: pa.Array, pattern: str) -> tuple[pa.Array | None, np.ndarray, np.ndarray, np.ndarray]:
+    """(the regex groups of the values that match, or None when none does; the match mask; the bad mask:
+    present but not matching; a NaN array the caller fills at the mask)."""
+    got = pc.extract_regex(values, pattern)
     present = pc.is_valid(values).to_numpy(zero_copy_only=False)
     ok = pc.is_valid(got).to_numpy(zero_copy_only=False)
-    out = np.full(len(values), np.nan)
-    if ok.any():
-        sub = pc.filter(got, pa.array(ok))
+    sub = pc.filter(got, pa.array(ok)) if ok.any() else None
+    return sub, ok, present & ~ok, np.full(len(values), np.nan)
+
+
+def _suffixed(values: pa.Array, scale: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """`<number><K|M|G|T|P>?` -> number x scale[suffix] (NaN where absent; bad mask: present, not that form)."""
+    sub, ok, bad, out = _matched(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
+    if sub is not None:
         num = pc.cast(pc.struct_field(sub, [0]), pa.float64()).to_numpy(zero_copy_only=False)
         unit = pc.index_in(pc.struct_field(sub, [1]), value_set=pa.array(_SUFFIXES)).to_numpy(zero_copy_only=False)
         out[ok] = num * np.array([scale[u] for u in _SUFFIXES])[unit]
-    return out, present & ~ok
+    return out, bad
 
 
 def counts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -189,20 +195,18 @@ def sizes_mib(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def clock_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """CPU time as sacct prints it (`[D-]HH:MM:SS`, `MM:SS.mmm`) -> seconds."""
-    got = pc.extract_regex(values, r"^(?:(?P<d>[0-9]+)-)?(?:(?P<h>[0-9]+):)?(?P<m>[0-9]+):(?P<s>[0-9]+(?:\.[0-9]+)?)$")
-    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
-    ok = pc.is_valid(got).to_numpy(zero_copy_only=False)
-    out = np.full(len(values), np.nan)
-    if ok.any():
-        sub = pc.filter(got, pa.array(ok))
+    sub, ok, bad, out = _matched(
+        values, r"^(?:(?P<d>[0-9]+)-)?(?:(?P<h>[0-9]+):)?(?P<m>[0-9]+):(?P<s>[0-9]+(?:\.[0-9]+)?)$")
+    if sub is not None:
+        groups = sub  # (a name the closure sees as not None)
 
         def part(i: int) -> np.ndarray:
-            col = pc.struct_field(sub, [i])
+            col = pc.struct_field(groups, [i])
             col = pc.if_else(pc.equal(col, ""), "0", col)
             return np.asarray(pc.cast(pc.fill_null(col, "0"), pa.float64()).to_numpy(zero_copy_only=False))
 
         out[ok] = part(0) * 86400 + part(1) * 3600 + part(2) * 60 + part(3)
-    return out, present & ~ok
+    return out, bad
 
 
 def parse_usage(text: str) -> dict[str, float]:

@@ -8,11 +8,10 @@ value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from gpuclust.config import values as v
-from gpuclust.config.schema import Key, ParsedSection, SectionSpec
-from gpuclust.config.telemetry import parse_positive_seconds
+from gpuclust.config.schema import Key, ParsedSection, SectionSpec, field_values
 
 # The snapshot sources (gpuclust.accept.health.collect.SOURCES; repeated here so the config does not import
 # the collector).
@@ -53,13 +52,6 @@ def parse_sources(text: str) -> tuple[str, ...]:
         if item not in HEALTH_SOURCES:
             raise ValueError(f"unknown health source {item!r} (expected some of {', '.join(HEALTH_SOURCES)})")
     return tuple(dict.fromkeys(items))
-
-
-def parse_positive_float(text: str) -> float:
-    value = v.parse_nonneg_float(text)
-    if value <= 0:
-        raise ValueError(f"must be > 0, got {text!r}")
-    return value
 
 
 HEALTH = SectionSpec(
@@ -104,13 +96,13 @@ HEALTH = SectionSpec(
         Key("ib_error_max", v.parse_nonneg_int, "CRITICAL when an InfiniBand port's symbol_error, link_downed, "
             "link_error_recovery or port_rcv_errors grows by more than this during a run (AzNHC's IB checks "
             "and NVIDIA's fabric guidance: these do not grow on a healthy link).", default=0),
-        Key("ib_rate_gbps", parse_positive_float, "The expected rate of each InfiniBand port in Gb/s (e.g. 400 for "
+        Key("ib_rate_gbps", v.parse_positive_float, "The expected rate of each InfiniBand port in Gb/s (e.g. 400 for "
             "NDR); a port below it is a topology finding. Absent: not checked."),
         Key("ib_rate_severity", v.parse_choice("warning", "critical"), "Severity of a port below ib_rate_gbps.",
             default="warning"),
         Key("pcie_severity", v.parse_choice("warning", "critical"), "Severity of a GPU whose PCIe link runs below "
             "its max width (or, while busy, its max generation).", default="warning"),
-        Key("nvidia_smi_timeout", parse_positive_seconds, "Limit of each `nvidia-smi -q -x` (seconds or 30s): "
+        Key("nvidia_smi_timeout", v.parse_positive_seconds, "Limit of each `nvidia-smi -q -x` (seconds or 30s): "
             "a hung driver makes it block, and the snapshot must still finish.", default=30.0),
         Key("require", parse_sources, "Sources whose absence is UNKNOWN rather than a note (some of net, snmp, "
             "qdisc, infiniband, nvidia_smi, xid). Default: none; an absent source is reported at OK level.",
@@ -149,7 +141,5 @@ def health_config(sections: list[ParsedSection]) -> HealthConfig:
     """The typed [health] section (defaults when absent; the schema already reported bad values)."""
     if not sections:
         return HealthConfig()
-    s = sections[0]
-    names = {f.name for f in fields(HealthConfig)}
-    values = {FIELD_OF_KEY.get(k, k): s.values[k] for k in s.values if FIELD_OF_KEY.get(k, k) in names}
+    values = field_values(sections[0], HealthConfig, FIELD_OF_KEY)
     return HealthConfig(**values)

@@ -4,8 +4,8 @@ each key. Unknown sections and keys are errors with close-match suggestions."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpuclust.config.ini import IniDocument, Section
@@ -138,3 +138,12 @@ def suggest(word: str, candidates: list[str]) -> str:
     """'; did you mean 'x'?' for the close matches of word, or ''."""
     close = difflib.get_close_matches(word, candidates, n=2, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def field_values(section: ParsedSection, cls: type, field_of_key: Mapping[str, str]) -> dict[str, Any]:
+    """A parsed section's values keyed by the dataclass `cls`'s field names (a key maps to its field through
+    `field_of_key` where the names differ); keys with no field are left out."""
+    names = {f.name for f in fields(cls)}
+    out = {field_of_key.get(k, k): v for k, v in section.values.items()}
+    return {k: v for k, v in out.items() if k in names}
+

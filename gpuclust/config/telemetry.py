@@ -7,13 +7,12 @@ once; `TelemetryConfig` is re-exported there. The reader is gpuclust.accounting.
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from gpuclust.config import values as v
-from gpuclust.config.schema import Key, ParsedSection, SectionSpec
+from gpuclust.config.schema import Key, ParsedSection, SectionSpec, field_values
 
 # Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*) and metric names (also ':'): they go into PromQL verbatim.
 _LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -53,25 +52,6 @@ def parse_metric_name(text: str) -> str:
     return text
 
 
-def parse_positive_seconds(text: str) -> float:
-    """Seconds > 0: a plain number (fractions allowed: 0.5) or a duration like 30s, 5m."""
-    raw = text.strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float(v.parse_duration(raw))
-    if not (value > 0 and math.isfinite(value) and value <= v.MAX_DURATION_S):
-        raise ValueError(f"must be a duration > 0 (e.g. 30s, 5m or 30), got {text!r}")
-    return value
-
-
-def parse_positive_float(text: str) -> float:
-    value = v.parse_nonneg_float(text)
-    if value <= 0:
-        raise ValueError(f"must be > 0, got {text!r}")
-    return value
-
-
 def parse_percent(text: str) -> float:
     """A utilisation in percent, 0-100: `10` or `10%`."""
     raw = text.strip().removesuffix("%")
@@ -96,10 +76,10 @@ TELEMETRY = SectionSpec(
     (
         Key("prometheus_url", parse_prometheus_url, "Base URL of the Prometheus HTTP API, http(s)://host[:port][/path]; "
             "absent: the Prometheus source is off."),
-        Key("timeout", parse_positive_seconds, "Limit of each HTTP request (seconds or 30s, 2m).", default=30.0),
-        Key("step", parse_positive_seconds, "query_range resolution: one point per series every STEP seconds.",
+        Key("timeout", v.parse_positive_seconds, "Limit of each HTTP request (seconds or 30s, 2m).", default=30.0),
+        Key("step", v.parse_positive_seconds, "query_range resolution: one point per series every STEP seconds.",
             default=30.0),
-        Key("chunk_hours", parse_positive_float, "The period is queried in windows of this many hours (bounds each "
+        Key("chunk_hours", v.parse_positive_float, "The period is queried in windows of this many hours (bounds each "
             "response; a window never exceeds 10,000 steps).", default=6.0),
         Key("job_label", parse_label_name, "dcgm-exporter's HPC job mapping label (value: the Slurm job id).",
             default="hpc_job"),
@@ -160,9 +140,7 @@ def telemetry_config(sections: list[ParsedSection]) -> TelemetryConfig:
     """The typed [telemetry] section (defaults when absent; the schema already reported bad values)."""
     if not sections:
         return TelemetryConfig()
-    s = sections[0]
-    names = {f.name for f in fields(TelemetryConfig)}
-    values = {FIELD_OF_KEY.get(k, k): s.values[k] for k in s.values if FIELD_OF_KEY.get(k, k) in names}
+    values = field_values(sections[0], TelemetryConfig, FIELD_OF_KEY)
     if "idle_min_s" in values:
         values["idle_min_s"] = float(values["idle_min_s"])
     return TelemetryConfig(**values)

@@ -3,6 +3,7 @@ with a message that says what was expected."""
 
 from __future__ import annotations
 
+import math
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -174,3 +175,22 @@ def parse_label_pairs(text: str) -> dict[str, str]:
             raise ValueError(f"expected key=value pairs, got {item!r}")
         pairs[parse_slurm_name(key)] = value
     return pairs
+
+
+def parse_positive_seconds(text: str) -> float:
+    """Seconds > 0: a plain number (fractions allowed: 0.5) or a duration like 30s, 5m."""
+    raw = text.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float(parse_duration(raw))
+    if not (value > 0 and math.isfinite(value) and value <= MAX_DURATION_S):
+        raise ValueError(f"must be a duration > 0 (e.g. 30s, 5m or 30), got {text!r}")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    value = parse_nonneg_float(text)
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {text!r}")
+    return value

@@ -84,7 +84,7 @@ raises BadField; the reader rejects that row and reports it, never the whole doc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -181,27 +181,37 @@ def obj(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
-def tres_text(items: Any, field: str) -> str:
-    """``tres.allocated`` -> the AllocTRES string sacct prints (``mem`` in MB gets its M)."""
+def _tres_items(items: Any, field: str) -> Iterator[tuple[str, str, str, int | None]]:
+    """A JSON TRES list -> (where, type, name, count) per item; a non-list or a non-object item is a BadField."""
     if items is None:
-        return ""
+        return
     if not isinstance(items, list):
         raise BadField(field, f"{items!r:.60} is not a list")
-    out = []
     for i, item in enumerate(items):
         where = f"{field}[{i}]"
         item = obj(item, where)
         kind, name = text(item.get("type"), f"{where}.type"), text(item.get("name"), f"{where}.name")
-        n = number(item.get("count"), f"{where}.count")
+        yield where, kind, name, number(item.get("count"), f"{where}.count")
+
+
+def _tres_key(kind: str, name: str, where: str) -> str:
+    """`gres/gpu`, `mem`: the key sacct's text prints (a ',' or '=' in it would break that text)."""
+    if "," in kind + name or "=" in kind + name:
+        raise BadField(where, f"TRES name {kind}/{name!r} holds ',' or '='")
+    return f"{kind}/{name}" if name else kind
+
+
+def tres_text(items: Any, field: str) -> str:
+    """``tres.allocated`` -> the AllocTRES string sacct prints (``mem`` in MB gets its M)."""
+    out = []
+    for where, kind, name, n in _tres_items(items, field):
         if kind == "energy" and n is not None and n < 0:  # 24.11 prints -2 for energy never measured
             continue
         if n is not None and n < 0:
             raise BadField(f"{where}.count", f"{n} is negative")
         if not kind or n is None:
             continue
-        if "," in kind + name or "=" in kind + name:
-            raise BadField(where, f"TRES name {kind}/{name!r} holds ',' or '='")
-        key = f"{kind}/{name}" if name else kind
+        key = _tres_key(kind, name, where)
         out.append(f"{key}={n}M" if key == "mem" else f"{key}={n}")
     return ",".join(sorted(out))  # sacct's text prints the items sorted
 
@@ -210,21 +220,11 @@ def tres_text(items: Any, field: str) -> str:
 # (the text reader takes a size without a suffix as bytes).
 def usage_text(items: Any, field: str) -> str:
     """A step's ``tres.requested.average`` (etc.) list -> the TRESUsageIn* string sacct prints."""
-    if items is None:
-        return ""
-    if not isinstance(items, list):
-        raise BadField(field, f"{items!r:.60} is not a list")
     out = []
-    for i, item in enumerate(items):
-        where = f"{field}[{i}]"
-        item = obj(item, where)
-        kind, name = text(item.get("type"), f"{where}.type"), text(item.get("name"), f"{where}.name")
-        n = number(item.get("count"), f"{where}.count")
+    for where, kind, name, n in _tres_items(items, field):
         if not kind or n is None or n in (NO_VAL, INFINITE):
             continue
-        if "," in kind + name or "=" in kind + name:
-            raise BadField(where, f"TRES name {kind}/{name!r} holds ',' or '='")
-        key = f"{kind}/{name}" if name else kind
+        key = _tres_key(kind, name, where)
         if key == "cpu" and n >= 0:
             secs, ms = divmod(n, 1000)
             out.append(f"cpu={secs // 3600:02d}:{secs % 3600 // 60:02d}:{secs % 60:02d}.{ms:03d}")
