@@ -1,8 +1,10 @@
 """sbatch command line / batch script -> the job_desc fields slurmctld hands job_submit.lua, read as sbatch reads them.
 
 Grammar (checked against the real sbatch, tests/data/policy/sbatch-grammar-<version>.json):
-- the option table is sbatch's own getopt_long table, recorded per Slurm version by probing the binary
-  (gpuclust/policy/sbatch_options/<version>.json, tests/data/policy/record_sbatch_options.py);
+- one table per Slurm release (gpuclust/policy/sbatch_options/<release>.json, 22.05 to 26.05), generated from that
+  release's source by scripts/gen-sbatch-options: sbatch's own getopt_long table (slurm_opt.c), how the release
+  builds job_desc (Profile) and the option conflicts it refuses, with its own message (Rule); the tables of the
+  releases the lab runs equal what probing the binary recorded (tests/data/policy/record_sbatch_options.py);
 - glibc getopt_long with "+" ordering: short clusters (`-HN2`, `-N 2`), `--opt=value` / `--opt value` for required
   arguments, optional arguments only with `=`, unique prefixes of long options (ambiguous -> refused, unless every
   match is an alias), `--` ends the options, and the first non-option is the script: what follows is its arguments;
@@ -44,11 +46,38 @@ class SbatchRefusal(InputError):
 
 
 @dataclass(frozen=True)
+class Rule:
+    """An option conflict the release refuses (sbatch's fatal/error), read from its source by gen-sbatch-options.
+
+    groups: option names, `NAME~TEXT` meaning NAME given with a value that (as sbatch holds it: --gres with its
+    gres prefix) contains TEXT, case-insensitively; the rule fires when options of two or more groups are given.
+    """
+    id: str
+    message: str
+    groups: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How one Slurm release builds job_desc from the options (markers in its source, see gen-sbatch-options)."""
+    gres_prefix: str            # 22.05/23.02 `gres:`, 23.11+ `gres/`
+    tres_per_task_eq: bool      # 23.11+: tres_per_task is `cpu=4,gres/gpu:h100=1`
+    ntasks_from_per_node: bool  # 22.05: --ntasks-per-node x -N sets num_tasks
+    escaped_space: bool         # 24.05+: `\ ` in an #SBATCH line is a space inside the word (earlier: ends it)
+    min_nodes_from_ntasks: bool = False   # 23.11+: -n with --ntasks-per-node sets min_nodes
+    cpus_per_gpu_needs_gpu: bool = False  # 23.02+: --cpus-per-gpu without any GPU request is refused
+
+
+@dataclass(frozen=True)
 class OptionTable:
     version: str
     has_arg: Mapping[str, str]          # long name -> none/required/optional
     key: Mapping[str, str]              # long name -> canonical name (aliases share one)
     short: Mapping[str, tuple[str, str | None]]  # letter -> (has_arg, long name)
+    profile: Profile = Profile("gres:", False, True, False)
+    rules: tuple[Rule, ...] = ()
+    slurm_version: str = ""             # the point release the table was read from
+    source: Mapping[str, Any] = field(default_factory=dict)  # tag, commit, blob sha of each file read
 
 
 def known_versions() -> list[str]:
@@ -56,14 +85,17 @@ def known_versions() -> list[str]:
 
 
 def version_key(version: str) -> str:
-    """'22.05.8' / 'slurm-wlm 22.05.8' / '22.05' -> '22.05' (the recorded table for that release)."""
+    """'22.05.8' / 'slurm-wlm 22.05.8' / '22.05' -> '22.05' (that release's table); any other release is refused."""
     m = re.search(r"(\d+)\.(\d+)", version)
     if not m:
-        raise InputError(Problem("--slurm-version", None, f"not a Slurm version: {version!r}"))
+        raise InputError(Problem("--slurm-version", None,
+                                 f"not a Slurm version: {version!r} (expected a release such as 24.11 or 24.11.5)"))
     key = f"{int(m.group(1)):02d}.{int(m.group(2)):02d}"
     if key not in known_versions():
         raise InputError(Problem("--slurm-version", None,
-                                 f"no recorded sbatch option table for Slurm {key} (have {', '.join(known_versions())})"))
+                                 f"Slurm {key} is not a release policy check knows (supported: "
+                                 f"{', '.join(known_versions())}); pass one of those, or generate its table with "
+                                 "scripts/gen-sbatch-options"))
     return key
 
 
@@ -81,7 +113,8 @@ def table_for(detected: str) -> str:
 @cache
 def option_table(version: str = DEFAULT_VERSION) -> OptionTable:
     key = version_key(version)
-    data = json.loads((_TABLES / f"{key}.json").read_text(encoding="utf-8"))
+    path = _TABLES / f"{key}.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
     has_arg = {o["name"]: o["has_arg"] for o in data["long"]}
     canon: dict[str, str] = {}
     for o in data["long"]:
@@ -89,7 +122,14 @@ def option_table(version: str = DEFAULT_VERSION) -> OptionTable:
         canon[o["name"]] = group[0]
     # the letter and its long option are one getopt val
     short = {s["letter"]: (s["has_arg"], s["long"]) for s in data["short"]}
-    return OptionTable(key, has_arg, canon, short)
+    try:
+        prof = Profile(**data["profile"])
+        rules = tuple(Rule(r["id"], r["message"], tuple(tuple(g) for g in r["groups"])) for r in data["rules"])
+    except (KeyError, TypeError) as exc:
+        raise InputError(Problem(str(path), None, f"not a table written by scripts/gen-sbatch-options ({exc}); "
+                                                  "regenerate it")) from None
+    return OptionTable(key, has_arg, canon, short, prof, rules, data.get("slurm_version", key),
+                       data.get("source", {}))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -543,24 +583,13 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.ints["shared"] = 1
 
 
-@dataclass(frozen=True)
-class Profile:
-    """How one Slurm release builds job_desc from the options (probed: sbatch-grammar-<version>.json)."""
-    gres_prefix: str            # 22.05 `gres:`, 24.11+ `gres/`
-    tres_per_task_eq: bool      # 24.11+: tres_per_task is `cpu=4,gres/gpu:h100=1`
-    ntasks_from_per_node: bool  # 22.05: --ntasks-per-node x -N sets num_tasks
-    escaped_space: bool         # 24.11+: `\ ` in an #SBATCH line is a space inside the word (22.05 ends the word)
-    gpus_per_node_vs_gres: bool = False  # 26.05: --gpus-per-node and --gres=gpu are mutually exclusive
-    cpus_per_gpu_needs_gpu: bool = False  # 24.11+: --cpus-per-gpu without any GPU request is refused
-
-
 def profile(version: str) -> Profile:
-    major = int(version_key(version).split(".")[0])
-    if major >= 26:
-        return Profile("gres/", True, False, True, True, True)
-    if major >= 23:
-        return Profile("gres/", True, False, True, False, True)
-    return Profile("gres:", False, True, False)
+    """The job_desc profile of a release, from its table."""
+    return option_table(version).profile
+
+
+def _rule(table: OptionTable, rule_id: str) -> Rule | None:
+    return next((r for r in table.rules if r.id == rule_id), None)
 
 
 def _prefix(value: str, pre: str) -> str:
@@ -599,8 +628,33 @@ def _count_hosts(expr: str, loc: str) -> int:
         raise SbatchRefusal(Problem(loc, None, f"invalid hostlist {expr!r}: {exc}")) from None
 
 
-def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
+def _given(opts: _Opts, name: str, pre: str) -> str | None:
+    """Where option `name` (or `NAME~TEXT`: NAME with TEXT in its value, as sbatch holds it) was given, or None."""
+    name, tilde, text = name.partition("~")
+    loc = opts.loc.get(name)
+    if loc is None or not tilde:
+        return loc
+    value = opts.strings.get(name) or ""
+    if name == "gres" and value.lower() != "none":
+        value = _prefix(value, pre)
+    return loc if text.lower() in value.lower() else None
+
+
+def _check_rules(opts: _Opts, table: OptionTable) -> None:
+    """The release's option conflicts, in the order it checks them, each refused with the release's own message."""
+    inline = {"tres_per_task_vs_gpus_per_task", "tres_per_task_vs_cpus_per_task"}
+    for r in table.rules:
+        if table.profile.tres_per_task_eq and r.id in inline:
+            continue  # 23.11+: checked while tres_per_task is built (_tres_per_task_24), with the GPU type named
+        hits = [loc for group in r.groups
+                if (loc := next((at for n in group if (at := _given(opts, n, table.profile.gres_prefix))), None))]
+        if len(hits) > 1:
+            raise SbatchRefusal(Problem(hits[-1], None, r.message))
+
+
+def _build(opts: _Opts, gres_names: frozenset[str], table: OptionTable,
            read_file: Callable[[str], bytes] | None = None) -> dict[str, Any]:
+    prof = table.profile
     ints = opts.ints
     pre = prof.gres_prefix
     if opts.strings.get("hint", "").lower() == "nomultithread" and "threads_per_core" not in ints:
@@ -621,10 +675,16 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
         opts.min_nodes = max(count, opts.min_nodes) if opts.nodes_set else count
         opts.nodes_set = True
     # _opt_verify
-    if "cpus_per_task" in ints and "cpus_per_gpu" in ints:
-        raise SbatchRefusal(Problem(opts.loc.get("cpus-per-gpu", "--cpus-per-gpu"), None,
-                                    "--cpus-per-task, --tres-per-task=cpu:#, and --cpus-per-gpu are mutually "
-                                    "exclusive"))
+    _check_rules(opts, table)
+    if not prof.tres_per_task_eq and "tres-per-task" in opts.strings:
+        # 23.02 _validate_tres_per_task: `cpu:N` in --tres-per-task is -c N (a -c as well was refused above)
+        given = opts.strings["tres-per-task"]
+        at = given.lower().find("cpu:")
+        if at >= 0 and "cpus_per_task" not in ints:
+            num, _ = _strtol(given[at + 4:])
+            if not num or num <= 0:
+                raise SbatchRefusal(Problem(opts.loc["tres-per-task"], None, f"Invalid --tres-per-task=cpu:{num or 0}"))
+            ints["cpus_per_task"] = num
     if prof.ntasks_from_per_node and ints.get("ntasks_per_node", 0) > 0 and not opts.ntasks_set and (
             opts.max_nodes == 0 or opts.min_nodes == opts.max_nodes):
         opts.ntasks = opts.min_nodes * ints["ntasks_per_node"]
@@ -660,7 +720,7 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
             job["max_nodes"] = opts.max_nodes
     elif opts.ntasks_set and opts.ntasks == 0:
         job["min_nodes"] = 0
-    elif not prof.ntasks_from_per_node and opts.ntasks_set and "ntasks_per_node" in ints:
+    elif prof.min_nodes_from_ntasks and opts.ntasks_set and "ntasks_per_node" in ints:
         per = ints["ntasks_per_node"]
         job["min_nodes"] = -(-opts.ntasks // per)
     for key in ("sockets_per_node", "cores_per_socket", "threads_per_core", "ntasks_per_node", "ntasks_per_socket",
@@ -675,11 +735,6 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
         job["cpus_per_tres"] = f"{pre}gpu:{ints['cpus_per_gpu']}"
     if "mem_per_gpu" in ints:
         job["mem_per_tres"] = f"{pre}gpu:{ints['mem_per_gpu']}"
-    if prof.gpus_per_node_vs_gres and opts.strings.get("gpus-per-node") and any(
-            item.split(":")[0].removeprefix("gres/").removeprefix("gres:") == "gpu"
-            for item in (opts.strings.get("gres") or "").split(",")):
-        raise SbatchRefusal(Problem(opts.loc.get("gres", "--gres"), None,
-                                    "--gpus-per-node and --gres=gpu are mutually exclusive."))
     job["tres_per_job"] = _xfmt_tres(opts.strings.get("gpus"), pre)
     per_node = _xfmt_tres(opts.strings.get("gpus-per-node"), pre)
     gres = opts.strings.get("gres")
@@ -690,15 +745,26 @@ def _build(opts: _Opts, gres_names: frozenset[str], prof: Profile,
     job["gres"] = per_node  # job_desc.gres reads as tres_per_node (22.05 and 24.11 alike)
     job["tres_per_socket"] = _xfmt_tres(opts.strings.get("gpus-per-socket"), pre)
     if prof.tres_per_task_eq:
-        job["tres_per_task"] = _tres_per_task_24(opts)
-    else:
-        job["tres_per_task"] = _xfmt_tres(opts.strings.get("gpus-per-task"), pre)
+        job["tres_per_task"] = _tres_per_task_24(opts, table)
+    else:  # 23.02 passes --tres-per-task through and adds --gpus-per-task unless it names gres:gpu (22.05 has neither)
+        tpt = opts.strings.get("tres-per-task") or None
+        gpt = _xfmt_tres(opts.strings.get("gpus-per-task"), pre)
+        if gpt and not (tpt and "gres:gpu" in tpt.lower()):
+            tpt = f"{tpt},{gpt}" if tpt else gpt
+        job["tres_per_task"] = tpt
     _validate_gres(job, opts, gres_names, prof)
     return job
 
 
-def _tres_per_task_24(opts: _Opts) -> str | None:
-    """24.11's tres_per_task: --tres-per-task (gres: -> gres/), then --gpus-per-task and -c folded in as NAME=N."""
+def _tres_conflict(table: OptionTable, rule_id: str, name: str, option: str) -> str:
+    """The release's message for --tres-per-task naming NAME as well as --OPTION (printf'd as slurm_opt.c does)."""
+    r = _rule(table, rule_id)
+    text = r.message if r else "You can not have --tres-per-task=%s= and --%s please use one or the other"
+    return text % (name, option) if "%s" in text else text
+
+
+def _tres_per_task_24(opts: _Opts, table: OptionTable) -> str | None:
+    """23.11+ tres_per_task: --tres-per-task (gres: -> gres/), then --gpus-per-task and -c folded in as NAME=N."""
     tpt = opts.strings.get("tres-per-task")
     if tpt:
         tpt = tpt.replace("gres:", "gres/")
@@ -714,12 +780,18 @@ def _tres_per_task_24(opts: _Opts) -> str | None:
         cnt, _ = _strtol(num)
         if tpt and name.lower() in tpt.lower():
             raise SbatchRefusal(Problem(opts.loc.get("gpus-per-task", "--gpus-per-task"), None,
-                                        f"You can not have --tres-per-task={name}= and --gpus-per-task"))
+                                        _tres_conflict(table, "tres_per_task_vs_gpus_per_task", name,
+                                                       "gpus-per-task")))
         tpt = _update_tres_per_task(cnt or 0, name, tpt)
     if "cpus_per_task" in opts.ints:
-        if tpt and "cpu=" in tpt.lower() and "tres-per-task" in opts.loc:
+        # what the release looks for in tres_per_task: 23.11 "cpu:", 24.05+ "cpu" (the rule's `tres-per-task~` term)
+        r = _rule(table, "tres_per_task_vs_cpus_per_task")
+        needle = next((n.partition("~")[2] for g in (r.groups if r else ()) for n in g
+                       if n.startswith("tres-per-task~")), "cpu")
+        if tpt and needle.lower() in tpt.lower() and "tres-per-task" in opts.loc:
             raise SbatchRefusal(Problem(opts.loc.get("cpus-per-task", "--cpus-per-task"), None,
-                                        "You can not have --tres-per-task=cpu= and --cpus-per-task"))
+                                        _tres_conflict(table, "tres_per_task_vs_cpus_per_task", "cpu",
+                                                       "cpus-per-task")))
         tpt = _update_tres_per_task(opts.ints["cpus_per_task"], "cpu", tpt)
     return tpt or None
 
@@ -833,7 +905,7 @@ def read_sbatch(
     opts = _Opts()
     if body is not None:
         check_script_bytes(body, script_name)
-        words = script_words(body, script_name, profile(version).escaped_space)
+        words = script_words(body, script_name, table.profile.escaped_space)
         words_only = [w for w, _ in words]
         sparsed = getopt(words_only, table, lambda i: f"{script_name}:{words[i][1]}")
         if sparsed.operands:
@@ -844,7 +916,7 @@ def read_sbatch(
             _apply(opts, name, value, loc)
     for name, value, loc in parsed.options:
         _apply(opts, name, value, loc)
-    job = _build(opts, gres_names, profile(version), read_file)
+    job = _build(opts, gres_names, table, read_file)
     return SbatchRequest(job, script_path, parsed.operands[1:])
 
 
