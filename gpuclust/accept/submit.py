@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuclust import resources
 from gpuclust.accept import params as P
 from gpuclust.accept.container import ContainerSpec
 from gpuclust.accept.results import KINDS
@@ -29,11 +30,9 @@ CONTAINER_PARAMS = ("ACCEPT_CONTAINER", "ACCEPT_CONTAINER_RUNTIME", "ACCEPT_CONT
 
 
 def template_dir(explicit: str | None = None) -> Path:
-    """--template-dir, then $GPUCLUST_TEMPLATE_DIR, then the repo's sbatch_templates/ next to the package
-    (a source checkout), then <prefix>/share/gpuclust/sbatch_templates (an installed wheel)."""
-    candidates = [explicit, os.environ.get(TEMPLATE_ENV),
-                  str(Path(__file__).resolve().parent.parent.parent / "sbatch_templates"),
-                  str(Path(sys.prefix) / "share" / "gpuclust" / "sbatch_templates")]
+    """--template-dir, then $GPUCLUST_TEMPLATE_DIR, then the shipped templates: gpuclust/data/sbatch_templates in
+    an installed wheel, the checkout's sbatch_templates/ in a source checkout (gpuclust.resources)."""
+    candidates = [explicit, os.environ.get(TEMPLATE_ENV), str(resources.data_path(resources.TEMPLATES))]
     for candidate in candidates:
         if candidate and (Path(candidate) / "allreduce.sbatch").is_file():
             return Path(candidate)
