@@ -21,6 +21,7 @@ from gpuclust.accept import results as R
 from gpuclust.accept.report import node_metrics
 from gpuclust.config.site import SiteConfig
 from gpuclust.exitcodes import Nagios
+from gpuclust.findings import Perf, status_line
 
 DEFAULT_TOLERANCE = 0.10
 VERSION_KEYS = ("driver", "cuda", "nccl", "torch", "os", "python", "libc")
@@ -78,9 +79,20 @@ class ContainerComparison:
     status: Nagios
     nodes: list[NodeComparison]
     notes: list[str]
+    reason: str = ""  # why the status is not OK, for the status line
 
     def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status.name, "nodes": [n.as_dict() for n in self.nodes], "notes": self.notes}
+        return {"status": self.status.name, "nodes": [n.as_dict() for n in self.nodes], "notes": self.notes,
+                "summary": self.summary_line().split(" | ", 1)[0]}
+
+    def summary_line(self) -> str:
+        """The Nagios status line: `container vs bare metal: CRITICAL - node2: ... | nodes=2;;;0 ...`."""
+        compared = sum(1 for n in self.nodes if n.gaps)
+        gaps = sum(1 for n in self.nodes for g in n.gaps if g.flagged)
+        text = self.reason or f"{compared} node(s) compared, no gap beyond the tolerance"
+        perf = [Perf("nodes", len(self.nodes), min=0), Perf("nodes_compared", compared, min=0),
+                Perf("gaps", gaps, min=0)]
+        return status_line("container vs bare metal", self.status, text, perf)
 
 
 def container_of(result: R.JobResult) -> dict[str, Any] | None:
@@ -144,12 +156,43 @@ def compare(scan: R.ResultScan, config: SiteConfig, since: datetime | None = Non
             comp.version_changes = {k: (bare_v.get(k), cont_v.get(k)) for k in VERSION_KEYS
                                     if bare_v.get(k) != cont_v.get(k)}
     status = Nagios.worst(Nagios.OK, *(c.status for c in nodes.values()))
+    reason = ""
+    short = [(c.node, g) for c in nodes.values() for g in c.gaps if g.flagged]
+    if short:
+        first, widest = short[0]
+        reason = (f"{first}: {widest.metric} {widest.container:.4g} in the container vs {widest.bare:.4g} bare "
+                  f"({widest.gap:+.0%}, tolerance -{nodes[first].tolerance:.0%})"
+                  + (f" (and {len(short) - 1} more)" if len(short) > 1 else ""))
     if notes:
         status = Nagios.worst(status, Nagios.WARNING)
+        reason = reason or notes[0]
     if compared == 0:
-        notes.append("no node has both a containerised and a bare-metal figure to compare")
+        missing = _missing(scan, candidates, latest, since, jobs)
+        notes.append(missing)
         status = Nagios.worst(status, Nagios.UNKNOWN)
-    return ContainerComparison(status, [nodes[n] for n in sorted(nodes)], notes)
+        reason = missing if status == Nagios.UNKNOWN else reason
+    return ContainerComparison(status, [nodes[n] for n in sorted(nodes)], notes, reason)
+
+
+def _missing(scan: R.ResultScan, candidates: list[R.JobResult], latest: dict[tuple[str, str, bool], R.JobResult],
+             since: datetime | None, jobs: tuple[str, ...]) -> str:
+    """What a comparison lacked, and how to get it: no results, no containerised run, no bare-metal run, or
+    both but never of the same kind on the same node."""
+    where = scan.root or "the results directory"
+    scope = (f" for job(s) {', '.join(jobs)}" if jobs else "") + (f" since {since.isoformat()}" if since else "")
+    inside = sorted({f"{r.kind}-{r.job_id}" for (_, _, boxed), r in latest.items() if boxed})
+    bare = sorted({f"{r.kind}-{r.job_id}" for (_, _, boxed), r in latest.items() if not boxed})
+    head = "no node has both a containerised and a bare-metal figure to compare: "
+    if not candidates:
+        return f"{head}no acceptance results{scope} under {where}"
+    if not inside:
+        return (f"{head}no containerised run with an image digest{scope} under {where} ({len(bare)} bare-metal "
+                "run(s)); run one with `gpuclust accept submit KIND --container IMAGE`")
+    if not bare:
+        return (f"{head}no bare-metal run{scope} under {where} ({len(inside)} containerised: {', '.join(inside)}); "
+                "run the same kind without --container on the same nodes")
+    return (f"{head}none ran the same kind both ways (containerised: "
+            f"{', '.join(inside)}; bare metal: {', '.join(bare)}); run the same kind both ways on the same nodes")
 
 
 def _fmt(value: float) -> str:
@@ -159,7 +202,7 @@ def _fmt(value: float) -> str:
 def render_table(comp: ContainerComparison) -> str:
     from gpuclust.output import format_table
 
-    lines = [f"container vs bare metal: {comp.status.name}"]
+    lines = [comp.summary_line()]
     rows = []
     for node in comp.nodes:
         images = sorted({f"{s.container.get('image')} ({s.container.get('runtime')}, {str(s.container.get('digest'))[:19]})"
@@ -179,5 +222,6 @@ def render_table(comp: ContainerComparison) -> str:
         lines.append(format_table(["NODE", "VERSION", "BARE", "CONTAINER"],
                                   [[n, k, b or "-", c or "-"] for n, k, b, c in changed]))
     for note in comp.notes:
-        lines.append(f"note: {note}")
+        if note != comp.reason:  # already on the status line
+            lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -39,7 +39,8 @@ from gpuclust.accept import drift, stats, verdict
 from gpuclust.accept import results as R
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
-from gpuclust.findings import Finding, Perf, status_line
+from gpuclust.findings import Finding, Perf, natural_key, status_line
+from gpuclust.nagiosrange import NagiosRange, check_value
 from gpuclust.slurm import hostlist
 from gpuclust.slurm.gres import gres_gpu_count, gres_gpu_type
 
@@ -49,12 +50,27 @@ BASELINE_MIN_RUNS = 3
 BASELINE_WINDOW = 10
 PEER_MIN_NODES = 3  # fewer healthy nodes in a run: no peers to tell a node's drop from the run's
 JOB_WIDE_METRICS = frozenset({"allreduce_busbw_gbps"})  # one figure per job, copied to each node
+REASON_MAX = 240  # the status line's reason; Nagios shows the first line, and the rest follows it anyway
 
 
 def _finding(node: str | None, status: Nagios, check: str, message: str, job_id: str | None = None,
              kind: str | None = None) -> Finding:
     """A finding about one node (None: about the run as a whole), in the model every plane shares."""
     return Finding.make(check, status, message, [node] if node is not None else (), job_id=job_id, kind=kind)
+
+
+@dataclass(frozen=True)
+class NodeThresholds:
+    """`accept report -w/-c`: Nagios ranges on nodes_critical, the number of nodes whose own verdict is CRITICAL.
+    Given, they decide what those nodes make of the report's status (`-w 0 -c 3`: 1 to 3 failing nodes WARNING,
+    more CRITICAL); without them any CRITICAL node makes the report CRITICAL. Run-level findings, WARNING nodes
+    and UNKNOWN are judged as always."""
+
+    warning: NagiosRange | None = None
+    critical: NagiosRange | None = None
+
+    def judge(self, failing: int) -> Nagios:
+        return check_value(failing, self.warning, self.critical)
 
 
 @dataclass
@@ -64,6 +80,7 @@ class NodeVerdict:
     findings: list[Finding] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     last_finished: datetime | None = None
+    history: list[Finding] = field(default_factory=list)  # from runs a later run of the same kind superseded
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -79,7 +96,8 @@ class JobSummary:
     finished: datetime
     passed: bool
     headline: str
-    status: Nagios = Nagios.OK
+    status: Nagios = Nagios.OK  # the job's own verdict, current or not
+    current: bool = True  # False: every node of it ran the same kind again later; its findings are history
 
 
 @dataclass
@@ -91,6 +109,8 @@ class Report:
     problems: list[str]
     topology: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> node -> announced vs seen
     health: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> node -> sources, nvbandwidth, dcgm
+    history: list[Finding] = field(default_factory=list)  # run-level findings of superseded jobs
+    thresholds: NodeThresholds | None = None  # -w/-c on nodes_critical; None: any CRITICAL node is CRITICAL
 
     def figures(self) -> dict[str, int]:
         """Jobs judged, nodes judged, nodes per verdict, run-level UNKNOWN findings, unreadable inputs."""
@@ -102,17 +122,53 @@ class Report:
 
     def perf(self) -> list[Perf]:
         figures = self.figures()
-        return [Perf(name, value, min=0, max=figures["nodes"] if name.startswith("nodes_") else None)
+        limits = self.thresholds or NodeThresholds()
+        return [Perf(name, value, min=0, max=figures["nodes"] if name.startswith("nodes_") else None,
+                     warn=str(limits.warning) if name == "nodes_critical" and limits.warning else None,
+                     crit=str(limits.critical) if name == "nodes_critical" and limits.critical else None)
                 for name, value in figures.items()]
 
+    def reason(self) -> str:
+        """Why the status is what it is, for the status line: the first finding at the status's level (the run's,
+        else a node's), and how many more there are; with -w/-c, the failing nodes against the range they left."""
+        level = self.status
+        if level == Nagios.OK:
+            return ""
+        run = [f for f in self.findings if f.status == level]
+        at_level = sorted((n for n, v in self.nodes.items() if v.status == level), key=natural_key)
+        if self.thresholds is not None:
+            failing = sorted((n for n, v in self.nodes.items() if v.status == Nagios.CRITICAL), key=natural_key)
+            at_level = [n for n in at_level if n not in failing]
+            if failing and self.thresholds.judge(len(failing)) == level:
+                flag, limit = (("-c", self.thresholds.critical) if level == Nagios.CRITICAL
+                               else ("-w", self.thresholds.warning))
+                more = len(failing) - 1
+                return (f"{len(failing)} failing node(s), outside {flag} {limit}: "
+                        f"{_clip(self._node_reason(failing[0], Nagios.CRITICAL))}"
+                        + (f" (and {more} more)" if more else ""))
+        if run:
+            first, more = run[0].message, len(run) - 1 + len(at_level)
+        elif at_level:
+            first, more = self._node_reason(at_level[0], level), len(at_level) - 1
+        else:
+            return level.name.lower()
+        return _clip(first) + (f" (and {more} more)" if more else "")
+
+    def _node_reason(self, node: str, level: Nagios) -> str:
+        top = next((f for f in self.nodes[node].findings if f.status == level), None)
+        return f"{node}: [{top.check}] {top.message}" if top else f"{node} {level.name}"
+
     def summary_line(self) -> str:
-        """The Nagios status line: `acceptance: WARNING - 2 jobs, 4 nodes: 1 warning | jobs=2;;;0 ...`."""
+        """The Nagios status line, the reason first: `acceptance: CRITICAL - node3: [outlier] slow node: ...;
+        2 job(s), 4 node(s): 1 critical | jobs=2;;;0 ...`."""
         figures = self.figures()
         judged = [f"{figures['nodes_critical']} critical" if figures["nodes_critical"] else "",
                   f"{figures['nodes_warning']} warning" if figures["nodes_warning"] else ""]
         verdict = ", ".join(x for x in judged if x) or "none failing"
-        text = (f"{figures['jobs']} job(s), {figures['nodes']} node(s): {verdict}"
-                + (f"; {figures['problems']} unreadable" if figures["problems"] else ""))
+        counts = (f"{figures['jobs']} job(s), {figures['nodes']} node(s): {verdict}"
+                  + (f"; {figures['problems']} unreadable" if figures["problems"] else ""))
+        why = self.reason()
+        text = f"{why}; {counts}" if why else counts
         return status_line("acceptance", self.status, text, self.perf())
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,20 +179,30 @@ class Report:
             "jobs": [
                 {"job_id": j.job_id, "kind": j.kind, "partition": j.partition, "nodes": list(j.nodes),
                  "finished": R.format_time(j.finished), "passed": j.passed, "status": j.status.name,
-                 "headline": j.headline}
+                 "headline": j.headline, "current": j.current}
                 for j in self.jobs
             ],
             "nodes": {
                 name: {"status": v.status.name, "jobs": v.jobs,
                        "last_finished": R.format_time(v.last_finished) if v.last_finished else None,
-                       "reasons": [_reason(f) for f in v.findings]}
+                       "reasons": [_reason(f) for f in v.findings],
+                       "history": [_reason(f) for f in v.history]}
                 for name, v in sorted(self.nodes.items())
             },
             "findings": [_reason(f) for f in self.findings],
+            "history": [_reason(f) for f in self.history],
             "problems": self.problems,
             "topology": self.topology,
             "health": self.health,
+            "summary": self.summary_line().split(" | ", 1)[0],
+            "thresholds": ({"warning": str(self.thresholds.warning) if self.thresholds.warning else None,
+                            "critical": str(self.thresholds.critical) if self.thresholds.critical else None}
+                           if self.thresholds else None),
         }
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
 
 
 def _reason(finding: Finding) -> dict[str, Any]:
@@ -556,18 +622,32 @@ def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
     return ", ".join(parts) or "no storage figures"
 
 
+def latest_runs(chosen: list[R.JobResult]) -> dict[tuple[str, str], R.JobResult]:
+    """(node, kind) -> the run that is the node's latest evidence of that kind: the one finished last (of two
+    finished at once, the later in the list). A later pass makes an earlier failure history, and the reverse."""
+    latest: dict[tuple[str, str], R.JobResult] = {}
+    for result in sorted(chosen, key=lambda r: r.job.finished):
+        for node in result.nodes:
+            latest[(node, result.kind)] = result
+    return latest
+
+
 def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
-             since: datetime | None = None) -> Report:
+             since: datetime | None = None, thresholds: NodeThresholds | None = None) -> Report:
+    """Judge the selected results. A node's state is its latest evidence: per kind, the node's last run (by the
+    result's finish time); its earlier runs' findings are kept as the node's history and do not count in the
+    status. Run-level findings of a job whose every node ran the same kind again later are history too."""
     from gpuclust.accept import topology
 
     history = scan.jobs
-    chosen = select(history, job=job, since=since)
+    chosen = sorted(select(history, job=job, since=since), key=lambda r: r.job.finished)
+    latest = latest_runs(chosen)
+    old_findings: list[Finding] = []
     nodes: dict[str, NodeVerdict] = {}
     run_findings: list[Finding] = []
     summaries: list[JobSummary] = []
     problems = [str(p) for p in scan.problems
                 if job is None or p.file.endswith(f"-{job}.jsonl")]  # --job: only that job's files count
-    status = Nagios.OK
     topologies: dict[str, dict[str, Any]] = {}
     healths: dict[str, dict[str, Any]] = {}
     for result in chosen:
@@ -581,8 +661,14 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
         if compared:
             topologies[result.job_id] = compared
         job_status = Nagios.worst(*(x.status for x in findings)) if findings else Nagios.OK
+
+        def superseded(node: str, result: R.JobResult = result) -> bool:
+            return latest.get((node, result.kind), result) is not result
+
+        current = not result.nodes or not all(superseded(n) for n in result.nodes)
         summaries.append(JobSummary(result.job_id, result.kind, result.job.partition, result.nodes,
-                                    result.job.finished, result.job.passed, headline(result, part), job_status))
+                                    result.job.finished, result.job.passed, headline(result, part), job_status,
+                                    current))
         for node in result.nodes:
             verdict = nodes.setdefault(node, NodeVerdict(node))
             verdict.jobs.append(f"{result.kind}-{result.job_id}")
@@ -590,19 +676,30 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
                 verdict.last_finished = result.job.finished
         for finding in findings:
             if not finding.node_list:
-                run_findings.append(finding)
+                (run_findings if current else old_findings).append(finding)
             for node in finding.node_list:
-                nodes.setdefault(node, NodeVerdict(node)).add(finding)
-        status = Nagios.worst(status, job_status)
-    if not chosen:
-        what = f"job {job}" if job else (f"since {since.isoformat()}" if since else "at all")
-        run_findings.append(_finding(None, Nagios.UNKNOWN, "input", f"no acceptance results {what} in the results directory"))
-        status = Nagios.worst(status, Nagios.UNKNOWN)
+                verdict = nodes.setdefault(node, NodeVerdict(node))
+                if superseded(node):
+                    verdict.history.append(finding)
+                else:
+                    verdict.add(finding)
+    root = scan.root or "the results directory"
     if problems:
         run_findings.append(_finding(None, Nagios.UNKNOWN, "input",
-                                    f"{len(problems)} unreadable result line(s)/file(s); see problems"))
-        status = Nagios.worst(status, Nagios.UNKNOWN)
-    return Report(status, nodes, summaries, run_findings, problems, topologies, healths)
+                                     f"{len(problems)} unreadable result line(s)/file(s): {problems[0]}"
+                                     + (" (see problems)" if len(problems) > 1 else "")))
+    if not chosen:
+        what = f"for job {job}" if job else (f"since {since.isoformat()}" if since else "at all")
+        seen = f" ({len(history)} other result(s) there)" if history and (job or since) else ""
+        run_findings.append(_finding(None, Nagios.UNKNOWN, "input",
+                                     f"no acceptance results {what} under {root}{seen}; run `gpuclust accept "
+                                     f"submit` or point --results-dir at the results"))
+    node_states = [v.status for v in nodes.values()]
+    if thresholds is not None:  # -w/-c decide what the CRITICAL nodes make of the status
+        failing = node_states.count(Nagios.CRITICAL)
+        node_states = [s for s in node_states if s != Nagios.CRITICAL] + [thresholds.judge(failing)]
+    status = Nagios.worst(Nagios.OK, *node_states, *(f.status for f in run_findings))
+    return Report(status, nodes, summaries, run_findings, problems, topologies, healths, old_findings, thresholds)
 
 
 def render_table(report: Report) -> str:
@@ -613,7 +710,8 @@ def render_table(report: Report) -> str:
         lines.append("")
         lines.append(format_table(
             ["JOB", "KIND", "PARTITION", "FINISHED", "STATUS", "SUMMARY"],
-            [[j.job_id, j.kind, j.partition or "-", j.finished.strftime("%Y-%m-%d %H:%M"), j.status.name, j.headline]
+            [[j.job_id, j.kind, j.partition or "-", j.finished.strftime("%Y-%m-%d %H:%M"),
+              j.status.name if j.current else f"{j.status.name} (history)", j.headline]
              for j in report.jobs]))
     if report.nodes:
         lines.append("")
@@ -625,6 +723,16 @@ def render_table(report: Report) -> str:
         lines.append(format_table(["NODE", "STATUS", "REASONS"], rows))
     for finding in report.findings:
         lines.append(f"{finding.status.name}: [{finding.check}] {finding.message}")
+    earlier = [(name, f) for name, v in sorted(report.nodes.items()) for f in v.history if f.status != Nagios.OK]
+    earlier += [("-", f) for f in report.history if f.status != Nagios.OK]
+    if earlier:
+        lines.append("")
+        lines.append("history: findings of earlier runs, superseded by a later run of the same kind on the node "
+                     "(not counted in the status)")
+        finished = {j.job_id: j.finished.strftime("%Y-%m-%d %H:%M") for j in report.jobs}
+        lines.append(format_table(["NODE", "JOB", "FINISHED", "STATUS", "REASON"],
+                                  [[name, f"{f.kind}-{f.job_id}", finished.get(f.job_id or "", "-"), f.status.name,
+                                    f"[{f.check}] {f.message}"] for name, f in earlier]))
     for problem in report.problems:
         lines.append(f"problem: {problem}")
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -13,10 +13,37 @@ from gpuclust.timespec import TimeSpec
 
 if TYPE_CHECKING:
     from datetime import datetime
+    from types import FrameType
 
-    from gpuclust.accept.report import Report
+    from gpuclust.accept.report import NodeThresholds, Report
     from gpuclust.accept.results import ResultScan
     from gpuclust.config.site import SiteConfig
+    from gpuclust.nagiosrange import NagiosRange
+
+
+class RangeType(click.ParamType):
+    """A Nagios threshold range (gpuclust.nagiosrange); a bad one is a usage error naming the option."""
+
+    name = "range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> NagiosRange:
+        from gpuclust.nagiosrange import NagiosRange, parse_range
+
+        if isinstance(value, NagiosRange):
+            return value
+        try:
+            return parse_range(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _TimedOut(BaseException):  # noqa: N818 - BaseException: no `except Exception` on the way may swallow it
+    """--timeout ran out (SIGALRM)."""
+
+
+def _alarm(signum: int, frame: FrameType | None) -> None:
+    raise _TimedOut
+
 
 
 @click.group("accept")
@@ -109,17 +136,62 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
 @click.option("--dry-run", is_flag=True, help="With --drain: print the scontrol commands, run none.")
 @click.option("--max-drain", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="With --drain: drain nothing when more than this fraction of the judged nodes failed.")
+@click.option("-w", "--warning", "warning", type=RangeType(), default=None, metavar="RANGE",
+              help="WARNING when nodes_critical (the number of nodes whose own verdict is CRITICAL) is outside "
+                   "this Nagios range, e.g. -w 0 (any failing node). With -w/-c, these ranges decide what "
+                   "failing nodes make of the status, instead of any failing node being CRITICAL.")
+@click.option("-c", "--critical", "critical", type=RangeType(), default=None, metavar="RANGE",
+              help="CRITICAL when nodes_critical is outside this Nagios range, e.g. -c 3 (more than 3 failing "
+                   "nodes); -w 0 -c 3: 1 to 3 failing nodes WARNING, 4 or more CRITICAL. Ranges: N (alert above "
+                   "N), N: (below N), ~:N (above N), A:B (outside), @A:B (inside).")
+@click.option("-t", "--timeout", "timeout", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+              help="End with UNKNOWN ('timed out after N s', exit 3) when the whole check takes longer; keep "
+                   "it under the Nagios service check timeout. Default: no overall limit (each Slurm command "
+                   "has --slurm-timeout).")
 @pass_app
 def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None, as_json: bool,
            compare_container: bool = False, drain_nodes: bool = False, dry_run: bool = False,
-           max_drain: float = 0.5) -> None:
+           max_drain: float = 0.5, warning: NagiosRange | None = None, critical: NagiosRange | None = None,
+           timeout: int | None = None) -> None:
     """Gate acceptance results; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (Nagios).
 
     Without --job/--since, the latest result of each kind in each partition is judged. History (all results in
-    the directory) gives each node's baseline and version drift. A usage or config error is UNKNOWN (3).
-    --drain acts on the verdicts through scontrol (for cron after a nightly acceptance run); a failing scontrol
-    exits 3.
+    the directory) gives each node's baseline and version drift. A node's state is its latest evidence: with
+    --since, a node's latest run of each kind decides, and its earlier runs' findings are shown as history.
+    The first line is the Nagios status line, `acceptance: STATUS - why; counts | perfdata`. A usage or config
+    error is UNKNOWN (3). --drain acts on the verdicts through scontrol (for cron after a nightly acceptance
+    run); a failing scontrol exits 3.
     """
+    from gpuclust.accept.report import NodeThresholds
+
+    thresholds = NodeThresholds(warning, critical) if warning is not None or critical is not None else None
+    if timeout is None:
+        _report(app, job_id, since, results_dir, as_json, compare_container, drain_nodes, dry_run, max_drain,
+                thresholds)
+        return
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout)
+    try:
+        _report(app, job_id, since, results_dir, as_json, compare_container, drain_nodes, dry_run, max_drain,
+                thresholds)
+    except _TimedOut:
+        if as_json:
+            echo_json({"status": "UNKNOWN", "exit_code": 3, "summary": f"acceptance: UNKNOWN - timed out after "
+                                                                       f"{timeout} s"})
+        else:
+            click.echo(f"acceptance: UNKNOWN - timed out after {timeout} s (--timeout); a slow results directory "
+                       "or Slurm command: raise --timeout or look at the file system and slurmctld")
+        raise SystemExit(3) from None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None, as_json: bool,
+            compare_container: bool, drain_nodes: bool, dry_run: bool, max_drain: float,
+            thresholds: NodeThresholds | None) -> None:
     from gpuclust.accept import report as rep
     from gpuclust.accept.results import scan_results
 
@@ -134,7 +206,7 @@ def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_
     since_time = since.resolve(config.timezone) if since else None
     if compare_container:
         _compare_container(scan, config, job_id, since_time, as_json)
-    result = rep.evaluate(scan, config, job=job_id, since=since_time)
+    result = rep.evaluate(scan, config, job=job_id, since=since_time, thresholds=thresholds)
     if drain_nodes:
         _drain(app, result, as_json, dry_run, max_drain)
     if as_json:
@@ -168,9 +240,12 @@ def _drain(app: AppContext, result: Report, as_json: bool, dry_run: bool, max_dr
         drain.apply(app.slurm, plan)
     if as_json:
         echo_json({**result.as_dict(), "drain": {**plan.as_dict(), "dry_run": dry_run}})
-    else:
+    else:  # the status line first (Nagios reads line 1), then what --drain did, then the detail
+        status, _, detail = render_table(result).partition("\n")
+        click.echo(status)
         click.echo(drain.render(plan, dry_run))
-        click.echo(render_table(result))
+        if detail:
+            click.echo(detail)
     if plan.errors:
         for error in plan.errors:
             click.echo(f"gpuclust: scontrol failed: {error}", err=True)

@@ -85,11 +85,14 @@ class GpuclustGroup(click.Group):
         app = ctx.ensure_object(AppContext)
         try:
             return super().invoke(ctx)
-        except click.UsageError as exc:
+        except click.UsageError as caught:
+            exc = _global_option_error(caught)
             path = _context_path(exc.ctx) if exc.ctx is not None else app.command_path
             if is_nagios(path):
                 click.echo(f"UNKNOWN - {exc.format_message()}")
                 exc.exit_code = exit_code_for(exc, nagios=True)  # type: ignore[misc]  # per instance, as in CliError
+            if exc is not caught:
+                raise exc from None
             raise
         except (click.exceptions.Exit, click.Abort):
             raise
@@ -112,6 +115,19 @@ class GpuclustGroup(click.Group):
             if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
                 raise
             raise CliError(internal_error_message(exc), EXIT_INTERNAL) from exc
+
+
+def _global_option_error(exc: click.UsageError) -> click.UsageError:
+    """A global option (`--slurm-timeout`, `--version`) given after the subcommand: say where it goes, instead of
+    click's "no such option" and its guess at a near name (accept report: "did you mean --timeout?")."""
+    if not isinstance(exc, click.NoSuchOption) or exc.ctx is None:
+        return exc
+    name = exc.option_name.split("=", 1)[0]
+    if name not in {o for p in cli.params for o in (*p.opts, *p.secondary_opts)}:
+        return exc
+    where = " ".join(_context_path(exc.ctx))
+    return click.NoSuchOption(exc.option_name, f"{name} is a global option: put it before the subcommand "
+                                               f"(gpuclust {name} ... {where} ...)", ctx=exc.ctx)
 
 
 def _context_path(ctx: click.Context) -> tuple[str, ...]:
@@ -155,11 +171,14 @@ cli.params.insert(1, quiet_option())
 
 
 def _register() -> None:
-    from gpuclust.cli import accept, audit, config, policy, report
+    from gpuclust.cli import accept, audit, config, docs, policy, report
 
+    config.group.add_command(docs.config_example)
     for module in (config, report, policy, accept, audit):
         cli.add_command(module.group)
         add_common_options(module.group)
+    cli.add_command(docs.man)
+    add_common_options(docs.man)
 
 
 _register()

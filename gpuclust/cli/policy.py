@@ -10,7 +10,7 @@ import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
-from gpuclust.cli.params import complete_account
+from gpuclust.cli.params import complete_account, set_quiet
 from gpuclust.errors import InputError, Problem
 from gpuclust.exitcodes import EXIT_NEGATIVE, EXIT_OK
 from gpuclust.policy.compile import compile_policy
@@ -93,6 +93,12 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
     The options are read exactly as sbatch reads them (its recorded getopt_long table, #SBATCH lines of --script or
     of the script operand). Exit 0 when accepted, 1 when rejected (the message is what sbatch would print), 2 when
     sbatch itself would refuse the command line or script (the message names the option or the script line).
+
+    \b
+    From the first sbatch option (or `--`) on, every word is sbatch's: put this command's own options
+    (--json, --user, ...) before them, and gpuclust's global ones before the subcommand:
+    `gpuclust -q --config X policy check --json -- -A ml ...`. After `policy check`, -q is sbatch's -q/--qos;
+    sbatch's --quiet/-Q among the sbatch options also quiets this command's output, as it quiets sbatch's.
     """
     args = list(sbatch_args)
     if args and args[0] == "--":
@@ -107,8 +113,20 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
             raise InputError(Problem(script, None, f"cannot read script: {exc}")) from None
     version = slurm_version or os.environ.get("GPUCLUST_SLURM_VERSION") or _detect_version(app)
     names = frozenset(n.strip() for n in gres_types.split(",") if n.strip()) if gres_types else _detect_gres(app)
-    job = job_desc_from_options(args, script=text, user=user or getpass.getuser(), default_account=default_account,
-                                default_qos=default_qos, version=version, script_source=script, gres_names=names)
+    hints = _placement_hints(args)
+    try:
+        job = job_desc_from_options(args, script=text, user=user or getpass.getuser(),
+                                    default_account=default_account, default_qos=default_qos, version=version,
+                                    script_source=script, gres_names=names)
+    except InputError as exc:
+        if not hints:
+            raise
+        raise type(exc)([*exc.problems, *(Problem("", None, f"hint: {h}") for h in hints)]) from None
+    for hint in hints:  # accepted as sbatch reads it, yet most likely not what was meant
+        if hint.startswith("-q "):
+            click.echo(f"gpuclust: note: {hint}", err=True)
+    if _sbatch_quiet(args, version):
+        set_quiet(click.get_current_context(), click.Option(["--quiet"]), True)
     verdict = Evaluator(compile_policy(app.config)).submit(job)
     if as_json:
         echo_json({**verdict.as_dict(), "job_desc": job})
@@ -117,6 +135,41 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
     else:
         click.echo(f"REJECT [{verdict.rule}] rc={verdict.rc}: {verdict.message}")
     raise SystemExit(EXIT_OK if verdict.accepted else EXIT_NEGATIVE)
+
+
+# gpuclust's own options that sbatch lacks, given among the sbatch options: sbatch refuses them there.
+_GLOBAL_ONLY = ("--config", "--slurm-timeout")
+
+
+def _placement_hints(args: list[str]) -> list[str]:
+    """Where the gpuclust options found among the sbatch options go, and what -q means there (sbatch's --qos)."""
+    own = {o for p in check.params for o in p.opts if o.startswith("--")} - {"--account"}  # sbatch's too, same
+    hints = []
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name in _GLOBAL_ONLY:
+            hints.append(f"{name} is a gpuclust option, not sbatch's: put it before the subcommand "
+                         f"(gpuclust {name} VALUE policy check ...)")
+        elif name in own:
+            hints.append(f"{name} is an option of `policy check`, not sbatch's: put it before the sbatch options "
+                         f"(gpuclust policy check {name} ... -- SBATCH OPTIONS)")
+        elif arg == "-q" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            took = f" (it takes {args[i + 1]!r} as the QOS)" if i + 1 < len(args) else ""
+            hints.append(f"-q among the sbatch options is sbatch's -q/--qos{took}; gpuclust's quiet flag goes "
+                         "before the subcommand: gpuclust -q policy check ...")
+    return hints
+
+
+def _sbatch_quiet(args: list[str], version: str) -> bool:
+    """Whether the command line (not the script) gives sbatch's --quiet/-Q, read as sbatch reads it."""
+    from gpuclust.policy.sbatch import getopt, option_table
+
+    table = option_table(version)
+    try:
+        parsed = getopt(args, table, lambda i: "")
+    except InputError:
+        return False
+    return any(name == table.key.get("quiet") for name, _, _ in parsed.options)
 
 
 @group.group("quotas")

@@ -47,13 +47,14 @@ def test_audit_status_line_carries_perfdata() -> None:
     report = AuditReport("gpu", [Finding.make("node.drain", Nagios.WARNING, "drained", ["node2"])],
                          figures=PartitionFigures(nodes=4, gpus=16, gpus_used=3, down=0, drained=1))
     first = render_reports([report]).splitlines()[0]
-    assert first.startswith("partition gpu: WARNING - 1 warning | ")
+    # the first line says why: the first finding at the status's level (issue 28 item 12)
+    assert first.startswith("partition gpu: WARNING - [node.drain] node2: drained; 1 warning | ")
     perf = perf_items(first)
     assert perf["gpus"] == "16;;;0" and perf["drained"] == "1;;;0;4" and perf["warning"] == "1;;;0"
     # several partitions: one overall first line holds all the data; later lines hold no '|'
     other = AuditReport("debug", [], figures=PartitionFigures(nodes=1, gpus=0))
     lines = render_reports([report, other]).splitlines()
-    assert lines[0].startswith("audit: WARNING - gpu WARNING, debug OK | ")
+    assert lines[0].startswith("audit: WARNING - gpu WARNING, debug OK; gpu: [node.drain] node2: drained | ")
     assert perf_items(lines[0])["debug_nodes"] == "1;;;0"
     assert not any("|" in line for line in lines[1:])
 
@@ -82,7 +83,8 @@ def test_accept_status_line_carries_perfdata() -> None:
                   for i, n in enumerate(NODES))
     report = rep.evaluate(scan_of(old, allreduce("2", 0.4, T0 + timedelta(days=1), ranks=ranks)), CONFIG)
     first = rep.render_table(report).splitlines()[0]
-    assert first.startswith("acceptance: WARNING - 1 job(s), 4 node(s): 1 warning | ")
+    assert first.startswith("acceptance: WARNING - node4: [drift] torch changed on node4: 2.13.0+cpu -> 2.14.0 "
+                            "(since job 1); 1 job(s), 4 node(s): 1 warning | ")
     assert perf_items(first) == {"jobs": "1;;;0", "nodes": "4;;;0", "nodes_critical": "0;;;0;4",
                                  "nodes_warning": "1;;;0;4", "unknown": "0;;;0", "problems": "0;;;0"}
     assert report.as_dict()["figures"]["nodes_warning"] == 1
