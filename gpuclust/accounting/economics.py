@@ -779,9 +779,11 @@ def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str,
 
 def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, events_path: str | None = None,
            nodes_path: str | None = None, sreport_path: str | None = None, log_path: str | None = None,
-           reasons_path: str | None = None, offline: bool = False, target: float | None = None) -> None:
+           reasons_path: str | None = None, offline: bool = False, target: float | None = None,
+           period_inferred: bool = False) -> None:
     """Add the economics block, its tables and definitions to a built Report (from the store, or offline from
-    the files given beside --input)."""
+    the files given beside --input). `period_inferred`: the window came from the dump's rows, not from the user:
+    an sreport file that does not say its own window cannot be taken to cover it."""
     from zoneinfo import ZoneInfo
 
     from gpuclust.accounting import events as events_mod
@@ -801,6 +803,14 @@ def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, 
                                                   float(period.end_epoch))
     data, tables = build_economics(table, config, period, source, refusal_source, target=target,
                                    restore_measured=measured_restore_seconds(config.results_dir))
+    cross = data.get("sreport_cross_check")
+    if period_inferred and cross and cross.get("sreport_window") is None:
+        # (--sreport FILE: sreport's -n output names no window; only a window the user gave can be the one it
+        # was asked for)
+        cross["same_window"] = None
+        cross["note"] += ("; unknown whether the sreport file covers the report window, which was inferred "
+                          "from the dump's rows: give --since/--until and run `sreport "
+                          + " ".join(events_mod.sreport_args(period.start, period.end)) + "`")
     report.data["economics"] = data
     report.tables.update(tables)
     report.data["definitions"] = {**report.data.get("definitions", {}), **{f"economics.{k}": v

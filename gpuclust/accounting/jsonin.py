@@ -132,7 +132,7 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
 
 
 def parse_input(
-    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>",
+    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str | None = "|", source: str = "<input>",
     *, options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> ParseResult:
     """Either form, told apart by the first non-blank byte after an optional UTF-8 BOM: JSON starts with '{'

@@ -77,6 +77,9 @@ class ParseResult:
     # Usage TRES values that could not be used (gpuclust.accounting.usage): counted, the first ones listed.
     usage_warnings: int = 0
     usage_problems: list[str] = field(default_factory=list)
+    # Fields of a complete dump this input lacks -> what that leaves unknown or how it was derived
+    # (Registry.missing; report.json input.unknown names them).
+    missing_columns: dict[str, str] = field(default_factory=dict)
 
     def extend(self, other: ParseResult) -> None:
         tables = [self.table, other.table]
@@ -90,6 +93,7 @@ class ParseResult:
         self.notes += [n for n in other.notes if n not in self.notes]
         self.usage_warnings += other.usage_warnings
         self.usage_problems += other.usage_problems[: max(0, usage.MAX_WARNINGS_LISTED - len(self.usage_problems))]
+        self.missing_columns = {**self.missing_columns, **other.missing_columns}
         readers = [r for r in dict.fromkeys([*self.reader.split("+"), *other.reader.split("+")]) if r]
         self.reader = "+".join(readers)
 
@@ -123,8 +127,17 @@ def normalize(
     n = len(lines)
     rawc = {fd.name: (pc.cast(raw[fd.name], pa.string()) if fd.name in raw else absent_column(fd.absent, n))
             for fd in registry.fields}
+    # A narrow dump (a --format of its own): what a complete dump has and this one lacks is derived where
+    # it can be, and otherwise left unknown, never guessed (Registry.missing says which, and why).
+    missing = registry.missing(list(raw))
+    if "JobName" in missing:  # (one name per job: no resubmission is matched across JobIDs)
+        rawc["JobName"] = rawc["JobID"]
+    if "ExitCode" in missing:
+        exit_known = pa.array(np.zeros(n, dtype=bool))
     columns, bad, is_step, exit_all = parse_fields(rawc, exit_known, options)
     columns["line"] = pc.cast(lines, pa.int64())
+    if missing:
+        derive_missing(columns, bad, missing, n)
 
     result = finish(
         n, columns, bad, is_step, lambda name, i: rawc[name][i].as_py(),
@@ -133,7 +146,38 @@ def normalize(
     )
     result.table = result.table.cast(registry.schema)
     result.exit_codes_known = exit_all
+    result.missing_columns = missing
     return result
+
+
+# JobIDRaw derived from JobID: a plain id is its own raw id; an array task or het component gets a negative
+# id of its own (no real JobIDRaw is negative, and no two tasks of one array may share one: latest_state
+# keeps one row per (JobIDRaw, Start)). Slurm job ids are below 2**26, array indexes below 2**23.
+_TASK_BITS = 24
+
+
+def derive_missing(columns: dict[str, pa.Array], bad: dict[str, np.ndarray], missing: Mapping[str, str],
+                   n: int) -> None:
+    """Fill the parsed columns of the fields a narrow dump lacks (`missing`, Registry.missing): JobIDRaw from
+    JobID, Elapsed from End - Start; the others stay as their absent text parses, or null (NNodes)."""
+    none = np.zeros(n, dtype=bool)
+    if "JobIDRaw" in missing:
+        base = np.asarray(pc.fill_null(columns["job_base"], 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        task = np.asarray(pc.fill_null(columns["array_task"], -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        het = np.asarray(pc.fill_null(columns["het_offset"], -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        own = np.where(task >= 0, task, np.where(het >= 0, het + (1 << (_TASK_BITS - 1)), -1))
+        raw_id = np.where(own >= 0, -((base << _TASK_BITS) + own + 1), base)
+        columns["job_id_raw"] = pa.array(raw_id, pa.int64())
+        bad["JobIDRaw"] = none
+    if "Elapsed" in missing:
+        start = pc.cast(columns["start"], pa.int64())
+        end = pc.cast(columns["end"], pa.int64())
+        elapsed = pc.fill_null(pc.max_element_wise(pc.subtract(end, start), 0), 0)
+        columns["elapsed_s"] = elapsed
+        bad["Elapsed"] = none
+    if "NNodes" in missing:
+        columns["nnodes"] = pa.nulls(n, pa.int64())
+        bad["NNodes"] = none
 
 
 def parse_fields(

@@ -66,7 +66,7 @@ def fetch(
     days = period.utc_days()
     if options.slurm_version is None:
         options = dataclasses.replace(options, slurm_version=sacct_version(client))
-    with store.staged(root, days) as stage:
+    with store.staged(root, days, cluster=config.cluster_name) as stage:
         for day in days:
             result = fetch_day(client, day, via, options=options)
             summary.days.append({"day": day.isoformat(), "rows": result.table.num_rows,
@@ -86,13 +86,24 @@ def fetch(
     return summary
 
 
+NO_CONFIG_REPORT_DIR = "gpuclust-report"
+
+
+def default_config() -> SiteConfig:
+    """The site config of `report build --input` where the site has none: every default, no prices (so no
+    money figures: cost is unknown, not 0), one cluster named by the input. Points a newcomer at a dump in one
+    command."""
+    return SiteConfig(path="(no site config: defaults)", cluster_name="unknown", report_dir=NO_CONFIG_REPORT_DIR)
+
+
 MMAP_MIN_BYTES = 1 << 20  # read_input memory-maps files from this size on (smaller ones are read)
 
 
-def read_input(path: str, delimiter: str = "|", *, options: ReaderOptions = DEFAULT_OPTIONS,
+def read_input(path: str, delimiter: str | None = None, *, options: ReaderOptions = DEFAULT_OPTIONS,
                mmap_min_bytes: int = MMAP_MIN_BYTES) -> ParseResult:
     """Parse an input file (sacct --parsable2 text or --json). A file from `mmap_min_bytes` on is
-    memory-mapped, not copied: the text reader tokenises it in place."""
+    memory-mapped, not copied: the text reader tokenises it in place. `delimiter` None: detected from the
+    header line (gpuclust's fetch delimiter, else `|`; text.sniff_delimiter)."""
     import mmap
     import os
 
@@ -112,19 +123,34 @@ def read_input(path: str, delimiter: str = "|", *, options: ReaderOptions = DEFA
     return parse_input(data, delimiter, path, options=options)
 
 
-def input_period(result: ParseResult) -> Period:
-    """Default period for --input without dates: from the earliest Submit to just after the latest End."""
-    from datetime import datetime, timezone
-
-    import pyarrow.compute as pc
-
+def input_period(result: ParseResult, source: str = "<input>") -> Period:
+    """Default period for --input without dates: from the earliest Submit to just after the latest End. A dump
+    with no dated row has no window to infer: refused, naming the options (never a made-up window)."""
     t = result.table
     starts = [v for v in (pc.min(t.column("submit")).as_py(), pc.min(t.column("start")).as_py()) if v]
     ends = [v for v in (pc.max(t.column("end")).as_py(), pc.max(t.column("start")).as_py()) if v]
     if not starts or not ends:
-        now = datetime.now(timezone.utc).replace(microsecond=0)
-        return Period(now - timedelta(days=1), now)
+        raise InputError(Problem(source, None, f"no row with a Submit, Start or End ({t.num_rows} row(s) read): "
+                                               "no report window can be inferred; give --since and --until (an "
+                                               "empty period is an empty report)"))
     return Period(min(starts), max(ends) + timedelta(seconds=1))
+
+
+BUCKETS = ("rejected", "steps_dropped", "superseded", "filtered_out", "attempt_rows", "running", "not_started",
+           "no_allocation")
+
+
+def rows_accounted(parsed: ParseResult, info: dict[str, Any]) -> dict[str, Any]:
+    """Where every record read went (report.json input.rows_accounted): each lands in exactly one bucket, and
+    `read` = the sum of the buckets (`balanced`). Attempts ending outside the period are attempt rows too."""
+    left = info.get("left_out") or {}
+    buckets = {
+        "rejected": parsed.rejected, "steps_dropped": parsed.steps_dropped,
+        "superseded": int(info.get("superseded", 0)), "filtered_out": int(info.get("filtered_out", 0)),
+        **{name: int(left.get(name, 0)) for name in ("attempt_rows", "running", "not_started", "no_allocation")},
+    }
+    read = parsed.table.num_rows + parsed.rejected + parsed.steps_dropped
+    return {"read": read, **buckets, "balanced": read == sum(buckets.values())}
 
 
 @dataclass(frozen=True)
@@ -160,7 +186,7 @@ def build(
     period: Period | None,
     *,
     input_path: str | None = None,
-    delimiter: str = "|",
+    delimiter: str | None = None,
     target: float | None = None,
     top: int = DEFAULT_TOP,
     trend_days: int = max(trend.TREND_DAYS),
@@ -180,8 +206,9 @@ def build(
         parsed = read_input(input_path, delimiter, options=dataclasses.replace(DEFAULT_OPTIONS,
                                                                                slurm_version=slurm_version))
         table = parsed.table
+        inferred = period is None
         if period is None:
-            period = input_period(parsed)
+            period = input_period(parsed, input_path)
         info = {
             "source": input_path,
             "rows": table.num_rows,
@@ -191,8 +218,27 @@ def build(
             "exit_codes_known": parsed.exit_codes_known,
             "notes": list(parsed.notes),
             "usage_warnings": parsed.usage_warnings,
+            # The one window of every figure and cross-check (capacity, idle, sreport alike), and where it came from.
+            "window": {"start": period.as_dict()["start"], "end": period.as_dict()["end"],
+                       "source": "inferred" if inferred else "given"},
         }
+        if inferred:
+            info["notes"].append(
+                f"The report window {period.as_dict()['start']} .. {period.as_dict()['end']} was inferred from the "
+                "dump's rows (earliest Submit or Start to just after the latest End): every figure, capacity and "
+                "idle included, and every cross-check uses it. Give --since/--until to set it.")
+        if parsed.missing_columns:
+            info["notes"].append(
+                "The dump lacks " + ", ".join(parsed.missing_columns) + " (a narrower sacct --format than "
+                "`report fetch` writes): what each leaves unknown is in report.json input.unknown.")
+            info["unknown"] = [{"missing": name, "unknown": why, "count": None}
+                               for name, why in parsed.missing_columns.items() if not why.startswith("derived")]
+            info["derived"] = {name: why for name, why in parsed.missing_columns.items() if why.startswith("derived")}
+        rows_parsed = table.num_rows
         table = store.latest_state(table)
+        # An execution read twice (a dump that concatenates overlapping windows) counts once: its other rows
+        # are "superseded", a bucket of their own.
+        info["superseded"] = rows_parsed - table.num_rows
     else:
         if period is None:
             raise InputError("give a period (--period or --since/--until) to build from the store")
@@ -200,15 +246,15 @@ def build(
         lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
         days = Period(period.start - lookback, period.end).utc_days()
         # Day file by day file, only the columns and rows the report needs (storeread: same figures).
-        table = storeread.load_for_report(root, days)
+        table = storeread.load_for_report(root, days, config.cluster_name)
         import pyarrow.compute as pc
 
         known = bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
-        stored_problems = store.stored_problems(root, days)
+        stored_problems = store.stored_problems(root, days, config.cluster_name)
         info = {
             "source": str(root),
             "rows": table.num_rows,
-            "days_read": [d.isoformat() for d in days if d in set(store.stored_days(root))],
+            "days_read": [d.isoformat() for d in days if d in set(store.stored_days(root, config.cluster_name))],
             "steps_dropped": 0,
             "rejected_rows": len(stored_problems),
             "problems": stored_problems[:PROBLEMS_IN_REPORT],
@@ -219,16 +265,27 @@ def build(
             ],
         }
     if only:
+        rows_before = table.num_rows
         table = only.apply(table)
+        info["filtered_out"] = rows_before - table.num_rows
         info["only"] = only.describe()
         info.setdefault("notes", []).append("Filtered to " + ", ".join(
             f"{k} {', '.join(v)}" for k, v in only.describe().items() if v) + ": the unit economics (capacity, "
             "idle) are left out, they belong to whole partitions.")
     report = build_report(table, config, period, target=target, top=top, input_info=info)
+    if parsed is not None:
+        report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
     if not only:
         economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
                          sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
-                         offline=bool(input_path), target=target)
+                         offline=bool(input_path), target=target,
+                         period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
+        unknown = sum(e["count"] or 0 for e in report.data["input"].get("unknown", []) if e["missing"] == "AllocTRES")
+        econ = report.data.get("economics")
+        if isinstance(econ, dict) and (unknown or "AllocTRES" in (parsed.missing_columns if parsed else {})):
+            econ.setdefault("notes", []).append(
+                f"{unknown} attempt(s) ran without an AllocTRES: their GPU-hours are unknown, so allocated leaves "
+                "them out and idle (capacity - allocated - unavailable) holds them: both are bounds, not figures.")
     gpuuse.attach(report, table, config, period,
                   usage_warnings=parsed.usage_warnings if parsed else 0,
                   usage_problems=parsed.usage_problems if parsed else None)
@@ -250,7 +307,8 @@ def add_trend(report: Report, config: SiteConfig, days: int = max(trend.TREND_DA
     for i in range(0, days, TREND_CHUNK_DAYS):
         n = min(TREND_CHUNK_DAYS, days - i)
         chunk_end = starts[i + n]
-        table = storeread.load_for_report(root, Period(starts[i] - lookback, chunk_end).utc_days())
+        table = storeread.load_for_report(root, Period(starts[i] - lookback, chunk_end).utc_days(),
+                                          config.cluster_name)
         frames.append(trend.daily(table, config, chunk_end, n))
     frame = pd.concat(frames, ignore_index=True)
     report.tables["trend_daily"] = frame

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import math
 import os
 import re
@@ -109,8 +110,57 @@ def csv_text(frame: pd.DataFrame) -> str:
     return ",".join(str(c) for c in frame.columns) + "\n" + buf.getvalue().decode("utf-8")
 
 
+PREVIOUS_DIR = re.compile(r"\d{4}-\d\d-\d\d")  # the dated directories of examples/cron/gpuclust-report
+
+
+def _period(data: Mapping[str, Any]) -> tuple[datetime, datetime] | None:
+    try:
+        period = data["period"]
+        return datetime.fromisoformat(str(period["start"])), datetime.fromisoformat(str(period["end"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def find_previous(out_dir: Path, data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The report.json of the last report before this one, for the page's "change since the last report": the
+    one already in `out_dir` (a report rebuilt in place) or in a dated sibling directory (REPORT_DIR/YYYY-MM-DD,
+    as the nightly script keeps them), of the same cluster and the same period length, ending at or before this
+    period's start; the latest such. None when there is none (a file that cannot be read is passed over: the
+    comparison is a convenience, never a reason to fail the build)."""
+    from gpuclust.accounting.reportdoc import SCHEMA
+
+    this = _period(data)
+    if this is None:
+        return None
+    candidates = [out_dir / "report.json"]
+    try:
+        candidates += [d / "report.json" for d in sorted(out_dir.resolve().parent.iterdir())
+                       if PREVIOUS_DIR.fullmatch(d.name) and d.resolve() != out_dir.resolve()]
+    except OSError:
+        pass
+    best: tuple[datetime, dict[str, Any]] | None = None
+    for path in candidates:
+        try:
+            if not path.is_file():
+                continue
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if not isinstance(old, dict) or old.get("schema") != SCHEMA or old.get("cluster") != data.get("cluster"):
+            continue
+        span = _period(old)
+        if span is None or span[1] - span[0] != this[1] - this[0] or span[1] > this[0]:
+            continue
+        if best is None or span[1] > best[0]:
+            best = (span[1], old)
+    return None if best is None else best[1]
+
+
 def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[Path]:
     written: list[Path] = []
+    formats = tuple(formats)
+    # read before report.json is replaced: an earlier period's report in the same directory is the previous one
+    previous = find_previous(out_dir, report.data) if "html" in formats else None
     for fmt in formats:
         if fmt == "json":
             path = out_dir / "report.json"
@@ -129,7 +179,7 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
                 written.append(path)
         elif fmt == "html":
             path = out_dir / "report.html"
-            write_atomic(path, render_html(report), make_parents=True, input_error=True)
+            write_atomic(path, render_html(report, previous), make_parents=True, input_error=True)
             written.append(path)
         elif fmt == "prom":
             path = out_dir / prom.FILENAME
@@ -271,7 +321,7 @@ def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bo
             cells.append(f"<td{attrs}>{e(shown)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     cls = "t sortable" if sortable else "t"
-    return (f"<div class='scroll'><table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
+    return (f"<div class='table-wrap'><table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
             + "".join(rows) + "</tbody></table></div>")
 
 
@@ -284,7 +334,7 @@ def kv_table_html(row: Mapping[str, Any], *, currency: str | None = None) -> str
         if column == "target_source" and value is None:
             shown = DASH
         body.append(f"<tr><th scope='row'>{e(header_text(column, currency))}</th><td class=n>{e(shown)}</td></tr>")
-    return "<div class='scroll'><table class='t kv'><tbody>" + "".join(body) + "</tbody></table></div>"
+    return "<div class='table-wrap'><table class='t kv'><tbody>" + "".join(body) + "</tbody></table></div>"
 
 
 def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
@@ -296,7 +346,8 @@ def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
         series = [(label, qw[col].tolist()) for label, col in (("median", "median_s"), ("p90", "p90_s"),
                                                                 ("max", "max_s"))]
         plots.append(("Queue wait per partition", svgplot.bar_chart(
-            "Queue wait per partition", qw["partition"].tolist(), series, y_label="seconds")))
+            "Queue wait per partition", qw["partition"].tolist(), series, y_label="wait (log scale)",
+            log_seconds=True, marked=0, subtitle="median labelled; a wait under 1s sits on the baseline")))
     else:
         plots.append(("Queue wait per partition", None))
 
@@ -307,10 +358,10 @@ def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
                  ("useful GPU-hours", ra["useful_gpu_hours"].tolist())]
         plots.append(("GPU-hours by account", svgplot.bar_chart(
             "GPU-hours by account", accounts, hours, y_label="GPU-hours")))
-        cost = ra["cost_per_completed_run"].fillna(0.0).tolist()
+        cost = ra["cost_per_completed_run"].tolist()  # null (no completed run, no price): "no data", not 0
         plots.append(("Cost per completed run", svgplot.bar_chart(
             "Cost per completed run by account", accounts, [("cost per completed run", cost)], y_label="cost",
-            subtitle="(0 = no completed run)")))
+            subtitle="no data = no completed run or no price")))
     else:
         plots += [("GPU-hours by account", None), ("Cost per completed run", None)]
 
@@ -332,17 +383,28 @@ def trend_plots(frame: pd.DataFrame, days: int) -> list[tuple[str, str]]:
     charts = (
         ("GPU-hours per day", "gpu_hours", "GPU-hours", "allocated GPU-hours"),
         ("Cost per completed run per day", "cost_per_completed_run", "cost", "cost per completed run"),
-        ("p90 queue wait per day", "p90_wait_s", "seconds", "p90 queue wait (s)"),
+        ("p90 queue wait per day", "p90_wait_s", "wait (log scale)", "p90 queue wait (s)"),
     )
-    return [(title, svgplot.bar_chart(f"{title} ({span})", labels, [(series, last[col].tolist())], y_label=unit,
-                                      subtitle="no bar = no data that day" if col != "gpu_hours" else ""))
-            for title, col, unit, series in charts]
+    out = []
+    for title, col, unit, series in charts:
+        values = last[col].tolist()
+        if col == "p90_wait_s":
+            known = sorted(v for v in (svgplot.to_float(x) for x in values) if v is not None)
+            median = float(pd.Series(known).median()) if known else None
+            out.append((title, svgplot.bar_chart(
+                f"{title} ({span})", labels, [(series, values)], y_label=unit, log_seconds=True,
+                reference=None if median is None else (f"median of the days: {svgplot.short_duration(median)}",
+                                                       median))))
+        else:
+            out.append((title, svgplot.bar_chart(f"{title} ({span})", labels, [(series, values)], y_label=unit)))
+    return out
 
 
 _CSS = (
+    "*,*::before,*::after{box-sizing:border-box}"
     "body{font-family:sans-serif;margin:1.5em auto;padding:0 1.5em;max-width:80em;color:#222;line-height:1.35}"
-    "h1{margin-bottom:.2em}.meta{color:#444;margin-top:0}"
-    ".scroll{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
+    "h1{margin-bottom:.2em;overflow-wrap:anywhere}.meta{color:#444;margin-top:0}"
+    ".table-wrap{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
     "table.t{border-collapse:collapse;font-variant-numeric:tabular-nums}"
     "table.t td,table.t th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;"
     "overflow-wrap:anywhere}"
@@ -353,9 +415,33 @@ _CSS = (
     "table.sortable thead th{cursor:pointer;user-select:none}"
     "table.sortable th[aria-sort=ascending]::after{content:' \\25B2'}"
     "table.sortable th[aria-sort=descending]::after{content:' \\25BC'}"
-    "dt{font-weight:bold;margin-top:.4em}.note{background:#fff4d6;padding:.5em}"
-    ".charts{display:flex;flex-wrap:wrap;gap:1em}.charts figure{margin:0;max-width:100%}"
+    "dt{font-weight:bold;margin-top:.4em}dd{overflow-wrap:anywhere}.note{background:#fff4d6;padding:.5em}"
+    ".charts{display:flex;flex-wrap:wrap;gap:1em}.charts figure{margin:0;max-width:100%;flex:1 1 30em}"
     "svg.chart{display:block;max-width:100%;height:auto}details{margin:1em 0}summary{cursor:pointer}"
+    "details.section{border-top:1px solid #ddd;padding-top:.3em}details.section figure{margin:.5em 0}"
+    "details.section>summary h2{display:inline;margin:0;font-size:1.3em}"
+    # the summary band: the answers first, one card per headline figure, as many per row as fit
+    ".band{margin:1em 0;padding:.8em;background:#f4f7fb;border:1px solid #c9d6e6;border-radius:6px}"
+    ".band h2{margin:0 0 .2em;font-size:1.2em}.band .since{margin:0 0 .6em;color:#444}"
+    ".figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(10em,1fr));gap:.6em}"
+    ".fig{background:#fff;border:1px solid #d5dde8;border-radius:4px;padding:.4em .6em;min-width:0}"
+    ".fig .name{font-size:.85em;color:#444}.fig .v{font-size:1.35em;font-weight:600;overflow-wrap:anywhere}"
+    ".fig .d{font-size:.85em;color:#555;overflow-wrap:anywhere}.fig .up{color:#0b5394}.fig .down{color:#8a4b00}"
+    ".fig .unknown{color:#666;font-style:italic}"
+    "@media (max-width:600px){body{padding:0 .6em;margin-top:.6em}h1{font-size:1.4em}"
+    "table.t td,table.t th{padding:2px 5px}}"
+    # print: everything open, nothing cut (tables wrap and shrink rather than scroll), figures kept whole
+    "@media print{body{max-width:none;margin:0;padding:0;font-size:10pt}"
+    "details::details-content{content-visibility:visible;display:block}"
+    "details>summary{list-style:none;cursor:auto}details>summary::-webkit-details-marker{display:none}"
+    ".table-wrap{overflow:visible;max-width:none}"
+    "table.t{width:100%;table-layout:auto;font-size:7.5pt}"
+    "table.t td,table.t th,table.t .n,table.t .k{white-space:normal;overflow-wrap:anywhere;word-break:break-word;"
+    "padding:1px 3px;min-width:0}"
+    "table.t td:not(.n):not(.k){min-width:0}thead{display:table-header-group}tr{break-inside:avoid}"
+    "figure,svg.chart,.fig,.band{break-inside:avoid}h2,h3,summary{break-after:avoid}"
+    "table.sortable th[aria-sort]::after{content:''}.band{background:none}"
+    "*{position:static!important}}"
 )
 # Sort a table by a clicked header: numbers by their data-v (missing last), text by its content. No library.
 _SORT_JS = (
@@ -369,6 +455,9 @@ _SORT_JS = (
     "o=x<y?-1:x>y?1:0}else{o=x.localeCompare(y)}return d==='ascending'?o:-o});"
     "r.forEach(function(x){b.appendChild(x)})}"
     "th.addEventListener('click',go);th.addEventListener('keydown',function(ev){if(ev.key==='Enter')go()})});"
+    # printing opens every section (a closed one would be left out of the paper copy)
+    "window.addEventListener('beforeprint',function(){document.querySelectorAll('details').forEach("
+    "function(x){x.open=true})});"
 )
 
 
@@ -387,7 +476,112 @@ def _row(frame: pd.DataFrame) -> dict[str, Any]:
     return {str(k): v for k, v in frame.iloc[0].items()}
 
 
-def render_html(report: Report) -> str:
+# The summary band's headline figures, glossary names: (key, name, where in report.json, kind).
+HEADLINE = (
+    ("runs", "Runs", ("totals", "runs"), "count"),
+    ("completed", "Completed runs", ("totals", "completed"), "count"),
+    ("allocated", "Allocated GPU-hours", ("totals", "gpu_hours"), "hours"),
+    ("completed_run", "Completed-run GPU-hours", ("totals", "useful_gpu_hours"), "hours"),
+    ("busy", "Busy GPU-hours", ("gpu_use", "totals", "busy_gpu_hours"), "hours"),
+    ("held_idle", "Held-idle GPU-hours", ("gpu_use", "totals", "held_idle_gpu_hours"), "hours"),
+    ("cost_per_completed_run", "Cost per completed run", ("totals", "cost_per_completed_run"), "money"),
+)
+
+
+def _dig(data: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
+    value: Any = data
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _change(now: float | None, before: Any, kind: str) -> tuple[str, str]:
+    """(text, css class) of a figure's change since the previous report."""
+    was = svgplot.to_float(before)
+    if now is None or was is None:
+        return ("no value before" if was is None else f"was {number(was)}"), "unknown"
+    diff = now - was
+    if abs(diff) < 1e-12:
+        return "no change", ""
+    shown = ("+" if diff > 0 else "-") + number(abs(diff))
+    pct = f" ({diff / was * 100:+.1f} %)" if was else ""
+    return f"{shown}{pct}", "up" if diff > 0 else "down"
+
+
+def _top_failure(data: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(job and state, GPU-hours and account) of the failed run with the most GPU-hours, or None."""
+    rows = _dig(data, ("top_failures",)) or []
+    if not rows or not isinstance(rows[0], Mapping):
+        return None
+    top = rows[0]
+    return (f"{top.get('job_id')} {top.get('state')}",
+            f"{number(top.get('gpu_hours'))} GPU-hours, account {top.get('account')}")
+
+
+def summary_band(data: Mapping[str, Any], previous: Mapping[str, Any] | None) -> str:
+    """The answers first: each headline figure with its change since the previous report (or why there is none).
+    Busy and held-idle GPU-hours carry their coverage; an unknown figure says so (never 0)."""
+    e = html.escape
+    currency = data.get("currency")
+    coverage = svgplot.to_float(_dig(data, ("gpu_use", "totals", "coverage")))
+    if previous is None:
+        since = "No previous report to compare with."
+    else:
+        p = previous.get("period") or {}
+        since = f"Change since the previous report, {_when(p.get('start'))} to {_when(p.get('end'))}."
+    cards = []
+    for key, name, path, kind in HEADLINE:
+        if key in ("busy", "held_idle") and "gpu_use" not in data:
+            continue
+        raw = _dig(data, path)
+        value = svgplot.to_float(raw)
+        label = f"{name} ({currency})" if kind == "money" and currency else name
+        if value is None:
+            why = "no price configured" if kind == "money" and _dig(data, ("totals", "cost")) is None else "unknown"
+            shown = f"<span class='unknown'>{e(why)}</span>"
+        else:
+            shown = e(number(value))
+        extra = ""
+        if key in ("busy", "held_idle"):
+            extra = f"<div class='d'>coverage {'unknown' if coverage is None else f'{coverage:.1%}'}</div>"
+        if previous is not None:
+            text, cls = _change(value, _dig(previous, path), kind)
+            extra += f"<div class='d {cls}'>{e(text)}</div>"
+        cards.append(f"<div class='fig' data-figure='{key}'><div class='name'>{e(label)}</div>"
+                     f"<div class='v'>{shown}</div>{extra}</div>")
+    top, before = _top_failure(data), _top_failure(previous)
+    shown = "<span class='unknown'>no failed run</span>" if top is None else e(top[0])
+    extra = "" if top is None else f"<div class='d'>{e(top[1])}</div>"
+    if previous is not None:
+        extra += f"<div class='d'>{e('was ' + before[0] if before else 'was none')}</div>"
+    cards.append(f"<div class='fig' data-figure='top_failure'><div class='name'>Top failure</div>"
+                 f"<div class='v'>{shown}</div>{extra}</div>")
+    return (f"<section class='band' aria-label='Summary'><h2>Summary</h2><p class='since'>{e(since)}</p>"
+            f"<div class='figs'>{''.join(cards)}</div></section>")
+
+
+_LEADING_H2 = re.compile(r"\s*<h2([^>]*)>(.*?)</h2>", flags=re.S)
+
+
+def section(title_html: str, body: str, *, open_: bool = True, ident: str | None = None) -> str:
+    """A collapsible section: <details> with the heading as its summary (open unless `open_` is False)."""
+    attrs = f" id='{html.escape(ident)}'" if ident else ""
+    return (f"<details class='section'{attrs}{' open' if open_ else ''}><summary><h2>{title_html}</h2></summary>"
+            f"\n{body}\n</details>")
+
+
+def collapsible(fragment: str) -> str:
+    """An HTML fragment another module wrote (starting with its <h2>) made a collapsible section."""
+    found = _LEADING_H2.match(fragment)
+    if not found:
+        return fragment
+    ident = re.search(r"id=['\"]([^'\"]+)['\"]", found.group(1))
+    return section(found.group(2), fragment[found.end():], ident=ident.group(1) if ident else None)
+
+
+def render_html(report: Report, previous: Mapping[str, Any] | None = None) -> str:
+    """report.html: the summary band (headline figures and their change since `previous`, the previous
+    report's report.json), then the notes, then collapsible sections; self-contained, no external resource."""
     d = report.data
     e = html.escape
     cluster = d.get("cluster")
@@ -408,6 +602,7 @@ def render_html(report: Report) -> str:
         + (f" &middot; Generated <time datetime='{e(str(generated))}'>{e(_when(generated))}</time>" if generated else "")
         + (f" &middot; Currency {e(str(currency))}" if currency else "")
         + "</p>",
+        summary_band(d, previous),
     ]
     inp = d.get("input", {})
     for note in inp.get("notes", []):
@@ -419,37 +614,41 @@ def render_html(report: Report) -> str:
     if left.get("rows"):
         parts.append(f"<p class='note'>{int(left['rows'])} row(s) are no attempt and count nowhere: "
                      f"{int(left['running'])} running (End Unknown), {int(left['not_started'])} not started, "
-                     f"{int(left['no_allocation'])} ended without an allocation.</p>")
+                     f"{int(left['no_allocation'])} never ran (cancelled while pending).</p>")
+    for entry in inp.get("unknown") or []:  # what the input cannot give: counted and named, never 0
+        count = "every attempt" if entry.get("count") is None else f"{int(entry['count'])} attempt(s)"
+        parts.append(f"<p class='note'>Unknown for {e(count)} (no {e(str(entry.get('missing')))}): "
+                     f"{e(str(entry.get('unknown')))}.</p>")
     totals = report.tables["totals"]
     sizing = report.tables["sizing"]
-    parts.append("<h2>Totals</h2>" + (kv_table_html(_row(totals), currency=currency) if len(totals)
-                                      else "<p><em>no rows</em></p>"))
-    parts.append("<h2>Sizing</h2>" + (kv_table_html(_row(sizing), currency=currency) if len(sizing)
-                                      else "<p><em>no rows</em></p>"))
+    parts.append(section("Totals", kv_table_html(_row(totals), currency=currency) if len(totals)
+                         else "<p><em>no rows</em></p>", ident="totals"))
+    parts.append(section("Sizing", kv_table_html(_row(sizing), currency=currency) if len(sizing)
+                         else "<p><em>no rows</em></p>", ident="sizing"))
     for chart_title, svg in _plots(report.tables):
-        parts.append(f"<h2>{e(chart_title)}</h2>")
-        parts.append(svg if svg else "<p><em>no data</em></p>")
+        parts.append(section(e(chart_title), f"<figure>{svg}</figure>" if svg else "<p><em>no data</em></p>"))
     trend = report.tables.get("trend_daily")
     if trend is not None and len(trend):
         short, long = min(TREND_VIEWS), max(TREND_VIEWS)
-        parts.append(f"<h2>Trend: last {short} days</h2><div class='charts'>")
-        parts += [f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, short)]
-        parts.append(f"</div><details><summary>Last {long} days</summary><div class='charts'>")
-        parts += [f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, long)]
-        parts.append("</div></details>")
-    for section in (gpuuse.html_section, *SECTIONS):
-        extra = section(report)
+        body = ["<div class='charts'>", *(f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, short)),
+                f"</div><details><summary>Last {long} days</summary><div class='charts'>",
+                *(f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, long)), "</div></details>"]
+        parts.append(section(f"Trend: last {short} days", "\n".join(body), ident="trend"))
+    for extra_section in (gpuuse.html_section, *SECTIONS):
+        extra = extra_section(report)
         if extra:
-            parts.append(extra)
+            parts.append(collapsible(extra))
+    tables = []
     for name, frame in report.tables.items():
         if name in ("totals", "sizing") or name in ECONOMICS_SECTION_TABLES or name in gpuuse.NOT_ON_PAGE:
             continue
-        parts.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>" + table_html(frame, currency=currency))
-    parts.append(economics_html(d))
-    parts.append("<h2>Metric definitions</h2><dl>")
-    for key, text in d["definitions"].items():
-        parts.append(f"<dt>{e(key)}</dt><dd>{e(text)}</dd>")
-    parts.append("</dl>")
+        tables.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>" + table_html(frame, currency=currency))
+    parts.append(section("Tables", "\n".join(tables), ident="tables"))
+    economics = economics_html(d)
+    if economics:
+        parts.append(collapsible(economics))
+    definitions = "".join(f"<dt>{e(key)}</dt><dd>{e(text)}</dd>" for key, text in d["definitions"].items())
+    parts.append(section("Metric definitions", f"<dl>{definitions}</dl>", open_=False, ident="definitions"))
     parts.append(f"<script>{_SORT_JS}</script>")
     parts.append("</body></html>")
     return "\n".join(parts)

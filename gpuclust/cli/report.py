@@ -1,26 +1,30 @@
-"""`gpuclust report`: the sacct -> pandas accounting pipeline."""
+"""`gpuclust report`: the sacct -> pandas accounting pipeline.
+
+The accounting modules pull numpy, pandas and pyarrow (about a second): they are imported inside the commands
+and callbacks that use them, never at the top, so that `gpuclust --help` and the other commands do not pay for
+them (issue 30; tests/unit/test_cli_startup.py).
+"""
 
 from __future__ import annotations
 
 import sys
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
-from gpuclust.accounting import memory, pipeline
-from gpuclust.accounting.fetch import VIA
-from gpuclust.accounting.metrics import check_target
 from gpuclust.accounting.period import PERIODS, resolve_period
-from gpuclust.accounting.render import parse_formats, prepare_out_dir, write_report
-from gpuclust.accounting.text import decode_delimiter
-from gpuclust.accounting.usage import check_slurm_version
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json, format_table
 from gpuclust.cli.params import TIME, TIME_HELP
 from gpuclust.errors import InputError
 from gpuclust.exitcodes import EXIT_NEGATIVE
 from gpuclust.timespec import TimeSpec
+
+if TYPE_CHECKING:
+    from gpuclust.config import SiteConfig
 
 _PERIOD_OPTIONS = [
     click.option("--since", type=TIME, help=f"Period start. {TIME_HELP} Without --until the period runs to now, "
@@ -31,6 +35,10 @@ _PERIOD_OPTIONS = [
 ]
 
 
+VIA = ("parsable", "json")
+"""gpuclust.accounting.fetch.VIA, spelled out: importing fetch pulls numpy and pyarrow (a test keeps them equal)."""
+
+
 def _period_options(func):  # type: ignore[no-untyped-def]
     for option in reversed(_PERIOD_OPTIONS):
         func = option(func)
@@ -38,6 +46,8 @@ def _period_options(func):  # type: ignore[no-untyped-def]
 
 
 def _check_target(value: float | None) -> float | None:
+    from gpuclust.accounting.metrics import check_target
+
     try:
         check_target(value)
     except InputError as exc:
@@ -55,6 +65,25 @@ def _named(parse):  # type: ignore[no-untyped-def]
         return value
 
     return callback
+
+
+# The library parsers behind the option callbacks, imported when an option is parsed (not for --help).
+def _decode_delimiter(text: str | None) -> str | None:
+    from gpuclust.accounting.text import decode_delimiter
+
+    return None if text is None else decode_delimiter(text)
+
+
+def _parse_formats(text: str) -> tuple[str, ...]:
+    from gpuclust.accounting.render import parse_formats
+
+    return parse_formats(text)
+
+
+def _check_slurm_version(version: str | None) -> str | None:
+    from gpuclust.accounting.usage import check_slurm_version
+
+    return check_slurm_version(version)
 
 
 @click.group("report")
@@ -75,6 +104,8 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 
     Re-fetching a window replaces its days in one atomic swap (default period: yesterday).
     """
+    from gpuclust.accounting import memory, pipeline
+
     config = app.config
     memory.keep_freed_memory()
     period = resolve_period(since, until, period_name, config.timezone) or resolve_period(
@@ -101,10 +132,28 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         click.echo(f"store: {summary.store}")
 
 
+def _build_config(app: AppContext, input_path: str | None, writes: bool = True) -> SiteConfig:
+    """The site config; with --input and no config file anywhere (none named, none at the default place),
+    the defaults (pipeline.default_config: no prices, so no money figures), said in a note (`writes`: the
+    command writes a report, so the note says where)."""
+    from gpuclust.config.site import DEFAULT_CONFIG_PATH, find_config_path
+
+    if (input_path and app.config_path is None and app.config_origin is None
+            and find_config_path() == DEFAULT_CONFIG_PATH and not Path(DEFAULT_CONFIG_PATH).exists()):
+        from gpuclust.accounting import pipeline
+
+        where = f", output in ./{pipeline.NO_CONFIG_REPORT_DIR} unless --out" if writes else ""
+        app.note(f"note: no site config ({find_config_path()} not found): defaults, no prices (no cost "
+                 f"figures){where}")
+        app.config = pipeline.default_config()
+    return app.config
+
+
 @group.command("build")
 @_period_options
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
-              help="Read this sacct dump (--parsable2 with a header, or --json) instead of the store.")
+              help="Read this sacct dump (--parsable2 with its header line, at least JobID, State, Start, End; or "
+                   "--json) instead of the store. Needs no site config (then: defaults, no prices).")
 @click.option("--events", "events_path", type=click.Path(dir_okay=False, exists=True),
               help="With --input: `sacctmgr show event -P format=Event,NodeName,Start,End,State,User,TRES,Reason` "
                    "output for the period (capacity unknown without it).")
@@ -118,9 +167,10 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
                    "job's reason, this file's wins.")
 @click.option("--slurmctld-log", "log_path", type=click.Path(dir_okay=False),
               help="With --input: slurmctld's log (its rotated .1 and .gz siblings are read too) for the refusals.")
-@click.option("--delimiter", default="|", show_default=True, callback=_named(decode_delimiter),
-              help="Delimiter of a --parsable2 --input file; backslash escapes allowed, e.g. '\\x1f|\\x1e'.")
-@click.option("--format", "formats", default="html,csv,json,prom", show_default=True, callback=_named(parse_formats),
+@click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
+              help="Delimiter of a --parsable2 --input file; backslash escapes allowed, e.g. '\\x1f|\\x1e' "
+                   "(default: told from the header line: gpuclust's fetch delimiter '\\x1f|\\x1e', else '|').")
+@click.option("--format", "formats", default="html,csv,json,prom", show_default=True, callback=_named(_parse_formats),
               help="Comma-separated outputs: html, csv, json, prom, parquet.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output directory (default: site report_dir).")
@@ -133,14 +183,15 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 @click.option("--user", "users", multiple=True, help="Only jobs of this user (repeat for several).")
 @click.option("--account", "accounts", multiple=True, help="Only jobs of this account (repeat for several).")
 @click.option("--partition", "partitions", multiple=True, help="Only jobs of this partition (repeat for several).")
-@click.option("--slurm-version", "slurm_version", callback=_named(check_slurm_version),
+@click.option("--slurm-version", "slurm_version", callback=_named(_check_slurm_version),
               help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), which picks how "
                    "gres/gpuutil becomes per-GPU utilisation (summed over the GPUs since 24.05). "
                    "A --json document names its own.")
 @pass_app
 def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
               input_path: str | None, events_path: str | None, nodes_path: str | None, sreport_path: str | None,
-              reasons_path: str | None, log_path: str | None, delimiter: str, formats: str, out_dir: str | None,
+              reasons_path: str | None, log_path: str | None, delimiter: str | None, formats: str,
+              out_dir: str | None,
               target: float | None,
               top: int, strict: bool, as_json: bool, users: tuple[str, ...], accounts: tuple[str, ...],
               partitions: tuple[str, ...], slurm_version: str | None) -> None:
@@ -148,10 +199,14 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 
     Reads the store (fetch first) or --input. Rows that cannot be parsed are listed with their line numbers.
     """
-    config = app.config
+    from gpuclust.accounting import memory, pipeline
+    from gpuclust.accounting.render import parse_formats, prepare_out_dir, write_report
+    from gpuclust.accounting.text import decode_delimiter
+
+    config = _build_config(app, input_path)
     memory.keep_freed_memory()
     fmts = parse_formats(formats)
-    delim = decode_delimiter(delimiter)
+    delim = None if delimiter is None else decode_delimiter(delimiter)
     out = Path(out_dir or config.report_dir)
     prepare_out_dir(out)  # an unwritable --out fails now, not after the work
     period = resolve_period(since, until, period_name, config.timezone)
@@ -170,8 +225,11 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
     left = info.get("left_out") or {}
     if left.get("rows"):
         app.note(f"note: {left['rows']} row(s) are no attempt and count nowhere: {left['running']} running "
-                   f"(End Unknown), {left['not_started']} not started, {left['no_allocation']} ended without "
-                   "an allocation (report.json input.left_out)")
+                   f"(End Unknown), {left['not_started']} not started, {left['no_allocation']} never ran "
+                   "(cancelled while pending) (report.json input.left_out)")
+    for entry in info.get("unknown") or []:
+        count = "every attempt" if entry.get("count") is None else f"{entry['count']} attempt(s)"
+        app.note(f"note: unknown for {count}, no {entry['missing']}: {entry['unknown']}")
     if strict and info.get("rejected_rows"):
         raise InputError(f"{info['rejected_rows']} input row(s) could not be parsed (see warnings above)")
     written = write_report(report, out, fmts)
@@ -181,13 +239,82 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         t = report.data["totals"]
         cost = "n/a (no price configured)" if t["cost"] is None else f"{t['cost']:.6g}"
         if t["runs"]:
-            click.echo(f"period {report.data['period']['start']} .. {report.data['period']['end']}: "
+            unknown = sum(e.get("count") or 0 for e in info.get("unknown") or [] if e.get("missing") == "AllocTRES")
+            hours = f"{t['gpu_hours']:.3f} GPU-hours" + (f" (+ {unknown} attempt(s) unknown)" if unknown else "")
+            inferred = " (inferred from the rows)" if (info.get("window") or {}).get("source") == "inferred" else ""
+            click.echo(f"period {report.data['period']['start']} .. {report.data['period']['end']}{inferred}: "
                        f"{t['runs']} runs, {t['completed']} completed, {t['attempts']} attempts, "
-                       f"{t['gpu_hours']:.3f} GPU-hours, cost {cost}")
+                       f"{hours}, cost {cost}")
         for path in written:
             click.echo(f"wrote {path}")
     if not report.data["totals"]["runs"]:
-        # An empty period is an answer, but not the one a nightly job expects: say so, on stderr, and exit 1.
         click.echo(f"no job attempts in the period {report.data['period']['start']} .. "
                    f"{report.data['period']['end']} (an empty report was written)", err=True)
-        raise SystemExit(EXIT_NEGATIVE)
+        if not input_path:
+            # From the store an empty period is an answer, but not the one a nightly job expects: exit 1. A
+            # dump's empty period is simply its report (exit 0).
+            raise SystemExit(EXIT_NEGATIVE)
+
+
+SHOW_BY = ("partition", "account", "user")
+"""gpuclust.accounting.show.BY, spelled out (importing show pulls pandas)."""
+SHOW_ROWS = ("jobs", "runs", "findings")
+
+
+@group.command("show")
+@_period_options
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
+              help="Read this sacct dump (--parsable2 with its header line, or --json) instead of the store, as "
+                   "`report build --input` does. Needs no site config (then: defaults, no prices).")
+@click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
+              help="Delimiter of a --parsable2 --input file (default: told from the header line).")
+@click.option("--slurm-version", "slurm_version", callback=_named(_check_slurm_version),
+              help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), for gres/gpuutil.")
+@click.option("--by", type=click.Choice(SHOW_BY), default="partition", show_default=True,
+              help="Group the detail table (and --rows runs) by partition, account or user.")
+@click.option("--format", "fmt", type=click.Choice(("table", "json", "jsonl")), default="table", show_default=True,
+              help="table: the answers, then the detail, for reading; json: the same summary as one JSON "
+                   "document; jsonl: one JSON object per --rows row, for log shippers.")
+@click.option("--rows", type=click.Choice(SHOW_ROWS), default="jobs", show_default=True,
+              help="With --format jsonl: jobs (one per GPU job that ended in the period), runs (the runs table "
+                   "per --by group) or findings (the top failures and the jobs that held GPUs idle longest).")
+@click.option("--top", type=click.IntRange(1, 10000), default=5, show_default=True,
+              help="How many top failures to show (and, with --rows findings, to emit).")
+@pass_app
+def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
+             input_path: str | None, delimiter: str | None, slurm_version: str | None, by: str, fmt: str,
+             rows: str, top: int) -> None:
+    """Print the report for a period in the terminal: the answers first (cost per completed run, completed-run
+    share, busy share and coverage, held-idle GPU-hours, top failures), then a table per --by group.
+
+    Reads the store (fetch first; default period: yesterday) or --input, computes the report as `report build`
+    does and writes no file. An empty period is said and exits 0.
+    """
+    from gpuclust.accounting import memory, pipeline, show
+    from gpuclust.accounting.text import decode_delimiter
+
+    if fmt != "jsonl" and click.get_current_context().get_parameter_source("rows") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--rows goes with --format jsonl (the table and json formats show the summary)")
+    config = _build_config(app, input_path, writes=False)
+    memory.keep_freed_memory()
+    delim = None if delimiter is None else decode_delimiter(delimiter)
+    period = resolve_period(since, until, period_name, config.timezone)
+    if period is None and not input_path:
+        period = resolve_period(None, None, "yesterday", config.timezone)
+    # trend_days=0: the daily trend is an HTML view, the terminal does not show it
+    report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim, top=top, trend_days=0,
+                               slurm_version=slurm_version)
+    for problem in (report.data.get("input") or {}).get("problems", []):
+        click.echo(f"warning: {problem}", err=True)
+    if fmt == "jsonl":
+        click.echo(show.jsonl(show.row_records(report, rows, by)), nl=False)
+        if not report.data["totals"]["runs"]:
+            p = report.data["period"]
+            click.echo(f"no job attempts in the period {p['start']} .. {p['end']}", err=True)
+        return
+    summary = show.summarize(report, by=by, top=top)
+    if fmt == "json":
+        echo_json(summary.as_dict())
+        return
+    # Bold headings on a terminal; click.echo drops the escapes when stdout is piped.
+    click.echo(show.render_text(summary, style=lambda text: click.style(text, bold=True)))

@@ -63,8 +63,11 @@ def top_failures(att: Attempts, chosen: np.ndarray, top: int) -> pd.DataFrame:
             **{name: pd.Series([v or "" for v in values(name)], dtype=object)
                for name in ("user", "account", "partition", "job_name", "state")},
             "exit_code": pd.Series(exit_text, dtype=object),
-            "gpu_hours": np.round(att.gpu_hours[pick], 9),
-            "cost": np.round(att.cost[pick], 9),
+            # (an attempt without AllocTRES: its GPU-hours and cost are unknown, NaN -> null, never 0)
+            "gpu_hours": np.where(att.gpus_unknown[pick], np.nan, np.round(att.gpu_hours[pick], 9))
+            if len(att.gpus_unknown) else np.round(att.gpu_hours[pick], 9),
+            "cost": np.where(att.gpus_unknown[pick], np.nan, np.round(att.cost[pick], 9))
+            if len(att.gpus_unknown) else np.round(att.cost[pick], 9),
             "node_list": pd.Series([v or "" for v in values("nodelist")], dtype=object),
             "start": pd.Series([_utc_iso(v) for v in att.start[pick]], dtype=object),
         }
@@ -201,7 +204,19 @@ def build_report(
     report = assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
                              target=target, input_info=input_info)
     report.data["input"]["left_out"] = att.left_out
+    unknown = int(np.count_nonzero(att.gpus_unknown[ended_p])) if len(att.gpus_unknown) else 0
+    if unknown:
+        add_unknown(report.data["input"], "AllocTRES", unknown,
+                    "GPU-hours and cost of attempts that ran (a NodeList, Elapsed > 0 or a state only a run can "
+                    "have) without an AllocTRES: totals gpu_hours, useful_gpu_hours and cost sum the other "
+                    "attempts; these count in runs, attempts and waits")
     return report
+
+
+def add_unknown(info: dict[str, Any], column: str, count: int | None, what: str) -> None:
+    """Name a figure the input cannot give (report.json input.unknown): never 0, always counted and named.
+    `count`: how many attempts it concerns (None: every one, the dump has no such column)."""
+    info.setdefault("unknown", []).append({"missing": column, "unknown": what, "count": count})
 
 
 def assemble_report(

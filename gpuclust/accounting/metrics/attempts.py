@@ -113,6 +113,28 @@ def allocated_mask(table: pa.Table) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.greater(pc.binary_length(col), 0), False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+# The NodeList sacct prints for a job that never got nodes (cancelled while pending), and for none at all.
+NO_NODES = frozenset({"", "None assigned"})
+
+
+# States only a job that ran can end in (CANCELLED is not one: a job may be cancelled while pending).
+RAN_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "RUNNING",
+                        "SUSPENDED", "REQUEUED"})
+
+
+def ran_mask(table: pa.Table) -> np.ndarray:
+    """Rows that show the job ran, whatever AllocTRES says: Elapsed > 0, a NodeList, or a state only a job that
+    ran can have. A job cancelled while pending has none of them (Elapsed 0, NodeList "None assigned"); a job
+    that ran but whose dump has no AllocTRES (a site whose sacct leaves it empty, a narrow --format) has them,
+    and is an attempt whose GPUs are unknown."""
+    ran = _ints(table.column("elapsed_s"), 0) > 0
+    nodes = coded(table.column("nodelist"))
+    ran |= nodes.per_value(lambda v: v is not None and v.strip() not in NO_NODES, dtype=bool)[nodes.codes]
+    state = coded(table.column("state"))
+    ran |= state.per_value(lambda v: v in RAN_STATES, dtype=bool)[state.codes]
+    return ran
+
+
 # ---- attempts ------------------------------------------------------------------------------------------
 
 
@@ -136,6 +158,9 @@ class Attempts:
     done: np.ndarray
     het_lead: np.ndarray  # True for a merged het job
     coded_columns: dict[str, Coded] = field(default_factory=dict)
+    # Attempts whose GPUs the input cannot give (no AllocTRES): their GPU-hours and cost are unknown (held
+    # as 0 in gpu_hours/cost so that sums stay sums of what is known; counted and named wherever shown).
+    gpus_unknown: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     pricing: Callable[[], None] | None = None  # while gpu_hours, cost and unpriced_gpu_hours are not computed
     left_out: dict[str, Any] = field(default_factory=dict)  # rows that are no attempt, counted by reason
 
@@ -173,19 +198,33 @@ class Attempts:
 
 
 LEFT_OUT_WHY = (
-    "Rows that are no attempt and count nowhere else: running = allocated and started but End Unknown (still "
-    "running, or suspended, when sacct was read: counted once they end); not_started = no Start (pending); "
-    "no_allocation = ended without an allocation (cancelled while pending: no AllocTRES)."
+    "Rows that are no attempt and count nowhere else: running = ran (an AllocTRES, a NodeList, Elapsed > 0 or a "
+    "state only a run can have) and started but End Unknown (still running, or suspended, when sacct was read: counted once they end); "
+    "not_started = no Start (pending); no_allocation = a Start but never ran (cancelled while pending: no "
+    "AllocTRES, no NodeList, Elapsed 0; End given or Unknown)."
 )
 
 
-def left_out_counts(allocated: np.ndarray, started: np.ndarray, ended: np.ndarray) -> dict[str, Any]:
-    """How many rows `attempts` leaves out, and why (report.json input.left_out)."""
-    running = int(np.count_nonzero(allocated & started & ~ended))
-    not_started = int(np.count_nonzero(~started))
-    no_allocation = int(np.count_nonzero(~allocated & started & ended))
-    return {"rows": running + not_started + no_allocation, "running": running, "not_started": not_started,
-            "no_allocation": no_allocation, "why": LEFT_OUT_WHY}
+def row_buckets(ran: np.ndarray, started: np.ndarray, ended: np.ndarray) -> dict[str, np.ndarray]:
+    """The one bucket of each row: `attempt` (ran, started and ended), `running`, `not_started`,
+    `no_allocation`. The masks are disjoint and cover every row (tests assert it on every recorded corpus)."""
+    return {
+        "attempt": ran & started & ended,
+        "running": ran & started & ~ended,
+        "not_started": ~started,
+        "no_allocation": ~ran & started,
+    }
+
+
+def left_out_counts(ran: np.ndarray, started: np.ndarray, ended: np.ndarray,
+                    gpus_unknown: int = 0) -> dict[str, Any]:
+    """How many rows `attempts` leaves out, and why (report.json input.left_out); `attempt_rows` (rows that
+    are attempts, het components apart) and `rows_total` close the count: rows_total = attempt_rows + rows."""
+    counts = {name: int(np.count_nonzero(mask)) for name, mask in row_buckets(ran, started, ended).items()}
+    left = counts["running"] + counts["not_started"] + counts["no_allocation"]
+    return {"rows": left, "running": counts["running"], "not_started": counts["not_started"],
+            "no_allocation": counts["no_allocation"], "attempt_rows": counts["attempt"],
+            "attempt_rows_gpus_unknown": gpus_unknown, "rows_total": left + counts["attempt"], "why": LEFT_OUT_WHY}
 
 
 def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | None = None) -> Attempts:
@@ -195,9 +234,11 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
     start_all = _numbers(table.column("start"))
     end_all = _numbers(table.column("end"))
     allocated = allocated_mask(table)
+    ran = allocated | ran_mask(table)
     started, ended = ~np.isnan(start_all), ~np.isnan(end_all)
-    rows = np.flatnonzero(allocated & started & ended)
-    left_out = left_out_counts(allocated, started, ended)
+    rows = np.flatnonzero(ran & started & ended)
+    unknown_all = ~allocated  # (an attempt without AllocTRES: its GPUs are unknown)
+    left_out = left_out_counts(ran, started, ended, int(np.count_nonzero(unknown_all[rows])))
     partition_all = coded(table.column("partition"))
     gtype_all = coded(table.column("gpu_type"))
 
@@ -236,8 +277,16 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         merged = (np.searchsorted(rows, lead_rows), *sums)
 
     het_lead = np.zeros(len(rows), dtype=bool)
+    gpus_unknown = unknown_all[rows]
     if merged is not None:
         het_lead[merged[0]] = True
+        # A het execution's GPUs are unknown when any component's are (het rows are few: a dict will do).
+        execution_unknown: dict[tuple[int, float], bool] = {}
+        for r in het_rows.tolist():
+            k = (int(job_base_all[r]), float(start_all[r]))
+            execution_unknown[k] = execution_unknown.get(k, False) or bool(unknown_all[r])
+        gpus_unknown[merged[0]] = [execution_unknown[(int(job_base_all[r]), float(start_all[r]))]
+                                   for r in lead_rows.tolist()]
 
     def pricing() -> None:
         gpu_hours, cost, unpriced = money(rows)
@@ -268,7 +317,7 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         start=start, end=end, gpu_hours=unset, cost=unset, unpriced_gpu_hours=unset,
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
         coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state}, pricing=pricing,
-        left_out=left_out,
+        left_out=left_out, gpus_unknown=gpus_unknown,
     )
     if pool is None:
         att.price()

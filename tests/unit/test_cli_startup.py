@@ -1,0 +1,100 @@
+"""Start-up cost of the CLI (issue 30 item 1): NHC and Nagios run `accept node-status` and `audit partition`
+every few minutes on every node, so the CLI imports pandas, numpy, pyarrow and torch only inside the commands that
+use them. Each case runs in a fresh interpreter and reads `sys.modules` afterwards, which is deterministic; how
+long it takes is measured by benchmarks/cli_startup.py, never asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("pandas", "numpy", "pyarrow", "torch")
+LAB_CONF = REPO / "tests" / "slurm_lab" / "lab-site.conf"
+AUDIT_CONF = REPO / "tests" / "data" / "audit" / "site-lab.conf"
+
+# Runs the CLI in-process as the console script does (an optional recorded Slurm for the audit), then prints
+# its exit status and which heavy modules got imported.
+_RUN = """
+import json, sys
+heavy, scenario, argv = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3:]
+from gpuclust.cli.main import cli
+obj = None
+if scenario:
+    from gpuclust.cli.context import AppContext
+    from tests.unit.audit_replay import replay
+    obj = AppContext(client=replay(scenario))
+try:
+    cli.main(argv, prog_name="gpuclust", obj=obj)
+    code = 0
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
+print(json.dumps({"exit": code, "heavy": sorted(m for m in heavy if m in sys.modules)}), file=sys.stderr)
+"""
+
+
+def _env() -> dict[str, str]:
+    """No Slurm cluster and no site config from the caller's environment: each case names what it reads."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "GPUCLUST_CONFIG", "GPUCLUST_SLURM_VERSION")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _run(argv: list[str], scenario: str = "") -> dict[str, object]:
+    cp = subprocess.run([sys.executable, "-c", _RUN, json.dumps(HEAVY), scenario, *argv], capture_output=True,
+                        text=True, cwd=REPO, env=_env(), timeout=120)
+    assert cp.stderr.strip(), cp.stdout
+    result: dict[str, object] = json.loads(cp.stderr.strip().splitlines()[-1])
+    result["output"] = cp.stdout
+    return result
+
+
+def test_importing_the_entry_point_imports_no_heavy_library() -> None:
+    code = f"import sys, gpuclust.cli.main; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=_env(),
+                        timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["report", "--help"], ["report", "build", "--help"],
+                                  ["audit", "partition", "--help"]], ids=" ".join)
+def test_version_and_help_import_no_heavy_library(argv: list[str]) -> None:
+    result = _run(argv)
+    assert result["exit"] == 0, result["output"]
+    assert result["heavy"] == []
+
+
+def test_policy_check_imports_no_heavy_library() -> None:
+    result = _run(["--config", str(LAB_CONF), "policy", "check", "--slurm-version", "22.05", "--gres-types", "gpu",
+                   "--", "-A", "ml", "-p", "gpu", "--gres=gpu:h100:2", "--comment", "team=ml,project=x", "--wrap",
+                   "true"])
+    assert (result["exit"], result["heavy"]) == (0, []), result["output"]
+    assert str(result["output"]).startswith("ACCEPT")
+
+
+def test_accept_node_status_imports_no_heavy_library(tmp_path: Path) -> None:
+    result = _run(["--config", str(LAB_CONF), "accept", "node-status", "node1", "--results-dir", str(tmp_path)])
+    assert (result["exit"], result["heavy"]) == (1, []), result["output"]  # no results at all: NONE, exit 1
+    assert str(result["output"]).startswith("NONE")
+
+
+@pytest.mark.parametrize("scenario", ["clean", "degraded"])
+def test_audit_partition_imports_no_heavy_library(scenario: str, tmp_path: Path) -> None:
+    result = _run(["--config", str(AUDIT_CONF), "audit", "partition", "gpu", "--json", "--results-dir",
+                   str(tmp_path)], scenario)
+    assert result["heavy"] == [], result["output"]
+    assert json.loads(str(result["output"]))["partition"] == "gpu"
+
+
+def test_report_via_choices_are_the_fetchers() -> None:
+    """`report fetch --via` spells the choices out so that --help does not import the fetcher (numpy, pyarrow)."""
+    from gpuclust.accounting.fetch import VIA
+    from gpuclust.cli.report import VIA as CLI_VIA
+
+    assert CLI_VIA == VIA
