@@ -61,19 +61,29 @@ labels = team=ml
 
 
 DELIMITERS = {"fetch": "\x1f|\x1e", "pipe-hash": "|#|"}  # the fetch's own; one users' exports use
+# Column orders of users' dumps: the fetch's; free text last (as many sites' `sacct --format` lines end in
+# Comment); free text first.
+FREE_TEXT = ("JobName", "Comment")
+ORDERS = ("fetch", "text-last", "text-first")
+
+
+def column_order(order: str) -> tuple[str, ...]:
+    from gpuclust.accounting.schema import FETCH_FIELDS
+
+    rest = tuple(f for f in FETCH_FIELDS if f not in FREE_TEXT)
+    return {"fetch": FETCH_FIELDS, "text-last": rest + FREE_TEXT, "text-first": FREE_TEXT[::-1] + rest}[order]
 # The pending reasons sacct keeps (mostly None once a job started), by JobIDRaw (no draw from the generator's rng).
 REASONS = ("None",) * 12 + ("AssocGrpGRES", "Priority", "Resources", "Dependency", "JobHeldUser")
 
 
 def generate(path: Path, rows: int, seed: int = 7, *, messy: bool = False, delimiter: str = "\x1f|\x1e",
-             usage: bool = False) -> None:
+             usage: bool = False, order: str = "fetch") -> None:
     """`rows` lines of a `--parsable2` dump. `messy`: as real dumps are (users' own `sacct` exports, without
     -X): step rows (``.batch``, ``.extern``, ``.0``) after most jobs, newlines and pipes in comments, more
     pipes and newlines in names, pending array ranges. `usage` (with `messy`): the step rows carry usage TRES
     as 24.05.1+ prints them (CU Boulder Alpine's recorded shape: cpu, energy, fs/disk, gres/gpumem,
     gres/gpuutil summed over the step's GPUs, mem, pages, vmem) and ConsumedEnergyRaw, as `report fetch` asks."""
-    from gpuclust.accounting.schema import FETCH_FIELDS
-
+    FETCH_FIELDS = column_order(order)  # noqa: N806 (the generator writes this order)
     rng = random.Random(seed)
     d = delimiter
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
@@ -345,6 +355,7 @@ def main() -> None:
     ap.add_argument("--messy", action="store_true", help="steps, newlines and pipes in comments (as users' dumps)")
     ap.add_argument("--delimiter", choices=sorted(DELIMITERS), default="fetch")
     ap.add_argument("--usage", action="store_true", help="with --messy: usage TRES on the step rows (issue 26)")
+    ap.add_argument("--order", choices=ORDERS, default="fetch", help="column order of the dump (issue 31)")
     ap.add_argument("--store-days", type=int, default=0,
                     help="instead: the rows as this many days' sacct output through the store, then build")
     ap.add_argument("--build-only", action="store_true",
@@ -353,7 +364,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.dir)
     delimiter = DELIMITERS[args.delimiter]
-    data = work / f"sacct-{args.rows}{'-messy' if args.messy else ''}{'-usage' if args.usage else ''}-{args.delimiter}.txt"
+    data = work / f"sacct-{args.rows}{'-messy' if args.messy else ''}{'-usage' if args.usage else ''}{'' if args.order == 'fetch' else '-' + args.order}-{args.delimiter}.txt"
     if args.child == "floor":
         print(json.dumps(child_floor(str(data), delimiter)))
         return
@@ -366,10 +377,10 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     if not data.exists() and not args.build_only:
         t = time.perf_counter()
-        generate(data, args.rows, messy=args.messy, delimiter=delimiter, usage=args.usage)
+        generate(data, args.rows, messy=args.messy, delimiter=delimiter, usage=args.usage, order=args.order)
         print(f"generated {data} ({data.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.0f}s", file=sys.stderr)
     common = ["--rows", str(args.rows), "--dir", str(work), "--delimiter", args.delimiter,
-              *(["--messy"] if args.messy else []), *(["--usage"] if args.usage else [])]
+              *(["--messy"] if args.messy else []), *(["--usage"] if args.usage else []), "--order", args.order]
     if args.store_days:
         only = ["--build-only"] if args.build_only else []
         done = [json.loads(subprocess.run([sys.executable, __file__, *common, "--store-days", str(args.store_days),

@@ -65,8 +65,9 @@ class Parsed:
 VParser = Callable[[pa.Array], Parsed]
 JsonRead = Callable[[sj.SacctJsonAdapter, Mapping[str, Any]], str]
 # How the direct text reader reads a field's bytes: dictionary-encoded ("dict"); fixed-width byte kernels
-# ("fixed", see FixedRead); JobID's own SWAR kernel ("job_id"); a plain decimal cast ("int").
-DirectRead = Literal["dict", "fixed", "job_id", "int"]
+# ("fixed", see FixedRead); JobID's own SWAR kernel ("job_id"); a plain decimal cast ("int"); as it is
+# ("text": mostly distinct values, e.g. usage TRES, parsed by their consumer).
+DirectRead = Literal["dict", "fixed", "job_id", "int", "text"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,13 @@ class SacctField:
     parsed: tuple[Column, ...] = ()  # the columns parsed from it (by `vparse`)
     parse: Callable[[str], Any] | None = None  # scalar parser (the definition); raises SlurmOutputError
     vparse: VParser | None = None  # vectorised parser: must agree with `parse`
-    required: bool = True  # a text dump must have it (else only the JSON path and `fetch` read it)
+    # In a complete dump (what `report fetch` writes): the direct text reader reads only dumps with every such
+    # field; a narrower dump goes to the reference reader, which derives or marks unknown what it lacks.
+    required: bool = True
+    # No figure can do without it: a text dump that lacks it is refused (Registry.required).
+    essential: bool = False
+    # What a dump without this column cannot give (named in report.json input.unknown), or how it is derived.
+    without: str = ""
     dictionary: bool = False  # few distinct values: read dictionary-encoded, parsed once per distinct value
     free_text: bool = False  # may hold the delimiter of a plain `|` dump (a record then gets repaired)
     # What a dump without this (optional) field reads as: "" (the text sacct prints for an empty value), or
@@ -174,7 +181,17 @@ class Registry:
 
     @cached_property
     def required(self) -> tuple[str, ...]:
+        """What no figure can do without (a job id, a state and times): a text dump lacking one is refused."""
+        return tuple(fd.name for fd in self.fields if fd.essential)
+
+    @cached_property
+    def complete(self) -> tuple[str, ...]:
+        """The fields of a complete dump (the fetch's): the direct reader reads only a dump with all of them."""
         return tuple(fd.name for fd in self.fields if fd.required)
+
+    def missing(self, header: list[str] | tuple[str, ...]) -> dict[str, str]:
+        """The fields of a complete dump that `header` lacks, each with what that leaves unknown (or derived)."""
+        return {fd.name: fd.without for fd in self.fields if fd.required and fd.name not in header}
 
     @cached_property
     def optional(self) -> tuple[str, ...]:
@@ -310,17 +327,19 @@ def parse_count(text: str) -> int:
 
 
 def _string(name: str, column: str, fetch: int, place: int, read: JsonRead, *, required: bool = True,
-            free_text: bool = False) -> SacctField:
+            free_text: bool = False, without: str = "") -> SacctField:
     return SacctField(name, fetch, read, copy=Column(column, pa.string(), place), required=required,
-                      free_text=free_text, dictionary=True)
+                      free_text=free_text, dictionary=True, without=without)
 
 
 def _time(name: str, column: str, fetch: int, place: int, path: str, like: str | None = None,
-          by_shape: Mapping[str, JsonRead] | None = None) -> SacctField:
+          by_shape: Mapping[str, JsonRead] | None = None, *, essential: bool = False,
+          without: str = "") -> SacctField:
     return SacctField(
         name, fetch, at(path, sj.epoch), parsed=(Column(column, UTC_SECONDS, place),),
         parse=f.parse_time_epoch, vparse=_one(column, lambda t: f.v_time(t)), direct="fixed",
-        fixed=FixedRead(f.fixed_times, 19, like), json_by_shape=dict(by_shape or {}),
+        fixed=FixedRead(f.fixed_times, 19, like), json_by_shape=dict(by_shape or {}), essential=essential,
+        without=without,
     )
 
 
@@ -332,27 +351,32 @@ FIELDS: tuple[SacctField, ...] = (
         "JobID", 0, lambda a, job: a.job_id(job)[0], copy=Column("job_id", pa.string(), 1),
         parsed=(Column("job_base", pa.int64(), 3), Column("array_task", pa.int64(), 4),
                 Column("array_pending", pa.string(), 5), Column("het_offset", pa.int64(), 6)),
-        parse=f.parse_job_id, vparse=_job_id, direct="job_id",
+        parse=f.parse_job_id, vparse=_job_id, direct="job_id", essential=True,
     ),
     SacctField(
         "JobIDRaw", 1, lambda a, job: a.job_id(job)[1], parsed=(Column("job_id_raw", pa.int64(), 2),),
         parse=parse_count, vparse=_one("job_id_raw", f.v_int), direct="int",
+        without="derived from JobID (each JobID its own job; a requeued job's executions share it)",
     ),
-    _string("JobName", "job_name", 2, 7, at("name"), free_text=True),
-    _string("User", "user", 5, 8, at("user", fallback="association.user")),
-    _string("Account", "account", 6, 9, at("account", fallback="association.account")),
-    _string("Partition", "partition", 7, 10, at("partition")),
-    _string("QOS", "qos", 8, 11, at("qos")),
+    _string("JobName", "job_name", 2, 7, at("name"), free_text=True,
+            without="resubmissions (a failed job submitted again under its name): each JobID is its own run"),
+    _string("User", "user", 5, 8, at("user", fallback="association.user"), without="figures by user"),
+    _string("Account", "account", 6, 9, at("account", fallback="association.account"),
+            without="figures by account (and account labels)"),
+    _string("Partition", "partition", 7, 10, at("partition"),
+            without="figures by partition, partition prices and GPU types"),
+    _string("QOS", "qos", 8, 11, at("qos"), without="queue wait and hold by QOS"),
     SacctField(
         "State", 9, lambda a, job: a.state(job), copy=Column("state_raw", pa.string(), 16),
         parsed=(Column("state", pa.string(), 15),), parse=f.parse_state, vparse=_one("state", f.v_state),
-        dictionary=True,
+        dictionary=True, essential=True,
     ),
     SacctField(
         "ExitCode", 10, lambda a, job: a.exit_code(job)[0],
         parsed=(Column("exit_code", pa.int64(), 18), Column("exit_signal", pa.int64(), 19)),
         unknowable=Column("exit_code_known", pa.bool_(), 20),
         parse=f.parse_exit_code, vparse=_exit_code, dictionary=True,
+        without="exit codes (COMPLETED counts as success)",
     ),
     # The pending reason sacct kept (the last one slurmctld sent to slurmdbd; the economics' wait split reads
     # it). `state.reason` in every JSON shape recorded on the lab (22.05 dbv0.0.38, 24.11 v0.0.42, 26.05
@@ -363,33 +387,36 @@ FIELDS: tuple[SacctField, ...] = (
     # Absent from older dumps and stores: null there (unknown), never "".
     SacctField("Reason", 17, at("state.reason"), copy=Column("reason", pa.string(), 17), required=False,
                free_text=True, dictionary=True, absent=None),
-    _time("Submit", "submit", 11, 21, "time.submission"),
-    _time("Eligible", "eligible", 12, 22, "time.eligible", like="Submit"),
+    _time("Submit", "submit", 11, 21, "time.submission", without="hold; queue wait where Eligible is missing too"),
+    _time("Eligible", "eligible", 12, 22, "time.eligible", like="Submit",
+          without="hold; queue wait counts from Submit"),
     # 21.08's openapi/dbv0.0.37 prints the eligible time at time.start (parse.c): Start comes from
     # End - Elapsed - Suspended there (sacct_json.SacctJsonAdapter.start).
-    _time("Start", "start", 13, 23, "time.start", by_shape={"openapi/dbv0.0.37": lambda a, job: a.start(job)}),
-    _time("End", "end", 14, 24, "time.end"),
+    _time("Start", "start", 13, 23, "time.start", by_shape={"openapi/dbv0.0.37": lambda a, job: a.start(job)},
+          essential=True),
+    _time("End", "end", 14, 24, "time.end", essential=True),
     SacctField(
         "Elapsed", 15, at("time.elapsed", sj.elapsed), parsed=(Column("elapsed_s", pa.int64(), 25),),
         parse=f.parse_elapsed, vparse=_one("elapsed_s", f.v_elapsed), dictionary=True, direct="fixed",
-        fixed=FixedRead(f.fixed_clock, 8),
+        fixed=FixedRead(f.fixed_clock, 8), without="derived from End - Start",
     ),
     SacctField(
         "AllocTRES", 16, at("tres.allocated", sj.tres_text), copy=Column("alloc_tres", pa.string(), 27),
         parsed=(Column("gpus", pa.int64(), 28), Column("gpu_type", pa.string(), 29),
                 Column("mem_mb", pa.float64(), 30)),
         parse=f.parse_alloc_tres, vparse=_alloc_tres, dictionary=True,
+        without="GPUs, so GPU-hours, cost and every figure made of them",
     ),
     # Usage TRES, on step rows (the allocation row's are empty): rolled up to the job (accounting.usage).
     # Not in the JSON job object: the JSON reader makes step rows of jobs[].steps (sacct_json.step_records).
     *(SacctField(name, 19 + i, lambda a, job: "", copy=Column(column, pa.string()), required=False,
-                 step_usage=True, dictionary=True)
+                 step_usage=True, direct="text")
       for i, (name, column) in enumerate(zip(usage.USAGE_FIELDS, usage.TEXT_COLUMNS, strict=True))),
     SacctField(
         "NNodes", 24, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 26),),
-        parse=parse_count, vparse=_one("nnodes", f.v_int), dictionary=True,
+        parse=parse_count, vparse=_one("nnodes", f.v_int), dictionary=True, without="node counts",
     ),
-    _string("NodeList", "nodelist", 18, 14, at("nodes")),
+    _string("NodeList", "nodelist", 18, 14, at("nodes"), without="node lists (top failures)"),
     _string("WCKey", "wckey", 4, 12, nested_text("wckey", "wckey"), required=False),
     _string("Comment", "comment", 3, 13, nested_text("comment", "job"), required=False, free_text=True),
 )

@@ -34,6 +34,7 @@ import pyarrow.csv as pacsv
 
 from gpuclust.accounting.direct import read_direct
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, normalize
+from gpuclust.accounting.registry import Registry
 from gpuclust.accounting.textcommon import (
     _BOM,
     _STAND_INS,
@@ -42,6 +43,7 @@ from gpuclust.accounting.textcommon import (
     _quiet_row_decode,
     _repair,
     _Source,
+    _starts_record,
     _tail_continuation,
     _wanted,
 )
@@ -63,27 +65,74 @@ def decode_delimiter(text: str) -> str:
     return text
 
 
+# gpuclust's own fetch delimiter (gpuclust.accounting.schema.FETCH_DELIMITER; not imported: schema imports the
+# registry, which this module's readers are given through ReaderOptions).
+_FETCH_DELIMITER = "\x1f|\x1e"
+_FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")  # how sacct names its fields in a header
+
+
+def sniff_delimiter(first_line: bytes) -> str:
+    """The delimiter of a dump, told from its first line: gpuclust's fetch delimiter where it occurs there,
+    else sacct's own `|` (`--delimiter` names any other)."""
+    return _FETCH_DELIMITER if _FETCH_DELIMITER.encode("utf-8") in first_line else "|"
+
+
+def header_example(registry: Registry) -> str:
+    """The sacct command that writes a dump gpuclust reads whole (header line included)."""
+    return f"sacct -a -X --parsable2 --format={','.join(registry.complete)}"
+
+
+def _check_header(header: list[str], header_line: bytes, delimiter: str, source: str, registry: Registry) -> None:
+    """Refuse a first line that is no header (a dump written with --noheader), or that does not split on the
+    delimiter, naming the fix."""
+    if any(name in registry.raw for name in header):
+        return
+    for other in (_FETCH_DELIMITER, "|", "\t", ","):
+        if other != delimiter and any(name in registry.raw for name in
+                                      header_line.decode("utf-8", "replace").strip().split(other)):
+            raise InputError(Problem(
+                source, 1, f"the header does not split on the delimiter {delimiter!r} but does on {other!r}: "
+                f"pass --delimiter {other.encode('unicode_escape').decode()!r} (or leave --delimiter out: "
+                "gpuclust's fetch delimiter and | are detected)"))
+    kind = "is not a header of sacct field names" if not all(_FIELD_NAME.fullmatch(n) for n in header) else \
+        "names no sacct field gpuclust reads"
+    raise InputError(Problem(
+        source, 1, f"the first line {kind} (it starts {header_line[:60]!r}): gpuclust needs sacct's header line "
+        f"to know the columns. Write the dump without --noheader/-n, e.g. `{header_example(registry)}` "
+        f"(at least {', '.join(registry.required)})"))
+
+
 def parse_parsable(
-    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str = "|", source: str = "<input>",
-    *, options: ReaderOptions = DEFAULT_OPTIONS,
+    data: bytes | bytearray | memoryview | mmap.mmap | pa.Buffer, delimiter: str | None = "|",
+    source: str = "<input>", *, options: ReaderOptions = DEFAULT_OPTIONS,
 ) -> ParseResult:
     """Parse a --parsable2 dump (header line first) into the normalized schema.
 
-    `data` may be any buffer (a memory-mapped file is read without a copy). The direct reader
-    (gpuclust.accounting.direct.read_direct) handles it where it can be sure to give the reference's result; anything else (and every
-    input while ``options.fast`` is off) goes through the reference (`_reference`); the result's `reader`
-    says which ran."""
+    `data` may be any buffer (a memory-mapped file is read without a copy). `delimiter` None: told from the
+    header line (`sniff_delimiter`). The direct reader (gpuclust.accounting.direct.read_direct) handles a
+    complete dump (every field of Registry.complete) where it can be sure to give the reference's result;
+    anything else (a narrower dump, and every input while ``options.fast`` is off) goes through the reference
+    (`_reference`); the result's `reader` says which ran."""
     registry = options.registry
-    delim = delimiter.encode("utf-8")
-    if not delim or b"\n" in delim:
-        raise InputError(f"bad delimiter {delimiter!r}")
     src = _Source(data, options.scan_block)
     head = 3 if src.read(0, 3) == _BOM else 0  # a UTF-8 byte order mark before the header is no data
     header_end = src.find(b"\n", head)
     header_line = src.read(head, src.size if header_end < 0 else header_end)
+    if header_line.endswith(b"\r"):
+        # A dump with Windows line ends (edited or copied on Windows): \r\n is a line end, in both readers.
+        # (The one copy; sacct itself writes \n.)
+        src = _Source(src.tobytes().replace(b"\r\n", b"\n"), options.scan_block)
+        header_end = src.find(b"\n", head)
+        header_line = src.read(head, src.size if header_end < 0 else header_end)
+    if delimiter is None:
+        delimiter = sniff_delimiter(header_line)
+    delim = delimiter.encode("utf-8")
+    if not delim or b"\n" in delim:
+        raise InputError(f"bad delimiter {delimiter!r}")
     header = header_line.rstrip(b"\r").decode("utf-8", "replace").split(delimiter)
     if not header_line.strip():
         raise InputError(Problem(source, 1, "empty input: expected a header line of sacct field names"))
+    _check_header(header, header_line, delimiter, source, registry)
     seen: dict[str, int] = {}
     for col, name in enumerate(header, start=1):
         if name in seen:
@@ -96,11 +145,11 @@ def parse_parsable(
         raise InputError(
             Problem(
                 source, 1,
-                f"header lacks required field(s) {', '.join(missing)} (delimiter {delimiter!r}; "
-                f"header starts {header_line[:80]!r})",
+                f"header lacks {', '.join(missing)}: no figure can do without a job id, a state and its times "
+                f"(header starts {header_line[:80]!r}; e.g. `{header_example(registry)}`)", missing[0],
             )
         )
-    if options.fast and header_end >= 0:
+    if options.fast and header_end >= 0 and all(name in header for name in registry.complete):
         result = read_direct(src, header_end + 1, delim, header, source, options)
         if result is not None:
             result.reader = "direct"
@@ -108,6 +157,8 @@ def parse_parsable(
     whole = src.tobytes()
     body = b"" if header_end < 0 else whole[header_end + 1 :]
     del whole
+    if b"\r\n" in body:  # a dump saved with CRLF line ends reads as the same dump with LF ones
+        body = body.replace(b"\r\n", b"\n")
     result = _reference(body, delim, header, source, options)
     result.reader = "reference"
     return result
@@ -375,17 +426,6 @@ def _line_level(
     else:
         cols = {name: _single(col) for name, col in cols.items()}
     return _from_columns(cols, lines, header, source, problems, opts)
-
-
-_JOB_ID_BYTES = re.compile(rb"[0-9]+(?:_[0-9]+|_\[[^\]]*\]|\+[0-9]+)?(?:\.[^.]+)?")  # (any length)
-
-
-
-
-def _starts_record(line: bytes, sep: bytes) -> bool:
-    """Whether a line starts with a JobID and a separator (so it can start a record)."""
-    at = line.find(sep)
-    return at > 0 and _JOB_ID_BYTES.fullmatch(line, 0, at) is not None
 
 
 def _chunks(col: pa.Array | pa.ChunkedArray) -> list[pa.Array]:

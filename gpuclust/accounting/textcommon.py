@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -91,6 +92,15 @@ def _tail_continuation(header: list[str], opts: ReaderOptions) -> bool:
     """Whether lines after a whole record can continue its last value: the last column is free text and
     the first is JobID (which tells where a record starts)."""
     return len(header) > 1 and header[0] == "JobID" and header[-1] in opts.registry.free_text
+
+
+_JOB_ID_BYTES = re.compile(rb"[0-9]+(?:_[0-9]+|_\[[^\]]*\]|\+[0-9]+)?(?:\.[^.]+)?")  # (any length)
+
+
+def _starts_record(line: bytes, sep: bytes) -> bool:
+    """Whether a line starts with a JobID and a separator (so it can start a record)."""
+    at = line.find(sep)
+    return at > 0 and _JOB_ID_BYTES.fullmatch(line, 0, at) is not None
 
 
 def _split_ways(extra: int, slots: int) -> list[tuple[int, ...]]:

@@ -57,8 +57,10 @@ the row itself and its allocation figures are kept.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,18 +140,17 @@ class UsageWarnings:
 
 # ---- one TRES value ----------------------------------------------------------------------------------------
 
-def _value_regex(key: str) -> str:
-    return r"(?:^|,)" + re.escape(key) + r"=(?P<v>[^,]*)"
-
-
-def extract(text: pa.Array, key: str) -> pa.Array:
-    """The value text of `key` in each TRES string (null where absent)."""
-    got = pc.extract_regex(text, _value_regex(key))
-    return pc.struct_field(got, [0])
+def _decimal(values: pa.Array) -> np.ndarray:
+    """Whether each value is all ASCII digits (and not empty): the common case, cast without a regex."""
+    return pc.fill_null(pc.ascii_is_decimal(values), False).to_numpy(zero_copy_only=False)
 
 
 def numbers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Plain numbers -> (float values, NaN where absent; bad mask: present but not a number)."""
+    present = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    if _decimal(values).sum() == present.sum():
+        return np.asarray(pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False), dtype=float), \
+            np.zeros(len(values), dtype=bool)
     ok = pc.fill_null(pc.match_substring_regex(values, f"^{_NUMBER}$"), False)
     present = pc.is_valid(values).to_numpy(zero_copy_only=False)
     out = np.full(len(values), np.nan)
@@ -174,6 +175,14 @@ def _matched(values: pa.Array, pattern: str) -> tuple[pa.Array | None, np.ndarra
 
 def _suffixed(values: pa.Array, scale: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
     """`<number><K|M|G|T|P>?` -> number x scale[suffix] (NaN where absent; bad mask: present, not that form)."""
+    if values.null_count == 0:  # (as `values` of a TresList are) digits with an optional suffix: no regex
+        unit = pc.fill_null(pc.index_in(pc.utf8_slice_codeunits(values, -1), value_set=pa.array(_SUFFIXES[1:])), -1)
+        has_unit = pc.greater_equal(unit, 0)
+        digits = pc.if_else(has_unit, pc.utf8_slice_codeunits(values, 0, -1), values)
+        if len(values) == 0 or _decimal(digits).all():
+            num = np.asarray(pc.cast(digits, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+            factor = np.array([scale[u] for u in _SUFFIXES[1:]] + [scale[""]])
+            return num * factor[np.asarray(unit.to_numpy(zero_copy_only=False))], np.zeros(len(values), dtype=bool)
     sub, ok, bad, out = _matched(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
     if sub is not None:
         num = pc.cast(pc.struct_field(sub, [0]), pa.float64()).to_numpy(zero_copy_only=False)
@@ -207,6 +216,13 @@ def clock_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
         out[ok] = part(0) * 86400 + part(1) * 3600 + part(2) * 60 + part(3)
     return out, bad
+
+
+def extract(text: pa.Array, key: str) -> pa.Array:
+    """The value text of `key` in each TRES string (null where absent): its first entry's, as sacct lists
+    each TRES once."""
+    got = pc.extract_regex(text, r"(?:^|,)" + re.escape(key) + r"=(?P<v>[^,]*)")
+    return pc.struct_field(got, [0])
 
 
 def parse_usage(text: str) -> dict[str, float]:
@@ -245,8 +261,29 @@ def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr
 
 
+def _string(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A text column as one string array (the direct reader's binary read as text)."""
+    arr = _plain(arr)
+    return arr.cast(pa.string()) if pa.types.is_binary(arr.type) else arr
+
+
 def _empty_to_null(arr: pa.Array) -> pa.Array:
     return pc.if_else(pc.equal(arr, ""), pa.scalar(None, pa.string()), arr)
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One TRES of one usage column on the usage rows: its values (NaN: absent or bad), the rows whose value is
+    not one, and the text of the first of those (for the warnings)."""
+
+    name: str
+    key: str
+    values: np.ndarray
+    bad_rows: np.ndarray
+    bad_text: pa.Array
+
+    def index(self, row: int) -> int:
+        return int(np.searchsorted(self.bad_rows, row))
 
 
 def null_columns(n: int) -> dict[str, pa.Array]:
@@ -269,10 +306,10 @@ def attach(
     if not usage_text or n == 0:
         columns.update(null_columns(n))
         return
-    text = {name: _empty_to_null(_plain(arr)) for name, arr in usage_text.items()}
+    text = {name: _string(arr) for name, arr in usage_text.items()}
     has_usage = np.zeros(n, dtype=bool)
     for arr in text.values():
-        has_usage |= pc.is_valid(arr).to_numpy(zero_copy_only=False)
+        has_usage |= pc.fill_null(pc.greater(pc.binary_length(arr), 0), False).to_numpy(zero_copy_only=False)
     out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
     rule_out = np.full(n, None, dtype=object)
     rows = np.flatnonzero(has_usage)
@@ -282,43 +319,65 @@ def attach(
 
     job_id = _plain(columns["job_id"])
     parent = _parents(job_id, is_step, rows, line_values, source, warnings)
-    take = pa.array(rows)
-    sub = {name: pc.take(arr, take) for name, arr in text.items()}
     gpus = np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
     gpus = np.nan_to_num(gpus)
     elapsed = np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
     elapsed = np.nan_to_num(elapsed)
-    lines = line_values[rows]
 
-    def field_values(name: str, key: str, kind: str) -> np.ndarray:
-        arr = sub.get(name)
+    def warn(mask_rows: np.ndarray, message: Any) -> None:
+        """One warning per row in `mask_rows` (all rows of the table), the first ones listed."""
+        for i in mask_rows[:MAX_WARNINGS_LISTED].tolist():
+            warnings.add(source, int(line_values[i]), message(i))
+        warnings.count += max(0, len(mask_rows) - MAX_WARNINGS_LISTED)
+
+    # A malformed TRES list is a warning (what can be read of it still is). TRESUsageOutTot gives no figure.
+    lists = [name for name in text if name not in ("ConsumedEnergyRaw", "TRESUsageOutTot")]
+
+    def malformed(name: str) -> np.ndarray:
+        syntax = pc.fill_null(pc.match_substring_regex(text[name], _ENTRY_SYNTAX.pattern), True)
+        return np.flatnonzero(~syntax.to_numpy(zero_copy_only=False))
+
+    def field_values(name: str, key: str, kind: str, among: np.ndarray | None = None) -> Extracted:
+        """`key` of column `name` on the usage rows (NaN where absent); `among`: only on these rows."""
+        arr = text.get(name)
+        out = np.full(rows.size, np.nan)
         if arr is None:
-            return np.full(rows.size, np.nan)
-        values = extract(arr, key)
+            return Extracted(name, key, out, np.zeros(0, np.int64), pa.array([], pa.string()))
+        at = rows if among is None else rows[among]
+        values = extract(arr if at.size == n else arr.take(pa.array(at)), key)
         parse = {"number": numbers, "count": counts, "size": sizes_mib, "clock": clock_seconds}[kind]
         got, bad = parse(values)
-        for i in np.flatnonzero(bad)[: MAX_WARNINGS_LISTED]:
-            warnings.add(source, int(lines[i]), f"{name} {key}={values[int(i)].as_py()!r} is not a value")
-        warnings.count += max(0, int(bad.sum()) - MAX_WARNINGS_LISTED)
-        return got
+        out[slice(None) if among is None else among] = got
+        bad_at = np.flatnonzero(bad)
+        return Extracted(name, key, out, at[bad_at], values.take(pa.array(bad_at[:MAX_WARNINGS_LISTED])))
 
-    # Malformed strings: the whole entry is unreadable for that step.
-    for name, arr in sub.items():
-        if name == "ConsumedEnergyRaw":
-            continue
-        syntax = pc.fill_null(pc.match_substring_regex(arr, _ENTRY_SYNTAX.pattern), True).to_numpy(
-            zero_copy_only=False)
-        for i in np.flatnonzero(~syntax)[: MAX_WARNINGS_LISTED]:
-            warnings.add(source, int(lines[i]), f"{name} {arr[int(i)].as_py()!r:.80} is not a TRES list")
-        warnings.count += max(0, int((~syntax).sum()) - MAX_WARNINGS_LISTED)
-
-    util_ave = field_values("TRESUsageInAve", "gres/gpuutil", "count")
-    util_max = field_values("TRESUsageInMax", "gres/gpuutil", "count")
-    util_tot = field_values("TRESUsageInTot", "gres/gpuutil", "count")
-    gmem_max = field_values("TRESUsageInMax", "gres/gpumem", "size")
-    cpu_tot = field_values("TRESUsageInTot", "cpu", "clock")
-    mem_max = field_values("TRESUsageInMax", "mem", "size")
-    energy = numbers(sub["ConsumedEnergyRaw"])[0] if "ConsumedEnergyRaw" in sub else np.full(rows.size, np.nan)
+    # The regex kernels release the GIL: the columns are read side by side.
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        syntax = {name: pool.submit(malformed, name) for name in lists}
+        read = {(name, key): pool.submit(field_values, name, key, kind) for name, key, kind in (
+            ("TRESUsageInMax", "gres/gpuutil", "count"), ("TRESUsageInTot", "gres/gpuutil", "count"),
+            ("TRESUsageInMax", "gres/gpumem", "size"), ("TRESUsageInTot", "cpu", "clock"),
+            ("TRESUsageInMax", "mem", "size"))}
+        got = {pair: fut.result() for pair, fut in read.items()}
+        # Ave counts only where Tot has no gpuutil (a hand-cut dump): read it there alone.
+        got["TRESUsageInAve", "gres/gpuutil"] = field_values(
+            "TRESUsageInAve", "gres/gpuutil", "count", among=np.isnan(got["TRESUsageInTot", "gres/gpuutil"].values))
+        for name, fut in syntax.items():
+            arr = text[name]
+            warn(fut.result(), lambda i, name=name, arr=arr: f"{name} {arr[i].as_py()!r:.80} is not a TRES list")
+    for name, key in (("TRESUsageInAve", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpuutil"),
+                      ("TRESUsageInTot", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpumem"),
+                      ("TRESUsageInTot", "cpu"), ("TRESUsageInMax", "mem")):
+        ex = got[name, key]
+        warn(ex.bad_rows, lambda i, ex=ex: f"{ex.name} {ex.key}={ex.bad_text[ex.index(i)].as_py()!r} is not a value")
+    util_ave, util_max, util_tot = (got[name, "gres/gpuutil"].values
+                                    for name in ("TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot"))
+    gmem_max = got["TRESUsageInMax", "gres/gpumem"].values
+    cpu_tot = got["TRESUsageInTot", "cpu"].values
+    mem_max = got["TRESUsageInMax", "mem"].values
+    energy = numbers(_empty_to_null(text["ConsumedEnergyRaw"]))[0][rows] if "ConsumedEnergyRaw" in text \
+        else np.full(rows.size, np.nan)
+    lines = line_values[rows]
 
     step = is_step[rows]
     # Per-GPU utilisation of each step, by the rule of the Slurm that wrote it.

@@ -279,10 +279,16 @@ def test_header_only_and_last_line_without_newline(generated, monkeypatch):
     check(broken_last, FETCH_DELIMITER, monkeypatch, pieces=True)
 
 
-def test_carriage_return_and_byte_order_mark_go_to_the_reference(generated, monkeypatch):
+def test_carriage_return_and_byte_order_mark(generated, monkeypatch):
+    """CRLF line ends: the direct reader (CRLF reads as LF); a lone carriage return (pyarrow ends a line
+    there) or a byte-order mark inside: the reference."""
     clean = _clean(generated)
     header, rows = _header_and_rows(clean)
-    check(clean.replace(b"\n", b"\r\n"), FETCH_DELIMITER, monkeypatch, expect="reference")
+    crlf = check(clean.replace(b"\n", b"\r\n"), FETCH_DELIMITER, monkeypatch, pieces=True)
+    assert crlf.rejected == 0 and crlf.table.num_rows == check(clean, FETCH_DELIMITER, monkeypatch).table.num_rows
+    lone = b"\n".join([header, *rows[:10], rows[10][:5] + b"\r" + rows[10][5:], *rows[11:40]]) + b"\n"
+    check(lone.replace(b"\n", b"\r\n"), FETCH_DELIMITER, monkeypatch, expect="reference")
+    check(clean.replace(b"\n", b"\r\n") + b"\r", FETCH_DELIMITER, monkeypatch, expect="reference")
     check(b"\n".join([header, b"\xef\xbb\xbf" + rows[0], *rows[1:]]), FETCH_DELIMITER, monkeypatch,
           expect="reference")
     # A byte-order mark starting a line further in: never the start of a piece.
@@ -491,3 +497,47 @@ def test_extend_mixes_dictionary_and_plain_tables(generated, monkeypatch):
     direct.extend(plain)
     assert direct.table.num_rows == 2 * plain.table.num_rows
     assert direct.table.cast(SCHEMA).equals(pa.concat_tables([plain.table, plain.table]))
+
+
+# ---- column orders of users' dumps (issue 31) -------------------------------------------------------------------
+
+_FREE = ("JobName", "Comment")
+ORDERS = {
+    "text-last": tuple(f for f in FETCH_FIELDS if f not in _FREE) + _FREE,  # as `--format ...,Comment` lines end
+    "comment-last": tuple(f for f in FETCH_FIELDS if f != "Comment") + ("Comment",),
+    "text-first": ("Comment", "JobName") + tuple(f for f in FETCH_FIELDS if f not in _FREE),
+}
+
+
+@pytest.mark.parametrize("order", sorted(ORDERS))
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|", "|#|"])
+def test_messy_dump_in_any_column_order_takes_the_direct_reader(order, delimiter, tmp_path, monkeypatch):
+    """Free text last (a newline there continues the record on the next lines) or first: the direct reader,
+    not the line-level reference, and the reference's result exactly."""
+    path = tmp_path / "sacct.txt"
+    _bench().generate(path, 3000, seed=31, messy=True, delimiter=delimiter, order=order.replace("comment-last", "text-last"))
+    data = path.read_bytes()
+    if order == "comment-last":  # JobName back in its place: only Comment last
+        header, rows = _header_and_rows(data)
+        data = data.replace(header, delimiter.join(ORDERS["text-last"]).encode(), 1)
+    for pieces in (False, True):
+        check(data, delimiter, monkeypatch, pieces=pieces, read_block=1 << 14)
+    # Saved with CRLF line ends (a dump passed through Windows): the same records, by the direct reader.
+    crlf = check(data.replace(b"\n", b"\r\n"), delimiter, monkeypatch, pieces=True, read_block=1 << 14)
+    assert crlf.table.cast(SCHEMA).equals(check(data, delimiter, monkeypatch).table.cast(SCHEMA))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pairs=st.lists(st.tuples(_free_text, _free_text), min_size=1, max_size=10),
+       delimiter=st.sampled_from([FETCH_DELIMITER, "|", "|#|"]), order=st.sampled_from(sorted(ORDERS)),
+       pieces=st.sampled_from([0, 1, 3]), tail=st.sampled_from([b"\n", b"", b"\n\n", b"\n\nx\n"]),
+       crlf=st.booleans())
+def test_any_names_in_any_column_order_same_result(monkeypatch, pairs, delimiter, order, pieces, tail, crlf):
+    rows = [dict(ROW, JobID=str(1000 + i), JobIDRaw=str(1000 + i), JobName=n, Comment=c)
+            for i, (n, c) in enumerate(pairs)]
+    data = dump(rows, delimiter, fields=ORDERS[order]).rstrip(b"\n") + tail
+    if crlf:
+        data = data.replace(b"\n", b"\r\n")
+    small = {"pieces": pieces, "min_piece_bytes": 1, "group_rows": 2, "swar_block_rows": 2} if pieces else {}
+    direct, _ = parse_direct(data, delimiter, monkeypatch, **small)
+    assert_same(direct, parse_reference(data, delimiter, monkeypatch))

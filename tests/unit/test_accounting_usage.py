@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuclust.accounting import usage
 from gpuclust.accounting.normalize import ReaderOptions
@@ -197,3 +200,25 @@ def test_economics_utilisation_weighted_beside_the_allocation_view(tmp_path: Pat
     assert total["total_cost"] is None and view["cost_per_useful_busy_gpu_hour"] is None
     assert "utilisation_weighted" not in plain.data["economics"]["total"]
     assert {k: v for k, v in total.items() if k != "utilisation_weighted"} == plain.data["economics"]["total"]
+
+
+# ---- the parsers' fast paths against their regex definitions ------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.text(alphabet="0123456789KMGTP.e+-x", max_size=7), max_size=10))
+def test_suffixed_numbers_fast_path_agrees_with_the_regex(values: list[str]) -> None:
+    arr = pa.array(values, pa.string())
+    fast, fast_bad = usage.counts(arr)
+    slow, slow_bad = usage.counts(pa.array(values + [None], pa.string()))  # a null: the regex path
+    assert fast_bad.tolist() == slow_bad[:-1].tolist()
+    assert [None if v != v else v for v in fast.tolist()] == [None if v != v else v for v in slow[:-1].tolist()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.text(alphabet="0123456789.e+-x ", max_size=7), max_size=10))
+def test_numbers_fast_path_agrees_with_the_regex(values: list[str]) -> None:
+    fast, fast_bad = usage.numbers(pa.array(values, pa.string()))
+    slow, slow_bad = usage.numbers(pa.array(values + ["x"], pa.string()))  # one non-number: the regex path
+    assert fast_bad.tolist() == slow_bad[:-1].tolist()
+    assert [None if v != v else v for v in fast.tolist()] == [None if v != v else v for v in slow[:-1].tolist()]

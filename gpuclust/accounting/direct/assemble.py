@@ -50,7 +50,7 @@ def _no_separator_lines(src: _Source, body_start: int, layout: Layout) -> None:
             return
         end = at + len(needle)
         if ((at == body_start or src.read(at - 1, at) == b"\n")
-                and (end == src.size or src.read(end, end + 1) == b"\n")):
+                and (end == src.size or src.read(end, end + 1) in (b"\n", b"\r"))):
             raise Fallback("a line of separator bytes next to blank lines")
         seen += 1
         if seen > 1000:

@@ -70,9 +70,21 @@ class FinalRows:
                 out[fd.name] = functools.partial(self.dict_column, fd.name)
             elif fd.direct == "int":
                 out[fd.name] = functools.partial(self.int_column, fd.name)
+            elif fd.direct == "text":
+                out[fd.name] = functools.partial(self.text_column, fd.name)
         for key, group in fixed_groups(self.layout.registry).items():
             out[key] = functools.partial(self.fixed_column, key, group)
         return out
+
+    def text_column(self, name: str) -> FieldColumns:
+        """A field of mostly distinct values (usage TRES) as it is, in final order: no dictionary to build."""
+        fd = self.layout.registry[name]
+        assert fd.copy is not None and fd.vparse is None
+        if name not in self.good.pieces.cols:
+            absent = pa.nulls(self.merge.size, pa.string())
+            return FieldColumns({fd.copy.name: absent if fd.absent is None else pc.fill_null(absent, fd.absent)}, {})
+        text, utf8 = to_strings(self.spliced(name))
+        return FieldColumns({fd.copy.name: text}, {}, utf8)
 
     def dict_column(self, name: str) -> FieldColumns:
         """The field in final order (the extra records' values added to the dictionary), and the columns parsed

@@ -76,6 +76,12 @@ class Layout:
         return self.names[-1]
 
     @property
+    def blank_probe(self) -> str:
+        """The column whose empty values find blank-line candidates: JobID where read (no record has it
+        empty), else the first. A free-text first column (Comment) is empty on most rows: too many candidates."""
+        return "JobID" if "JobID" in self.read else self.first
+
+    @property
     def complete(self) -> bool:
         """Every column is read: a good line can be rebuilt from its values."""
         return len(self.read) == self.nfields

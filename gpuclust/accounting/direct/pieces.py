@@ -120,8 +120,8 @@ def _cuts(src: _Source, body_start: int, opts: ReaderOptions) -> list[int]:
 def _read_piece(src: _Source, span: tuple[int, int], layout: Layout, opts: ReaderOptions,
                 decode_failed: Any) -> tuple[pa.Table, list[tuple[int | None, str]]]:
     a, b = span
-    if src.find(b"\r", a, b) >= 0:
-        raise Fallback("carriage return: pyarrow ends a line there, the reference does not")
+    if src.find(b"\r", a, b) >= 0 and not _crlf_only(src, a, b):
+        raise Fallback("a carriage return not before a newline: pyarrow ends a line there, the reference does not")
     invalid: list[tuple[int | None, str]] = []
 
     def on_invalid(row: Any) -> str:
@@ -137,6 +137,18 @@ def _read_piece(src: _Source, span: tuple[int, int], layout: Layout, opts: Reade
         # A line longer than a block, a line pyarrow cannot decode for the handler (not UTF-8)...: the
         # reference reads what pyarrow cannot.
         raise Fallback(f"pyarrow.csv: {exc}") from None
+
+
+def _crlf_only(src: _Source, a: int, b: int) -> bool:
+    """Whether every carriage return in [a, b) ends a line (CRLF): pyarrow then splits the lines as the
+    reference does after it reads CRLF as LF."""
+    arr = np.frombuffer(src.buffer, dtype=np.uint8)
+    for s in range(a, b, src.scan_block):
+        e = min(s + src.scan_block, b)
+        at = np.flatnonzero(arr[s:e] == 13) + s
+        if len(at) and (int(at[-1]) + 1 >= src.size or not (arr[at + 1] == 10).all()):
+            return False
+    return True
 
 
 def _read_csv(src: _Source, a: int, b: int, layout: Layout, opts: ReaderOptions, on_invalid: Callable[[Any], str],
@@ -157,7 +169,7 @@ def _read_csv(src: _Source, a: int, b: int, layout: Layout, opts: ReaderOptions,
 
 def blank_candidates(pieces: Pieces, layout: Layout, opts: ReaderOptions) -> np.ndarray:
     """Good rows pyarrow made of an empty line: every value empty (a line of d0 bytes looks the same)."""
-    col = pieces.cols[layout.first]
+    col = pieces.cols[layout.blank_probe]
     found: list[np.ndarray] = []
     for chunk, start in zip(col.chunks, col.starts[:-1].tolist(), strict=True):
         if pa.types.is_dictionary(chunk.type):

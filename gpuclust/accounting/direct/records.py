@@ -6,6 +6,9 @@ blank ones), as the reference's line-level pass treats them.
 * Step 3, split cells: a record with too many cells (a plain `|` dump with a `|` inside a free-text field)
   gives the extra cells to its free-text fields in the one way that leaves every other field valid
   (textcommon._repair); a record that cannot be told is a problem, never guessed.
+* A free-text last column (a header that ends in Comment, JobID first): a newline in it puts the rest of the
+  value on lines after a whole record, so a record runs on to the next line that starts with a JobID
+  (`_tail_records`, the reference's rule).
 
 What comes out (`Records`): the extra records (line, text of each wanted field), the good rows that were no
 records (blank, or joined into one), the problems."""
@@ -19,7 +22,7 @@ import numpy as np
 from gpuclust.accounting.direct.layout import Fallback, Layout, StandIn
 from gpuclust.accounting.direct.pieces import Pieces
 from gpuclust.accounting.normalize import ReaderOptions
-from gpuclust.accounting.textcommon import _repair, _tail_continuation
+from gpuclust.accounting.textcommon import _repair, _starts_record, _tail_continuation
 from gpuclust.errors import Problem
 
 
@@ -41,7 +44,7 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
     counts = {line: text.count(layout.delim) for line, text in pieces.invalid.items()}
     odd = any(c != n1 for c in counts.values())
     if (odd or len(candidates)) and _tail_continuation(layout.header, opts):
-        raise Fallback("lines that may continue a free-text last column: the reference reads them")
+        return _tail_records(pieces, candidates, layout, opts, stand_in, source, counts)
     out = Records(odd)
     if not odd:  # every invalid line holds whole fields (a stray d0 byte in a value)
         for line, text in sorted(pieces.invalid.items()):
@@ -86,6 +89,77 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
     for line, (text, c) in info.items():
         if c == n1 and line not in consumed:
             _whole_line(out, layout, line, text)
+    return out
+
+
+def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: ReaderOptions,
+                  stand_in: StandIn, source: str, counts: dict[int, int]) -> Records:
+    """Steps 2-3 where the last column is free text and JobID first, line for line as the reference's
+    line-level pass: a line that starts no record (blank ones too) continues the whole record before it; a
+    record runs on until the next line that starts with a JobID."""
+    n1, first_line, last_line = layout.nfields - 1, 2, pieces.last_line
+    out = Records(True)  # the reference reads such a body line by line
+    info: dict[int, tuple[bytes, int]] = {line: (text, counts[line]) for line, text in pieces.invalid.items()}
+    for row in candidates.tolist():
+        info[int(pieces.g_lines[row])] = (b"", 0)
+        out.removed.add(row)
+    free = [layout.header.index(name) for name in opts.registry.free_text if name in layout.header]
+    consumed: set[int] = set()
+
+    def count(line: int) -> int:
+        return info[line][1] if line in info else n1
+
+    def text(line: int) -> bytes:
+        return info[line][0] if line in info else _line_text(pieces, layout, pieces.g_row(line))
+
+    def starts_record(line: int) -> bool:
+        if line in info:
+            return _starts_record(info[line][0], layout.delim)
+        # A good row's first delimiter ends its first value (the value holds the delimiter's bytes before d0).
+        first = pieces.cols[layout.first].value(pieces.g_row(line))
+        job_id = first[: len(first) - len(layout.pre)]
+        return _starts_record(job_id + layout.delim, layout.delim)
+
+    def shown(raw: bytes) -> bytes:
+        return raw.replace(layout.delim, stand_in.get()) if len(layout.delim) > 1 and stand_in.get() else raw
+
+    for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
+        if line in consumed:
+            continue
+        start = line
+        if start > first_line and not starts_record(start):
+            if count(start - 1) != n1 or start - 1 in consumed:  # (only after blank lines at the top)
+                consumed.add(start)
+                if info[start][0].strip():
+                    out.problems.append(Problem(
+                        source, start, f"line continues no record: {shown(info[start][0])[:120]!r}"))
+                continue
+            start -= 1  # the whole record before it: this line continues its last value
+        elif info[start][0].strip() == b"":
+            consumed.add(start)  # a blank line between records holds no data
+            continue
+        acc, end = count(start), start
+        while acc < n1 and end + 1 <= last_line:
+            end += 1
+            acc += count(end)
+        while end + 1 <= last_line and not starts_record(end + 1):
+            end += 1
+        record = b"\n".join(text(k) for k in range(start, end + 1))
+        for k in range(start, end + 1):
+            consumed.add(k)
+            if k not in info:
+                out.removed.add(pieces.g_row(k))
+        values = _values(out, layout, record)
+        if len(values) > layout.nfields and free:
+            values = _repair(values, layout.header, free, layout.delim_text, opts) or values
+        if len(values) != layout.nfields:
+            out.problems.append(Problem(
+                source, start, f"record has {len(values)} fields, header has {layout.nfields}: {shown(record)[:120]!r}"))
+            continue
+        out.extras.append((start, [values[pos] for pos in layout.positions]))
+    for line, (raw, c) in info.items():
+        if c == n1 and line not in consumed:
+            _whole_line(out, layout, line, raw)
     return out
 
 
