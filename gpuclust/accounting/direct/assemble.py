@@ -72,6 +72,9 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
     for out in done.values():
         columns.update(out.columns)
         bad.update(out.bad)
+    for fd in registry.fields:  # the text fields' columns are consumed by finish (usage): held there alone
+        if fd.direct == "text" and fd.copy is not None and fd.name in done:
+            done[fd.name].columns.pop(fd.copy.name, None)
     columns["line"] = pa.array(m.lines)
     for fd in registry.fields:
         if fd.unknowable:

@@ -84,6 +84,9 @@ class FinalRows:
             absent = pa.nulls(self.merge.size, pa.string())
             return FieldColumns({fd.copy.name: absent if fd.absent is None else pc.fill_null(absent, fd.absent)}, {})
         text, utf8 = to_strings(self.spliced(name))
+        # Step 1's chunks of this field are read by no later step (it has no parser, so no bad value to show):
+        # freed now, not at the end of the read (the usage columns are half of a dump's bytes).
+        self.good.pieces.cols[name].chunks.clear()
         return FieldColumns({fd.copy.name: text}, {}, utf8)
 
     def dict_column(self, name: str) -> FieldColumns:
