@@ -36,8 +36,9 @@ def stacked_bars(rows: list[dict[str, Any]], measure: str, terms: tuple[str, ...
     biggest = max([sum(v) for v in values] + [1e-12])
     label_w, bar_w, row_h = 140, 560, 26
     height = 40 + row_h * len(rows) + 30
-    out = [f"<svg class='chart' xmlns='http://www.w3.org/2000/svg' width='{label_w + bar_w + 120}' height='{height}' "
-           f"role='img' aria-label='{e(title)}'>", f"<text x='4' y='16' font-size='13' font-weight='bold'>{e(title)}</text>"]
+    width = label_w + bar_w + 120  # viewBox: the page scales the chart down to a narrow screen
+    out = [f"<svg class='chart' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' width='{width}' "
+           f"height='{height}' role='img' aria-label='{e(title)}'>", f"<text x='4' y='16' font-size='13' font-weight='bold'>{e(title)}</text>"]
     for i, (r, vals) in enumerate(zip(rows, values, strict=True)):
         y = 28 + i * row_h
         out.append(f"<text x='4' y='{y + 15}' font-size='12'>{e(str(r['partition']))}</text>")
@@ -82,7 +83,7 @@ def economics_html(data: dict[str, Any]) -> str:
         parts.append(stacked_bars(rows, "cost", TERMS, f"Cost by term, per partition ({cur})"))
     # Terms as rows and partitions as columns: a site has few partitions but nine terms, so this fits a page.
     head = "".join(f"<th scope='col' class=n>{e(str(r['partition']))}</th>" for r in rows)
-    table = [f"<div class='scroll'><table class='t'><thead><tr><th scope='col'>term ({e(cur or 'cost')}; "
+    table = [f"<div class='table-wrap'><table class='t'><thead><tr><th scope='col'>term ({e(cur or 'cost')}; "
              f"GPU-hours below)</th>{head}</tr></thead><tbody>"]
 
     def line(label: str, cells: list[str]) -> None:
@@ -99,7 +100,7 @@ def economics_html(data: dict[str, Any]) -> str:
     table.append("</tbody></table></div>")
     parts.append("".join(table))
     if econ["baselines"]:
-        parts.append("<h3>Baselines (same denominator)</h3><div class='scroll'><table class='t'><tr><th>baseline</th><th>kind</th>"
+        parts.append("<h3>Baselines (same denominator)</h3><div class='table-wrap'><table class='t'><tr><th>baseline</th><th>kind</th>"
                      f"<th>unit cost ({e(cur)})</th><th>cluster unit cost</th><th>cluster / baseline</th>"
                      "<th>break-even useful share</th><th>note</th></tr>")
         for b in econ["baselines"]:

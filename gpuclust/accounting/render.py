@@ -436,9 +436,9 @@ _CSS = (
     "details>summary{list-style:none;cursor:auto}details>summary::-webkit-details-marker{display:none}"
     ".table-wrap{overflow:visible;max-width:none}"
     "table.t{width:100%;table-layout:auto;font-size:7.5pt}"
-    "table.t td,table.t th,table.t .n,table.t .k{white-space:normal;overflow-wrap:anywhere;word-break:break-word;"
-    "padding:1px 3px;min-width:0}"
-    "table.t td:not(.n):not(.k){min-width:0}thead{display:table-header-group}tr{break-inside:avoid}"
+    # free text wraps anywhere; numbers and identifiers stay whole (a number split over two lines misreads)
+    "table.t td,table.t th{padding:1px 3px}table.t td:not(.n):not(.k){min-width:0;overflow-wrap:anywhere;"
+    "word-break:break-word}thead{display:table-header-group}tr{break-inside:avoid}"
     "figure,svg.chart,.fig,.band{break-inside:avoid}h2,h3,summary{break-after:avoid}"
     "table.sortable th[aria-sort]::after{content:''}.band{background:none}"
     "*{position:static!important}}"

@@ -5,9 +5,15 @@ Two chart kinds are enough for the report: grouped vertical bars (``bar_chart``)
 pasted into HTML as is. Every text that comes from data is cleaned of characters XML cannot hold and
 escaped; every bar carries a ``<title>`` tooltip with the full category name and the exact value.
 
-Values may be ints, floats, numpy scalars, ``None`` or NaN. Missing or non-finite values draw no bar;
-negative values are drawn as 0 (the tooltip still shows the value). Output depends only on the input:
-same input, same bytes.
+Values may be ints, floats, numpy scalars, ``None`` or NaN. A missing or non-finite value is "no data" and is
+drawn as a dashed grey box the height of the plot (class ``no-data``, with a "no data" key), never as an empty
+slot that reads as 0; a 0 is data and is drawn as a thick line on the baseline (class ``zero``). Negative values
+are drawn as 0 (the tooltip still shows the value).
+
+Waits span seconds to days, so ``bar_chart(log_seconds=True)`` draws them on a log axis with duration ticks
+(1s, 10s, 1m, ... 1d, 1w): a median of seconds stays visible next to a max of hours. ``marked`` labels one
+series' bars with their value (the median); ``reference`` draws one labelled dashed line across the plot.
+Output depends only on the input: same input, same bytes.
 """
 
 from __future__ import annotations
@@ -164,6 +170,38 @@ def nice_ticks(vmax: float, target: int = 5) -> list[float]:
     return [tick(i) for i in range(n + 1)]
 
 
+# Log wait axis: ticks people read as durations (seconds), and their labels.
+WAIT_TICKS = (1.0, 10.0, 60.0, 600.0, 3600.0, 6 * 3600.0, 86400.0, 7 * 86400.0, 30 * 86400.0, 365 * 86400.0)
+NO_DATA_FILL = "#f3f3f3"
+NO_DATA_STROKE = "#999"
+
+
+def short_duration(seconds: float) -> str:
+    """A tick or bar label: 0s, 0.5s, 45s, 12m, 1.5h, 2d (one unit, at most 3 significant digits)."""
+    s = abs(seconds)
+    for size, unit in ((86400.0 * 7, "w"), (86400.0, "d"), (3600.0, "h"), (60.0, "m")):
+        if s >= size:
+            return f"{seconds / size:.3g}{unit}"
+    return f"{seconds:.3g}s"
+
+
+def log_seconds_ticks(values: Sequence[float]) -> list[float]:
+    """Ticks of a log wait axis covering `values` (> 0): from the largest WAIT_TICKS at or below the smallest
+    value (1s at most, a power of ten below for sub-second waits) up to the first one at or above the largest."""
+    positive = [v for v in values if v > 0]
+    lo = min(positive, default=1.0)
+    hi = max(positive, default=1.0)
+    floor = 1.0 if lo >= 1 else 10.0 ** math.floor(math.log10(lo))
+    ticks = [floor] if floor < 1 else []
+    ticks += [t for t in WAIT_TICKS if t >= floor]
+    top = next((i for i, t in enumerate(ticks) if t >= hi * (1 - 1e-9)), None)
+    if top is None:  # beyond a year: whole powers of ten of years
+        while ticks[-1] < hi:
+            ticks.append(ticks[-1] * 10)
+        top = len(ticks) - 1
+    return ticks[:max(top, 1) + 1]
+
+
 # ---- svg pieces ---------------------------------------------------------------------------------------
 
 
@@ -181,9 +219,11 @@ def _open(title: str, width: float, height: float) -> list[str]:
     ]
 
 
-def _header(title: str, subtitle: str, legend: Sequence[str]) -> tuple[list[str], float]:
-    """Title, subtitle and legend at the top; returns the elements and the y where the plot may start."""
+def _header(title: str, subtitle: str, legend: Sequence[str], no_data: bool = False) -> tuple[list[str], float]:
+    """Title, subtitle and legend at the top (a "no data" key last when some value is missing); returns the
+    elements and the y where the plot may start."""
     out = [f'<text x="8" y="18" font-size="{TITLE_FONT}" font-weight="bold">{esc(title)}</text>']
+    legend = [*legend, "no data"] if no_data else list(legend)
     y = 24.0
     if subtitle:
         out.append(f'<text x="8" y="34" fill="#555">{esc(subtitle)}</text>')
@@ -198,10 +238,27 @@ def _header(title: str, subtitle: str, legend: Sequence[str]) -> tuple[list[str]
             ly, y = y + 2, y + 16
         x = WIDTH - 8 - sum(widths)
         for i, (label, w) in enumerate(zip(labels, widths, strict=True)):
-            out.append(f'<rect x="{_f(x)}" y="{_f(ly - 9)}" width="12" height="10" fill="{COLORS[i % len(COLORS)]}"/>')
+            key = (f'fill="{NO_DATA_FILL}" stroke="{NO_DATA_STROKE}" stroke-dasharray="2 1" class="no-data-key"'
+                   if no_data and i == len(labels) - 1 else f'fill="{COLORS[i % len(COLORS)]}"')
+            out.append(f'<rect x="{_f(x)}" y="{_f(ly - 9)}" width="12" height="10" {key}/>')
             out.append(f'<text x="{_f(x + 16)}" y="{_f(ly)}">{html.escape(label, quote=True)}</text>')
             x += w
     return out, y + 8
+
+
+def _no_data(x: float, y: float, w: float, h: float, vertical: bool) -> str:
+    """The "no data" mark: a dashed grey box, labelled when there is room (never confused with a 0 bar)."""
+    box = (f'<rect class="no-data" x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="{_f(h)}" fill="{NO_DATA_FILL}" '
+           f'stroke="{NO_DATA_STROKE}" stroke-dasharray="3 2"/>')
+    label = "no data"
+    if vertical and w >= FONT + 2 and h >= text_width(label, FONT - 1) + 8:
+        cx, cy = x + w / 2 + (FONT - 1) / 2 - 1, y + h / 2
+        box += (f'<text class="no-data" transform="rotate(-90 {_f(cx)} {_f(cy)})" x="{_f(cx)}" y="{_f(cy)}" '
+                f'text-anchor="middle" font-size="{FONT - 1}" fill="#666">{label}</text>')
+    elif not vertical and w >= text_width(label, FONT - 1) + 8 and h >= FONT:
+        box += (f'<text class="no-data" x="{_f(x + 6)}" y="{_f(y + h / 2 + 4)}" font-size="{FONT - 1}" '
+                f'fill="#666">{label}</text>')
+    return box
 
 
 # ---- charts -------------------------------------------------------------------------------------------
@@ -214,8 +271,16 @@ def bar_chart(
     *,
     y_label: str = "",
     subtitle: str = "",
+    log_seconds: bool = False,
+    marked: int | None = None,
+    reference: tuple[str, float] | None = None,
 ) -> str:
-    """Grouped vertical bars: one group per category, one bar per series (legend when more than one)."""
+    """Grouped vertical bars: one group per category, one bar per series (legend when more than one).
+
+    log_seconds: the values are seconds, drawn on a log axis with duration ticks (0 and waits under the lowest
+    tick sit on the baseline). marked: the index of a series whose bars are labelled with their value (e.g. the
+    median). reference: (label, value), a dashed line across the plot with its label (e.g. the median of all).
+    """
     names = [clean(c) for c in categories]
     full = [clean(c, one_line=False) for c in categories]
     n = len(names)
@@ -224,11 +289,21 @@ def bar_chart(
         if len(values) != n:
             raise ValueError(f"series {label!r} has {len(values)} values for {n} categories")
     finite = [max(v, 0.0) for col in vals for v in col if v is not None]
-    ticks = nice_ticks(max(finite, default=0.0))
-    top_val = ticks[-1]
-    tick_text = [compact(t) for t in ticks]
+    if reference is not None and to_float(reference[1]) is not None:
+        finite.append(max(float(reference[1]), 0.0))
+    label_of = short_duration if log_seconds else compact
+    if log_seconds:
+        ticks = log_seconds_ticks(finite)
+        bottom, top_val = ticks[0], ticks[-1]
+    else:
+        ticks = nice_ticks(max(finite, default=0.0))
+        bottom, top_val = 0.0, ticks[-1]
+    tick_text = [label_of(t) for t in ticks]
+    missing = any(v is None for col in vals for v in col)
 
-    parts, plot_top = _header(title, subtitle, [s for s, _ in series] if len(series) > 1 else [])
+    parts, plot_top = _header(title, subtitle, [s for s, _ in series] if len(series) > 1 else [], missing)
+    if marked is not None:
+        plot_top += FONT + 2  # room for the value labels over the tallest bars
     left = 10 + (16 if y_label else 0) + max(text_width(t, FONT) for t in tick_text)
     right = 12.0
     plot_w = WIDTH - left - right
@@ -265,6 +340,10 @@ def bar_chart(
     y0 = plot_top + plot_h  # pixel y of value 0
 
     def y_of(v: float) -> float:
+        if log_seconds:
+            if v <= bottom:
+                return y0
+            return y0 - plot_h * math.log10(min(v, top_val) / bottom) / math.log10(top_val / bottom)
         return y0 - plot_h * min(max(v, 0.0), top_val) / top_val
 
     svg = _open(title, WIDTH, height)
@@ -293,14 +372,34 @@ def bar_chart(
                    f'fill="#fff" fill-opacity="0"/>')
         for j in range(len(series)):
             v = vals[j][i]
+            x = x_slot + (slot - group_w) / 2 + j * bar_w
             if v is None:
+                svg.append(_no_data(x, plot_top, bar_w, plot_h, vertical=True))
                 continue
             y = y_of(v)
-            x = x_slot + (slot - group_w) / 2 + j * bar_w
+            color = COLORS[j % len(COLORS)]
             svg.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(bar_w)}" height="{_f(y0 - y)}" '
-                       f'fill="{COLORS[j % len(COLORS)]}"><title>{name}\n{series_names[j]}: {shown_vals[j]}'
+                       f'fill="{color}"><title>{name}\n{series_names[j]}: {shown_vals[j]}'
                        "</title></rect>")
+            if y0 - y < 2:  # a 0 (or a wait under the axis floor) is data: a thick line on the baseline
+                svg.append(f'<line class="zero" x1="{_f(x)}" x2="{_f(x + bar_w)}" y1="{_f(y0 - 1.5)}" '
+                           f'y2="{_f(y0 - 1.5)}" stroke="{color}" stroke-width="3"/>')
+            if j == marked:
+                text = label_of(v)
+                size = min(float(FONT), max(float(MIN_FONT), bar_w / max(text_width(text, 1.0), 1e-9)))
+                if text_width(text, size) <= slot:
+                    svg.append(f'<text class="marked" x="{_f(x + bar_w / 2)}" y="{_f(y - 3)}" text-anchor="middle" '
+                               f'font-size="{_f(size)}" font-weight="bold" paint-order="stroke" stroke="#fff" stroke-width="2">'
+                               f"{esc(text)}</text>")
         svg.append("</g>")
+    if reference is not None and to_float(reference[1]) is not None:
+        ry = y_of(float(reference[1]))
+        text = truncate(clean(reference[0]), plot_w - 8, FONT)
+        svg.append(f'<line class="reference" x1="{_f(left)}" x2="{_f(WIDTH - right)}" y1="{_f(ry)}" y2="{_f(ry)}" '
+                   f'stroke="#000" stroke-width="1.5" stroke-dasharray="6 3"/>')
+        svg.append(f'<text class="reference" x="{_f(WIDTH - right - 4)}" y="{_f(max(ry - 4, plot_top + FONT))}" '
+                   f'text-anchor="end" font-weight="bold" paint-order="stroke" stroke="#fff" stroke-width="3">'
+                   f"{html.escape(text, quote=True)}</text>")
     svg.append(f'<line x1="{_f(left)}" x2="{_f(WIDTH - right)}" y1="{_f(y0)}" y2="{_f(y0)}" stroke="#333"/>')
     svg.append(f'<line x1="{_f(left)}" x2="{_f(left)}" y1="{_f(plot_top)}" y2="{_f(y0)}" stroke="#333"/>')
     # category labels
@@ -337,7 +436,7 @@ def hbar_chart(
     top_val = ticks[-1]
     tick_text = [compact(t) for t in ticks]
 
-    parts, plot_top = _header(title, subtitle, [])
+    parts, plot_top = _header(title, subtitle, [], any(v is None for v in vals))
     shown = [truncate(s, HLABEL_MAX_PX, FONT) for s in names]
     left = 12 + max((text_width(s, FONT) for s in shown), default=0.0)
     right = 8 + text_width(tick_text[-1], FONT) / 2
@@ -367,9 +466,14 @@ def hbar_chart(
                    f'<text x="{_f(left - 6)}" y="{_f(y + row / 2 + 4)}" text-anchor="end">'
                    f"{html.escape(label, quote=True)}</text>")
         v = vals[i]
-        if v is not None:
+        if v is None:
+            svg.append(_no_data(left, y + 3, plot_w, row - 6, vertical=False))
+        else:
             svg.append(f'<rect x="{_f(left)}" y="{_f(y + 3)}" width="{_f(x_of(v) - left)}" height="{_f(row - 6)}" '
                        f'fill="{COLORS[0]}"><title>{tip}</title></rect>')
+            if x_of(v) - left < 2:  # 0 is data: a thick line on the axis
+                svg.append(f'<line class="zero" x1="{_f(left + 1.5)}" x2="{_f(left + 1.5)}" y1="{_f(y + 3)}" '
+                           f'y2="{_f(y + row - 3)}" stroke="{COLORS[0]}" stroke-width="3"/>')
         svg.append("</g>")
     svg.append(f'<line x1="{_f(left)}" x2="{_f(left)}" y1="{_f(plot_top)}" y2="{_f(y0)}" stroke="#333"/>')
     svg.append(f'<line x1="{_f(left)}" x2="{_f(WIDTH - right)}" y1="{_f(y0)}" y2="{_f(y0)}" stroke="#333"/>')

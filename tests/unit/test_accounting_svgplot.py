@@ -181,10 +181,69 @@ def test_report_plots_are_deterministic_and_valid():
     assert len(_bars(fails)) == 15  # first 15 rows only
     assert "0_<0> FAILED&" in "\n".join(_titles(fails))
     cost = _parse(first[2][1] or "")
-    assert "(0 = no completed run)" in [t.text for t in cost.iter(f"{NS}text")]
-    assert "cost per completed run: 0" in "\n".join(_titles(cost))  # null -> 0
+    assert "no data = no completed run or no price" in [t.text for t in cost.iter(f"{NS}text")]
+    assert "cost per completed run: no value" in "\n".join(_titles(cost))  # null is no data, not 0
+    assert len([r for r in cost.iter(f"{NS}rect") if r.get("class") == "no-data"]) == 15  # the 15 nulls of 30
 
 
 def test_report_plots_empty_tables_give_no_data():
     empty = {name: frame.iloc[0:0] for name, frame in _tables(3).items()}
     assert [svg for _, svg in _plots(empty)] == [None, None, None, None]
+
+
+# ---- waits on a log axis, the median marked, "no data" drawn apart from 0 -----------------------------------
+
+
+def _texts(root: ElementTree.Element, cls: str | None = None) -> list[str]:
+    return [t.text or "" for t in root.iter(f"{NS}text") if cls is None or t.get("class") == cls]
+
+
+def _of_class(root: ElementTree.Element, cls: str) -> list[ElementTree.Element]:
+    return [el for el in root.iter() if el.get("class") == cls]
+
+
+def test_log_wait_ticks_and_short_durations():
+    assert svgplot.log_seconds_ticks([0.0, 4.0, 2.0]) == [1.0, 10.0]
+    assert svgplot.log_seconds_ticks([]) == [1.0, 10.0]
+    assert svgplot.log_seconds_ticks([40.0, 172800.0]) == [1.0, 10.0, 60.0, 600.0, 3600.0, 21600.0, 86400.0, 604800.0]
+    assert svgplot.log_seconds_ticks([0.2, 5.0])[:2] == [0.1, 1.0]  # sub-second waits: a power of ten below
+    assert [svgplot.short_duration(v) for v in (0, 0.5, 45, 600, 5400, 86400, 604800)] == \
+        ["0s", "0.5s", "45s", "10m", "1.5h", "1d", "1w"]
+
+
+def test_wait_chart_is_log_scaled_and_the_median_is_marked():
+    medians, maxes = [40.0, 3600.0], [172800.0, 7200.0]
+    root = _parse(svgplot.bar_chart("Queue wait", ["gpu", "big"], [("median", medians), ("max", maxes)],
+                                    log_seconds=True, marked=0))
+    ticks = _texts(root)
+    assert all(t in ticks for t in ("1s", "10s", "1m", "10m", "1h", "1d", "1w"))
+    heights = [float(b.get("height", "0")) for b in _bars(root)]  # gpu median, gpu max, big median, big max
+    # log scale: a 40 s median next to a 2-day max is still a third of the max's height (linear: 0.02 %)
+    assert heights[0] / heights[1] == pytest.approx(math.log10(40) / math.log10(172800), rel=0.01)
+    assert heights[0] / heights[1] > 0.3
+    assert _texts(root, "marked") == ["40s", "1h"]  # the median series, labelled; the max is not
+
+
+def test_reference_line_is_drawn_and_labelled():
+    root = _parse(svgplot.bar_chart("p90 per day", ["a", "b"], [("p90", [30.0, 600.0])], log_seconds=True,
+                                    reference=("median of the days: 5m", 300.0)))
+    lines = [el for el in _of_class(root, "reference") if el.tag == f"{NS}line"]
+    assert len(lines) == 1 and lines[0].get("stroke-dasharray")
+    assert _texts(root, "reference") == ["median of the days: 5m"]
+
+
+def test_an_empty_bucket_is_no_data_and_a_zero_is_data():
+    root = _parse(svgplot.bar_chart("waits", ["empty", "zero", "five"], [("p90", [None, 0.0, 5.0])],
+                                    log_seconds=True))
+    no_data = [r for r in _of_class(root, "no-data") if r.tag == f"{NS}rect"]
+    assert len(no_data) == 1 and float(no_data[0].get("height", "0")) > 100  # the plot's height, dashed
+    assert no_data[0].get("stroke-dasharray")
+    assert "no data" in _texts(root)  # the key in the legend (and the box's own label)
+    assert len(_of_class(root, "zero")) == 1  # the 0: a thick line on the baseline
+    # Where 0 is data, nothing says "no data".
+    root = _parse(svgplot.bar_chart("gpu-hours", ["a", "b"], [("h", [0.0, 2.0])]))
+    assert _of_class(root, "no-data") == [] and "no data" not in _texts(root)
+    assert len(_of_class(root, "zero")) == 1
+    root = _parse(svgplot.hbar_chart("hbar", ["a", "b", "c"], [3.0, None, 0.0]))
+    assert len([r for r in _of_class(root, "no-data") if r.tag == f"{NS}rect"]) == 1
+    assert len(_of_class(root, "zero")) == 1
