@@ -1,16 +1,30 @@
-"""The local columnar store: Parquet partitioned by UTC day, under <state_dir>/accounting/.
+"""The local columnar store: Hive-partitioned Parquet by cluster and UTC day, under <state_dir>/accounting/.
 
-Layout::
+Layout (version LAYOUT_VERSION; README.md, "The store")::
 
     accounting/
       current -> snapshots/<id>          (symlink, swapped atomically)
-      snapshots/<id>/day=YYYY-MM-DD/part.parquet
-      .lock
+      snapshots/<id>/_gpuclust_store.json                       (SCHEMA_FILE: version, columns, meanings)
+      snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/part.parquet
+      snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/_problems.json  (rows sacct printed that did not parse)
+      .lock                               (held by a fetch: one at a time)
+      .read.lock                          (held shared by readers: READ_LOCK)
+
+`current/` is what other engines read (DuckDB, pyarrow.dataset, Spark, Trino: `hive_partitioning`, the
+partition columns `cluster` and `day`); the headline SQL is gpuclust.accounting.store_sql. Each day file carries
+its layout version in the Parquet key-value metadata (VERSION_KEY). Version 1 (the layout before: no cluster
+level, `snapshots/<id>/day=…/part.parquet`, no version key) has the same columns (or fewer: a column added since
+reads as null, as in any older day): it is read as it is, and the next fetch moves its days under
+`cluster=<ClusterName>/` (hard links, in the same atomic swap). A day file of a newer version, or with a column
+whose type differs from STORE_SCHEMA's, is refused naming the day, the file and the re-fetch command: the store
+never mixes schemas silently. A truncated or corrupt day file is named the same way; other days still read.
 
 A fetch builds a new snapshot beside the current one (hard links for the days it does not touch, fresh
 files for the days it fetched), then replaces the `current` symlink with one rename. Readers resolve
-`current` once. So a re-fetched window replaces its days completely (no duplicates, no gaps), and a crash
-at any point leaves `current` as it was; leftover staging snapshots are removed by the next fetch.
+`current` once, holding READ_LOCK: a fetch leaves the snapshot it replaced while a report reads it. So a
+re-fetched window replaces its days completely (no duplicates, no gaps), and a crash at any point leaves
+`current` as it was; leftover staging snapshots are removed by the next fetch. Two fetches never interleave:
+the second fails at once, naming the lock file, and changes nothing.
 
 A job that runs across several windows appears in each window's sacct output; `load` keeps one row per
 execution (JobIDRaw + Start) in its latest state (the most recently fetched, then the latest window).
@@ -26,8 +40,9 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +59,22 @@ class StoreError(GpuclustError):
     """The accounting store is missing, locked or damaged."""
 
 
+# Version of the layout and of the day files' columns. 1: `snapshots/<id>/day=…` (no cluster level, no version
+# key); 2: `cluster=<name>/day=…`, the schema file, the version key in every day file. A day file's columns are
+# those of version 1 plus, possibly, columns added since (read as null where missing: STORE_SCHEMA).
+LAYOUT_VERSION = 2
+SCHEMA_FILE = "_gpuclust_store.json"
+VERSION_KEY = b"gpuclust.store_version"
+# Rows sacct printed that did not parse, beside their day. A leading "_": Hive, Spark, Trino and pyarrow.dataset
+# skip such files (version 1 called it problems.json: renamed when its day is linked into a new snapshot).
+PROBLEMS_FILE = "_problems.json"
+OLD_PROBLEMS_FILE = "problems.json"
+# The cluster a write goes to when the caller names none and the store holds none yet (library callers and
+# tests; `report fetch` always names the site config's cluster_name). Alone in a store, it is read for any
+# name, as a version-1 store is.
+DEFAULT_CLUSTER = "default"
+
+
 def store_dir(state_dir: str) -> Path:
     return Path(state_dir) / "accounting"
 
@@ -55,8 +86,51 @@ def _locked(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StoreError(f"another `gpuclust report fetch` holds {root / '.lock'}") from None
+            raise StoreError(
+                f"{root / '.lock'}: another `gpuclust report fetch` is writing this store; nothing was changed. "
+                "Run this fetch again once that one has finished (the store then holds both).") from None
         yield
+
+
+# Readers hold it shared while they read a snapshot; a fetch removes a replaced snapshot only when it can take it
+# exclusively (else the next fetch does): a `report build` never loses the files under it to a fetch's swap.
+READ_LOCK = ".read.lock"
+
+
+@contextmanager
+def reading(root: Path) -> Iterator[None]:
+    """Hold while reading the snapshot `current` points to (resolve it inside): no fetch removes it meanwhile."""
+    handle = None
+    for mode in ("a", "r"):  # (a reader without write access to the store: a lock file a fetch made)
+        try:
+            handle = open(root / READ_LOCK, mode)
+            break
+        except OSError:
+            continue
+    if handle is None:  # (no store yet, or none this reader may lock: nothing to protect)
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        yield
+
+
+def _remove_unread(root: Path, snapshots: list[Path]) -> None:
+    """Remove replaced (or crashed staging) snapshots, unless a reader holds READ_LOCK: then the next fetch does."""
+    if not snapshots:
+        return
+    with open(root / READ_LOCK, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        for path in snapshots:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def refetch_hint(day: date) -> str:
+    """The command that writes `day` again."""
+    return f"gpuclust report fetch --since {day.isoformat()} --until {(day + timedelta(days=1)).isoformat()}"
 
 
 def current_snapshot(root: Path) -> Path | None:
@@ -65,19 +139,91 @@ def current_snapshot(root: Path) -> Path | None:
     return link.resolve() if link.is_symlink() else None
 
 
-def day_file(snapshot: Path, day: date) -> Path:
-    return snapshot / f"day={day.isoformat()}" / "part.parquet"
+def clusters(snapshot: Path) -> list[str]:
+    """The clusters a snapshot holds (none in a version-1 snapshot)."""
+    if not snapshot.is_dir():
+        return []
+    return sorted(e.name[len("cluster="):] for e in snapshot.iterdir() if e.name.startswith("cluster=") and e.is_dir())
 
 
-def stored_days(root: Path) -> list[date]:
+def days_dir(snapshot: Path, cluster: str | None = None) -> Path:
+    """The directory that holds the `day=` directories of `cluster` (None: the one cluster the store holds).
+    A version-1 snapshot (no `cluster=` level) holds one unnamed cluster: its days are read for any name."""
+    names = clusters(snapshot)
+    if not names:
+        return snapshot  # version 1, or empty
+    if names == [DEFAULT_CLUSTER] and cluster not in names:
+        cluster = None  # written by a caller that named no cluster: like version 1, read for any name
+    if cluster is None:
+        if len(names) > 1:
+            raise StoreError(f"{snapshot}: the store holds clusters {', '.join(names)}: name the one to read "
+                             "(the site config's cluster_name)")
+        cluster = names[0]
+    return snapshot / f"cluster={cluster}"
+
+
+def day_file(snapshot: Path, day: date, cluster: str | None = None) -> Path:
+    return days_dir(snapshot, cluster) / f"day={day.isoformat()}" / "part.parquet"
+
+
+def stored_days(root: Path, cluster: str | None = None) -> list[date]:
     snap = current_snapshot(root)
     if snap is None or not snap.is_dir():
         return []
+    where = days_dir(snap, cluster)
+    if not where.is_dir():
+        return []
     days = []
-    for entry in snap.iterdir():
+    for entry in where.iterdir():
         if entry.name.startswith("day=") and (entry / "part.parquet").exists():
             days.append(date.fromisoformat(entry.name[4:]))
     return sorted(days)
+
+
+# What the columns the headline figures read mean (figure names: the GPU-hours glossary,
+# shared/gpu-hours-glossary.md); every column is described in gpuclust/accounting/schema.py.
+MEANINGS = {
+    "job_id_raw": "JobIDRaw: one job; every execution of a requeued job shares it",
+    "job_base": "the number before _ or + of JobID (array master, het leader)",
+    "het_offset": "het component (123+1 -> 1); null if none: the components of one het job are one attempt",
+    "account": "Account", "partition": "Partition",
+    "start": "Start (UTC); null: never started (pending)",
+    "end": "End (UTC); null: still running when fetched",
+    "elapsed_s": "Elapsed in seconds",
+    "alloc_tres": "AllocTRES as printed; empty: no allocation (cancelled while pending)",
+    "gpus": "GPUs of AllocTRES (gres/gpu): allocated = gpus x the time held (glossary: allocated)",
+    "fetched_at": "when `report fetch` read the row (UTC): the latest wins",
+    "window": "the UTC day of the sacct window the row came from (= the partition day)",
+}
+
+
+def schema_document() -> dict[str, Any]:
+    """The content of SCHEMA_FILE: what an engine reading the store needs (README.md, "The store")."""
+    return {
+        "layout_version": LAYOUT_VERSION,
+        "written_by": "gpuclust report fetch",
+        "layout": "cluster=<ClusterName>/day=<YYYY-MM-DD>/part.parquet (Hive partitioning: columns cluster, day)",
+        "version_key": VERSION_KEY.decode(),
+        "row": "one sacct allocation record of the day's window (sacct -a -D -X); an execution seen by several "
+               "windows or fetches is kept once: the row with the latest fetched_at, then window (store_sql.LATEST)",
+        "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable,
+                     "meaning": MEANINGS.get(f.name, "gpuclust/accounting/schema.py")} for f in STORE_SCHEMA],
+        "partition_columns": [{"name": "cluster", "type": "string"}, {"name": "day", "type": "date (UTC)"}],
+        "figures": {
+            "allocated": "gpus x the part of start..end inside the window (a row still running: up to its end); "
+                         "GPU-hours = GPU-seconds / 3600 (glossary: allocated)",
+            "completed-run, retry / failure": "need gpuclust's run logic (resubmissions, requeues, arrays): "
+                                               "report.json, not SQL",
+        },
+        "glossary": "figure names as in the GPU-hours glossary (shared/gpu-hours-glossary.md)",
+        "sql": "gpuclust/accounting/store_sql.py (README.md, The store)",
+    }
+
+
+def write_schema_file(snapshot: Path) -> None:
+    path = snapshot / SCHEMA_FILE
+    path.write_text(json.dumps(schema_document(), indent=1) + "\n", encoding="utf-8")
+    fsync_path(path)
 
 
 def replace_days(
@@ -85,13 +231,14 @@ def replace_days(
     tables: dict[date, pa.Table],
     fetched_at: datetime | None = None,
     problems: dict[date, list[str]] | None = None,
+    cluster: str | None = None,
 ) -> Path:
     """Make `tables` the content of their days, atomically; returns the new snapshot directory.
 
-    `problems` (rows sacct printed that could not be parsed) are kept beside each day as problems.json,
+    `problems` (rows sacct printed that could not be parsed) are kept beside each day (PROBLEMS_FILE),
     so a report built later still says they exist.
     """
-    with staged(root, list(tables), fetched_at) as stage:
+    with staged(root, list(tables), fetched_at, cluster=cluster) as stage:
         for day, table in tables.items():
             stage.write_day(day, table, (problems or {}).get(day))
     return stage.snapshot
@@ -101,8 +248,9 @@ class Stage:
     """A snapshot being built: the days it does not replace are already linked in; `write_day` writes one
     replaced day (so a fetch holds one day in memory, not the period)."""
 
-    def __init__(self, snapshot: Path, days: list[date], fetched: datetime) -> None:
+    def __init__(self, snapshot: Path, days: list[date], fetched: datetime, cluster: str = DEFAULT_CLUSTER) -> None:
         self.snapshot = snapshot
+        self.cluster = cluster
         self.days = set(days)
         self.fetched = fetched
         self.written: set[date] = set()
@@ -110,39 +258,61 @@ class Stage:
     def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None) -> None:
         if day not in self.days or day in self.written:
             raise ValueError(f"day {day} is not one this stage replaces, or is written twice")
-        path = day_file(self.snapshot, day)
-        path.parent.mkdir()
-        pq.write_table(_stamp(table, self.fetched, day), path, compression="zstd")
+        path = self.snapshot / f"cluster={self.cluster}" / f"day={day.isoformat()}" / "part.parquet"
+        path.parent.mkdir(parents=True)
+        stamped = _stamp(table, self.fetched, day)
+        stamped = stamped.replace_schema_metadata({**(stamped.schema.metadata or {}),
+                                                   VERSION_KEY: str(LAYOUT_VERSION).encode()})
+        pq.write_table(stamped, path, compression="zstd")
         fsync_path(path)
         if problems:
-            (path.parent / "problems.json").write_text(json.dumps(problems, ensure_ascii=False), encoding="utf-8")
-            fsync_path(path.parent / "problems.json")
+            (path.parent / PROBLEMS_FILE).write_text(json.dumps(problems, ensure_ascii=False), encoding="utf-8")
+            fsync_path(path.parent / PROBLEMS_FILE)
         self.written.add(day)
 
 
+def _link_day(source: Path, target: Path) -> None:
+    target.mkdir(parents=True)
+    for item in source.iterdir():
+        os.link(item, target / (PROBLEMS_FILE if item.name == OLD_PROBLEMS_FILE else item.name))
+
+
 @contextmanager
-def staged(root: Path, days: list[date], fetched_at: datetime | None = None) -> Iterator[Stage]:
-    """Replace `days` in the store, atomically: the caller writes each (Stage.write_day) while the store is
-    locked; when the block ends without an error the new snapshot becomes `current` in one rename (a day
-    not written is then empty). On an error the staging is removed and `current` stays as it was."""
+def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
+           cluster: str | None = None) -> Iterator[Stage]:
+    """Replace `days` of `cluster` in the store, atomically: the caller writes each (Stage.write_day) while the
+    store is locked; when the block ends without an error the new snapshot becomes `current` in one rename (a
+    day not written is then empty). On an error the staging is removed and `current` stays as it was.
+
+    `cluster` None: the one cluster the store holds (DEFAULT_CLUSTER in an empty store). Every other day and
+    cluster is linked into the new snapshot unchanged; a version-1 snapshot's days move under this cluster
+    (the migration: the same files, hard-linked, in the same swap)."""
     fetched = fetched_at or datetime.now(timezone.utc).replace(microsecond=0)
     with _locked(root):
         snapshots = root / "snapshots"
         snapshots.mkdir(exist_ok=True)
         current = current_snapshot(root)
-        for old in snapshots.iterdir():  # staging left by a crashed fetch
-            if old != current:
-                shutil.rmtree(old, ignore_errors=True)
+        # Staging left by a crashed fetch, and snapshots a reader held when their fetch replaced them.
+        _remove_unread(root, [old for old in snapshots.iterdir() if old != current])
+        if cluster is None:
+            names = clusters(current) if current is not None else []
+            if len(names) > 1:
+                raise StoreError(f"{current}: the store holds clusters {', '.join(names)}: name the one to write")
+            cluster = names[0] if names else DEFAULT_CLUSTER
         new = snapshots / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{time.monotonic_ns()}"
         new.mkdir()
-        wanted = set(days)
+        wanted = {f"day={d.isoformat()}" for d in days}
         if current is not None and current.is_dir():
             for entry in current.iterdir():
-                if entry.name.startswith("day=") and date.fromisoformat(entry.name[4:]) not in wanted:
-                    (new / entry.name).mkdir()
-                    for item in entry.iterdir():
-                        os.link(item, new / entry.name / item.name)
-        stage = Stage(new, days, fetched)
+                if entry.name.startswith("day="):  # version 1: the days of the one (unnamed) cluster
+                    if entry.name not in wanted:
+                        _link_day(entry, new / f"cluster={cluster}" / entry.name)
+                elif entry.name.startswith("cluster=") and entry.is_dir():
+                    for day_dir in entry.iterdir():
+                        if not (entry.name == f"cluster={cluster}" and day_dir.name in wanted):
+                            _link_day(day_dir, new / entry.name / day_dir.name)
+        write_schema_file(new)
+        stage = Stage(new, days, fetched, cluster)
         try:
             yield stage
         except BaseException:
@@ -159,7 +329,7 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None) -> 
         os.replace(tmp_link, root / "current")
         fsync_path(root)
         if current is not None and current != new:
-            shutil.rmtree(current, ignore_errors=True)
+            _remove_unread(root, [current])
 
 
 def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:
@@ -170,25 +340,106 @@ def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:
     return table.cast(STORE_SCHEMA)
 
 
-def load(root: Path, days: list[date] | None = None) -> pa.Table:
+def day_of(path: Path) -> date | None:
+    """The day of a day file's path (`…/day=YYYY-MM-DD/part.parquet`)."""
+    name = path.parent.name
+    try:
+        return date.fromisoformat(name[4:]) if name.startswith("day=") else None
+    except ValueError:
+        return None
+
+
+def damaged(path: Path, what: str, fix: str = "") -> StoreError:
+    """The error for a day file that cannot be read as it is: the file, its day, why, and the fetch that
+    writes the day again (`fix`: a remedy to name first)."""
+    day = day_of(path)
+    redo = f"re-fetch that day: `{refetch_hint(day)}`" if day else "re-fetch its day"
+    return StoreError(f"{path}: stored day {day.isoformat() if day else '?'} {what}; {fix}{redo} (the other days "
+                      "are not affected)")
+
+
+def check_day_schema(path: Path, schema: pa.Schema) -> None:
+    """Refuse a day file this gpuclust cannot read exactly: written by a newer layout version, or with a column
+    whose type is not the stored one's (another schema). Version 1 (no key) has today's columns or fewer: it is
+    read as it is, a missing column null (as STORE_SCHEMA documents)."""
+    meta = schema.metadata or {}
+    raw = meta.get(VERSION_KEY)
+    try:
+        version = int(raw) if raw is not None else 1
+    except ValueError:
+        raise damaged(path, f"has an unreadable {VERSION_KEY.decode()} {raw!r}") from None
+    if version > LAYOUT_VERSION:
+        raise damaged(path, f"was written by a newer gpuclust (store version {version}, this one reads up to "
+                             f"{LAYOUT_VERSION})", "upgrade gpuclust, or ")
+    for field in schema:
+        if field.name in STORE_SCHEMA.names:
+            want = STORE_SCHEMA.field(field.name).type
+            have = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+            if not _same_kind(have, want):
+                raise damaged(path, f"has column {field.name} as {have}, not {want} (store version {version}: "
+                                     "another schema, not mixed in)")
+
+
+def _same_kind(have: pa.DataType, want: pa.DataType) -> bool:
+    """A stored type that reads as `want` without loss (Parquet keeps second timestamps as milliseconds)."""
+    if have == want:
+        return True
+    if pa.types.is_timestamp(have) and pa.types.is_timestamp(want):
+        return bool(have.tz == want.tz)
+    return bool(pa.types.is_large_string(have) and pa.types.is_string(want))
+
+
+def read_schema(path: Path) -> pa.Schema:
+    """A day file's schema, checked (check_day_schema); a truncated or corrupt file is a StoreError that names
+    its day and the fetch that writes it again."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise damaged(path, f"cannot be read ({exc})") from None
+    check_day_schema(path, schema)
+    return schema
+
+
+def read_day_table(path: Path, **kwargs: Any) -> pa.Table:
+    """pq.read_table of one day file, with read_schema's checks and errors."""
+    read_schema(path)
+    try:
+        return pq.read_table(path, **kwargs)
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise damaged(path, f"cannot be read ({exc})") from None
+
+
+def load(root: Path, days: list[date] | None = None, cluster: str | None = None) -> pa.Table:
     """The stored rows of `days` (all days when None), one row per execution in its latest state."""
+    with reading(root):
+        return _load(root, days, cluster)
+
+
+def _load(root: Path, days: list[date] | None, cluster: str | None) -> pa.Table:
     snap = current_snapshot(root)
     if snap is None:
         raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
-    wanted = stored_days(root) if days is None else [d for d in days if day_file(snap, d).exists()]
-    tables = [pq.read_table(day_file(snap, d), schema=STORE_SCHEMA) for d in wanted]
+    wanted = stored_days(root, cluster) if days is None else [d for d in days if day_file(snap, d, cluster).exists()]
+    tables = [read_day_table(day_file(snap, d, cluster), schema=STORE_SCHEMA) for d in wanted]
     if not tables:
         return STORE_SCHEMA.empty_table()
     return latest_state(pa.concat_tables(tables))
 
 
-def stored_problems(root: Path, days: list[date]) -> list[str]:
+def stored_problems(root: Path, days: list[date], cluster: str | None = None) -> list[str]:
     snap = current_snapshot(root)
     out: list[str] = []
     for day in days:
-        path = snap / f"day={day.isoformat()}" / "problems.json" if snap else None
-        if path is not None and path.exists():
-            out += json.loads(path.read_text(encoding="utf-8"))
+        if snap is None:
+            break
+        for name in (PROBLEMS_FILE, OLD_PROBLEMS_FILE):  # (version 1: problems.json)
+            path = day_file(snap, day, cluster).parent / name
+            if path.exists():
+                out += json.loads(path.read_text(encoding="utf-8"))
     return out
 
 

@@ -145,9 +145,14 @@ def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table
     `pq.read_table(schema=STORE_SCHEMA)` gives it; `dictionary` columns come dictionary-encoded."""
     # (ParquetFile, not read_table: one small file needs none of the dataset machinery, which costs more
     # than the read itself here.)
-    present = set(pq.read_schema(path).names)
-    with pq.ParquetFile(path, read_dictionary=[c for c in dictionary if c in present]) as parquet:
-        table = parquet.read(columns=[c for c in columns if c in present], use_threads=False)
+    present = set(store.read_schema(path).names)  # (checked: version, column types; damage names the day)
+    try:
+        with pq.ParquetFile(path, read_dictionary=[c for c in dictionary if c in present]) as parquet:
+            table = parquet.read(columns=[c for c in columns if c in present], use_threads=False)
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise store.damaged(path, f"cannot be read ({exc})") from None
     out = []
     for name in columns:
         field = STORE_SCHEMA.field(name)
@@ -161,11 +166,21 @@ def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table
     return pa.table(out, names=columns)
 
 
+def _rows(path: Path) -> int:
+    store.read_schema(path)
+    try:
+        return int(pq.read_metadata(path).num_rows)
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise store.damaged(path, f"cannot be read ({exc})") from None
+
+
 def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
     """latest_state's keys of all the days, in load order, and each day's number of rows. The window is
     replaced by its rank among the windows read: the same order as the ISO strings (a null one last, where
     sort_indices puts it). Each key is copied day by day into one array of the final size."""
-    per_file = [pq.read_metadata(path).num_rows for path in day_files]
+    per_file = [_rows(path) for path in day_files]
     rows = sum(per_file)
     numbers = {name: FixedWidthColumn(STORE_SCHEMA.field(name).type, rows) for name in KEY_COLUMNS if name != "window"}
     window = SharedDictionary(rows)
@@ -183,13 +198,20 @@ def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
     return keys.append_column("window", pa.array(rank_of_code[codes], pa.int32())), per_file
 
 
-def load_for_report(root: Path, days: list[date]) -> pa.Table:
-    """The stored rows of `days` that `store.load` returns (same rows, same order), without UNUSED_COLUMNS
-    and with DICTIONARY_COLUMNS dictionary-encoded; read one day file at a time."""
+def load_for_report(root: Path, days: list[date], cluster: str | None = None) -> pa.Table:
+    """The stored rows of `days` of `cluster` (None: the store's one cluster) that `store.load` returns (same
+    rows, same order), without UNUSED_COLUMNS and with DICTIONARY_COLUMNS dictionary-encoded; read one day file
+    at a time. A damaged day, or one of another schema version, is a StoreError naming it (store.read_schema).
+    The snapshot is held (store.reading): a fetch that replaces it meanwhile leaves its files in place."""
+    with store.reading(root):
+        return _load_for_report(root, days, cluster)
+
+
+def _load_for_report(root: Path, days: list[date], cluster: str | None) -> pa.Table:
     snap = store.current_snapshot(root)
     if snap is None:
         raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
-    files = [path for path in (store.day_file(snap, d) for d in days) if path.exists()]
+    files = [path for path in (store.day_file(snap, d, cluster) for d in days) if path.exists()]
     columns = report_columns()
     if not files:
         return STORE_SCHEMA.empty_table().select(columns)

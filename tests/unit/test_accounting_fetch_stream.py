@@ -33,7 +33,7 @@ class BytesOnlyClient(ReplaySlurmClient):
         snaps = sorted((self.root / "snapshots").iterdir(), key=lambda p: p.stat().st_mtime)
         current = (self.root / "current").resolve() if (self.root / "current").exists() else None
         staging = [p for p in snaps if p != current]
-        self.staged_days.append(sorted(d.name for d in staging[-1].iterdir()) if staging else [])
+        self.staged_days.append(sorted(d.name for d in staging[-1].glob("cluster=*/day=*")) if staging else [])
         return super().sacct_bytes(args, timeout=timeout)
 
 

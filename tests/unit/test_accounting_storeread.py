@@ -105,7 +105,7 @@ def test_report_from_the_day_files_equals_the_report_from_the_single_load(tmp_pa
     fill_store(str(tmp_path))
     period = Period(*(datetime.combine(d, datetime.min.time(), timezone.utc) for d in span))
     by_day, _ = pipeline.build(config, period)
-    monkeypatch.setattr(storeread, "load_for_report", lambda root, days: store.load(root, days))
+    monkeypatch.setattr(storeread, "load_for_report", lambda root, days, cluster=None: store.load(root, days, cluster))
     single, _ = pipeline.build(config, period)
     assert by_day.data["totals"]["attempts"]
     for report in (by_day, single):
