@@ -55,6 +55,13 @@ class _Source:
         end = max(start, min(end, self.size))
         return self.buffer.slice(start, end - start).to_pybytes()
 
+    def evict(self) -> None:
+        """A memory-mapped file's pages out of this process's resident set (they stay in the page cache and
+        come back on the next read): once its bytes are parsed, the input no longer counts in peak memory."""
+        if isinstance(self.obj, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            with contextlib.suppress(OSError, ValueError):
+                self.obj.madvise(mmap.MADV_DONTNEED)
+
     def tobytes(self) -> bytes:
         return self.obj if isinstance(self.obj, bytes) else self.buffer.to_pybytes()
 

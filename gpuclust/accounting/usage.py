@@ -344,12 +344,20 @@ def attach(
         if arr is None:
             return Extracted(name, key, out, np.zeros(0, np.int64), pa.array([], pa.string()))
         at = rows if among is None else rows[among]
-        values = extract(arr if at.size == n else arr.take(pa.array(at)), key)
+        # The whole column, not a copy of the usage rows' text (an empty row costs the regex nothing), unless
+        # only a few rows are wanted.
+        few = at.size * 8 < n
+        found = extract(arr.take(pa.array(at)) if few else arr, key)
+        where = np.flatnonzero(pc.is_valid(found).to_numpy(zero_copy_only=False))
+        values = found.take(pa.array(where))
+        where = at[where] if few else where  # rows of the table
         parse = {"number": numbers, "count": counts, "size": sizes_mib, "clock": clock_seconds}[kind]
         got, bad = parse(values)
-        out[slice(None) if among is None else among] = got
+        full = np.full(n, np.nan)
+        full[where] = got
+        out[slice(None) if among is None else among] = full[at]
         bad_at = np.flatnonzero(bad)
-        return Extracted(name, key, out, at[bad_at], values.take(pa.array(bad_at[:MAX_WARNINGS_LISTED])))
+        return Extracted(name, key, out, where[bad_at], values.take(pa.array(bad_at[:MAX_WARNINGS_LISTED])))
 
     # The regex kernels release the GIL: the columns are read side by side.
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:

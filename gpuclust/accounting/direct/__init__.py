@@ -64,6 +64,7 @@ def read_direct(src: _Source, body_start: int, delim: bytes, header: list[str], 
 def _pipeline(src: _Source, body_start: int, layout: Layout, source: str, opts: ReaderOptions,
               pool: Pool) -> ParseResult:
     pieces = read_pieces(src, body_start, layout, opts, pool, _DecodeFailure())  # 1
+    src.evict()  # every later step reads the columns of step 1 (and a few lines at most from the input)
     candidates = blank_candidates(pieces, layout, opts)
     good = GoodRows(layout, pieces, candidates, opts)
     prepared = pool.start(good.tasks())  # 4a, in the pool ...

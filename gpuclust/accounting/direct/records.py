@@ -15,12 +15,14 @@ records (blank, or joined into one), the problems."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from gpuclust.accounting.direct.layout import Fallback, Layout, StandIn
-from gpuclust.accounting.direct.pieces import Pieces
+from gpuclust.accounting.direct.pieces import Column, Pieces
 from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.textcommon import _repair, _starts_record, _tail_continuation
 from gpuclust.errors import Problem
@@ -54,8 +56,8 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
     for row in candidates.tolist():
         info[int(pieces.g_lines[row])] = (b"", 0)
         out.removed.add(row)  # a blank line holds no data: skipped, or joined into the record before it
-    free = [layout.header.index(name) for name in opts.registry.free_text if name in layout.header]
     consumed: set[int] = set()
+    spans: list[tuple[int, int]] = []  # (first line, last line) of each record, in line order
     for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
         if line in consumed:
             continue
@@ -63,33 +65,48 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
         consumed.add(line)
         if text.strip() == b"":
             continue
-        acc, j, texts = count, line, [text]
+        acc, j = count, line
         while acc < n1 and j + 1 <= pieces.last_line:  # step 2: join the lines of one record
             j += 1
             consumed.add(j)
             if j in info:
-                part, c = info[j]
+                acc += info[j][1]
             else:
-                row = pieces.g_row(j)
-                out.removed.add(row)
-                part, c = _line_text(pieces, layout, row), n1
-            texts.append(part)
-            acc += c
-        record = b"\n".join(texts)
-        values = _values(out, layout, record)
-        if len(values) > layout.nfields and free:  # step 3: give extra cells to the free-text fields
-            values = _repair(values, layout.header, free, layout.delim_text, opts) or values
-        if len(values) != layout.nfields:
-            shown = record.replace(layout.delim, stand_in.get()) if len(layout.delim) > 1 and stand_in.get() \
-                else record
-            out.problems.append(Problem(
-                source, line, f"record has {len(values)} fields, header has {layout.nfields}: {shown[:120]!r}"))
-            continue
-        out.extras.append((line, [values[pos] for pos in layout.positions]))
+                out.removed.add(pieces.g_row(j))
+                acc += n1
+        spans.append((line, j))
+    _build_records(out, spans, info, pieces, layout, opts, stand_in, source)
     for line, (text, c) in info.items():
         if c == n1 and line not in consumed:
             _whole_line(out, layout, line, text)
     return out
+
+
+def _build_records(out: Records, spans: Sequence[tuple[int, int | None]], info: dict[int, tuple[bytes, int]],
+                   pieces: Pieces, layout: Layout, opts: ReaderOptions, stand_in: StandIn, source: str) -> None:
+    """Each span's lines joined into one record (step 3 repairs a record with too many cells; one that still has
+    the wrong number is a problem); a span (line, None) is a line that continues no record. The good lines
+    inside spans are read from step 1's columns at once."""
+    good = sorted({k for start, end in spans if end is not None for k in range(start, end + 1) if k not in info})
+    lines = dict(zip(good, _line_texts(pieces, layout, [pieces.g_row(k) for k in good]), strict=True))
+    free = [layout.header.index(name) for name in opts.registry.free_text if name in layout.header]
+
+    def shown(raw: bytes) -> bytes:
+        return raw.replace(layout.delim, stand_in.get()) if len(layout.delim) > 1 and stand_in.get() else raw
+
+    for start, end in spans:
+        if end is None:
+            out.problems.append(Problem(source, start, f"line continues no record: {shown(info[start][0])[:120]!r}"))
+            continue
+        record = b"\n".join(info[k][0] if k in info else lines[k] for k in range(start, end + 1))
+        values = _values(out, layout, record)
+        if len(values) > layout.nfields and free:  # step 3: give extra cells to the free-text fields
+            values = _repair(values, layout.header, free, layout.delim_text, opts) or values
+        if len(values) != layout.nfields:
+            out.problems.append(Problem(
+                source, start, f"record has {len(values)} fields, header has {layout.nfields}: {shown(record)[:120]!r}"))
+            continue
+        out.extras.append((start, [values[pos] for pos in layout.positions]))
 
 
 def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: ReaderOptions,
@@ -103,14 +120,11 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
     for row in candidates.tolist():
         info[int(pieces.g_lines[row])] = (b"", 0)
         out.removed.add(row)
-    free = [layout.header.index(name) for name in opts.registry.free_text if name in layout.header]
     consumed: set[int] = set()
+    spans: list[tuple[int, int | None]] = []
 
     def count(line: int) -> int:
         return info[line][1] if line in info else n1
-
-    def text(line: int) -> bytes:
-        return info[line][0] if line in info else _line_text(pieces, layout, pieces.g_row(line))
 
     def starts_record(line: int) -> bool:
         if line in info:
@@ -120,9 +134,6 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
         job_id = first[: len(first) - len(layout.pre)]
         return _starts_record(job_id + layout.delim, layout.delim)
 
-    def shown(raw: bytes) -> bytes:
-        return raw.replace(layout.delim, stand_in.get()) if len(layout.delim) > 1 and stand_in.get() else raw
-
     for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
         if line in consumed:
             continue
@@ -131,8 +142,7 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
             if count(start - 1) != n1 or start - 1 in consumed:  # (only after blank lines at the top)
                 consumed.add(start)
                 if info[start][0].strip():
-                    out.problems.append(Problem(
-                        source, start, f"line continues no record: {shown(info[start][0])[:120]!r}"))
+                    spans.append((start, None))
                 continue
             start -= 1  # the whole record before it: this line continues its last value
         elif info[start][0].strip() == b"":
@@ -144,19 +154,12 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
             acc += count(end)
         while end + 1 <= last_line and not starts_record(end + 1):
             end += 1
-        record = b"\n".join(text(k) for k in range(start, end + 1))
         for k in range(start, end + 1):
             consumed.add(k)
             if k not in info:
                 out.removed.add(pieces.g_row(k))
-        values = _values(out, layout, record)
-        if len(values) > layout.nfields and free:
-            values = _repair(values, layout.header, free, layout.delim_text, opts) or values
-        if len(values) != layout.nfields:
-            out.problems.append(Problem(
-                source, start, f"record has {len(values)} fields, header has {layout.nfields}: {shown(record)[:120]!r}"))
-            continue
-        out.extras.append((start, [values[pos] for pos in layout.positions]))
+        spans.append((start, end))
+    _build_records(out, spans, info, pieces, layout, opts, stand_in, source)
     for line, (raw, c) in info.items():
         if c == n1 and line not in consumed:
             _whole_line(out, layout, line, raw)
@@ -169,11 +172,27 @@ def _whole_line(out: Records, layout: Layout, line: int, text: bytes) -> None:
     out.extras.append((line, [values[pos] for pos in layout.positions]))
 
 
-def _line_text(pieces: Pieces, layout: Layout, row: int) -> bytes:
-    """A good line exactly as it stands in the input (its values joined by d0; each holds its prefix)."""
+def _line_texts(pieces: Pieces, layout: Layout, rows: list[int]) -> list[bytes]:
+    """Good rows `rows` (sorted) exactly as they stand in the input (values joined by d0; each holds its
+    prefix), read column by column."""
+    if not rows:
+        return []
     if not layout.complete:
         raise Fallback("a good line must be joined to a record, but not every field was read")
-    return layout.d0.join(pieces.cols[name].value(row) for name in layout.names)
+    at = np.array(rows, dtype=np.int64)
+    columns = [_values_at(pieces.cols[name], at) for name in layout.names]
+    return [layout.d0.join(parts) for parts in zip(*columns, strict=True)]
+
+
+def _values_at(col: Column, rows: np.ndarray) -> list[bytes]:
+    which = np.searchsorted(col.starts, rows, side="right") - 1
+    out: list[bytes] = []
+    for k in np.unique(which).tolist():
+        chunk = col.chunks[k].take(pa.array(rows[which == k] - int(col.starts[k])))
+        if pa.types.is_dictionary(chunk.type):
+            chunk = chunk.cast(chunk.type.value_type)
+        out += [b"" if v is None else v for v in chunk.to_pylist()]
+    return out
 
 
 def _values(out: Records, layout: Layout, record: bytes) -> list[str]:
