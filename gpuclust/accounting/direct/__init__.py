@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpuclust.accounting import usage
-from gpuclust.accounting.direct.assemble import assemble, removed_rows
+from gpuclust.accounting.direct.assemble import assemble, no_separator_lines, removed_rows
 from gpuclust.accounting.direct.columns import FinalRows, Merge
 from gpuclust.accounting.direct.layout import Fallback, Layout, Pool, StandIn, split_at
 from gpuclust.accounting.direct.pieces import blank_candidates, read_pieces
@@ -64,8 +64,13 @@ def read_direct(src: _Source, body_start: int, delim: bytes, header: list[str], 
 def _pipeline(src: _Source, body_start: int, layout: Layout, source: str, opts: ReaderOptions,
               pool: Pool) -> ParseResult:
     pieces = read_pieces(src, body_start, layout, opts, pool, _DecodeFailure())  # 1
-    src.evict()  # every later step reads the columns of step 1 (and a few lines at most from the input)
     candidates = blank_candidates(pieces, layout, opts)
+    # Step 5's scan for lines of separator bytes reads the whole input: done while it is in memory (a
+    # multi-byte delimiter always needs it where there are blank candidates).
+    scanned = bool(len(candidates)) and len(layout.delim) > 1
+    if scanned:
+        no_separator_lines(src, body_start, layout)
+    src.evict()  # every later step reads the columns of step 1 (and a few lines at most from the input)
     good = GoodRows(layout, pieces, candidates, opts)
     prepared = pool.start(good.tasks())  # 4a, in the pool ...
     stand_in = StandIn(src, body_start)
@@ -77,5 +82,5 @@ def _pipeline(src: _Source, body_start: int, layout: Layout, source: str, opts: 
     final = FinalRows(good, prepared, merge, e_raw, e_rawc)
     done = pool.run(final.tasks())  # 4b
     utf8 = records.utf8 and all(out.utf8 for out in done.values())
-    removed = removed_rows(src, body_start, layout, pieces, candidates, records, utf8, stand_in)  # 5
+    removed = removed_rows(src, body_start, layout, pieces, candidates, records, utf8, stand_in, scanned)  # 5
     return assemble(final, done, records, removed, source, usage.rule_for_version(opts.slurm_version))

@@ -19,7 +19,7 @@ from gpuclust.accounting.textcommon import _Source
 
 
 def removed_rows(src: _Source, body_start: int, layout: Layout, pieces: Pieces, candidates: np.ndarray,
-                 records: Records, utf8: bool, stand_in: StandIn) -> set[int]:
+                 records: Records, utf8: bool, stand_in: StandIn, scanned: bool = False) -> set[int]:
     """The good rows that are no records: step 2's, and the blank candidates where the reference would read
     the input line by line (some value not UTF-8, or no stand-in byte free for a multi-byte delimiter)."""
     removed = set(records.removed)
@@ -33,14 +33,14 @@ def removed_rows(src: _Source, body_start: int, layout: Layout, pieces: Pieces, 
         line_mode = not utf8 or (len(layout.delim) > 1 and not stand_in.get())
         if line_mode:
             removed.update(candidates.tolist())
-    if len(candidates) and (line_mode or len(layout.delim) > 1):
+    if len(candidates) and (line_mode or len(layout.delim) > 1) and not scanned:
         # An empty line and a line of nfields-1 d0 bytes read alike; the latter is an odd line for a
-        # multi-byte delimiter, and a record (not blank) for a one-byte one.
-        _no_separator_lines(src, body_start, layout)
+        # multi-byte delimiter, and a record (not blank) for a one-byte one. (`scanned`: done already.)
+        no_separator_lines(src, body_start, layout)
     return removed
 
 
-def _no_separator_lines(src: _Source, body_start: int, layout: Layout) -> None:
+def no_separator_lines(src: _Source, body_start: int, layout: Layout) -> None:
     """Blank lines are skipped; a line of nfields-1 d0 bytes reads the same in pyarrow but is not blank."""
     needle = layout.d0 * (layout.nfields - 1)
     pos, seen = body_start, 0

@@ -58,6 +58,7 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
         out.removed.add(row)  # a blank line holds no data: skipped, or joined into the record before it
     consumed: set[int] = set()
     spans: list[tuple[int, int]] = []  # (first line, last line) of each record, in line order
+    joined: list[int] = []  # good lines that are part of a record
     for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
         if line in consumed:
             continue
@@ -72,9 +73,10 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
             if j in info:
                 acc += info[j][1]
             else:
-                out.removed.add(pieces.g_row(j))
+                joined.append(j)
                 acc += n1
         spans.append((line, j))
+    out.removed.update(_good_rows(pieces, joined).tolist())
     _build_records(out, spans, info, pieces, layout, opts, stand_in, source)
     for line, (text, c) in info.items():
         if c == n1 and line not in consumed:
@@ -88,7 +90,7 @@ def _build_records(out: Records, spans: Sequence[tuple[int, int | None]], info: 
     the wrong number is a problem); a span (line, None) is a line that continues no record. The good lines
     inside spans are read from step 1's columns at once."""
     good = sorted({k for start, end in spans if end is not None for k in range(start, end + 1) if k not in info})
-    lines = dict(zip(good, _line_texts(pieces, layout, [pieces.g_row(k) for k in good]), strict=True))
+    lines = dict(zip(good, _line_texts(pieces, layout, _good_rows(pieces, good)), strict=True))
     free = [layout.header.index(name) for name in opts.registry.free_text if name in layout.header]
 
     def shown(raw: bytes) -> bytes:
@@ -126,13 +128,19 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
     def count(line: int) -> int:
         return info[line][1] if line in info else n1
 
+    # A good row's first delimiter ends its first value (the value holds the delimiter's bytes before d0): the
+    # good lines right after the odd ones (where records end) are asked about, read at once.
+    after = sorted({ln + 1 for ln in info if ln + 1 <= last_line and ln + 1 not in info})
+    firsts = dict(zip(after, _values_at(pieces.cols[layout.first], _good_rows(pieces, after)), strict=True))
+
     def starts_record(line: int) -> bool:
         if line in info:
             return _starts_record(info[line][0], layout.delim)
-        # A good row's first delimiter ends its first value (the value holds the delimiter's bytes before d0).
-        first = pieces.cols[layout.first].value(pieces.g_row(line))
+        first = firsts[line] if line in firsts else pieces.cols[layout.first].value(pieces.g_row(line))
         job_id = first[: len(first) - len(layout.pre)]
         return _starts_record(job_id + layout.delim, layout.delim)
+
+    joined: list[int] = []  # good lines that are part of a record
 
     for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
         if line in consumed:
@@ -157,8 +165,9 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
         for k in range(start, end + 1):
             consumed.add(k)
             if k not in info:
-                out.removed.add(pieces.g_row(k))
+                joined.append(k)
         spans.append((start, end))
+    out.removed.update(_good_rows(pieces, joined).tolist())
     _build_records(out, spans, info, pieces, layout, opts, stand_in, source)
     for line, (raw, c) in info.items():
         if c == n1 and line not in consumed:
@@ -172,23 +181,33 @@ def _whole_line(out: Records, layout: Layout, line: int, text: bytes) -> None:
     out.extras.append((line, [values[pos] for pos in layout.positions]))
 
 
-def _line_texts(pieces: Pieces, layout: Layout, rows: list[int]) -> list[bytes]:
+def _good_rows(pieces: Pieces, lines: list[int]) -> np.ndarray:
+    """The good row of each of `lines` (each must be a good row's line)."""
+    at = np.asarray(lines, dtype=np.int64)
+    rows = np.searchsorted(pieces.g_lines, at)
+    if len(at) and ((rows >= pieces.n_g).any() or (pieces.g_lines[np.minimum(rows, pieces.n_g - 1)] != at).any()):
+        raise Fallback("line bookkeeping")
+    return rows
+
+
+def _line_texts(pieces: Pieces, layout: Layout, rows: np.ndarray) -> list[bytes]:
     """Good rows `rows` (sorted) exactly as they stand in the input (values joined by d0; each holds its
     prefix), read column by column."""
-    if not rows:
+    if not len(rows):
         return []
     if not layout.complete:
         raise Fallback("a good line must be joined to a record, but not every field was read")
-    at = np.array(rows, dtype=np.int64)
-    columns = [_values_at(pieces.cols[name], at) for name in layout.names]
+    columns = [_values_at(pieces.cols[name], rows) for name in layout.names]
     return [layout.d0.join(parts) for parts in zip(*columns, strict=True)]
 
 
 def _values_at(col: Column, rows: np.ndarray) -> list[bytes]:
-    which = np.searchsorted(col.starts, rows, side="right") - 1
+    """The values of good rows `rows` of `col`, as bytes (one take over its chunks)."""
+    if not len(rows):
+        return []
+    taken = pa.chunked_array(col.chunks, type=col.chunks[0].type).take(pa.array(rows))
     out: list[bytes] = []
-    for k in np.unique(which).tolist():
-        chunk = col.chunks[k].take(pa.array(rows[which == k] - int(col.starts[k])))
+    for chunk in taken.chunks:
         if pa.types.is_dictionary(chunk.type):
             chunk = chunk.cast(chunk.type.value_type)
         out += [b"" if v is None else v for v in chunk.to_pylist()]
