@@ -75,3 +75,23 @@ def check_value(value: float, warning: NagiosRange | None, critical: NagiosRange
     if warning is not None and warning.alerts(value):
         return Nagios.WARNING
     return Nagios.OK
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A check's -w/--warning and -c/--critical ranges on one gated figure (None: that level is not gated)."""
+
+    warning: NagiosRange | None = None
+    critical: NagiosRange | None = None
+
+    def judge(self, value: float) -> Nagios:
+        return check_value(value, self.warning, self.critical)
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"warning": None if self.warning is None else str(self.warning),
+                "critical": None if self.critical is None else str(self.critical)}
+
+    @classmethod
+    def given(cls, warning: NagiosRange | None, critical: NagiosRange | None) -> Thresholds | None:
+        """None when neither range was given: the check keeps its own severities."""
+        return None if warning is None and critical is None else cls(warning, critical)

@@ -40,7 +40,7 @@ from gpuclust.accept import results as R
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.findings import Finding, Perf, natural_key, status_line
-from gpuclust.nagiosrange import NagiosRange, check_value
+from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm import hostlist
 from gpuclust.slurm.gres import gres_gpu_count, gres_gpu_type
 
@@ -57,20 +57,6 @@ def _finding(node: str | None, status: Nagios, check: str, message: str, job_id:
              kind: str | None = None) -> Finding:
     """A finding about one node (None: about the run as a whole), in the model every plane shares."""
     return Finding.make(check, status, message, [node] if node is not None else (), job_id=job_id, kind=kind)
-
-
-@dataclass(frozen=True)
-class NodeThresholds:
-    """`accept report -w/-c`: Nagios ranges on nodes_critical, the number of nodes whose own verdict is CRITICAL.
-    Given, they decide what those nodes make of the report's status (`-w 0 -c 3`: 1 to 3 failing nodes WARNING,
-    more CRITICAL); without them any CRITICAL node makes the report CRITICAL. Run-level findings, WARNING nodes
-    and UNKNOWN are judged as always."""
-
-    warning: NagiosRange | None = None
-    critical: NagiosRange | None = None
-
-    def judge(self, failing: int) -> Nagios:
-        return check_value(failing, self.warning, self.critical)
 
 
 @dataclass
@@ -110,7 +96,7 @@ class Report:
     topology: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> node -> announced vs seen
     health: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> node -> sources, nvbandwidth, dcgm
     history: list[Finding] = field(default_factory=list)  # run-level findings of superseded jobs
-    thresholds: NodeThresholds | None = None  # -w/-c on nodes_critical; None: any CRITICAL node is CRITICAL
+    thresholds: Thresholds | None = None  # -w/-c on nodes_critical; None: any CRITICAL node is CRITICAL
 
     def figures(self) -> dict[str, int]:
         """Jobs judged, nodes judged, nodes per verdict, run-level UNKNOWN findings, unreadable inputs."""
@@ -122,7 +108,7 @@ class Report:
 
     def perf(self) -> list[Perf]:
         figures = self.figures()
-        limits = self.thresholds or NodeThresholds()
+        limits = self.thresholds or Thresholds()
         return [Perf(name, value, min=0, max=figures["nodes"] if name.startswith("nodes_") else None,
                      warn=str(limits.warning) if name == "nodes_critical" and limits.warning else None,
                      crit=str(limits.critical) if name == "nodes_critical" and limits.critical else None)
@@ -195,9 +181,7 @@ class Report:
             "topology": self.topology,
             "health": self.health,
             "summary": self.summary_line().split(" | ", 1)[0],
-            "thresholds": ({"warning": str(self.thresholds.warning) if self.thresholds.warning else None,
-                            "critical": str(self.thresholds.critical) if self.thresholds.critical else None}
-                           if self.thresholds else None),
+            "thresholds": self.thresholds.as_dict() if self.thresholds else None,
         }
 
 
@@ -633,7 +617,7 @@ def latest_runs(chosen: list[R.JobResult]) -> dict[tuple[str, str], R.JobResult]
 
 
 def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
-             since: datetime | None = None, thresholds: NodeThresholds | None = None) -> Report:
+             since: datetime | None = None, thresholds: Thresholds | None = None) -> Report:
     """Judge the selected results. A node's state is its latest evidence: per kind, the node's last run (by the
     result's finish time); its earlier runs' findings are kept as the node's history and do not count in the
     status. Run-level findings of a job whose every node ran the same kind again later are history too."""

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from gpuclust.config.site import SITE, SiteConfig
 from gpuclust.exitcodes import Nagios
+from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm.client import SlurmClient
 
 from . import acceptance, baseline, checks
@@ -41,9 +42,11 @@ def audit_snapshot(
     baseline_path: str | None = None,
     skip: Sequence[str] = (),
     results_dir: str | None = None,
+    thresholds: Thresholds | None = None,
 ) -> AuditReport:
     now = now or datetime.now(timezone.utc)
-    report = AuditReport(partition, cluster=snap.cluster, generated_at=now.isoformat(timespec="seconds"))
+    report = AuditReport(partition, cluster=snap.cluster, generated_at=now.isoformat(timespec="seconds"),
+                         thresholds=thresholds)
     part = snap.partitions.get(partition)
     if part is None:
         known = ", ".join(sorted(snap.partitions)) or "none"
@@ -63,7 +66,7 @@ def audit_snapshot(
     part_cfg = site.partitions.get(partition) if site else None
     if "state" not in skip:
         report.add(checks.check_partition(part, part_cfg)[:1])
-        report.add(checks.check_node_state(nodes, now))
+        report.add(checks.check_node_state(nodes, now, thresholds))
     if "homogeneity" not in skip:
         report.add(checks.check_homogeneity(nodes))
         report.add(checks.check_site_expectations(nodes, part_cfg))
@@ -96,9 +99,10 @@ def audit_partitions(
     baseline_path: str | None = None,
     skip: Sequence[str] = (),
     results_dir: str | None = None,
+    thresholds: Thresholds | None = None,
 ) -> list[AuditReport]:
     """Audit the named partitions (None: every partition). Raises SlurmError when scontrol cannot be read."""
     snap = collect_snapshot(client, source, accounting="limits" not in skip)
     names = list(partitions) if partitions is not None else list(snap.partitions)  # scontrol's order
     return [audit_snapshot(snap, name, site, now=now, baseline_path=baseline_path, skip=skip,
-                           results_dir=results_dir) for name in names]
+                           results_dir=results_dir, thresholds=thresholds) for name in names]

@@ -6,6 +6,7 @@ node state
                                who set it and how long ago
   node.drain         WARNING   drained or draining nodes (full reason, user, age); CRITICAL when more than half
                                of the partition's nodes are unavailable (down + drained)
+                               (audit partition -w/-c: ranges on the unavailable nodes set both severities)
   node.other         OK        maintenance, reboot pending, powered down: listed, not alarming
   node.gres_used     CRITICAL  more GPUs in use than configured on a node (Slurm's books are wrong); else OK
                                with the partition's GPUs in use
@@ -40,6 +41,7 @@ from typing import Any
 
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
+from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm.hostlist import fold
 
 from .collect import ClusterSnapshot
@@ -81,16 +83,23 @@ def _group_by_reason(nodes: Sequence[NodeRecord]) -> dict[tuple[str, str | None,
     return groups
 
 
-def check_node_state(nodes: Sequence[NodeRecord], now: datetime) -> list[Finding]:
+def check_node_state(nodes: Sequence[NodeRecord], now: datetime, thresholds: Thresholds | None = None) -> list[Finding]:
+    """`thresholds` (audit partition -w/-c) on the number of unavailable (down + drained) nodes decide the
+    severity of node.down and node.drain instead of the defaults: a site with 200 nodes pages on its own count,
+    not on the first drained node."""
     out: list[Finding] = []
     down = [n for n in nodes if n.is_down]
     drained = [n for n in nodes if n.is_drain and not n.is_down]
     unavailable = len(down) + len(drained)
     most = len(nodes) > 0 and unavailable * 2 > len(nodes)
+    gated = thresholds.judge(unavailable) if thresholds is not None else None
+    gate_note = (f"; {unavailable} of {len(nodes)} nodes unavailable (-w {thresholds.warning or '-'} "
+                 f"-c {thresholds.critical or '-'})" if thresholds is not None else "")
     for (state, reason, user), group in _group_by_reason(down).items():
         first = min(group, key=lambda n: n.reason_time or now)
         out.append(Finding.make(
-            "node.down", Nagios.CRITICAL, f"{state}: {_reason_text(first, now)}", [n.name for n in group],
+            "node.down", Nagios.CRITICAL if gated is None else gated, f"{state}: {_reason_text(first, now)}{gate_note}",
+            [n.name for n in group],
             state=state, reason=reason, reason_user=user,
             reason_time=first.reason_time.isoformat() if first.reason_time else None,
         ))
@@ -98,8 +107,8 @@ def check_node_state(nodes: Sequence[NodeRecord], now: datetime) -> list[Finding
         first = min(group, key=lambda n: n.reason_time or now)
         busy = first.state in ("ALLOCATED", "MIXED", "COMPLETING")
         what = "draining (jobs still running)" if busy else "drained"
-        sev = Nagios.CRITICAL if most else Nagios.WARNING
-        extra = f"; {unavailable} of {len(nodes)} nodes unavailable" if most else ""
+        sev = gated if gated is not None else Nagios.CRITICAL if most else Nagios.WARNING
+        extra = gate_note or (f"; {unavailable} of {len(nodes)} nodes unavailable" if most else "")
         out.append(Finding.make(
             "node.drain", sev, f"{what}: {_reason_text(first, now)}{extra}", [n.name for n in group],
             state=state, reason=reason, reason_user=user,

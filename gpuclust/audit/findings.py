@@ -22,6 +22,7 @@ from gpuclust.findings import (
     status_line,
 )
 from gpuclust.findings import counts as count_findings
+from gpuclust.nagiosrange import Thresholds
 
 SCHEMA = "gpuclust.audit/1"
 SCHEMA_PREFIX = "gpuclust.audit/"
@@ -67,6 +68,7 @@ class AuditReport:
     cluster: str | None = None
     generated_at: str | None = None
     figures: PartitionFigures | None = None  # None: the audit could not look (Slurm unreachable, no partition)
+    thresholds: Thresholds | None = None  # -w/-c on the unavailable (down + drained) nodes
 
     @property
     def status(self) -> Nagios:
@@ -82,7 +84,12 @@ class AuditReport:
         return sort_findings(self.findings)
 
     def perf(self) -> list[Perf]:
-        return [*(self.figures.perf() if self.figures else []), *finding_perf(self.counts())]
+        gated = []
+        if self.figures and self.thresholds:
+            limits = self.thresholds.as_dict()
+            gated = [Perf("unavailable", self.figures.down + self.figures.drained, warn=limits["warning"],
+                          crit=limits["critical"], min=0, max=self.figures.nodes)]
+        return [*(self.figures.perf() if self.figures else []), *gated, *finding_perf(self.counts())]
 
     def summary_line(self) -> str:
         """The Nagios status line: `partition gpu: CRITICAL - 1 critical, 2 warning | nodes=4;;;0 gpus=16;;;0 ...`."""
@@ -98,6 +105,7 @@ class AuditReport:
             "exit_code": int(self.status),
             "summary": self.counts(),
             "figures": self.figures.as_dict() if self.figures else None,
+            "thresholds": self.thresholds.as_dict() if self.thresholds else None,
             "findings": [f.as_dict() for f in self.sorted_findings()],
             "nodes": self.nodes,
         }

@@ -2,48 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
-from gpuclust.cli.params import TIME, TIME_HELP, complete_account, complete_partition
+from gpuclust.cli.params import (
+    TIME,
+    TIME_HELP,
+    CheckTimedOut,
+    RangeType,
+    check_deadline,
+    complete_account,
+    complete_partition,
+)
 from gpuclust.timespec import TimeSpec
 
 if TYPE_CHECKING:
     from datetime import datetime
-    from types import FrameType
 
-    from gpuclust.accept.report import NodeThresholds, Report
+    from gpuclust.accept.report import Report
     from gpuclust.accept.results import ResultScan
     from gpuclust.config.site import SiteConfig
-    from gpuclust.nagiosrange import NagiosRange
-
-
-class RangeType(click.ParamType):
-    """A Nagios threshold range (gpuclust.nagiosrange); a bad one is a usage error naming the option."""
-
-    name = "range"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> NagiosRange:
-        from gpuclust.nagiosrange import NagiosRange, parse_range
-
-        if isinstance(value, NagiosRange):
-            return value
-        try:
-            return parse_range(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class _TimedOut(BaseException):  # noqa: N818 - BaseException: no `except Exception` on the way may swallow it
-    """--timeout ran out (SIGALRM)."""
-
-
-def _alarm(signum: int, frame: FrameType | None) -> None:
-    raise _TimedOut
-
+    from gpuclust.nagiosrange import NagiosRange, Thresholds
 
 
 @click.group("accept")
@@ -162,21 +144,13 @@ def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_
     error is UNKNOWN (3). --drain acts on the verdicts through scontrol (for cron after a nightly acceptance
     run); a failing scontrol exits 3.
     """
-    from gpuclust.accept.report import NodeThresholds
+    from gpuclust.nagiosrange import Thresholds
 
-    thresholds = NodeThresholds(warning, critical) if warning is not None or critical is not None else None
-    if timeout is None:
-        _report(app, job_id, since, results_dir, as_json, compare_container, drain_nodes, dry_run, max_drain,
-                thresholds)
-        return
-    import signal
-
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(timeout)
     try:
-        _report(app, job_id, since, results_dir, as_json, compare_container, drain_nodes, dry_run, max_drain,
-                thresholds)
-    except _TimedOut:
+        with check_deadline(timeout):
+            _report(app, job_id, since, results_dir, as_json, compare_container, drain_nodes, dry_run, max_drain,
+                    Thresholds.given(warning, critical))
+    except CheckTimedOut:
         if as_json:
             echo_json({"status": "UNKNOWN", "exit_code": 3, "summary": f"acceptance: UNKNOWN - timed out after "
                                                                        f"{timeout} s"})
@@ -184,14 +158,11 @@ def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_
             click.echo(f"acceptance: UNKNOWN - timed out after {timeout} s (--timeout); a slow results directory "
                        "or Slurm command: raise --timeout or look at the file system and slurmctld")
         raise SystemExit(3) from None
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None, as_json: bool,
             compare_container: bool, drain_nodes: bool, dry_run: bool, max_drain: float,
-            thresholds: NodeThresholds | None) -> None:
+            thresholds: Thresholds | None) -> None:
     from gpuclust.accept import report as rep
     from gpuclust.accept.results import scan_results
 

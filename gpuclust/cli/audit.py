@@ -12,10 +12,17 @@ from gpuclust.audit.findings import AuditReport, Finding, audit_document
 from gpuclust.audit.render import render_reports
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
-from gpuclust.cli.params import complete_partition, explicit_config_missing
+from gpuclust.cli.params import (
+    CheckTimedOut,
+    RangeType,
+    check_deadline,
+    complete_partition,
+    explicit_config_missing,
+)
 from gpuclust.config import SiteConfig, find_config_path
 from gpuclust.errors import ConfigError, Problem, SlurmError
 from gpuclust.exitcodes import Nagios
+from gpuclust.nagiosrange import NagiosRange, Thresholds
 
 
 @click.group("audit")
@@ -36,9 +43,23 @@ def group() -> None:
 @click.option("--results-dir", type=click.Path(file_okay=False),
               help="Acceptance results store (default: results_dir from the site config).")
 @click.option("--problems-only", is_flag=True, help="Text output: hide OK findings.")
+@click.option("-w", "--warning", "warning", type=RangeType(), default=None, metavar="RANGE",
+              help="WARNING when the partition's unavailable nodes (down + drained) are outside this Nagios range, "
+                   "e.g. -w 1 (more than one). With -w/-c these ranges set the severity of node.down and "
+                   "node.drain instead of the defaults (any down node CRITICAL, a drain WARNING).")
+@click.option("-c", "--critical", "critical", type=RangeType(), default=None, metavar="RANGE",
+              help="CRITICAL when the unavailable nodes are outside this Nagios range; -w 1 -c 4: 2 to 4 "
+                   "unavailable WARNING, 5 or more CRITICAL. Ranges: N (alert above N), N: (below N), ~:N, "
+                   "A:B (outside), @A:B (inside).")
+@click.option("-t", "--timeout", "timeout", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+              help="End with UNKNOWN ('timed out after N s', exit 3) when the whole audit takes longer; keep it "
+                   "under the Nagios service check timeout. Default: no overall limit (each Slurm command has "
+                   "--slurm-timeout).")
 @pass_app
 def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: bool, baseline_path: str | None,
-              source: str, skip: tuple[str, ...], results_dir: str | None, problems_only: bool) -> None:
+              source: str, skip: tuple[str, ...], results_dir: str | None, problems_only: bool,
+              warning: NagiosRange | None = None, critical: NagiosRange | None = None,
+              timeout: int | None = None) -> None:
     """Audit partition NAME (or --all) and exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
 
     \b
@@ -60,16 +81,23 @@ def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: 
       acceptance.*         WARNING   no/stale passing all_reduce or storage result, version drift;
                            CRITICAL  a later acceptance job named the node as failed
       baseline.*           WARNING   nodes added/removed/changed since --baseline
-    UNKNOWN (3): Slurm unreachable, no such partition, a usage error, or a --config that is missing or invalid.
+    UNKNOWN (3): Slurm unreachable, no such partition, a usage error, a --config that is missing or invalid,
+    or --timeout ran out.
     """
     if all_partitions == bool(name):
         raise click.UsageError("give a partition NAME or --all (not both)")
     site, config_findings = _site_config(app)
     try:
-        reports = audit_partitions(app.slurm, None if all_partitions else [name or ""], site, source=source,
-                                   baseline_path=baseline_path, skip=skip, results_dir=results_dir)
+        with check_deadline(timeout):
+            reports = audit_partitions(app.slurm, None if all_partitions else [name or ""], site, source=source,
+                                       baseline_path=baseline_path, skip=skip, results_dir=results_dir,
+                                       thresholds=Thresholds.given(warning, critical))
     except SlurmError as exc:
         reports = [unknown_report(name or "(all)", f"Slurm unreachable: {exc}")]
+    except CheckTimedOut:
+        reports = [unknown_report(name or "(all)", f"timed out after {timeout} s (--timeout): a slow slurmctld, "
+                                                   "slurmdbd or results directory; raise --timeout or look there",
+                                  check="timeout")]
     for report in reports:
         report.add(config_findings)
     _emit(reports, as_json, all_partitions, problems_only)

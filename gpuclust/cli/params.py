@@ -6,15 +6,19 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.shell_completion import CompletionItem
 
 from gpuclust.cli.context import AppContext
 from gpuclust.timespec import FORMS, TimeSpec, parse_time
+
+if TYPE_CHECKING:
+    from gpuclust.nagiosrange import NagiosRange
 
 
 class TimeType(click.ParamType):
@@ -43,6 +47,48 @@ TIME_HELP = f"Forms: {FORMS} (site time zone)."
 
 
 # ---- names completed from the site config -----------------------------------------------------------------
+
+
+class RangeType(click.ParamType):
+    """A Nagios threshold range (gpuclust.nagiosrange) for -w/-c; a bad one is a usage error naming the option."""
+
+    name = "range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> NagiosRange:
+        from gpuclust.nagiosrange import NagiosRange, parse_range
+
+        if isinstance(value, NagiosRange):
+            return value
+        try:
+            return parse_range(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class CheckTimedOut(BaseException):  # noqa: N818 - BaseException: no `except Exception` on the way may swallow it
+    """A check's -t/--timeout ran out."""
+
+
+def _alarm(signum: int, frame: FrameType | None) -> None:
+    raise CheckTimedOut
+
+
+@contextlib.contextmanager
+def check_deadline(seconds: int | None) -> Iterator[None]:
+    """Raise CheckTimedOut when the block runs past `seconds` (None: no limit), so that a Nagios check ends in
+    UNKNOWN before the service check timeout kills it without a word. SIGALRM: the CLI's main thread only."""
+    if seconds is None:
+        yield
+        return
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _config_for_completion(ctx: click.Context) -> Any:

@@ -328,3 +328,55 @@ def test_cli_skip(tmp_path):
     assert not [c for c in client.calls if c[0] == "sacctmgr"]  # no sacctmgr when limits are skipped
     checks = {f["check"].split(".")[0] for f in json.loads(result.output)["findings"]}
     assert "acceptance" not in checks and "limits" not in checks and "node" in checks
+
+
+# ---- -w/-c on the unavailable nodes, and --timeout (issue 28 item 12) ----------------------------------------
+
+def _node_severities(doc):
+    return sorted((f["check"], f["severity"], f["nodes"]) for f in doc["findings"]
+                  if f["check"] in ("node.down", "node.drain"))
+
+
+@pytest.mark.parametrize(("ranges", "expected"), [
+    ((), [("node.down", "CRITICAL", "node3"), ("node.drain", "WARNING", "node2")]),  # the defaults
+    (("-w", "2", "-c", "3"), [("node.down", "OK", "node3"), ("node.drain", "OK", "node2")]),
+    (("-w", "1", "-c", "3"), [("node.down", "WARNING", "node3"), ("node.drain", "WARNING", "node2")]),
+    (("--warning", "0", "--critical", "1"), [("node.down", "CRITICAL", "node3"), ("node.drain", "CRITICAL", "node2")]),
+])
+def test_cli_ranges_on_unavailable_nodes(tmp_path, ranges, expected):
+    # the degraded recording: node3 down, node2 drained, node4 odd GPUs (homogeneity skipped to isolate)
+    args = ["gpu", "--skip", "homogeneity", "--skip", "limits", "--skip", "acceptance", *ranges]
+    doc = json.loads(run_cli([*args, "--json"], replay("degraded")).output)
+    assert _node_severities(doc) == expected
+    assert doc["thresholds"] == ({"warning": ranges[1], "critical": ranges[3]} if ranges else None)
+    text = run_cli(args, replay("degraded"))
+    first = text.output.splitlines()[0]
+    if ranges:
+        assert f" unavailable=2;{ranges[1]};{ranges[3]};0;4 " in first + " "
+        assert "2 of 4 nodes unavailable" in text.output
+    else:
+        assert "unavailable=" not in first
+    assert text.exit_code == {"OK": 0, "WARNING": 1, "CRITICAL": 2}[max(
+        (s for _, s, _ in expected), key=["OK", "WARNING", "CRITICAL"].index)]
+
+
+def test_cli_bad_range_is_unknown(tmp_path):
+    result = run_cli(["gpu", "-c", "5:1"], replay("clean"))
+    assert result.exit_code == 3 and "start 5 is above end 1" in result.output
+
+
+class _StuckClient(ReplaySlurmClient):
+    def scontrol(self, args, *, timeout=None):
+        import time
+        time.sleep(30)  # a hung slurmctld; the alarm ends it
+        return super().scontrol(args, timeout=timeout)
+
+
+def test_cli_timeout_ends_in_unknown(tmp_path):
+    stuck = _StuckClient()
+    result = run_cli(["gpu", "-t", "1"], stuck)
+    assert result.exit_code == 3, result.output
+    assert result.output.startswith("partition gpu: UNKNOWN - [timeout] timed out after 1 s (--timeout)")
+    result = run_cli(["gpu", "--timeout", "1", "--json"], stuck)
+    doc = json.loads(result.output)
+    assert result.exit_code == 3 and doc["status"] == "UNKNOWN" and doc["findings"][0]["check"] == "timeout"
