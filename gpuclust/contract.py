@@ -13,7 +13,8 @@ A field is required when it has no default and its hint does not allow None; a m
 the default (None for an optional field). A class attribute NUMBERS_MIN (a ClassVar) is the `min` of all its
 numbers. Field metadata refines the check: `min` (numbers, and each
 number of a tuple), `below` (an exclusive upper bound), `choices`, `pattern` (a full-match regex for a
-string), `size` (the length of a tuple) and `message` (what to say when `choices`/`pattern`/`size` fail).
+string), `size` (the length of a tuple) and `message` (what to say when `choices`/`pattern`/`size` fail);
+`deprecated` (why) marks an old name in the JSON Schema.
 Errors are ContractError(message, field) naming the dotted field (`attempts[0]: ...`, field `attempts.status`).
 """
 
@@ -254,6 +255,8 @@ def json_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
             meta = f.metadata if floor is None else {"min": floor, **f.metadata}
             schema = _schema_of(hint, meta, defs)
             props[f.name] = {"anyOf": [schema, {"type": "null"}]} if (allows_none or has_default) else schema
+            if "deprecated" in meta:  # an old name kept for a while: JSON Schema's own annotation, and why
+                props[f.name] = {**props[f.name], "deprecated": True, "description": meta["deprecated"]}
             if not has_default and not allows_none:
                 required.append(f.name)
         doc = (cls.__doc__ or "").strip()

@@ -5,9 +5,9 @@ Input: the normalized job table (gpuclust.accounting.schema), the site config, t
 inventory (gpuclust.accounting.events) and the refusals (gpuclust.accounting.refusals). Output: one plain dict
 (report.json's `economics`) and its tables; `DEFINITIONS` says exactly what each figure is.
 
-    effective unit cost = (useful + retries/failures + in progress + idle + unavailable   [GPU-hour terms]
-                           + network + storage + support + operations)                    [fixed terms]
-                          / accepted units
+    total_cost_per_accepted_unit = total cost / accepted units, where total cost =
+        completed-run + retries/failures + in progress + idle + unavailable    [GPU-hour terms]
+        + network + storage + support + operations                            [fixed terms]
     idle = capacity - allocated - unavailable
 """
 
@@ -31,7 +31,7 @@ from gpuclust.config.economics import COST_TERMS
 from gpuclust.slurm.hostlist import expand
 
 MONTH_HOURS = 730.0  # 365 * 24 / 12
-HOUR_TERMS = ("useful", "retries_failures", "in_progress", "idle", "unavailable")
+HOUR_TERMS = ("completed_run", "retries_failures", "in_progress", "idle", "unavailable")
 TERMS = (*HOUR_TERMS, *COST_TERMS)
 TOTAL = "(total)"
 
@@ -41,8 +41,10 @@ DEFINITIONS: dict[str, str] = {
     "nodes (a node in two partitions counts in both partitions, once in the total). Unknown without the node "
     "events: then idle and unavailable are unknown too, never 0.",
     "allocated_gpu_hours": "GPU-hours of every allocation row (AllocTRES GPUs x the part of Start..End inside the "
-    "period; a row still running counts up to the period end), split into useful (COMPLETED 0:0), in progress (no "
-    "End yet) and retries/failures (every other ended row: failed, cancelled, timed out, requeued, node fail).",
+    "period; a row still running counts up to the period end), split into completed-run (COMPLETED 0:0), in "
+    "progress (no End yet) and retries/failures (every other ended row: failed, cancelled, timed out, requeued, "
+    "node fail). The completed-run term counts the part inside the window, so the terms add up to the capacity; "
+    "the runs' completed_run_gpu_hours counts a run whole in the period its last attempt ended.",
     "unavailable_gpu_hours": "GPU-hours of nodes down, drained or failed, from slurmdbd's node events (`sacctmgr show "
     "event`: an open event runs to the period end), overlapping events of a node merged, minus the GPU-hours jobs "
     "still held on that node meanwhile (a draining node finishes its jobs: those count as allocated).",
@@ -58,15 +60,20 @@ DEFINITIONS: dict[str, str] = {
     "in the period (one per run; het components once). denominator = units: each such attempt's units_label=N in "
     "its --comment, else its account's units_per_job, else 0 (counted as completed_without_units). Failed "
     "attempts never count.",
-    "effective_unit_cost": "total cost (every term) / accepted units.",
-    "useful_share": "useful GPU-hours / capacity GPU-hours.",
-    "baseline": "gpu_hour: (useful + retries/failures GPU-hours) of each GPU type x the baseline's price for that "
-    "type / speed, per accepted unit (rental pays for every allocated hour and no idle, unavailable or site fixed "
-    "cost); unit: its price per unit. break_even_useful_share = the useful share at which the cluster's unit cost "
-    "equals the baseline's, with this period's total cost and units per useful GPU-hour: effective unit cost x "
-    "useful share / baseline unit cost (above 1: the cluster cannot match it).",
-    "required_gpu_capacity": "target per month / useful work per GPU-month, where useful work per GPU-month = "
-    "accepted units / (capacity GPU-hours / 730): measured after failures, idle, retries and unavailability.",
+    "total_cost_per_accepted_unit": "total cost (every term: allocated, idle, unavailable and fixed) / accepted "
+    "units. Not the cost per completed run of the totals, which prices allocated GPU-hours only.",
+    "completed_run_share_of_capacity": "completed-run GPU-hours (the term) / capacity GPU-hours.",
+    "baseline": "gpu_hour: (completed-run + retries/failures GPU-hours) of each GPU type x the baseline's price "
+    "for that type / speed, per accepted unit (rental pays for every allocated hour and no idle, unavailable or "
+    "site fixed cost); unit: its price per unit. Both are cost_per_accepted_unit, beside the cluster's "
+    "cluster_total_cost_per_accepted_unit. break_even_completed_run_share_of_capacity = the completed-run share "
+    "of capacity at which the cluster's total cost per accepted unit equals the baseline's cost per accepted "
+    "unit, with this period's total cost and accepted units per completed-run GPU-hour: total cost per accepted "
+    "unit x completed-run share of capacity / baseline cost per accepted unit (above 1: the cluster cannot "
+    "match it).",
+    "required_gpu_capacity": "target per month / accepted units per capacity GPU-month, where accepted units per "
+    "capacity GPU-month = accepted units / (capacity GPU-hours / 730): measured after failures, idle, retries "
+    "and unavailability.",
     "node_loss_what_if": "A node lost mid-run costs the work of the run on it since its start (the mean GPU-hours of "
     "the partition's attempts, halved: lost at a uniformly random moment) plus its restart: the restore time x the "
     "mean GPUs of an attempt. The restore time is the median checkpoint_read seconds the acceptance storage job "
@@ -226,7 +233,7 @@ def build_economics(
                        dtype=bool) if n else np.zeros(0, dtype=bool)
     completed_state = np.array([v == "COMPLETED" for v in state_values] + [False], dtype=bool)[state_codes]
     done = completed_state & (((code == 0) & (sig == 0)) | ~known)
-    kind = np.where(running, 2, np.where(done, 0, 1))  # 0 useful, 1 retries/failures, 2 in progress
+    kind = np.where(running, 2, np.where(done, 0, 1))  # 0 completed-run, 1 retries/failures, 2 in progress
     pcodes, pvalues = _codes(table, "partition")
     gcodes, gvalues = _codes(table, "gpu_type")
     het = np.nan_to_num(_floats(table, "het_offset"), nan=0)
@@ -364,7 +371,7 @@ def build_economics(
                 row["idle"] = {"gpu_hours": None, "cost": None}
                 row["unavailable"] = {"gpu_hours": None, "cost": None}
                 continue
-            allocated = sum(row[t]["gpu_hours"] for t in ("useful", "retries_failures", "in_progress"))
+            allocated = sum(row[t]["gpu_hours"] for t in ("completed_run", "retries_failures", "in_progress"))
             idle = cap - allocated - row["unavailable"]["gpu_hours"]
             row["idle"]["gpu_hours"] = idle
             row["idle"]["cost"] = idle * _capacity_price(row, name, node_list, pricing, win)
@@ -534,7 +541,7 @@ def _finish(name: str, row: dict[str, Any], currency: str | None) -> dict[str, A
     terms = {t: {"gpu_hours": _r(row[t]["gpu_hours"]), "cost": _r(row[t]["cost"])} for t in TERMS}
     costs = [terms[t]["cost"] for t in TERMS]
     total_cost = None if any(c is None for c in costs) else round(sum(c for c in costs if c is not None), 6)
-    allocated = sum(row[t]["gpu_hours"] for t in ("useful", "retries_failures", "in_progress"))
+    allocated = sum(row[t]["gpu_hours"] for t in ("completed_run", "retries_failures", "in_progress"))
     cap = row["capacity_gpu_hours"]
     units = row["units"]
     return {
@@ -547,14 +554,14 @@ def _finish(name: str, row: dict[str, Any], currency: str | None) -> dict[str, A
         "unpriced_gpu_hours": _r(row["unpriced_gpu_hours"]),
         "completed": row["completed"],
         "accepted_units": _r(units),
-        "effective_unit_cost": _r(total_cost / units) if total_cost is not None and units else None,
-        "useful_share": _r(row["useful"]["gpu_hours"] / cap) if cap else None,
+        "total_cost_per_accepted_unit": _r(total_cost / units) if total_cost is not None and units else None,
+        "completed_run_share_of_capacity": _r(row["completed_run"]["gpu_hours"] / cap) if cap else None,
         "currency": currency,
         "attempts": row["attempts"],
         "attempt_gpus": row["attempt_gpus"],
-        "_price": (row["useful"]["cost"] + row["retries_failures"]["cost"]) / (row["useful"]["gpu_hours"]
-                   + row["retries_failures"]["gpu_hours"]) if row["useful"]["gpu_hours"]
-        + row["retries_failures"]["gpu_hours"] > 0 else None,
+        "_price": (row["completed_run"]["cost"] + row["retries_failures"]["cost"]) / (
+            row["completed_run"]["gpu_hours"] + row["retries_failures"]["gpu_hours"])
+        if row["completed_run"]["gpu_hours"] + row["retries_failures"]["gpu_hours"] > 0 else None,
     }
 
 
@@ -568,15 +575,16 @@ def _terms_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
                 rec[f"{t}_gpu_hours"] = r["terms"][t]["gpu_hours"]
             rec[f"{t}_cost"] = r["terms"][t]["cost"]
         rec.update(total_cost=r["total_cost"], accepted_units=r["accepted_units"],
-                   effective_unit_cost=r["effective_unit_cost"], useful_share=r["useful_share"])
+                   total_cost_per_accepted_unit=r["total_cost_per_accepted_unit"],
+                   completed_run_share_of_capacity=r["completed_run_share_of_capacity"])
         records.append(rec)
     return pd.DataFrame(records)
 
 
 def _baselines(config: SiteConfig, total: dict[str, Any], by_type_hours: dict[str, float]) -> list[dict[str, Any]]:
     units = total["accepted_units"] or 0.0
-    cluster = total["effective_unit_cost"]
-    share = total["useful_share"]
+    cluster = total["total_cost_per_accepted_unit"]
+    share = total["completed_run_share_of_capacity"]
     out = []
     for b in config.economics.baselines.values():
         unit_cost: float | None
@@ -597,9 +605,10 @@ def _baselines(config: SiteConfig, total: dict[str, Any], by_type_hours: dict[st
         break_even = None
         if unit_cost and cluster is not None and share is not None:
             break_even = cluster * share / unit_cost
-        out.append({"baseline": b.name, "kind": b.kind, "unit_cost": _r(unit_cost), "cluster_unit_cost": cluster,
+        out.append({"baseline": b.name, "kind": b.kind, "cost_per_accepted_unit": _r(unit_cost),
+                    "cluster_total_cost_per_accepted_unit": cluster,
                     "cluster_vs_baseline": _r(cluster / unit_cost) if cluster is not None and unit_cost else None,
-                    "break_even_useful_share": _r(break_even), "note": note})
+                    "break_even_completed_run_share_of_capacity": _r(break_even), "note": note})
     return out
 
 
@@ -638,7 +647,7 @@ def _sizing(config: SiteConfig, total: dict[str, Any], target: float | None, row
         attempts = r["attempts"]
         if not attempts:
             continue
-        mean_h = (r["terms"]["useful"]["gpu_hours"] + r["terms"]["retries_failures"]["gpu_hours"]) / attempts
+        mean_h = (r["terms"]["completed_run"]["gpu_hours"] + r["terms"]["retries_failures"]["gpu_hours"]) / attempts
         mean_gpus = r["attempt_gpus"] / attempts
         lost = mean_h / 2 + (restore or 0.0) / 3600.0 * mean_gpus
         price = r["_price"]
@@ -650,7 +659,7 @@ def _sizing(config: SiteConfig, total: dict[str, Any], target: float | None, row
                         "cost_per_node_loss": _r(lost * price) if price is not None else None,
                         "note": None if restore is not None else "no restore time measured or expected for this "
                         "partition: restart time counted as 0"})
-    return {"useful_work_per_gpu_month": _r(per_gpu_month), "target_per_month": goal,
+    return {"accepted_units_per_capacity_gpu_month": _r(per_gpu_month), "target_per_month": goal,
             "required_gpu_capacity": _r(required), "gpu_month_hours": MONTH_HOURS, "node_loss_what_if": what_if}
 
 

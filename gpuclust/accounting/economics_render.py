@@ -13,10 +13,10 @@ from prometheus_client.metrics_core import Metric
 from gpuclust.accounting.economics import HOUR_TERMS, TERMS
 from gpuclust.accounting.prom import PromContext
 
-COLORS = {"useful": "#2e7d32", "retries_failures": "#c62828", "in_progress": "#1565c0", "unavailable": "#6d4c41",
+COLORS = {"completed_run": "#2e7d32", "retries_failures": "#c62828", "in_progress": "#1565c0", "unavailable": "#6d4c41",
           "idle": "#bdbdbd", "network": "#8e24aa", "storage": "#f9a825", "support": "#00838f",
           "operations": "#ef6c00"}
-LABELS = {"useful": "useful", "retries_failures": "retries and failures", "in_progress": "in progress",
+LABELS = {"completed_run": "completed-run", "retries_failures": "retries and failures", "in_progress": "in progress",
           "unavailable": "unavailable (down/drained)", "idle": "idle", "network": "network", "storage": "storage",
           "support": "support", "operations": "operations"}
 
@@ -78,8 +78,8 @@ def economics_html(data: dict[str, Any]) -> str:
     parts.append(f"<p>Denominator: <b>{e(denominator)}</b>. Window: {e(econ['window']['start'])}, "
                  f"{econ['window']['hours']:.3f} h. Currency: {e(cur or 'none set')}.</p>")
     if econ["capacity"] == "known":  # (unknown capacity: no bar, since its idle part is not known)
-        parts.append(stacked_bars(rows, "gpu_hours", ("useful", "retries_failures", "in_progress", "unavailable",
-                                                      "idle"), "Capacity GPU-hours by use, per partition"))
+        parts.append(stacked_bars(rows, "gpu_hours", ("completed_run", "retries_failures", "in_progress",
+                                                      "unavailable", "idle"), "Capacity GPU-hours by use, per partition"))
         parts.append(stacked_bars(rows, "cost", TERMS, f"Cost by term, per partition ({cur})"))
     # Terms as rows and partitions as columns: a site has few partitions but nine terms, so this fits a page.
     head = "".join(f"<th scope='col' class=n>{e(str(r['partition']))}</th>" for r in rows)
@@ -95,21 +95,26 @@ def economics_html(data: dict[str, Any]) -> str:
                                                          if t in HOUR_TERMS else "") for r in rows])
     line("total cost", [_fmt(r["total_cost"], 2) for r in rows])
     line("accepted units", [_fmt(r["accepted_units"]) for r in rows])
-    line("effective unit cost", [_fmt(r["effective_unit_cost"], 4) for r in rows])
-    line("useful share of capacity", [_fmt(r["useful_share"], 4) for r in rows])
+    line("total cost per accepted unit", [_fmt(r["total_cost_per_accepted_unit"], 4) for r in rows])
+    line("completed-run share of capacity", [_fmt(r["completed_run_share_of_capacity"], 4) for r in rows])
     table.append("</tbody></table></div>")
     parts.append("".join(table))
     if econ["baselines"]:
         parts.append("<h3>Baselines (same denominator)</h3><div class='table-wrap'><table class='t'><tr><th>baseline</th><th>kind</th>"
-                     f"<th>unit cost ({e(cur)})</th><th>cluster unit cost</th><th>cluster / baseline</th>"
-                     "<th>break-even useful share</th><th>note</th></tr>")
+                     f"<th>cost per accepted unit ({e(cur)})</th><th>cluster total cost per accepted unit</th>"
+                     "<th>cluster / baseline</th><th>break-even completed-run share of capacity</th>"
+                     "<th>note</th></tr>")
         for b in econ["baselines"]:
-            parts.append(f"<tr><td>{e(b['baseline'])}</td><td>{e(b['kind'])}</td><td>{_fmt(b['unit_cost'], 4)}</td>"
-                         f"<td>{_fmt(b['cluster_unit_cost'], 4)}</td><td>{_fmt(b['cluster_vs_baseline'], 3)}</td>"
-                         f"<td>{_fmt(b['break_even_useful_share'], 4)}</td><td>{e(b['note'] or '')}</td></tr>")
+            parts.append(f"<tr><td>{e(b['baseline'])}</td><td>{e(b['kind'])}</td>"
+                         f"<td>{_fmt(b['cost_per_accepted_unit'], 4)}</td>"
+                         f"<td>{_fmt(b['cluster_total_cost_per_accepted_unit'], 4)}</td>"
+                         f"<td>{_fmt(b['cluster_vs_baseline'], 3)}</td>"
+                         f"<td>{_fmt(b['break_even_completed_run_share_of_capacity'], 4)}</td>"
+                         f"<td>{e(b['note'] or '')}</td></tr>")
         parts.append("</table></div>")
     s = econ["sizing"]
-    parts.append(f"<h3>Sizing under failure</h3><p>Useful work per GPU-month: {_fmt(s['useful_work_per_gpu_month'])}; "
+    parts.append("<h3>Sizing under failure</h3><p>Accepted units per capacity GPU-month: "
+                 f"{_fmt(s['accepted_units_per_capacity_gpu_month'])}; "
                  f"target per month: {_fmt(s['target_per_month'])}; required GPU capacity: "
                  f"<b>{_fmt(s['required_gpu_capacity'])}</b> GPUs.</p>")
     ref = econ["refusals"]
@@ -157,17 +162,20 @@ def economics_families(ctx: PromContext) -> list[Metric]:
     pair("capacity_gpu_seconds", "GPU time the GPUs could deliver in the period.", "capacity_gpu_hours", scale=3600.0)
     pair("total_cost", "All unit-economics terms summed.", "total_cost", money=True)
     pair("accepted_units", "The denominator: completed runs or accepted units.", "accepted_units")
-    pair("effective_unit_cost", "Total cost per accepted unit.", "effective_unit_cost", money=True)
-    pair("useful_ratio", "Useful GPU time / capacity.", "useful_share")
-    unit_cost = ctx.gauge("economics_baseline_unit_cost", "A baseline's cost per accepted unit.", ["baseline", "kind"],
-                          money=True)
-    break_even = ctx.gauge("economics_baseline_break_even_useful_ratio", "Useful share of capacity at which the "
-                           "cluster's unit cost equals the baseline's.", ["baseline"])
+    pair("total_cost_per_accepted_unit", "Total cost (every term) per accepted unit.",
+         "total_cost_per_accepted_unit", money=True)
+    pair("completed_run_share_of_capacity_ratio", "Completed-run GPU time / capacity.",
+         "completed_run_share_of_capacity")
+    unit_cost = ctx.gauge("economics_baseline_cost_per_accepted_unit", "A baseline's cost per accepted unit.",
+                          ["baseline", "kind"], money=True)
+    break_even = ctx.gauge("economics_baseline_break_even_completed_run_share_of_capacity_ratio",
+                           "Completed-run share of capacity at which the cluster's total cost per accepted unit "
+                           "equals the baseline's cost per accepted unit.", ["baseline"])
     for b in econ["baselines"]:
-        ctx.add(unit_cost, b["unit_cost"], b["baseline"], b["kind"])
-        ctx.add(break_even, b["break_even_useful_share"], b["baseline"])
-    required = ctx.gauge("economics_required_gpus", "GPUs needed for the target at the measured useful work per "
-                         "GPU-month.")
+        ctx.add(unit_cost, b["cost_per_accepted_unit"], b["baseline"], b["kind"])
+        ctx.add(break_even, b["break_even_completed_run_share_of_capacity"], b["baseline"])
+    required = ctx.gauge("economics_required_gpus", "GPUs needed for the target at the measured accepted units "
+                         "per capacity GPU-month.")
     ctx.add(required, econ["sizing"]["required_gpu_capacity"])
     out.extend((unit_cost, break_even, required))
     ref = econ["refusals"]

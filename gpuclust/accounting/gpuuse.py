@@ -69,10 +69,11 @@ DEFINITIONS: dict[str, str] = {
     "mem_efficiency": "Peak task RSS (TRESUsageInMax mem) / allocated memory.",
     "telemetry_nodes": "Per node over the period, from node_exporter: disk read/write latency (ms per completed "
                        "I/O) and network receive/transmit errors and drops (increase of the counters).",
-    "completed": "The job is a completed run (COMPLETED, exit 0:0): the economics' useful term.",
-    "useful_busy_gpu_hours": "[telemetry] weigh_useful: an economics row's useful GPU-hours x the measured mean "
-                             "per-GPU utilisation of its completed jobs that have telemetry (their coverage "
-                             "beside it); cost_per_useful_busy_gpu_hour = the row's total cost / it.",
+    "completed": "The job is a completed run (COMPLETED, exit 0:0): the economics' completed-run term.",
+    "completed_run_busy_gpu_hours": "With [telemetry] weigh_useful = yes: an economics row's completed-run "
+                                    "GPU-hours x the measured mean per-GPU utilisation of its completed jobs that "
+                                    "have telemetry (their coverage beside it); "
+                                    "total_cost_per_completed_run_busy_gpu_hour = the row's total cost / it.",
 }
 
 
@@ -166,7 +167,7 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
         "energy_kwh": energy_j / 3.6e6, "cpu_efficiency": np.where(np.isfinite(cpu_eff), cpu_eff, np.nan),
         "mem_efficiency": np.where(np.isfinite(mem_eff), mem_eff, np.nan),
         "telemetry": source, "gpu_util_rule": jobs["gpu_util_rule"],
-        # completed-run (economics' useful term): COMPLETED with exit 0:0, or an exit code the input cannot know
+        # completed-run (the economics' term): COMPLETED with exit 0:0, or an exit code the input cannot know
         "completed": (jobs["state"].astype(str).str.startswith("COMPLETED")
                       & (pd.to_numeric(jobs["exit_code"], errors="coerce").fillna(0) == 0)
                       & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
@@ -213,9 +214,10 @@ def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
 
 
 def weigh_economics(economics: dict[str, Any], jobs: pd.DataFrame) -> None:
-    """[telemetry] weigh_useful: beside each economics row's useful term (allocated GPU-hours of completed runs),
-    the same GPU-hours weighted by the measured mean utilisation of the completed jobs that have telemetry, with
-    that coverage; and the cost per busy useful GPU-hour. The allocation view is left as it is."""
+    """[telemetry] weigh_useful: beside each economics row's completed-run term (allocated GPU-hours of completed
+    runs), the same GPU-hours weighted by the measured mean utilisation of the completed jobs that have telemetry
+    (busy completed-run GPU-hours), with that coverage; and the total cost per busy completed-run GPU-hour. The
+    allocation view is left as it is."""
     done = jobs[jobs["completed"] & (jobs["gpus"] > 0)]
     rows = [(row, False) for row in economics.get("by_partition", [])] + [(economics.get("total") or {}, True)]
     for row, whole in rows:
@@ -226,15 +228,15 @@ def weigh_economics(economics: dict[str, Any], jobs: pd.DataFrame) -> None:
         covered = float(sub["covered_gpu_hours"].sum(min_count=1)) if sub["covered_gpu_hours"].notna().any() else 0.0
         busy = float(sub["busy_gpu_hours"].sum(min_count=1)) if sub["busy_gpu_hours"].notna().any() else 0.0
         ratio = busy / covered if covered > 0 else None
-        useful = row["terms"]["useful"]["gpu_hours"]
-        weighted = useful * ratio if ratio is not None and useful is not None else None
+        completed_run = row["terms"]["completed_run"]["gpu_hours"]
+        weighted = completed_run * ratio if ratio is not None and completed_run is not None else None
         cost = row.get("total_cost")
         row["utilisation_weighted"] = {
-            "useful_gpu_hours": useful,
+            "completed_run_gpu_hours": completed_run,
             "coverage": round(covered / allocated, 6) if allocated > 0 else None,
             "util_mean_pct": round(ratio * 100, 4) if ratio is not None else None,
-            "useful_busy_gpu_hours": round(weighted, 6) if weighted is not None else None,
-            "cost_per_useful_busy_gpu_hour": round(cost / weighted, 6) if cost and weighted else None,
+            "completed_run_busy_gpu_hours": round(weighted, 6) if weighted is not None else None,
+            "total_cost_per_completed_run_busy_gpu_hour": round(cost / weighted, 6) if cost and weighted else None,
         }
 
 

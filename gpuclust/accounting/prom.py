@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuclust.accounting.metrics import Report
+from gpuclust.accounting.metrics import Report, deprecated
 from gpuclust.errors import InputError, Problem
 
 PREFIX = "gpuclust_report_"
@@ -105,18 +105,19 @@ RUN_FIGURES: tuple[tuple[str, str, str, bool], ...] = (
     ("attempts", "attempts", "Attempts of those runs", False),
     ("retries", "retries", "Retries (attempts - runs)", False),
     ("gpu_hours", "gpu_seconds", "Allocated GPU time of those runs' attempts (GPU-hours x 3600)", False),
-    ("useful_gpu_hours", "useful_gpu_seconds", "GPU time of the completing attempts (GPU-hours x 3600)", False),
+    ("completed_run_gpu_hours", "completed_run_gpu_seconds",
+     "Completed-run GPU time: the completing attempts of completed runs (GPU-hours x 3600)", False),
     ("unpriced_gpu_hours", "unpriced_gpu_seconds", "GPU time without any configured price (GPU-hours x 3600)", False),
     ("cost", "cost", "Cost of all attempts (GPU-hours x price)", True),
     ("cost_per_completed_run", "cost_per_completed_run", "Cost / completed runs (absent when none completed)", True),
 )
-SCALE = {"gpu_hours": 3600.0, "useful_gpu_hours": 3600.0, "unpriced_gpu_hours": 3600.0}
+SCALE = {"gpu_hours": 3600.0, "completed_run_gpu_hours": 3600.0, "unpriced_gpu_hours": 3600.0}
 RUN_DIMENSIONS = ("partition", "account")
 WAIT_DIMENSIONS = ("partition", "account", "qos")
 WAIT_FIGURES = (("median_s", "median"), ("p90_s", "p90"), ("max_s", "max"))
 SIZING_FIGURES: tuple[tuple[str, str, str, bool], ...] = (
-    ("effective_unit_cost", "effective_unit_cost", "Sizing: all cost / completed runs", True),
-    ("useful_ratio", "useful_ratio", "Sizing: useful / allocated GPU-hours (0..1)", False),
+    ("completed_run_share_of_allocated", "completed_run_share_of_allocated_ratio",
+     "Sizing: completed-run / allocated GPU-hours (0..1)", False),
     ("completed_runs_per_gpu_month", "completed_runs_per_gpu_month", "Sizing: completed runs per GPU-month (730 h)", False),
     ("target_completed_runs_per_month", "target_completed_runs_per_month", "Sizing: the target it sizes for", False),
     ("required_gpus", "required_gpus", "Sizing: GPUs needed for the target at this period's rate", False),
@@ -198,6 +199,19 @@ class _ReportCollector(Collector):
                 seen.add(family.name)
                 if family.samples:  # a family with nothing to say is left out
                     yield family
+                    old = deprecated.PROM_ALIASES.get(family.name.removeprefix(PREFIX))
+                    if old is not None:  # a renamed family's old name, same samples, for one release
+                        if PREFIX + old in seen:
+                            raise ValueError(f"metric family {PREFIX + old} is produced twice (deprecated alias)")
+                        seen.add(PREFIX + old)
+                        yield _renamed(family, PREFIX + old)
+
+
+def _renamed(family: Metric, name: str) -> Metric:
+    out = Metric(name, f"Deprecated, removed in the next release: the same as {family.name}. "
+                 + family.documentation, family.type)
+    out.samples = [sample._replace(name=name + sample.name.removeprefix(family.name)) for sample in family.samples]
+    return out
 
 
 def context_of(report: Report) -> PromContext:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from gpuclust.accounting import gpuuse, prom, svgplot
 from gpuclust.accounting.economics_render import economics_families, economics_html
-from gpuclust.accounting.metrics import Report
+from gpuclust.accounting.metrics import Report, deprecated
 from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
 from gpuclust.output import to_json
@@ -168,7 +168,8 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
             written.append(path)
         elif fmt in ("csv", "parquet"):
             for name, table in report.tables.items():
-                frame = with_context(table, report)
+                # the renamed figures' old column names too, for one release (metrics.deprecated)
+                frame = with_context(deprecated.add_columns(name, table, report.data.get("totals")), report)
                 path = out_dir / f"{name}.{fmt}"
                 if fmt == "csv":
                     write_atomic(path, csv_text(frame), make_parents=True, input_error=True)
@@ -194,11 +195,12 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
 HEADERS = {
     "job_id": "Job ID", "user": "User", "account": "Account", "partition": "Partition", "qos": "QOS",
     "wckey": "WCKey", "job_name": "Job name", "state": "State", "exit_code": "Exit code", "gpu_hours": "GPU-hours",
-    "useful_gpu_hours": "Useful GPU-hours", "unpriced_gpu_hours": "Unpriced GPU-hours", "cost": "Cost",
+    "completed_run_gpu_hours": "Completed-run GPU-hours", "unpriced_gpu_hours": "Unpriced GPU-hours", "cost": "Cost",
     "cost_per_completed_run": "Cost per completed run", "node_list": "NodeList", "start": "Start (UTC)",
     "runs": "Runs", "completed": "Completed", "attempts": "Attempts", "retries": "Retries", "jobs": "Attempts",
-    "median_s": "Median", "p90_s": "p90", "max_s": "Max", "effective_unit_cost": "Effective unit cost",
-    "useful_ratio": "Useful ratio", "completed_runs_per_gpu_month": "Completed runs per GPU-month",
+    "median_s": "Median", "p90_s": "p90", "max_s": "Max",
+    "completed_run_share_of_allocated": "Completed-run share of allocated GPU-hours",
+    "completed_runs_per_gpu_month": "Completed runs per GPU-month",
     "target_completed_runs_per_month": "Target completed runs per month", "target_source": "Target from",
     "required_gpus": "Required GPUs", "gpus_used_on_average": "GPUs used on average",
     "gpu_month_hours": "Hours in a GPU-month", "day": "Day", "started_attempts": "Attempts started",
@@ -216,8 +218,8 @@ TABLE_TITLES = {
 }
 # Short identifiers: never broken inside (free text such as job names and node lists wraps anywhere instead).
 KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "start", "day", "partition", "qos"})
-MONEY_COLUMNS = frozenset({"cost", "cost_per_completed_run", "effective_unit_cost"})
-RATIO_COLUMNS = frozenset({"useful_ratio"})
+MONEY_COLUMNS = frozenset({"cost", "cost_per_completed_run"})
+RATIO_COLUMNS = frozenset({"completed_run_share_of_allocated"})
 DASH = "\u2014"
 
 # An extra section another module adds to the page: (report) -> HTML, or None for nothing.
@@ -355,7 +357,7 @@ def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
     if len(ra):
         accounts = ra["account"].tolist()
         hours = [("allocated GPU-hours", ra["gpu_hours"].tolist()),
-                 ("useful GPU-hours", ra["useful_gpu_hours"].tolist())]
+                 ("completed-run GPU-hours", ra["completed_run_gpu_hours"].tolist())]
         plots.append(("GPU-hours by account", svgplot.bar_chart(
             "GPU-hours by account", accounts, hours, y_label="GPU-hours")))
         cost = ra["cost_per_completed_run"].tolist()  # null (no completed run, no price): "no data", not 0
@@ -481,11 +483,15 @@ HEADLINE = (
     ("runs", "Runs", ("totals", "runs"), "count"),
     ("completed", "Completed runs", ("totals", "completed"), "count"),
     ("allocated", "Allocated GPU-hours", ("totals", "gpu_hours"), "hours"),
-    ("completed_run", "Completed-run GPU-hours", ("totals", "useful_gpu_hours"), "hours"),
+    ("completed_run", "Completed-run GPU-hours", ("totals", "completed_run_gpu_hours"), "hours"),
     ("busy", "Busy GPU-hours", ("gpu_use", "totals", "busy_gpu_hours"), "hours"),
     ("held_idle", "Held-idle GPU-hours", ("gpu_use", "totals", "held_idle_gpu_hours"), "hours"),
     ("cost_per_completed_run", "Cost per completed run", ("totals", "cost_per_completed_run"), "money"),
 )
+
+
+# A figure's key in a previous report.json written before it was renamed (metrics.deprecated).
+OLD_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {("totals", "completed_run_gpu_hours"): ("totals", "useful_gpu_hours")}
 
 
 def _dig(data: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
@@ -493,6 +499,12 @@ def _dig(data: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
     for key in path:
         value = value.get(key) if isinstance(value, Mapping) else None
     return value
+
+
+def _dig_previous(previous: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
+    value = _dig(previous, path)
+    old = OLD_PATHS.get(path)
+    return _dig(previous, old) if value is None and old is not None else value
 
 
 def _change(now: float | None, before: Any, kind: str) -> tuple[str, str]:
@@ -545,7 +557,7 @@ def summary_band(data: Mapping[str, Any], previous: Mapping[str, Any] | None) ->
         if key in ("busy", "held_idle"):
             extra = f"<div class='d'>coverage {'unknown' if coverage is None else f'{coverage:.1%}'}</div>"
         if previous is not None:
-            text, cls = _change(value, _dig(previous, path), kind)
+            text, cls = _change(value, _dig_previous(previous, path), kind)
             extra += f"<div class='d {cls}'>{e(text)}</div>"
         cards.append(f"<div class='fig' data-figure='{key}'><div class='name'>{e(label)}</div>"
                      f"<div class='v'>{shown}</div>{extra}</div>")

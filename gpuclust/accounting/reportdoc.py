@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpuclust import contract
-from gpuclust.accounting.metrics import Report
+from gpuclust.accounting.metrics import Report, deprecated
 from gpuclust.contract import ContractError
 from gpuclust.errors import InputError, Problem
 from gpuclust.output import to_json
@@ -26,6 +26,11 @@ from gpuclust.output import to_json
 SCHEMA = "gpuclust.report/1"
 ISO_8601 = r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)"
 _ISO = {"pattern": ISO_8601, "message": "not an ISO 8601 time with an offset: {value}"}
+
+
+def _old_name_of(new: str) -> dict[str, str]:
+    """Field metadata of an old name still written for one release (gpuclust.accounting.metrics.deprecated)."""
+    return {"deprecated": f"Deprecated: the old name of {new} (same value); removed in the next release."}
 
 
 @dataclass(frozen=True)
@@ -45,10 +50,11 @@ class Totals:
     attempts: int
     retries: int | None
     gpu_hours: float
-    useful_gpu_hours: float | None
+    completed_run_gpu_hours: float | None
     cost: float | None  # null: no price configured for any GPU used
     cost_per_completed_run: float | None
     unpriced_gpu_hours: float | None
+    useful_gpu_hours: float | None = field(default=None, metadata=_old_name_of("completed_run_gpu_hours"))
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -56,14 +62,15 @@ class Totals:
 class Sizing:
     NUMBERS_MIN: ClassVar[int] = 0
 
-    effective_unit_cost: float | None
-    useful_ratio: float | None
+    completed_run_share_of_allocated: float | None
     completed_runs_per_gpu_month: float | None
     target_completed_runs_per_month: float | None
     target_source: str | None
     required_gpus: float | None
     gpus_used_on_average: float | None
     gpu_month_hours: float | None
+    effective_unit_cost: float | None = field(default=None, metadata=_old_name_of("totals.cost_per_completed_run"))
+    useful_ratio: float | None = field(default=None, metadata=_old_name_of("completed_run_share_of_allocated"))
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,6 +127,7 @@ class ReportDocument:
         # as JSON values first (numpy scalars, NaN -> null), so the model checks what report.json will hold
         data = {k: v for k, v in json.loads(to_json(report.data)).items()
                 if k not in ("schema", "cluster", "generated_at", "currency")}
+        deprecated.add_keys(data)  # the renamed figures' old keys, for one release
         when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
         data.update(cluster=cluster, period=report.period.as_dict(), currency=currency or None,
                     generated_at=when.isoformat(timespec="seconds").replace("+00:00", "Z"))

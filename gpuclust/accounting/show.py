@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuclust.accounting.metrics import Report
+from gpuclust.accounting.metrics import Report, deprecated
 from gpuclust.accounting.metrics.assembly import records
 
 BY = ("partition", "account", "user")
@@ -25,12 +25,12 @@ UNKNOWN = "unknown"
 NOT_HELD = "n/a"
 
 # Per-group columns: (key in the summary row, glossary name on screen). Keys are report.json's: runs.by_<dim>
-# (runs, completed, gpu_hours, useful_gpu_hours, cost, cost_per_completed_run) and gpu_use.by_<dim> (the rest).
+# (runs, completed, gpu_hours, completed_run_gpu_hours, cost, cost_per_completed_run) and gpu_use.by_<dim> (the rest).
 GROUP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("runs", "runs"),
     ("completed", "completed"),
     ("gpu_hours", "allocated GPU-h"),
-    ("useful_gpu_hours", "completed-run GPU-h"),
+    ("completed_run_gpu_hours", "completed-run GPU-h"),
     ("busy_gpu_hours", "busy GPU-h"),
     ("coverage", "coverage"),
     ("held_idle_gpu_hours", "held-idle GPU-h"),
@@ -38,13 +38,13 @@ GROUP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cost_per_completed_run", "cost per completed run"),
     ("unknown_jobs", "unknown jobs"),
 )
-RUN_KEYS = ("runs", "completed", "gpu_hours", "useful_gpu_hours", "cost", "cost_per_completed_run")
+RUN_KEYS = ("runs", "completed", "gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run")
 USE_KEYS = ("allocated_gpu_hours", "covered_gpu_hours", "coverage", "busy_gpu_hours", "held_idle_gpu_hours",
             "util_mean_pct", "unknown_jobs")
 FAILURE_KEYS = ("job_id", "user", "account", "partition", "job_name", "state", "exit_code", "gpu_hours", "cost")
 # Figures made of AllocTRES GPUs: unknown (None) when the dump has no AllocTRES column at all, where the report
 # sums them to 0 and names the gap in input.unknown.
-GPU_KEYS = ("gpu_hours", "useful_gpu_hours", "cost", "cost_per_completed_run")
+GPU_KEYS = ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run")
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def summarize(report: Report, by: str = "partition", top: int = 5) -> Summary:
     none_known, some_unknown = alloc_unknown(report)
     if none_known:
         t = {**t, **{key: None for key in GPU_KEYS}}
-        sizing = {**sizing, "useful_ratio": None}
+        sizing = {**sizing, "completed_run_share_of_allocated": None}
     summary = Summary(cluster=data.get("cluster"), period=dict(data["period"]),
                       source=(data.get("input") or {}).get("source"), currency=currency,
                       empty=not t["runs"], gpus_unknown=none_known, by=by)
@@ -138,8 +138,9 @@ def summarize(report: Report, by: str = "partition", top: int = 5) -> Summary:
     summary.headline = [
         Figure("cost per completed run", "totals.cost_per_completed_run", t["cost_per_completed_run"],
                currency or "", cost_note, UNKNOWN if none_known else NOT_HELD),
-        Figure("completed-run share of allocated GPU-hours", "sizing.useful_ratio", sizing.get("useful_ratio"),
-               "ratio", f"completed-run {_num(t['useful_gpu_hours'])} of allocated {_num(t['gpu_hours'])} GPU-h"
+        Figure("completed-run share of allocated GPU-hours", "sizing.completed_run_share_of_allocated",
+               sizing.get("completed_run_share_of_allocated"), "ratio",
+               f"completed-run {_num(t['completed_run_gpu_hours'])} of allocated {_num(t['gpu_hours'])} GPU-h"
                + (f"; {some_unknown} attempt(s) without AllocTRES left out" if some_unknown and not none_known else "")),
         Figure("busy share of covered GPU-hours", "gpu_use.totals.util_mean_pct",
                None if ut.get("util_mean_pct") is None else ut["util_mean_pct"] / 100, "ratio",
@@ -188,7 +189,7 @@ def group_rows(report: Report, by: str) -> list[dict[str, Any]]:
             row[key] = u.get(key) if u is not None else (0 if key in ("allocated_gpu_hours", "unknown_jobs") else None)
         if by == "user":
             row["gpu_hours"] = row["allocated_gpu_hours"]
-        rows.append(row)
+        rows.append(deprecated.with_run_keys(row))
     return rows
 
 

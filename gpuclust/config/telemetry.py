@@ -102,8 +102,8 @@ TELEMETRY = SectionSpec(
         Key("join", v.parse_choice("hpc_job", "node"), "How DCGM series are matched to jobs: hpc_job (the job "
             "label of dcgm-exporter's --hpc-job-mapping-dir) or node (no job label: a job takes its nodes' GPUs, "
             "only where it held whole nodes alone; other jobs are unknown).", default="hpc_job"),
-        Key("weigh_useful", v.parse_bool, "Unit economics: also weigh each partition's useful GPU-hours by the "
-            "measured utilisation of its completed jobs (report.json economics ... utilisation_weighted), beside "
+        Key("weigh_useful", v.parse_bool, "Unit economics: also weigh each partition's completed-run GPU-hours by "
+            "the measured utilisation of its completed jobs (report.json economics ... utilisation_weighted), beside "
             "the allocation view, which stays as it is.", default=False),
     ),
 )
@@ -129,7 +129,7 @@ class TelemetryConfig:
     idle_threshold_pct: float = TELEMETRY.default("idle_threshold")  # glossary held-idle: under this ...
     idle_min_s: float = float(TELEMETRY.default("idle_min"))  # ... for at least this long
     join: str = TELEMETRY.default("join")  # hpc_job | node
-    weigh_useful: bool = TELEMETRY.default("weigh_useful")  # economics: a utilisation-weighted useful term too
+    weigh_useful: bool = TELEMETRY.default("weigh_useful")  # economics: busy completed-run GPU-hours too
 
     @property
     def enabled(self) -> bool:

@@ -63,12 +63,15 @@ python3 - "$out-economics/report.json" <<'PY'
 import json, sys
 e = json.load(open(sys.argv[1]))["economics"]
 t = e["total"]
-print(f"capacity {e['capacity']}: {t['capacity_gpu_hours']} GPU-hours; useful share {t['useful_share']}")
+print(f"capacity {e['capacity']}: {t['capacity_gpu_hours']} GPU-hours; completed-run share of capacity "
+      f"{t['completed_run_share_of_capacity']}")
 for term, v in t["terms"].items():
     print(f"  {term:<17} {v['gpu_hours'] if v['gpu_hours'] is not None else '':>10}  cost {v['cost']}")
-print(f"effective unit cost {t['effective_unit_cost']} {e['currency']} per " + ("completed run" if e['denominator'] == "runs" else "accepted unit"))
+print(f"total cost per accepted unit {t['total_cost_per_accepted_unit']} {e['currency']} (accepted unit: "
+      + ("completed run)" if e['denominator'] == "runs" else "units=N)"))
 for b in e["baselines"]:
-    print(f"  vs {b['baseline']}: {b['unit_cost']} per unit, break-even useful share {b['break_even_useful_share']}")
+    print(f"  vs {b['baseline']}: {b['cost_per_accepted_unit']} per accepted unit, break-even completed-run share "
+          f"of capacity {b['break_even_completed_run_share_of_capacity']}")
 print("policy refusals today:", e["refusals"].get("total"), "by rule:",
       {r["rule"]: r["refusals"] for r in e["refusals"].get("by_rule", [])})
 PY

@@ -120,10 +120,10 @@ def test_drain_refusals_and_capacity_split(slurm_lab, tmp_path: Path) -> None:
         t = row["terms"]
         assert t["idle"]["gpu_hours"] == pytest.approx(
             row["capacity_gpu_hours"] - row["allocated_gpu_hours"] - t["unavailable"]["gpu_hours"], abs=1e-5)
-        assert sum(t[k]["gpu_hours"] for k in ("useful", "retries_failures", "in_progress", "idle", "unavailable")) \
+        assert sum(t[k]["gpu_hours"] for k in ("completed_run", "retries_failures", "in_progress", "idle", "unavailable")) \
             == pytest.approx(row["capacity_gpu_hours"], abs=1e-5)
         assert sum(v["cost"] for v in t.values()) == pytest.approx(row["total_cost"], abs=1e-5)
-    assert total["terms"]["useful"]["gpu_hours"] >= 2 / 3600
+    assert total["terms"]["completed_run"]["gpu_hours"] >= 2 / 3600
     assert (out / "economics_terms.csv").exists() and "economics_cost" in (out / "gpuclust.prom").read_text()
     # the pending reasons came with the jobs (one sacct call per day, no reasons.txt): the wait split is known
     waits = {w["pending_reason"]: w["jobs"] for w in econ["pending_reason_wait"]}

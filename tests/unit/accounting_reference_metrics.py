@@ -228,7 +228,7 @@ def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -
             "completed": last["done"],
         }
     )
-    runs["useful_gpu_hours"] = np.where(runs["completed"], last["gpu_hours"], 0.0)
+    runs["completed_run_gpu_hours"] = np.where(runs["completed"], last["gpu_hours"], 0.0)
     runs["wckey"] = _none_if_empty(runs["wckey"])
     for key, values in extract_labels(first["comment"], first["account"], labels, config).items():
         runs[f"label_{key}"] = values
@@ -352,7 +352,7 @@ def _num(value: Any) -> float | None:
 
 
 def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
-    cols = ["runs", "completed", "attempts", "gpu_hours", "useful_gpu_hours", "cost", "unpriced_gpu_hours"]
+    cols = ["runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "cost", "unpriced_gpu_hours"]
     if runs.empty:
         return pd.DataFrame(columns=[name, *GROUP_COLUMNS])
     r = runs.assign(runs=1, completed=runs["completed"].astype(int))
@@ -368,7 +368,7 @@ def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
 def _finish_group(out: pd.DataFrame, name: str) -> pd.DataFrame:
     out["retries"] = out["attempts"] - out["runs"]
     out["cost_per_completed_run"] = np.where(out["completed"] > 0, out["cost"] / out["completed"].where(out["completed"] > 0, 1), np.nan)
-    for col in ("gpu_hours", "useful_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
+    for col in ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
         out[col] = out[col].astype(float).round(9)
     return out[[name, *GROUP_COLUMNS]]
 
@@ -383,7 +383,7 @@ def totals(runs: pd.DataFrame) -> dict[str, Any]:
         "attempts": attempts,
         "retries": attempts - len(runs),
         "gpu_hours": round(float(runs["gpu_hours"].sum()), 9) if len(runs) else 0.0,
-        "useful_gpu_hours": round(float(runs["useful_gpu_hours"].sum()), 9) if len(runs) else 0.0,
+        "completed_run_gpu_hours": round(float(runs["completed_run_gpu_hours"].sum()), 9) if len(runs) else 0.0,
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
         "unpriced_gpu_hours": round(float(runs["unpriced_gpu_hours"].sum()), 9) if len(runs) else 0.0,
@@ -447,7 +447,7 @@ def build_report(
     labels = tuple(config.report_labels)
     runs = runs_frame(att, labels, config) if len(att) else pd.DataFrame(
         columns=["account", "partition", "wckey", "attempts", "gpu_hours", "cost", "unpriced_gpu_hours", "end",
-                 "completed", "useful_gpu_hours", *[f"label_{k}" for k in labels]]
+                 "completed", "completed_run_gpu_hours", *[f"label_{k}" for k in labels]]
     )
     lo, hi = float(period.start_epoch), float(period.end_epoch)
     runs_p = runs[(runs["end"] >= lo) & (runs["end"] < hi)]
@@ -474,6 +474,6 @@ def _raw_sums(runs: pd.DataFrame) -> dict[str, Any]:
     return {
         "completed": int(runs["completed"].sum()) if len(runs) else 0,
         "gpu_hours": float(runs["gpu_hours"].sum()) if len(runs) else 0.0,
-        "useful_gpu_hours": float(runs["useful_gpu_hours"].sum()) if len(runs) else 0.0,
+        "completed_run_gpu_hours": float(runs["completed_run_gpu_hours"].sum()) if len(runs) else 0.0,
         "cost": _num(runs["cost"].sum(min_count=1)) if len(runs) else None,
     }

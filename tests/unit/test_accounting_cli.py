@@ -37,7 +37,7 @@ def test_build_writes_every_output_with_contract_keys(tmp_path):
     assert set(data["period"]) == {"start", "end"}
     for dim in ("by_partition", "by_account", "by_qos"):
         assert all(set(r) >= {"jobs", "median_s", "p90_s", "max_s"} for r in data["queue_wait"][dim])
-    keys = {"runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours", "cost", "cost_per_completed_run"}
+    keys = {"runs", "completed", "attempts", "retries", "gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run"}
     for dim in ("by_account", "by_partition"):
         assert all(set(r) >= keys for r in data["runs"][dim])
     assert set(data["totals"]) >= keys

@@ -79,7 +79,7 @@ def test_failure_then_resubmission_is_one_run():
     d = report([row("1", 0, 10, 3610, state="FAILED", exit_code=1), row("2", 3700, 3700, 7300)])
     assert (d["totals"]["runs"], d["totals"]["completed"], d["totals"]["attempts"], d["totals"]["retries"]) == (1, 1, 2, 1)
     assert d["totals"]["gpu_hours"] == pytest.approx(2.0)
-    assert d["totals"]["useful_gpu_hours"] == pytest.approx(1.0)
+    assert d["totals"]["completed_run_gpu_hours"] == pytest.approx(1.0)
     assert d["totals"]["cost_per_completed_run"] == pytest.approx(4.0)
 
 
@@ -178,8 +178,8 @@ def test_non_attempts_do_not_count_and_sizing():
     d = report(rows, target=10)
     assert d["totals"]["runs"] == 1
     s = d["sizing"]
-    assert s["effective_unit_cost"] == pytest.approx(4.0)
-    assert s["useful_ratio"] == pytest.approx(1.0)
+    assert d["totals"]["cost_per_completed_run"] == pytest.approx(4.0)  # (not repeated in sizing)
+    assert "effective_unit_cost" not in s and s["completed_run_share_of_allocated"] == pytest.approx(1.0)
     assert s["completed_runs_per_gpu_month"] == pytest.approx(1 / (2 / 730))
     assert s["required_gpus"] == pytest.approx(10 / 365)
     assert s["target_source"] == "--target"

@@ -76,8 +76,8 @@ def _check_figures(data: dict, exit_known: bool) -> None:
         assert g["cost"] == pytest.approx(e["cost"], abs=1e-9)
         assert g["exit_code"] == (e["exit_code"] if exit_known else None)
     s = data["sizing"]
-    assert s["effective_unit_cost"] == pytest.approx(exp["sizing"]["effective_unit_cost"], abs=1e-9)
-    assert s["useful_ratio"] == pytest.approx(exp["sizing"]["useful_ratio"], abs=1e-9)
+    assert s["completed_run_share_of_allocated"] == pytest.approx(exp["sizing"]["completed_run_share_of_allocated"],
+                                                                  abs=1e-9)
     assert s["completed_runs_per_gpu_month"] == pytest.approx(exp["sizing"]["completed_runs_per_gpu_month"])
     assert s["required_gpus"] == pytest.approx(exp["sizing"]["required_gpus_for_target_100"], rel=1e-6)
 

@@ -129,7 +129,7 @@ def test_many_bars_thin_out_labels_but_keep_every_tooltip():
     names = [f"account-with-a-rather-long-name-{i:03d}" for i in range(200)]
     values = [float(i) for i in range(200)]
     t0 = time.perf_counter()
-    svg = svgplot.bar_chart("GPU-hours by account", names, [("alloc", values), ("useful", values)])
+    svg = svgplot.bar_chart("GPU-hours by account", names, [("alloc", values), ("completed-run", values)])
     assert time.perf_counter() - t0 < 0.5
     root = _parse(svg)
     assert float(root.get("width", "0")) <= 800
@@ -161,7 +161,7 @@ def _tables(n: int) -> dict[str, pd.DataFrame]:
     return {
         "queue_wait_by_partition": pd.DataFrame({"partition": names, "jobs": range(n), "median_s": [1.5] * n,
                                                  "p90_s": [None] * n, "max_s": [float(i) for i in range(n)]}),
-        "runs_by_account": pd.DataFrame({"account": names, "gpu_hours": [2.0] * n, "useful_gpu_hours": [1.0] * n,
+        "runs_by_account": pd.DataFrame({"account": names, "gpu_hours": [2.0] * n, "completed_run_gpu_hours": [1.0] * n,
                                          "cost_per_completed_run": [None, 3.25] * (n // 2) + [None] * (n % 2)}),
         "top_failures": pd.DataFrame({"job_id": [f"{i}_<{i}>" for i in range(n)], "state": ["FAILED&"] * n,
                                       "gpu_hours": [float(n - i) for i in range(n)]}),

@@ -177,8 +177,8 @@ def test_scalar_parser_and_version_rule() -> None:
 
 
 def test_economics_utilisation_weighted_beside_the_allocation_view(tmp_path: Path) -> None:
-    """[telemetry] weigh_useful: the useful term (completed runs) weighted by their measured utilisation, with
-    coverage; the failed job's use does not count, and the allocation view is unchanged."""
+    """[telemetry] weigh_useful: the completed-run term weighted by the measured utilisation of its
+    completed jobs, with coverage; the failed job's use does not count, and the allocation view is unchanged."""
     from gpuclust.accounting import pipeline
     from gpuclust.config import parse_config
 
@@ -194,10 +194,10 @@ def test_economics_utilisation_weighted_beside_the_allocation_view(tmp_path: Pat
                                 input_path=str(dump), slurm_version="24.11")
     total = weighed.data["economics"]["total"]
     view = total["utilisation_weighted"]
-    assert view["useful_gpu_hours"] == pytest.approx(4.0) and view["coverage"] == 1.0
-    assert view["util_mean_pct"] == pytest.approx(60) and view["useful_busy_gpu_hours"] == pytest.approx(2.4)
+    assert view["completed_run_gpu_hours"] == pytest.approx(4.0) and view["coverage"] == 1.0
+    assert view["util_mean_pct"] == pytest.approx(60) and view["completed_run_busy_gpu_hours"] == pytest.approx(2.4)
     # offline without node events and inventory the total cost is unknown, and so is its cost per busy GPU-hour
-    assert total["total_cost"] is None and view["cost_per_useful_busy_gpu_hour"] is None
+    assert total["total_cost"] is None and view["total_cost_per_completed_run_busy_gpu_hour"] is None
     assert "utilisation_weighted" not in plain.data["economics"]["total"]
     assert {k: v for k, v in total.items() if k != "utilisation_weighted"} == plain.data["economics"]["total"]
 

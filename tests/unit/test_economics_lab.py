@@ -5,8 +5,8 @@ Period 09:00:00-09:20:00 UTC = 1/3 h. node4 drained 09:06:28-09:16:28 (600 s); n
 it: slurmdbd's event starts when the job ended (09:14:30) and ends at the resume (09:15:36): 66 s.
 
 GPU-seconds of the jobs (sacct.txt):
-  a100: 1 (job 1) + 122 (2) + 30 (7) + 120 (8) = 273 useful; 20 (3, FAILED) retries/failures
-  gpu:  364 (4) + 46 (6) = 410 useful; 60 (5, FAILED) retries/failures
+  a100: 1 (job 1) + 122 (2) + 30 (7) + 120 (8) = 273 completed-run; 20 (3, FAILED) retries/failures
+  gpu:  364 (4) + 46 (6) = 410 completed-run; 60 (5, FAILED) retries/failures
 Unavailable: node4 2 x 600 + node3 2 x 66 = 1332 GPU-s.  Prices: h100 2.50, a100 1.20 per GPU-hour.
 [costs] per month: network 730, storage 1460, support 365, operations 2190 -> x (1/3) / 730 each.
 """
@@ -53,9 +53,9 @@ def test_capacity_allocated_unavailable_idle(econ):
     assert a100["capacity_gpu_hours"] == pytest.approx(4 / 3, abs=1e-6)
     assert gpu["capacity_gpu_hours"] == pytest.approx(8 / 3, abs=1e-6)
     assert total["capacity_gpu_hours"] == pytest.approx(4.0, abs=1e-6)
-    assert a100["terms"]["useful"]["gpu_hours"] == pytest.approx(273 * H, abs=1e-6)
+    assert a100["terms"]["completed_run"]["gpu_hours"] == pytest.approx(273 * H, abs=1e-6)
     assert a100["terms"]["retries_failures"]["gpu_hours"] == pytest.approx(20 * H, abs=1e-6)
-    assert gpu["terms"]["useful"]["gpu_hours"] == pytest.approx(410 * H, abs=1e-6)
+    assert gpu["terms"]["completed_run"]["gpu_hours"] == pytest.approx(410 * H, abs=1e-6)
     assert gpu["terms"]["retries_failures"]["gpu_hours"] == pytest.approx(60 * H, abs=1e-6)
     # the drained node shows as unavailable, for exactly its drain time
     assert a100["terms"]["unavailable"]["gpu_hours"] == pytest.approx(1332 * H, abs=1e-6)
@@ -66,14 +66,14 @@ def test_capacity_allocated_unavailable_idle(econ):
         t = row["terms"]
         assert t["idle"]["gpu_hours"] == pytest.approx(
             row["capacity_gpu_hours"] - row["allocated_gpu_hours"] - t["unavailable"]["gpu_hours"], abs=1e-5)
-        hours = sum(t[k]["gpu_hours"] for k in ("useful", "retries_failures", "in_progress", "idle", "unavailable"))
+        hours = sum(t[k]["gpu_hours"] for k in ("completed_run", "retries_failures", "in_progress", "idle", "unavailable"))
         assert hours == pytest.approx(row["capacity_gpu_hours"], abs=1e-5)
 
 
 def test_costs_add_up(econ):
     a100, gpu, total = _part(econ, "a100"), _part(econ, "gpu"), econ["total"]
     assert a100["terms"]["unavailable"]["cost"] == pytest.approx(1332 * H * 1.20, abs=1e-5)
-    assert gpu["terms"]["useful"]["cost"] == pytest.approx(410 * H * 2.50, abs=1e-5)
+    assert gpu["terms"]["completed_run"]["cost"] == pytest.approx(410 * H * 2.50, abs=1e-5)
     assert total["terms"]["network"]["cost"] == pytest.approx(730 / 3 / 730, abs=1e-6)
     assert total["terms"]["operations"]["cost"] == pytest.approx(1.0, abs=1e-6)
     # every capacity GPU-hour is priced at its partition's rate, plus 1/3 h of the monthly fixed costs
@@ -92,19 +92,19 @@ def test_runs_denominator_unit_cost_and_share(econ):
     assert (_part(econ, "a100")["accepted_units"], _part(econ, "gpu")["accepted_units"]) == (4, 2)
     fixed = (730 + 1460 + 365 + 2190) / 3 / 730
     cost = 4 / 3 * 1.20 + 8 / 3 * 2.50 + fixed
-    assert total["effective_unit_cost"] == pytest.approx(cost / 6, abs=1e-5)
-    assert total["useful_share"] == pytest.approx(683 * H / 4, abs=1e-6)
+    assert total["total_cost_per_accepted_unit"] == pytest.approx(cost / 6, abs=1e-5)
+    assert total["completed_run_share_of_capacity"] == pytest.approx(683 * H / 4, abs=1e-6)
 
 
 def test_baselines_and_break_even(econ):
     cloud, api = econ["baselines"]
     assert cloud["baseline"] == "cloud" and api["baseline"] == "api"
     rental = (293 * H * 2.00 + 470 * H * 4.00) / 6  # allocated GPU-hours by type x price, per completed run
-    assert cloud["unit_cost"] == pytest.approx(rental, abs=1e-5)
-    assert api["unit_cost"] == 5.0
-    cluster, share = econ["total"]["effective_unit_cost"], econ["total"]["useful_share"]
-    assert cloud["break_even_useful_share"] == pytest.approx(cluster * share / rental, rel=1e-4)
-    assert api["break_even_useful_share"] == pytest.approx(cluster * share / 5.0, rel=1e-4)
+    assert cloud["cost_per_accepted_unit"] == pytest.approx(rental, abs=1e-5)
+    assert api["cost_per_accepted_unit"] == 5.0
+    cluster, share = econ["total"]["total_cost_per_accepted_unit"], econ["total"]["completed_run_share_of_capacity"]
+    assert cloud["break_even_completed_run_share_of_capacity"] == pytest.approx(cluster * share / rental, rel=1e-4)
+    assert api["break_even_completed_run_share_of_capacity"] == pytest.approx(cluster * share / 5.0, rel=1e-4)
 
 
 def test_units_denominator():
@@ -123,8 +123,8 @@ def test_compute_per_month_replaces_gpu_prices():
     econ = _build(parse_config(text, "site.conf")).data["economics"]
     total = econ["total"]
     rate = 7300 / 3 / 730 / 4.0  # the period's compute cost over 4 capacity GPU-hours
-    assert total["terms"]["useful"]["cost"] == pytest.approx(683 * H * rate, abs=1e-5)
-    gpu_terms = sum(total["terms"][t]["cost"] for t in ("useful", "retries_failures", "in_progress", "idle",
+    assert total["terms"]["completed_run"]["cost"] == pytest.approx(683 * H * rate, abs=1e-5)
+    gpu_terms = sum(total["terms"][t]["cost"] for t in ("completed_run", "retries_failures", "in_progress", "idle",
                                                          "unavailable"))
     assert gpu_terms == pytest.approx(7300 / 3 / 730, abs=1e-5)  # = the prorated compute_per_month
 
@@ -152,8 +152,8 @@ def test_missing_events_mark_capacity_unknown():
         assert row["capacity_gpu_hours"] is None
         assert row["terms"]["idle"]["gpu_hours"] is None and row["terms"]["idle"]["cost"] is None
         assert row["terms"]["unavailable"]["gpu_hours"] is None
-        assert row["total_cost"] is None and row["useful_share"] is None
-    assert econ["total"]["terms"]["useful"]["gpu_hours"] == pytest.approx(683 * H, abs=1e-6)
+        assert row["total_cost"] is None and row["completed_run_share_of_capacity"] is None
+    assert econ["total"]["terms"]["completed_run"]["gpu_hours"] == pytest.approx(683 * H, abs=1e-6)
 
 
 def test_outputs(tmp_path):
@@ -196,7 +196,7 @@ def test_node_loss_what_if_uses_the_measured_restore_time():
                                                                  abs=1e-6)
     assert what_if["a100"]["restore_source"] is None  # nothing measured, nothing expected
     sizing = econ["sizing"]
-    assert sizing["useful_work_per_gpu_month"] == pytest.approx(6 / (4.0 / 730), rel=1e-6)
+    assert sizing["accepted_units_per_capacity_gpu_month"] == pytest.approx(6 / (4.0 / 730), rel=1e-6)
 
 
 def test_slurm_24_11_recordings_parse():

@@ -122,7 +122,7 @@ def test_no_alloctres_makes_gpu_hours_and_cost_unknown(tmp_path: Path) -> None:
     assert figures["cost per completed run"]["value"] is None
     assert figures["cost per completed run"]["absent"] == "unknown"
     assert figures["completed-run share of allocated GPU-hours"]["value"] is None
-    assert all(g[k] is None for g in summary["groups"] for k in ("gpu_hours", "useful_gpu_hours", "cost"))
+    assert all(g[k] is None for g in summary["groups"] for k in ("gpu_hours", "completed_run_gpu_hours", "cost"))
     assert any("no AllocTRES" in note for note in summary["notes"])
     text = _show(tmp_path, dump=narrow).stdout
     gpu = next(line for line in text.splitlines() if line.strip().startswith("gpu "))
@@ -135,7 +135,7 @@ def test_groups_sum_to_the_totals(tmp_path: Path, built: Path, by: str) -> None:
     groups = _summary(tmp_path, "--by", by)["groups"]
     assert [g[by] for g in groups] == sorted(r[by] for r in report["runs"][f"by_{by}"])
     totals, use = report["totals"], report["gpu_use"]["totals"]
-    for key in ("runs", "completed", "gpu_hours", "useful_gpu_hours", "cost"):
+    for key in ("runs", "completed", "gpu_hours", "completed_run_gpu_hours", "cost"):
         assert sum(g[key] for g in groups) == pytest.approx(totals[key], abs=1e-8), key
     for key in ("allocated_gpu_hours", "covered_gpu_hours", "unknown_jobs"):
         assert sum(g[key] for g in groups) == pytest.approx(use[key]), key

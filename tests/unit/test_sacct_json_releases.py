@@ -168,7 +168,7 @@ def test_same_figures_as_the_text_twin(name, plugin, version, known, twin):
     conf = load_config(str(DATA / "site.conf"))
     t_rep = build_report(text.table, conf, input_period(text)).data["totals"]
     j_rep = build_report(js.table, conf, input_period(js)).data["totals"]
-    for key in ("runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours"):
+    for key in ("runs", "completed", "attempts", "retries", "gpu_hours", "completed_run_gpu_hours"):
         assert j_rep[key] == t_rep[key], key
     assert j_rep["runs"] == 12 and j_rep["gpu_hours"] == round(_hand_gpu_seconds(_doc(name)) / 3600, 9)
 

@@ -208,7 +208,7 @@ def build_report(
     if unknown:
         add_unknown(report.data["input"], "AllocTRES", unknown,
                     "GPU-hours and cost of attempts that ran (a NodeList, Elapsed > 0 or a state only a run can "
-                    "have) without an AllocTRES: totals gpu_hours, useful_gpu_hours and cost sum the other "
+                    "have) without an AllocTRES: totals gpu_hours, completed_run_gpu_hours and cost sum the other "
                     "attempts; these count in runs, attempts and waits")
     return report
 
@@ -257,15 +257,16 @@ def assemble_report(
 
 
 def sizing(tot: dict[str, Any], period: Period, target: float | None, target_source: str) -> dict[str, Any]:
+    """report.json `sizing` from the unrounded totals. The cost per completed run is not repeated here: it is
+    totals.cost_per_completed_run (one figure, one place)."""
     completed = tot["completed"]
     gpu_hours = tot["gpu_hours"]
-    cost = tot["cost"]
     per_gpu_month = completed / (gpu_hours / GPU_MONTH_HOURS) if gpu_hours > 0 else None
     required = target / per_gpu_month if target is not None and per_gpu_month else None
     days = (period.end - period.start).total_seconds() / 86400
     return {
-        "effective_unit_cost": round(cost / completed, 9) if cost is not None and completed else None,
-        "useful_ratio": round(tot["useful_gpu_hours"] / gpu_hours, 9) if gpu_hours > 0 else None,
+        "completed_run_share_of_allocated": round(tot["completed_run_gpu_hours"] / gpu_hours, 9)
+        if gpu_hours > 0 else None,
         "completed_runs_per_gpu_month": None if per_gpu_month is None else round(per_gpu_month, 9),
         "target_completed_runs_per_month": target,
         "target_source": target_source if target is not None else None,

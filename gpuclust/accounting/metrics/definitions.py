@@ -41,18 +41,22 @@ DEFINITIONS: dict[str, str] = {
     "falling back to the partition's price_per_gpu_hour. A mix of types is priced type by type: each type's "
     "share of the GPUs at its own price (a100=1,h100=3 for 1 h: 1 x a100 + 3 x h100). GPU-hours without any "
     "price are reported as unpriced_gpu_hours and add nothing to cost.",
-    "useful_gpu_hours": "GPU-hours of the completing attempt of each completed run.",
-    "cost_per_completed_run": "cost (all attempts, failed and retried included) / completed runs; null when 0.",
+    "completed_run_gpu_hours": "completed-run GPU-hours: GPU-hours of the completing attempt of each completed "
+    "run (the work done, after failures and retries).",
+    "cost_per_completed_run": "cost (all attempts, failed and retried included) / completed runs; null when 0. "
+    "The report's one cost per completed run (the summary, totals, runs tables, trend, `report show` and "
+    "gpuclust_report_cost_per_completed_run are this figure). It prices allocated GPU-hours only; the unit "
+    "economics' total_cost_per_accepted_unit also carries idle, unavailable and fixed costs.",
     "labels": "Report dimensions: account, wckey, and key=value pairs in --comment for the configured keys "
     "(site report_labels); a key missing from the comment takes the account's configured label, else '(none)'.",
     "top_failures": "Attempts that ended in the period and are not COMPLETED 0:0, ranked by GPU-hours (then "
     "earliest End, then input order), with their NodeList and Start (UTC).",
-    "sizing": "effective unit cost = all cost / completed runs; useful ratio = useful / allocated GPU-hours; "
-    "completed runs per GPU-month = completed runs / (GPU-hours / 730); required GPUs = target completed runs "
-    "per month / completed runs per GPU-month.",
+    "sizing": "completed_run_share_of_allocated = completed-run GPU-hours / allocated GPU-hours; completed runs "
+    "per GPU-month = completed runs / (GPU-hours / 730); required GPUs = target completed runs per month / "
+    "completed runs per GPU-month. (The cost per completed run is in the totals.)",
 }
 
-GROUP_COLUMNS = ("runs", "completed", "attempts", "retries", "gpu_hours", "useful_gpu_hours", "cost",
+GROUP_COLUMNS = ("runs", "completed", "attempts", "retries", "gpu_hours", "completed_run_gpu_hours", "cost",
                  "cost_per_completed_run", "unpriced_gpu_hours")
 WAIT_COLUMNS = ("jobs", "median_s", "p90_s", "max_s")
 NONE_LABEL = "(none)"

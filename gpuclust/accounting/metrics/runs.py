@@ -143,7 +143,7 @@ class Runs:
     cost: np.ndarray  # NaN when no attempt was priced
     unpriced_gpu_hours: np.ndarray
     completed: np.ndarray
-    useful_gpu_hours: np.ndarray
+    completed_run_gpu_hours: np.ndarray
     end: np.ndarray
 
     def __len__(self) -> int:
@@ -159,7 +159,7 @@ def runs_of(att: Attempts, run: np.ndarray) -> Runs:
     parts = [Runs(
         first=single, last=single, attempts=np.ones(len(single), dtype=np.int64), gpu_hours=att.gpu_hours[single],
         cost=att.cost[single], unpriced_gpu_hours=att.unpriced_gpu_hours[single], completed=att.done[single],
-        useful_gpu_hours=np.where(att.done[single], att.gpu_hours[single], 0.0), end=att.end[single],
+        completed_run_gpu_hours=np.where(att.done[single], att.gpu_hours[single], 0.0), end=att.end[single],
     )]
     shared = np.flatnonzero(~alone)
     if len(shared):
@@ -177,7 +177,7 @@ def runs_of(att: Attempts, run: np.ndarray) -> Runs:
             gpu_hours=np.add.reduceat(att.gpu_hours[order], starts),
             cost=np.where(any_priced, np.add.reduceat(np.where(priced, cost, 0.0), starts), np.nan),
             unpriced_gpu_hours=np.add.reduceat(att.unpriced_gpu_hours[order], starts), completed=completed,
-            useful_gpu_hours=np.where(completed, att.gpu_hours[last], 0.0), end=att.end[last],
+            completed_run_gpu_hours=np.where(completed, att.gpu_hours[last], 0.0), end=att.end[last],
         ))
     return Runs(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in Runs.__dataclass_fields__})
 
@@ -221,7 +221,7 @@ def _groups(codes: np.ndarray, names: Sequence[str]) -> tuple[list[str], np.ndar
     return distinct, remap[codes] if len(codes) else np.zeros(0, dtype=np.int64)
 
 
-SUM_FIELDS = ("runs", "completed", "attempts", "gpu_hours", "useful_gpu_hours", "unpriced_gpu_hours", "cost", "priced")
+SUM_FIELDS = ("runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "unpriced_gpu_hours", "cost", "priced")
 
 
 def run_sums(runs: Runs, ids: np.ndarray, k: int) -> dict[str, np.ndarray]:
@@ -229,7 +229,7 @@ def run_sums(runs: Runs, ids: np.ndarray, k: int) -> dict[str, np.ndarray]:
     priced = ~np.isnan(runs.cost)
     weights = {
         "completed": runs.completed, "attempts": runs.attempts, "gpu_hours": runs.gpu_hours,
-        "useful_gpu_hours": runs.useful_gpu_hours, "unpriced_gpu_hours": runs.unpriced_gpu_hours,
+        "completed_run_gpu_hours": runs.completed_run_gpu_hours, "unpriced_gpu_hours": runs.unpriced_gpu_hours,
         "cost": np.where(priced, runs.cost, 0.0), "priced": priced,
     }
     out: dict[str, np.ndarray] = {"runs": np.bincount(ids, minlength=k).astype(np.float64)}
@@ -258,12 +258,12 @@ def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[
         "attempts": attempts_n[present],
         "retries": (attempts_n - count)[present],
         "gpu_hours": total["gpu_hours"][present],
-        "useful_gpu_hours": total["useful_gpu_hours"][present],
+        "completed_run_gpu_hours": total["completed_run_gpu_hours"][present],
         "cost": cost[present],
         "cost_per_completed_run": per_run[present],
         "unpriced_gpu_hours": total["unpriced_gpu_hours"][present],
     })
-    for col in ("gpu_hours", "useful_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
+    for col in ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
         out[col] = out[col].astype(float).round(9)
     return out
 
@@ -278,7 +278,7 @@ def totals(runs: Runs) -> dict[str, Any]:
         "attempts": attempts_n,
         "retries": attempts_n - len(runs),
         "gpu_hours": round(sums["gpu_hours"], 9),
-        "useful_gpu_hours": round(sums["useful_gpu_hours"], 9),
+        "completed_run_gpu_hours": round(sums["completed_run_gpu_hours"], 9),
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
         "unpriced_gpu_hours": round(float(runs.unpriced_gpu_hours.sum()), 9),
@@ -291,6 +291,6 @@ def _raw_sums(runs: Runs) -> dict[str, Any]:
     return {
         "completed": int(runs.completed.sum()),
         "gpu_hours": float(runs.gpu_hours.sum()),
-        "useful_gpu_hours": float(runs.useful_gpu_hours.sum()),
+        "completed_run_gpu_hours": float(runs.completed_run_gpu_hours.sum()),
         "cost": float(runs.cost[priced].sum()) if priced.any() else None,
     }
