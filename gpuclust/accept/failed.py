@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", required=True, choices=R.KINDS)
     parser.add_argument("--rc", required=True, type=int)
     parser.add_argument("--started", type=float, default=None, help="job start, epoch seconds")
+    parser.add_argument("--reason", default=None, help="why it failed (default: the step exited RC)")
     args = parser.parse_args(argv)
     job_id = os.environ.get("SLURM_JOB_ID", "")
     if not job_id.isdigit():
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         job_id=job_id, kind=args.kind, cluster=os.environ.get("SLURM_CLUSTER_NAME") or None,
         partition=os.environ.get("ACCEPT_PARTITION") or os.environ.get("SLURM_JOB_PARTITION") or None,
         nodes=nodes, started=started, finished=now, passed=False,
-        reasons=(f"the {args.kind} step exited {args.rc} before writing a result",),
+        reasons=(args.reason or f"the {args.kind} step exited {args.rc} before writing a result",),
     )
     path = R.write_result(out_dir, R.JobResult("", job))
     print(f"# wrote {path} (failed run)")

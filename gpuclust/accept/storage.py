@@ -1,6 +1,8 @@
 """`python -m gpuclust.accept.storage`: dataset staging, checkpoint write/restore, aggregate bandwidth.
 
-One rank per node under `srun --mpi=pmix` (Open MPI; mpi4py must see SLURM_NTASKS ranks or the run fails).
+One rank per node under `srun --mpi=pmix` with Open MPI, or `--mpi=pmi2` with MPICH where Slurm has no pmix
+(gpuclust.accept.mpiplugin; mpi4py must see SLURM_NTASKS ranks or the run fails). The job record's "mpi" object
+says which plugin and library ran.
 Measurements (ACCEPT_STORAGE_TESTS, default all):
 
 - staging: every node copies the dataset (ACCEPT_STAGE_SRC, or one generated in the shared dir) to its
@@ -31,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accept import container, launch
+from gpuclust.accept import container, launch, mpiplugin
 from gpuclust.accept import results as R
 from gpuclust.accept.allreduce import gather_ranks
 from gpuclust.accept.params import read_params
@@ -670,7 +672,9 @@ def mpi_comm(expected_size: int) -> Any:
     if comm.Get_size() != expected_size:
         raise InputError(
             f"mpi4py sees {comm.Get_size()} ranks but the step has {expected_size} tasks: launch with "
-            "`srun --mpi=pmix` (Open MPI) or `--mpi=pmi2` (MPICH) and check which MPI mpi4py loaded"
+            "`srun --mpi=pmix` (Open MPI) or `--mpi=pmi2` (MPICH) and check which MPI mpi4py loaded "
+            f"(SLURM_MPI_TYPE={os.environ.get('SLURM_MPI_TYPE', '')!r}, "
+            f"MPI4PY_MPIABI={os.environ.get('MPI4PY_MPIABI', '')!r})"
         )
     return comm
 
@@ -716,7 +720,8 @@ def main(argv: list[str] | None = None) -> int:
             started=started, finished=R.utcnow(), passed=passed, failed_nodes=tuple(dict.fromkeys(run.bad_nodes)),
             reasons=tuple(run.reasons), world_size=task.world_size, backend="gloo",
             params={k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items()},
-            declared_gres=job_gres, node_gres=node_gres, extra=container.job_extra({"warnings": warnings} if warnings else {}),
+            declared_gres=job_gres, node_gres=node_gres, extra=container.job_extra(
+                {**({"warnings": warnings} if warnings else {}), "mpi": mpiplugin.job_record(comm)}),
         )
         ranks = [replace(r, declared_gres=job_gres.get(r.node)) for r in ranks]
         path = R.write_result(out_dir, R.JobResult("", job, tuple(ranks), storage=tuple(run.records)))

@@ -195,6 +195,10 @@ def test_storage_restores_on_another_node(accept: Accept) -> None:
     assert by["checkpoint_read"].ok and by["dcp_load"].ok and by["aggregate_read"].ok
     assert {r.node for r in res.storage if r.metric == "staging"} == set(res.nodes)
     assert by["aggregate_write"].ranks == 2  # mpi4py saw SLURM_NTASKS ranks
+    mpi = res.job.extra["mpi"]  # the plugin srun offered (26.05: pmi2 only) and the library that ran with it
+    assert mpi["plugin"] in mpi["listed"] and mpi["world_size"] == 2, mpi
+    assert (mpi["plugin"], mpi["abi"]) in {("pmix", "openmpi"), ("pmi2", "mpich")}, mpi
+    assert mpi["library"] and mpi["launcher"] == f"srun --mpi={mpi['plugin']}", mpi
     code, doc = accept.report(job)
     assert code == 0, doc
 
