@@ -40,9 +40,16 @@ class JsonShape:
     release: str
     version: tuple[int, int, int] | None
     conflict: str = ""
+    # meta.plugin.type as written (``openapi/slurmdbd``, ``openapi/slurmctld``, ``openapi/v0.0.39``; empty from
+    # the CLI) and the command that wrote the document (meta.command[0], basename; empty from slurmrestd): they
+    # tell accounting (sacct, /slurmdb/) from the live queue (squeue, /slurm/), which share a data_parser.
+    kind: str = ""
+    command: str = ""
 
     def describe(self) -> str:
         plugin = self.plugin or "no plugin named in meta"
+        if self.kind and self.kind != self.plugin:  # slurmrestd names the plugin that served it
+            plugin = f"{plugin} from {self.kind}"
         text = f"{plugin}, Slurm {self.release or 'version unknown'}"
         return f"{text}; {self.conflict}" if self.conflict else text
 
@@ -138,7 +145,14 @@ def read_shape(doc: Mapping[str, Any]) -> JsonShape:
     if len({v for _, v in versions.values()}) > 1:
         problems.append("meta names two Slurm versions: "
                         + ", ".join(f"meta.{k}={r or '?'}" for k, (r, _) in sorted(versions.items())))
-    return JsonShape(name, release[:40], version, "; ".join(problems))
+    return JsonShape(name, release[:40], version, "; ".join(problems), kind[:60], _command_of(meta.get("command")))
+
+
+def _command_of(value: Any) -> str:
+    """meta.command[0] without its directory (``sacct``, ``squeue``); empty when absent or not a string list."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], str):
+        return ""
+    return value[0].strip().rsplit("/", 1)[-1][:40]
 
 
 # Node JSON shapes read by gpuclust.audit.records.node_from_json, each recorded from a real Slurm in the lab:

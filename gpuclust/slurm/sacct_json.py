@@ -23,21 +23,37 @@ openapi/dbv0.0.37      20.11-    string           return_code 0     int, 0 = uns
                                                   unknown           eligible**
 openapi/dbv0.0.38      22.05-    string           the same:         int, 0 = unset      string           lab 22.05
 (sacct 22.05)          23.02                      unknown
-data_parser/v0.0.39    23.02-    string           the same          int; null for       object {job_id,  spec
-(sacct 23.02)          24.05                      (-127 signaled)   NO_VAL64            step_id, ...}
+data_parser/v0.0.39    23.02-    string           the same          int; null for       object {job_id,  public
+(sacct 23.02)          24.05                      (-127 signaled)   NO_VAL64            step_id, ...}    23.02
 data_parser/v0.0.40    23.11-    list of flags    {status[],        int; null for       string           public
-(sacct 23.11)          25.05                      return_code{set,  NO_VAL64            ``<job>.<step>``  24.05.4
-                                                  infinite,number},
+(sacct 23.11)          25.05                      return_code{set,  NO_VAL64            ``<job>.<step>``  23.11,
+                                                  infinite,number},                                      24.05
                                                   signal.id{...}}:
                                                   known
-data_parser/v0.0.41    24.05-    list             as v0.0.40        as v0.0.40          as v0.0.40       spec
-data_parser/v0.0.42    24.11-    list             as v0.0.40        as v0.0.40          as v0.0.40       lab 24.11
-data_parser/v0.0.43    25.05-    list             as v0.0.40        int; NO_VAL64 and   as v0.0.40       spec
-                                                                    INFINITE64 printed
+data_parser/v0.0.41    24.05-    list             as v0.0.40        as v0.0.40          as v0.0.40       public 24.05
+                                                                                                         -25.11
+data_parser/v0.0.42    24.11-    list             as v0.0.40        as v0.0.40          as v0.0.40       lab 24.11;
+                                                                                                         public 24.11
+                                                                                                         -25.11
+data_parser/v0.0.43    25.05-    list             as v0.0.40        int; NO_VAL64 and   as v0.0.40       public 25.05
+                                                                    INFINITE64 printed                   -25.11
                                                                     as integers
-data_parser/v0.0.44    25.11-    list             as v0.0.40        as v0.0.43          as v0.0.40       spec
+data_parser/v0.0.44    25.11-    list             as v0.0.40        as v0.0.43          as v0.0.40       public 25.11
 data_parser/v0.0.45    26.05-    list             as v0.0.40        as v0.0.43          as v0.0.40       lab 26.05
 =====================  ========  ===============  ================  ==================  ===============  =========
+
+"public": real slurmrestd ``/slurmdb/v0.0.NN/job/{id}`` responses (the job objects of ``sacct --json``, through
+the same data_parser) recorded by Slurm-web's crawler from its test clusters, for every plugin each release
+serves: 23.02 (v0.0.39), 23.11 (v0.0.40), 24.05 (v0.0.41), 24.11 (v0.0.41-42), 25.05 (v0.0.41-43), 25.11
+(v0.0.41-44); plus one 24.05.4 v0.0.40 response (tests/data/accounting/json/SOURCES.md). They read with the
+table as it was, and agree with a hand reading (tests/unit/test_sacct_json_slurmweb.py). What they showed
+beyond the parsers: a job cancelled before it started has ``time.start`` = NO_VAL 4294967294 (v0.0.41 from
+25.11: read as Unknown, as the text prints it); a PENDING job may carry a ``time.start`` and an ``elapsed``
+(23.11, 24.05); and the live queue (slurmrestd's ``/slurm/`` plugin: ``meta.plugin.type`` =
+``openapi/slurmctld``, or ``openapi/v0.0.39`` on 23.02, in Slurm-web's recordings of it) writes a ``jobs``
+list naming the same data_parser, in squeue's job shape: it is refused by name (adapter_for), where it used
+to be read as rejected rows. What they cannot show: GPU counts (those clusters do not account gres/gpu:
+``tres.allocated`` holds no GPU, so GPU-hours are 0 by hand too) and a v0.0.39 non-zero exit.
 
 Common to all: array.task_id and het.job_offset are plain ints with NO_VAL 4294967294 (dbv0.0.37/38) or
 {set, infinite, number} objects (v0.0.39+; plain or null in v0.0.41+'s opt-in "complex" mode); tres lists
@@ -84,6 +100,7 @@ raises BadField; the reader rejects that row and reports it, never the whole doc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -398,19 +415,36 @@ ADAPTER_TABLE: tuple[SacctJsonAdapter, ...] = (
                        "as time.start); unknown for jobs still running."),
     SacctJsonAdapter("openapi/dbv0.0.38", (22, 5), (23, 2), LAB, state_list=False, exit_code_known=False,
                      note=_LOST_EXIT.format(release="Slurm 22.05", plugin="openapi/dbv0.0.38")),
-    SacctJsonAdapter("data_parser/v0.0.39", (23, 2), (24, 5), SPEC, state_list=False, exit_code_known=False,
+    SacctJsonAdapter("data_parser/v0.0.39", (23, 2), (24, 5), PUBLIC, state_list=False, exit_code_known=False,
                      note=_LOST_EXIT.format(release="Slurm 23.02", plugin="data_parser/v0.0.39")),
     SacctJsonAdapter("data_parser/v0.0.40", (23, 11), (25, 5), PUBLIC),
-    SacctJsonAdapter("data_parser/v0.0.41", (24, 5), (25, 11), SPEC),
+    SacctJsonAdapter("data_parser/v0.0.41", (24, 5), (25, 11), PUBLIC),
     SacctJsonAdapter("data_parser/v0.0.42", (24, 11), (26, 5), LAB),
-    SacctJsonAdapter("data_parser/v0.0.43", (25, 5), None, SPEC),
-    SacctJsonAdapter("data_parser/v0.0.44", (25, 11), None, SPEC),
+    SacctJsonAdapter("data_parser/v0.0.43", (25, 5), None, PUBLIC),
+    SacctJsonAdapter("data_parser/v0.0.44", (25, 11), None, PUBLIC),
     SacctJsonAdapter("data_parser/v0.0.45", (26, 5), None, LAB),
 )
 ADAPTERS: dict[str, SacctJsonAdapter] = {a.plugin: a for a in ADAPTER_TABLE}
 KNOWN_PLUGINS: tuple[str, ...] = tuple(ADAPTERS)
 DEFAULT_ADAPTER = ADAPTERS["openapi/dbv0.0.38"]  # for a document with neither jobs nor meta: nothing to read
 FALLBACK_HINT = "Read sacct's text output instead (`report fetch --via parsable`, or a --parsable2 dump)"
+
+
+# What writes the live queue, not accounting: slurmrestd's /slurm/ plugin (openapi/slurmctld, 23.11+;
+# openapi/v0.0.NN before) and the CLI commands other than sacct. Their documents hold a ``jobs`` list and name
+# the same data_parser as sacct's, so the data_parser alone cannot tell them apart (Slurm-web's recordings,
+# tests/data/accounting/json/SOURCES.md).
+_QUEUE_KIND = re.compile(r"openapi/(?:slurmctld|v\d+\.\d+\.\d+)")
+_QUEUE_COMMANDS = frozenset({"squeue", "scontrol", "sinfo", "sacctmgr", "sdiag", "sshare", "sprio"})
+
+
+def _queue_source(shape: JsonShape) -> str:
+    """Why meta says the document is not accounting ('' when it does not say so)."""
+    if _QUEUE_KIND.fullmatch(shape.kind):
+        return f"meta.plugin.type is {shape.kind}"
+    if shape.command in _QUEUE_COMMANDS:
+        return f"meta.command is {shape.command}"
+    return ""
 
 
 def adapter_for(shape: JsonShape, command: str = COMMAND) -> SacctJsonAdapter:
@@ -420,6 +454,11 @@ def adapter_for(shape: JsonShape, command: str = COMMAND) -> SacctJsonAdapter:
     known = tuple(a.label for a in ADAPTER_TABLE)
     if shape.conflict:
         raise UnknownShape(command, shape, known, FALLBACK_HINT)
+    queue = _queue_source(shape)
+    if queue:
+        raise UnknownShape(command, shape, known, f"{queue}: that is slurmctld's job queue (squeue's job shape: "
+                           "no state.current, tres.allocated or time.elapsed), not accounting. Give `sacct --json` "
+                           "or slurmrestd's /slurmdb/v0.0.NN/jobs instead")
     adapter = ADAPTERS.get(shape.plugin)
     if adapter is None:
         raise UnknownShape(command, shape, known, FALLBACK_HINT)

@@ -32,7 +32,9 @@ from gpuclust.errors import InputError
 DATA = Path(__file__).resolve().parents[1] / "data" / "accounting"
 SITE = DATA / "site.conf"
 PUBLIC = DATA / "public" / "slurm2sql-test-data1.txt"
-NOT_DUMPS = {"reasons.txt", "expected.json", "lab-scenario.json"}  # (the scenario's job ids, --reasons input)
+NOT_DUMPS = {"reasons.txt", "expected.json", "lab-scenario.json",  # (the scenario's job ids, --reasons input)
+             # slurmrestd's live queue (/slurm/), refused by name (tests/unit/test_sacct_json_slurmweb.py)
+             "slurmweb-v0.0.39-slurmctld-job-completed.json", "slurmweb-v0.0.42-slurmctld-job-gpus-completed.json"}
 # Fragments of public documents that show usage TRES only (usage/SOURCES.md): no job id, state or times, so
 # refused whole at line 1 (nothing read, nothing lost).
 REFUSED = {"aalto-triton-tresusageinave-p-fragment.txt", "curc-alpine-18194943-tresusageinave-pno-noconvert.txt",
