@@ -9,7 +9,6 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,7 +26,6 @@ from gpuclust.slurm.client import SlurmClient
 # How far before the period the store is read, so that runs ending in the period see their earlier attempts.
 LOOKBACK_EXTRA = timedelta(days=7)
 PROBLEMS_IN_REPORT = 50
-TREND_CHUNK_DAYS = 15
 
 
 @dataclass
@@ -81,9 +79,16 @@ def fetch(
             del result
             if progress:
                 progress(day)
+    # The daily trend's per-day aggregates of the weeks these days change (trend.refresh: a cache, issue 31 item 5).
+    trend.refresh(root, config, lookback_of(config))
     if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
         summary.economics = economics.fetch_sources(client, config, days)
     return summary
+
+
+def lookback_of(config: SiteConfig) -> timedelta:
+    """How far before a day the store is read for the runs that end on it (and after it, for the trend)."""
+    return timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
 
 
 NO_CONFIG_REPORT_DIR = "gpuclust-report"
@@ -296,21 +301,10 @@ def build(
 
 
 def add_trend(report: Report, config: SiteConfig, days: int = max(trend.TREND_DAYS)) -> None:
-    """The daily trend of the `days` days before the report's end, from the store (report.json `trend`, the
-    trend_daily table, the HTML trend view)."""
-    root = store.store_dir(config.state_dir)
-    starts = trend.day_starts(report.period.end, days, config.timezone)
-    lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
-    # In chunks of TREND_CHUNK_DAYS days (each read with its own lookback), so memory stays that of a
-    # two-week report however long the trend is.
-    frames = []
-    for i in range(0, days, TREND_CHUNK_DAYS):
-        n = min(TREND_CHUNK_DAYS, days - i)
-        chunk_end = starts[i + n]
-        table = storeread.load_for_report(root, Period(starts[i] - lookback, chunk_end).utc_days(),
-                                          config.cluster_name)
-        frames.append(trend.daily(table, config, chunk_end, n))
-    frame = pd.concat(frames, ignore_index=True)
+    """The daily trend of the `days` days before the report's end, from the store's per-day aggregates
+    (trend.from_store: computed and cached where missing; report.json `trend`, the trend_daily table, the HTML
+    trend view)."""
+    frame = trend.from_store(store.store_dir(config.state_dir), config, report.period.end, days, lookback_of(config))
     report.tables["trend_daily"] = frame
     report.data["trend"] = {"days": days, "daily": trend.as_records(frame)}
     report.data["definitions"] = {**report.data["definitions"], "trend": trend.DEFINITION}

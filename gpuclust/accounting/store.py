@@ -7,6 +7,8 @@ Layout (version LAYOUT_VERSION; README.md, "The store")::
       snapshots/<id>/_gpuclust_store.json                       (SCHEMA_FILE: version, columns, meanings)
       snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/part.parquet
       snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/_problems.json  (rows sacct printed that did not parse)
+      snapshots/<id>/cluster=<ClusterName>/_daily/week=YYYY-MM-DD.json   (AGGREGATES_DIR: the daily trend's
+                                          per-day figures of one week, a cache: gpuclust.accounting.trend)
       .lock                               (held by a fetch: one at a time)
       .read.lock                          (held shared by readers: READ_LOCK)
 
@@ -29,6 +31,14 @@ the second fails at once, naming the lock file, and changes nothing.
 A job that runs across several windows appears in each window's sacct output; `load` keeps one row per
 execution (JobIDRaw + Start) in its latest state (the most recently fetched, then the latest window).
 `report build` reads the same rows day file by day file, with less memory: gpuclust.accounting.storeread.
+
+The daily trend reads per-day aggregates (AGGREGATES_DIR), not every row again: `report fetch` writes those of the
+weeks its days change, a report computes a missing or outdated one once and caches it (under the fetch lock,
+non-blocking: a fetch in progress just means no cache this time). Each names the day files it was computed from
+(their inode, size and mtime: a hard-linked, unchanged day keeps them, a re-fetched day does not) and the site
+config figures it depends on, so it is used only while it equals what the rows give. A store without them (written
+before, or read-only) works as it is. They leave the layout version as it is: older readers ignore `_daily/`
+(Hive readers skip names starting with `_`).
 """
 
 from __future__ import annotations
@@ -170,6 +180,11 @@ def stored_days(root: Path, cluster: str | None = None) -> list[date]:
     snap = current_snapshot(root)
     if snap is None or not snap.is_dir():
         return []
+    return snapshot_days(snap, cluster)
+
+
+def snapshot_days(snap: Path, cluster: str | None = None) -> list[date]:
+    """The days a snapshot holds for `cluster` (stored_days of one resolved snapshot)."""
     where = days_dir(snap, cluster)
     if not where.is_dir():
         return []
@@ -178,6 +193,56 @@ def stored_days(root: Path, cluster: str | None = None) -> list[date]:
         if entry.name.startswith("day=") and (entry / "part.parquet").exists():
             days.append(date.fromisoformat(entry.name[4:]))
     return sorted(days)
+
+
+# Per-day aggregates (a cache of figures computed from the rows; gpuclust.accounting.trend): one JSON file per week
+# of the site time zone's days, beside the cluster's days. A leading "_": engines reading the store skip it.
+AGGREGATES_DIR = "_daily"
+
+
+def aggregate_path(snapshot: Path, name: str, cluster: str | None = None) -> Path:
+    return days_dir(snapshot, cluster) / AGGREGATES_DIR / f"{name}.json"
+
+
+def file_identity(path: Path) -> list[int] | None:
+    """What tells a day file from any other: inode, size and mtime (ns); None when the day is not stored. A day
+    a fetch did not touch is hard-linked into the new snapshot (the same identity); a re-fetched day is a new file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def read_aggregate(snapshot: Path, name: str, cluster: str | None = None) -> dict[str, Any] | None:
+    """A cached aggregate, or None (absent, unreadable: the caller computes it from the rows)."""
+    try:
+        doc = json.loads(aggregate_path(snapshot, name, cluster).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def write_aggregate(root: Path, snapshot: Path, name: str, doc: dict[str, Any], cluster: str | None = None) -> bool:
+    """Cache `doc` in `snapshot` if it is still `current`, holding the fetch lock (non-blocking: while a fetch runs
+    nothing is written, and no fetch links a half-written file). False when not written (a fetch in progress,
+    a replaced snapshot, a store this process may not write): the figures are the same, only not cached."""
+    try:
+        with open(root / ".lock", "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if current_snapshot(root) != snapshot:
+                return False
+            path = aggregate_path(snapshot, name, cluster)
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.parent / f".{path.name}.{os.getpid()}"
+            tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+            return True
+    except OSError:
+        return False
 
 
 # What the columns the headline figures read mean (figure names: the GPU-hours glossary,
@@ -217,6 +282,9 @@ def schema_document() -> dict[str, Any]:
         },
         "glossary": "figure names as in the GPU-hours glossary (shared/gpu-hours-glossary.md)",
         "sql": "gpuclust/accounting/store_sql.py (README.md, The store)",
+        "aggregates": f"cluster=<ClusterName>/{AGGREGATES_DIR}/week=<YYYY-MM-DD>.json: the daily trend's figures per "
+                      "site-time-zone day of one week (Monday first), a cache gpuclust keeps in step with the day "
+                      "files it names (gpuclust/accounting/trend.py); not needed to read the store",
     }
 
 

@@ -198,17 +198,19 @@ def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
     return keys.append_column("window", pa.array(rank_of_code[codes], pa.int32())), per_file
 
 
-def load_for_report(root: Path, days: list[date], cluster: str | None = None) -> pa.Table:
+def load_for_report(root: Path, days: list[date], cluster: str | None = None, *,
+                    snapshot: Path | None = None) -> pa.Table:
     """The stored rows of `days` of `cluster` (None: the store's one cluster) that `store.load` returns (same
     rows, same order), without UNUSED_COLUMNS and with DICTIONARY_COLUMNS dictionary-encoded; read one day file
     at a time. A damaged day, or one of another schema version, is a StoreError naming it (store.read_schema).
-    The snapshot is held (store.reading): a fetch that replaces it meanwhile leaves its files in place."""
+    The snapshot is held (store.reading): a fetch that replaces it meanwhile leaves its files in place.
+    `snapshot`: read that one (resolved by a caller holding store.reading), not `current` again."""
     with store.reading(root):
-        return _load_for_report(root, days, cluster)
+        return _load_for_report(root, days, cluster, snapshot)
 
 
-def _load_for_report(root: Path, days: list[date], cluster: str | None) -> pa.Table:
-    snap = store.current_snapshot(root)
+def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Path | None = None) -> pa.Table:
+    snap = snap or store.current_snapshot(root)
     if snap is None:
         raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
     files = [path for path in (store.day_file(snap, d, cluster) for d in days) if path.exists()]

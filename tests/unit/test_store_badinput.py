@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -69,6 +70,9 @@ def make_version_1(root: Path) -> None:
     snap = store.current_snapshot(root)
     assert snap is not None
     for day_dir in list((snap / "cluster=t").iterdir()):
+        if day_dir.name == store.AGGREGATES_DIR:  # (version 1 had no per-day aggregates)
+            shutil.rmtree(day_dir)
+            continue
         path = day_dir / "part.parquet"
         table = pq.read_table(path)
         pq.write_table(table.replace_schema_metadata({k: v for k, v in (table.schema.metadata or {}).items()
