@@ -697,11 +697,14 @@ def _classify(x: np.ndarray, digits: np.ndarray, under: np.ndarray, s: np.ndarra
 
 
 def job_ids_swar(data: np.ndarray, offsets: np.ndarray, block_rows: int = SWAR_BLOCK_ROWS,
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """JobIDs (a binary column: `data` bytes, `offsets`) of the two usual shapes, ``123`` and ``123_4`` (up to
     16 characters), -> (job_base, array_task, has_task, ok). ok rows are exactly what `v_job_id` gives
-    (no step, not bad, no het offset or pending range); the others are left to it."""
-    rows = len(offsets) - 1
+    (no step, not bad, no het offset or pending range); the others are left to it. With `ends`, value i is
+    data[offsets[i]:ends[i]] (a prefix of each value: a step id's job part)."""
+    starts = offsets[:-1] if ends is None else offsets
+    ends = offsets[1:] if ends is None else ends
+    rows = len(starts)
     if rows == 0 or len(data) < 16:
         return (np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=bool),
                 np.zeros(rows, dtype=bool))
@@ -720,8 +723,8 @@ def job_ids_swar(data: np.ndarray, offsets: np.ndarray, block_rows: int = SWAR_B
         nb = r1 - r0
         if nb != len(xh):
             xh, xl, dh, dl, uh, ul, s = (a[:nb] for a in (xh, xl, dh, dl, uh, ul, s))
-        end = offsets[r0 + 1 : r1 + 1].astype(np.intp)
-        length = end - offsets[r0:r1]
+        end = ends[r0:r1].astype(np.intp)
+        length = end - starts[r0:r1]
         early = end < 16
         if early.any():
             end = np.maximum(end, 16)

@@ -479,6 +479,42 @@ def test_job_ids_swar_agrees_with_the_regex(values, lead):
         assert (task[i] if has_task[i] else None) == ids["array_task"][i].as_py()
 
 
+_step_text = st.one_of(
+    _job_text,
+    st.builds(lambda job, step: f"{job}.{step}", _job_text, st.sampled_from(
+        ["batch", "extern", "0", "12", "", ".", "a.b", "interactive", "é", "0+1"])),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_step_text, min_size=1, max_size=40), lead=st.integers(0, 18))
+def test_step_ids_agree_with_the_regex(values, lead):
+    """The direct reader's step ids (`123.batch`: the job part by the kernel) are what the regex gives."""
+    from gpuclust.accounting.direct.columns import _step_ids
+
+    raw = pa.array(["9" * lead] + values, pa.string()).cast(pa.binary())
+    data = np.frombuffer(raw.buffers()[2], dtype=np.uint8) if raw.buffers()[2] is not None else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int32)[: len(raw) + 1]
+    rows = np.arange(len(raw))
+    found = _step_ids(raw, data, offsets, rows, 4)
+    ids, step, bad = fields._v_job_id_regex(raw.cast(pa.string()))
+    if found is None:
+        return
+    at, base, task, has_task = found
+    for k, i in enumerate(at):
+        assert not bad[i] and step[i], values
+        assert ids["het_offset"][i].as_py() is None and ids["array_pending"][i].as_py() is None
+        assert base[k] == ids["job_base"][i].as_py()
+        assert (task[k] if has_task[k] else None) == ids["array_task"][i].as_py()
+    # every plain step id of the usual shapes is taken
+    for i, v in enumerate(raw.cast(pa.string()).to_pylist()):
+        job, dot, name = v.partition(".")
+        if dot and name and "." not in name and job.replace("_", "", 1).isdigit() and len(job) <= 16 \
+                and not job.startswith("_") and not job.endswith("_") and job.count("_") <= 1 \
+                and (("_" not in job) or len(job.split("_")[1]) <= 7) and i >= 1 and offsets[i] >= 16:
+            assert i in set(at.tolist()), v
+
+
 def test_rows_equal():
     a = np.frombuffer(b"abcdefghijklmnopqrstu" * 3, dtype=np.uint8)
     b = np.frombuffer(b"abcdefghijklmnopqrstu" + b"abcdefghijklmnopqrstX" + b"Xbcdefghijklmnopqrstu", dtype=np.uint8)

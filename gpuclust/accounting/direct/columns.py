@@ -139,6 +139,14 @@ class FinalRows:
         pending: pa.Array = pa.nulls(m.size, pa.string())
         rest = np.flatnonzero(~ok)
         if len(rest):
+            # Step rows (most of a dump without -X): `<job id>.<step>`, the job part by the same kernel, so that
+            # only odd ids (het, pending ranges, garbage) meet the regex.
+            steps = _step_ids(raw, data, offsets, rest, self.good.opts.swar_block_rows)
+            if steps is not None:
+                at, s_base, s_task, s_has_task = steps
+                base[at], task[at], has_task[at], is_step[at] = s_base, s_task, s_has_task, True
+                rest = np.setdiff1d(rest, at, assume_unique=True)
+        if len(rest):
             sub, sub_step, sub_bad = fields._v_job_id_regex(text.take(pa.array(rest)))
             base[rest] = ints(sub["job_base"])
             task[rest] = ints(sub["array_task"])
@@ -306,3 +314,21 @@ class Merge:
         if k < self.n_e and int(self.at[k]) == i:
             return self.n_g + int(self.e_order[k])
         return i - k
+
+
+def _step_ids(raw: pa.Array, data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, block_rows: int,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Of `rows` of the JobID column `raw`, those of the shape `123.step` or `123_4.step` (one '.', a non-empty
+    step name) -> (their rows, job_base, array_task, has_task); None when there are none. What the regex gives
+    them, exactly: the job part is the kernel's, the rest is the step."""
+    sub = raw.take(pa.array(rows))
+    dot = ints(pc.fill_null(pc.find_substring(sub, "."), -1))
+    length = ints(pc.fill_null(pc.binary_length(sub), 0))
+    one_dot = ints(pc.fill_null(pc.count_substring(sub, "."), 0)) == 1
+    candidate = one_dot & (dot >= 1) & (dot < length - 1)
+    if not candidate.any():
+        return None
+    at = rows[candidate]
+    starts = offsets[at]
+    base, task, has_task, ok = fields.job_ids_swar(data, starts, block_rows, ends=starts + dot[candidate])
+    return at[ok], base[ok], task[ok], has_task[ok]

@@ -113,6 +113,15 @@ class GoodRows:
             ok &= np.asarray(pc.binary_length(arr).to_numpy(zero_copy_only=False)) >= col.plen + col.slen
         return ok
 
+    def all_candidates(self, rows: np.ndarray) -> bool:
+        """Whether every row of `rows` is a blank candidate. By binary search in the sorted candidates: np.isin
+        would build a table over their whole range (every row of the input) at each call, once per chunk."""
+        cand = self.candidates
+        if not len(cand):
+            return not len(rows)
+        at = np.minimum(np.searchsorted(cand, rows), len(cand) - 1)
+        return bool((cand[at] == rows).all())
+
     def prefix_ok(self, col: Column, arr: pa.Array, rows: np.ndarray | int = 0) -> None:
         """Every value of `arr` (good rows `rows`, or from row `rows` on) starts and ends with the delimiter's
         parts, except on blank lines; else the direct reader cannot vouch for the split."""
@@ -122,7 +131,7 @@ class GoodRows:
         if not ok.all():
             where = np.flatnonzero(~ok)
             where = rows[where] if isinstance(rows, np.ndarray) else where + rows
-            if not np.isin(where, self.candidates).all():
+            if not self.all_candidates(where):
                 raise Fallback(f"a {col.name} value does not start with the delimiter's rest")
 
     def strip(self, col: Column, arr: pa.Array, rows: np.ndarray | int = 0) -> pa.Array:
@@ -190,7 +199,7 @@ class GoodRows:
             ok = self.affix_ok(col, uniq)
             if not ok.all():
                 rows = np.flatnonzero(np.isin(indices.to_numpy(zero_copy_only=False), np.flatnonzero(~ok)))
-                if not np.isin(rows, self.candidates).all():
+                if not self.all_candidates(rows):
                     raise Fallback(f"a {name} value does not start with the delimiter's rest")
                 clean = False
             uniq = unwrap(uniq, col)
