@@ -387,13 +387,13 @@ def gpu_limits(row: Mapping[str, str], columns: tuple[str, ...], owner: str) -> 
 def parse_qos(text: str) -> list[QosRecord]:
     """`sacctmgr -P show qos format=<QOS_FORMAT>`."""
     return [QosRecord(row["Name"], gpu_limits(row, QOS_LIMIT_COLUMNS, f"QOS {row['Name']}"))
-            for row in parse_parsable(text)]
+            for row in parse_parsable(text, required=("Name",), command="sacctmgr show qos")]
 
 
 def parse_assocs(text: str) -> list[AssocRecord]:
     """`sacctmgr -P show assoc where cluster=X format=<ASSOC_FORMAT>`."""
     out = []
-    for row in parse_parsable(text):
+    for row in parse_parsable(text, required=("Account",), command="sacctmgr show assoc"):
         user = row.get("User") or None
         owner = f"association {row['Account']}" + (f"/{user}" if user else "")
         if row.get("Partition"):

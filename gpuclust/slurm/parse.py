@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -185,16 +185,23 @@ def accounting_tres(config: Mapping[str, str]) -> frozenset[str]:
 
 # ---- --parsable2 tables -----------------------------------------------------------------------------
 
-def parse_parsable(text: str, delimiter: str = "|") -> list[dict[str, str]]:
+def parse_parsable(text: str, delimiter: str = "|", *, required: Sequence[str] = (),
+                   command: str = "output") -> list[dict[str, str]]:
     """`sacctmgr/sinfo --parsable2` output with a header line -> list of dicts keyed by header.
 
-    A line with the wrong number of fields raises SlurmOutputError naming the line; sacctmgr values
+    A line with the wrong number of fields raises SlurmOutputError naming the line; so does a first line that
+    lacks a `required` column (output without its header: a wrapper or alias adding -n). sacctmgr values
     never contain the delimiter or newlines, unlike sacct job names (the accounting plane reads those).
     """
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return []
     header = lines[0].split(delimiter)
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise SlurmOutputError(
+            f"{command}: line 1 is not a header with {', '.join(missing)} (got {lines[0][:120]!r}); gpuclust asks "
+            "for --parsable2 output with its header line: look for a wrapper or alias that adds -n/--noheader")
     rows = []
     for lineno, line in enumerate(lines[1:], start=2):
         fields = line.split(delimiter)

@@ -380,3 +380,16 @@ def test_cli_timeout_ends_in_unknown(tmp_path):
     result = run_cli(["gpu", "--timeout", "1", "--json"], stuck)
     doc = json.loads(result.output)
     assert result.exit_code == 3 and doc["status"] == "UNKNOWN" and doc["findings"][0]["check"] == "timeout"
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    ("assoc", "audit|root||||||normal\n", "sacctmgr show assoc: line 1 is not a header with Account"),
+    ("qos", "normal|||||\ngpu-normal||||gres/gpu=8|\n", "sacctmgr show qos: line 1 is not a header with Name"),
+])
+def test_sacctmgr_output_without_header_is_named(name, text, expected):
+    from gpuclust.audit.records import parse_assocs, parse_qos
+    from gpuclust.errors import SlurmOutputError
+
+    with pytest.raises(SlurmOutputError, match=expected) as err:
+        (parse_assocs if name == "assoc" else parse_qos)(text)
+    assert "-n/--noheader" in str(err.value)
