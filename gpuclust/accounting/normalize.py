@@ -266,17 +266,22 @@ def finish(
                 break
 
     warnings = usage.UsageWarnings()
+    late: set[str] = set()
     if usage.COLUMNS[0][0] in schema.names:
         columns = dict(columns)
         usage_text = {name: columns.pop(col) for name, col in zip(usage.USAGE_FIELDS, usage.TEXT_COLUMNS,
                                                                    strict=True) if col in columns}
         # Steps give their usage to their job row before they are dropped (rows that are no record take no part).
         rows_step = step if dropped is None else step | dropped
-        usage.attach(columns, usage_text, rows_step, line_values, source, rule=usage_rule, warnings=warnings)
+        if not usage.attach(columns, usage_text, rows_step, line_values, source, rule=usage_rule,
+                            warnings=warnings):
+            late = {name for name, _ in usage.COLUMNS}  # all null: made for the kept rows only, below
 
     specs = []
     arrays = []
     for spec in schema:
+        if spec.name in late:
+            continue
         col = columns[spec.name]
         if not pa.types.is_dictionary(col.type) and col.type != spec.type:
             col = col.cast(spec.type)
@@ -285,6 +290,11 @@ def finish(
     table = pa.Table.from_arrays(arrays, schema=pa.schema(specs))
     if not keep.all():
         table = table.filter(pa.array(keep))
+    if late:
+        table = pa.Table.from_arrays(
+            [table.column(spec.name) if spec.name not in late else pa.nulls(table.num_rows, spec.type)
+             for spec in schema],
+            schema=pa.schema([table.schema.field(spec.name) if spec.name not in late else spec for spec in schema]))
     return ParseResult(
         table=table,
         problems=problems,

@@ -299,23 +299,23 @@ def attach(
     *,
     rule: str | None,
     warnings: UsageWarnings,
-) -> None:
+) -> bool:
     """Add the COLUMNS to `columns` (every row; only the job rows' values matter), from the step rows'
-    `usage_text` (raw field -> string array of every row). `columns` must hold job_id, gpus and elapsed_s."""
+    `usage_text` (raw field -> string array of every row). `columns` must hold job_id, gpus and elapsed_s.
+    Where no row has usage, nothing is added and False returned: the caller adds null COLUMNS to the rows it
+    keeps (a dump's step rows are most of its rows: a million nulls per column cost page faults, not work)."""
     n = len(is_step)
     if not usage_text or n == 0:
-        columns.update(null_columns(n))
-        return
+        return False
     text = {name: _string(arr) for name, arr in usage_text.items()}
     has_usage = np.zeros(n, dtype=bool)
     for arr in text.values():
         has_usage |= pc.fill_null(pc.greater(pc.binary_length(arr), 0), False).to_numpy(zero_copy_only=False)
-    out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
-    rule_out = np.full(n, None, dtype=object)
     rows = np.flatnonzero(has_usage)
     if rows.size == 0:
-        columns.update(null_columns(n))
-        return
+        return False
+    out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
+    rule_out = np.full(n, None, dtype=object)
 
     job_id = _plain(columns["job_id"])
     parent = _parents(job_id, is_step, rows, line_values, source, warnings)
@@ -476,6 +476,7 @@ def attach(
         else:
             values = out[name]
             columns[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
+    return True
 
 
 def _parents(job_id: pa.Array, is_step: np.ndarray, rows: np.ndarray, line_values: np.ndarray, source: str,
