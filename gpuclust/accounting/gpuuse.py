@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting import prom, svgplot
-from gpuclust.accounting.metrics.assembly import records
+from gpuclust.accounting.jsonrecords import records
 from gpuclust.slurm import hostlist
 
 if TYPE_CHECKING:

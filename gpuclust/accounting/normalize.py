@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,9 @@ import pyarrow.compute as pc
 
 from gpuclust.accounting import fields as f
 from gpuclust.accounting import usage
+from gpuclust.accounting.period import Period
 from gpuclust.accounting.registry import REGISTRY, Parsed, Registry
-from gpuclust.errors import Problem
+from gpuclust.errors import InputError, Problem
 
 MAX_PROBLEMS_LISTED = 1000  # a badly broken file still reports its count; the list is capped
 PARALLEL_MIN_ROWS = 20_000  # below this, threads cost more than they save
@@ -96,6 +98,21 @@ class ParseResult:
         self.missing_columns = {**self.missing_columns, **other.missing_columns}
         readers = [r for r in dict.fromkeys([*self.reader.split("+"), *other.reader.split("+")]) if r]
         self.reader = "+".join(readers)
+
+
+def input_period(result: ParseResult, source: str = "<input>") -> Period:
+    """Default period for --input without dates: from the earliest Submit to just after the latest End. A dump
+    with no dated row has no window to infer: refused, naming the options (never a made-up window).
+
+    (Here, with the parsed rows it reads, so that the read stage hands its window on with them.)"""
+    t = result.table
+    starts = [v for v in (pc.min(t.column("submit")).as_py(), pc.min(t.column("start")).as_py()) if v]
+    ends = [v for v in (pc.max(t.column("end")).as_py(), pc.max(t.column("start")).as_py()) if v]
+    if not starts or not ends:
+        raise InputError(Problem(source, None, f"no row with a Submit, Start or End ({t.num_rows} row(s) read): "
+                                               "no report window can be inferred; give --since and --until (an "
+                                               "empty period is an empty report)"))
+    return Period(min(starts), max(ends) + timedelta(seconds=1))
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:

@@ -1,4 +1,9 @@
-"""The two things `gpuclust report` does, as library calls: fetch into the store, and build a report."""
+"""The two things `gpuclust report` does, as library calls: fetch into the store, and build a report.
+
+`build` is the orchestrator of the report: it calls the stages in order, each once, and passes what one
+makes on to the next: read (read_input; jsonin, normalize: the rows and their window) -> latest state
+(store.latest_state) -> filter (jobfilter) -> runs and metrics (metrics.build_report, rows_accounted) ->
+economics -> GPU use (gpuuse, with its telemetry) -> trend (from the store only) -> the stamped report."""
 
 from __future__ import annotations
 
@@ -9,14 +14,13 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from gpuclust.accounting import economics, gpuuse, reportdoc, store, storeread, trend
+from gpuclust.accounting.economics import attach as attach_economics  # (one of two stages named attach)
 from gpuclust.accounting.fetch import fetch_day, sacct_version
+from gpuclust.accounting.jobfilter import JobFilter
 from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report
-from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions
+from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report, rows_accounted
+from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, input_period
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.render import write_report
 from gpuclust.config import SiteConfig
@@ -128,62 +132,7 @@ def read_input(path: str, delimiter: str | None = None, *, options: ReaderOption
     return parse_input(data, delimiter, path, options=options)
 
 
-def input_period(result: ParseResult, source: str = "<input>") -> Period:
-    """Default period for --input without dates: from the earliest Submit to just after the latest End. A dump
-    with no dated row has no window to infer: refused, naming the options (never a made-up window)."""
-    t = result.table
-    starts = [v for v in (pc.min(t.column("submit")).as_py(), pc.min(t.column("start")).as_py()) if v]
-    ends = [v for v in (pc.max(t.column("end")).as_py(), pc.max(t.column("start")).as_py()) if v]
-    if not starts or not ends:
-        raise InputError(Problem(source, None, f"no row with a Submit, Start or End ({t.num_rows} row(s) read): "
-                                               "no report window can be inferred; give --since and --until (an "
-                                               "empty period is an empty report)"))
-    return Period(min(starts), max(ends) + timedelta(seconds=1))
-
-
-BUCKETS = ("rejected", "steps_dropped", "superseded", "filtered_out", "attempt_rows", "running", "not_started",
-           "no_allocation")
-
-
-def rows_accounted(parsed: ParseResult, info: dict[str, Any]) -> dict[str, Any]:
-    """Where every record read went (report.json input.rows_accounted): each lands in exactly one bucket, and
-    `read` = the sum of the buckets (`balanced`). Attempts ending outside the period are attempt rows too."""
-    left = info.get("left_out") or {}
-    buckets = {
-        "rejected": parsed.rejected, "steps_dropped": parsed.steps_dropped,
-        "superseded": int(info.get("superseded", 0)), "filtered_out": int(info.get("filtered_out", 0)),
-        **{name: int(left.get(name, 0)) for name in ("attempt_rows", "running", "not_started", "no_allocation")},
-    }
-    read = parsed.table.num_rows + parsed.rejected + parsed.steps_dropped
-    return {"read": read, **buckets, "balanced": read == sum(buckets.values())}
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    """`report build --user/--account/--partition`: only these jobs (empty: any). A filtered report leaves
-    the unit economics out: capacity and idle belong to the whole partition, not to a part of its jobs."""
-
-    users: tuple[str, ...] = ()
-    accounts: tuple[str, ...] = ()
-    partitions: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.users or self.accounts or self.partitions)
-
-    def apply(self, table: pa.Table) -> pa.Table:
-        mask = None
-        for column, wanted in (("user", self.users), ("account", self.accounts), ("partition", self.partitions)):
-            if not wanted:
-                continue
-            col = table.column(column)
-            if pa.types.is_dictionary(col.type):
-                col = col.cast(col.type.value_type)
-            one = pc.is_in(col, pa.array(list(wanted), pa.string()))
-            mask = one if mask is None else pc.and_(mask, one)
-        return table if mask is None else table.filter(pc.fill_null(mask, False))
-
-    def describe(self) -> dict[str, list[str]]:
-        return {"users": list(self.users), "accounts": list(self.accounts), "partitions": list(self.partitions)}
+NO_FILTER = JobFilter()  # build's default: every job
 
 
 def build(
@@ -200,7 +149,7 @@ def build(
     sreport_path: str | None = None,
     log_path: str | None = None,
     reasons_path: str | None = None,
-    only: JobFilter = JobFilter(),
+    only: JobFilter = NO_FILTER,
     slurm_version: str | None = None,
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report). From the store, the
@@ -281,7 +230,7 @@ def build(
     if parsed is not None:
         report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
     if not only:
-        economics.attach(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
+        attach_economics(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
                          sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
                          offline=bool(input_path), target=target,
                          period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
@@ -296,18 +245,10 @@ def build(
                   usage_problems=parsed.usage_problems if parsed else None)
     del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
     if not input_path and trend_days:
-        add_trend(report, config, trend_days)
+        trend.add_to_report(report, store.store_dir(config.state_dir), config, trend_days, lookback_of(config))
     return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed
 
 
-def add_trend(report: Report, config: SiteConfig, days: int = max(trend.TREND_DAYS)) -> None:
-    """The daily trend of the `days` days before the report's end, from the store's per-day aggregates
-    (trend.from_store: computed and cached where missing; report.json `trend`, the trend_daily table, the HTML
-    trend view)."""
-    frame = trend.from_store(store.store_dir(config.state_dir), config, report.period.end, days, lookback_of(config))
-    report.tables["trend_daily"] = frame
-    report.data["trend"] = {"days": days, "daily": trend.as_records(frame)}
-    report.data["definitions"] = {**report.data["definitions"], "trend": trend.DEFINITION}
-
-
-__all__ = ["FetchSummary", "build", "fetch", "read_input", "write_report"]
+# (input_period, rows_accounted and JobFilter live with their stages; their old names here still serve.)
+__all__ = ["FetchSummary", "JobFilter", "build", "fetch", "input_period", "read_input", "rows_accounted",
+           "write_report"]

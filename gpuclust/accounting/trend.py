@@ -259,6 +259,16 @@ def from_store(root: Path, config: SiteConfig, end: datetime, days: int, lookbac
         return Aggregates(root, snapshot, config, lookback).days(starts[0].date(), starts[-2].date())
 
 
+def add_to_report(report: metrics.Report, root: Path, config: SiteConfig, days: int, lookback: timedelta) -> None:
+    """The daily trend of the `days` days before the report's end, from the store's per-day aggregates
+    (from_store: computed and cached where missing; report.json `trend`, the trend_daily table, the HTML
+    trend view)."""
+    frame = from_store(root, config, report.period.end, days, lookback)
+    report.tables["trend_daily"] = frame
+    report.data["trend"] = {"days": days, "daily": as_records(frame)}
+    report.data["definitions"] = {**report.data["definitions"], "trend": DEFINITION}
+
+
 def refresh(root: Path, config: SiteConfig, lookback: timedelta, horizon_days: int = max(TREND_DAYS)) -> int:
     """After a fetch: make the cached weeks of the `horizon_days` before the store's last day current (those
     whose day files changed are computed again; older weeks are computed when a report first needs them).

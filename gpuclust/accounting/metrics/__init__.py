@@ -13,11 +13,13 @@ time (``_exact_runs``).
 from __future__ import annotations
 
 from gpuclust.accounting.metrics.assembly import (  # noqa: F401
+    BUCKETS,
     _plain,
     assemble_report,
     build_report,
     check_target,
     records,
+    rows_accounted,
     run_tables,
     sizing,
     top_failures,

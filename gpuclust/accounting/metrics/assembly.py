@@ -6,13 +6,14 @@ import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from gpuclust.accounting import sorting
+from gpuclust.accounting.jsonrecords import _plain, records  # noqa: F401  (metrics' names too)
 from gpuclust.accounting.metrics.attempts import Attempts, attempts
 from gpuclust.accounting.metrics.definitions import (
     DEFAULT_TOP,
@@ -36,6 +37,9 @@ from gpuclust.accounting.metrics.waits import wait_tables
 from gpuclust.accounting.period import Period
 from gpuclust.config import SiteConfig
 from gpuclust.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuclust.accounting.normalize import ParseResult
 
 
 def top_failures(att: Attempts, chosen: np.ndarray, top: int) -> pd.DataFrame:
@@ -79,25 +83,6 @@ def _utc_iso(epoch: float) -> str | None:
     if not math.isfinite(epoch):
         return None
     return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat()
-
-
-def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    out = []
-    for row in df.to_dict(orient="records"):
-        out.append({str(k): _plain(v) for k, v in row.items()})
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 # ---- the report ----------------------------------------------------------------------------------------
@@ -211,6 +196,24 @@ def build_report(
                     "have) without an AllocTRES: totals gpu_hours, completed_run_gpu_hours and cost sum the other "
                     "attempts; these count in runs, attempts and waits")
     return report
+
+
+BUCKETS = ("rejected", "steps_dropped", "superseded", "filtered_out", "attempt_rows", "running", "not_started",
+           "no_allocation")
+
+
+def rows_accounted(parsed: ParseResult, info: dict[str, Any]) -> dict[str, Any]:
+    """Where every record read went (report.json input.rows_accounted): each lands in exactly one bucket, and
+    `read` = the sum of the buckets (`balanced`). Attempts ending outside the period are attempt rows too.
+    `info` is the report's input section: build_report has put the metrics' buckets (`left_out`) there."""
+    left = info.get("left_out") or {}
+    buckets = {
+        "rejected": parsed.rejected, "steps_dropped": parsed.steps_dropped,
+        "superseded": int(info.get("superseded", 0)), "filtered_out": int(info.get("filtered_out", 0)),
+        **{name: int(left.get(name, 0)) for name in ("attempt_rows", "running", "not_started", "no_allocation")},
+    }
+    read = parsed.table.num_rows + parsed.rejected + parsed.steps_dropped
+    return {"read": read, **buckets, "balanced": read == sum(buckets.values())}
 
 
 def add_unknown(info: dict[str, Any], column: str, count: int | None, what: str) -> None:
