@@ -14,6 +14,9 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from gpuclust.accounting import economics, gpuuse, reportdoc, store, storeread, trend
 from gpuclust.accounting.economics import attach as attach_economics  # (one of two stages named attach)
 from gpuclust.accounting.fetch import fetch_day, sacct_version
@@ -201,8 +204,6 @@ def build(
         days = Period(period.start - lookback, period.end).utc_days()
         # Day file by day file, only the columns and rows the report needs (storeread: same figures).
         table = storeread.load_for_report(root, days, config.cluster_name)
-        import pyarrow.compute as pc
-
         known = bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
         stored_problems = store.stored_problems(root, days, config.cluster_name)
         info = {
@@ -226,6 +227,11 @@ def build(
         info.setdefault("notes", []).append("Filtered to " + ", ".join(
             f"{k} {', '.join(v)}" for k, v in only.describe().items() if v) + ": the unit economics (capacity, "
             "idle) are left out, they belong to whole partitions.")
+    if no_gpu_accounted(table):
+        info.setdefault("notes", []).append(
+            "No job here has a GPU in its AllocTRES, though jobs ran with allocations: if they had GPUs, Slurm did "
+            "not record them (add gres/gpu to AccountingStorageTRES in slurm.conf, `gpuclust audit partition` "
+            "checks it); the GPU-hours are 0 as recorded, not as used.")
     report = build_report(table, config, period, target=target, top=top, input_info=info)
     if parsed is not None:
         report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
@@ -252,3 +258,16 @@ def build(
 # (input_period, rows_accounted and JobFilter live with their stages; their old names here still serve.)
 __all__ = ["FetchSummary", "JobFilter", "build", "fetch", "input_period", "read_input", "rows_accounted",
            "write_report"]
+
+
+def no_gpu_accounted(table: pa.Table) -> bool:
+    """Whether jobs ran with an AllocTRES but none names a GPU: a cluster whose AccountingStorageTRES lacks
+    gres/gpu (its GPU jobs look like CPU jobs to sacct), or a CPU-only dump."""
+    if not table.num_rows or "gpus" not in table.column_names or "alloc_tres" not in table.column_names:
+        return False
+    if pc.max(table.column("gpus")).as_py():
+        return False
+    tres = table.column("alloc_tres")
+    if pa.types.is_dictionary(tres.type):
+        tres = tres.cast(pa.string())
+    return bool(pc.sum(pc.greater(pc.utf8_length(pc.fill_null(tres, "")), 0)).as_py())

@@ -277,3 +277,14 @@ def test_unknown_api_version_of_a_real_document_is_refused_by_name() -> None:
         parse_input(json.dumps(doc).encode(), "|", "v46.json")
     text = str(exc.value.problems[0])
     assert "data_parser/v0.0.46 from openapi/slurmdbd, Slurm 26.11.0" in text and "data_parser/v0.0.44" in text
+
+
+def test_no_gpu_in_any_alloctres_is_said() -> None:
+    """Slurm-web's clusters do not account gres/gpu (the queue's tres_per_job names GPUs, AllocTRES none): the
+    report says that its GPU-hours are 0 as recorded, and points to AccountingStorageTRES."""
+    path = JSON / "25.11" / "slurmweb-v0.0.44-job-gpus-completed.json"
+    report, _ = pipeline.build(load_config(str(SITE)), WIDE, input_path=str(path))
+    assert any("AccountingStorageTRES" in note for note in report.data["input"]["notes"])
+    # a dump whose jobs have GPUs says nothing of it
+    gpu_dump, _ = pipeline.build(load_config(str(SITE)), None, input_path=str(DATA / "lab-pipe.txt"))
+    assert not any("AccountingStorageTRES" in note for note in gpu_dump.data["input"]["notes"])
