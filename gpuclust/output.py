@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
@@ -34,8 +35,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
+# A lone surrogate: a byte that was no UTF-8 in an input (argv, a file, Slurm's output), kept by surrogateescape.
+# It cannot be encoded to stdout or a UTF-8 file, so it is written as a JSON escape (\udcff), still valid JSON.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def to_json(obj: Any) -> str:
-    return json.dumps(_clean(obj), indent=2, sort_keys=False, default=_default, ensure_ascii=False)
+    text = json.dumps(_clean(obj), indent=2, sort_keys=False, default=_default, ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -17,6 +17,7 @@ free text, so it is asked for last and may hold the delimiter.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -124,6 +125,16 @@ def _time(text: str, source: str, line: int) -> float | None:
     return value.timestamp()
 
 
+# A byte that is no UTF-8, kept by the surrogateescape decoding of Slurm's output and of --events/--nodes files:
+# in a name it matches nothing and cannot be written to report.json, so it is refused where it is found.
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+def _not_utf8(value: str) -> str | None:
+    """`value` as the bytes it was, for a message, when it holds a byte that is no UTF-8 (else None)."""
+    return repr(value.encode("utf-8", "surrogateescape")) if _NOT_UTF8.search(value) else None
+
+
 def parse_events(text: str, source: str = "sacctmgr show event") -> Events:
     """`sacctmgr show event -P` output (with its header) -> node and cluster events. Rows that cannot be read
     are problems (file:line), not errors: one bad row does not hide the rest."""
@@ -147,6 +158,13 @@ def parse_events(text: str, source: str = "sacctmgr show event") -> Events:
             out.problems.append(Problem(source, lineno, f"{len(cells)} fields, the header has {len(header)}"))
             continue
         row = dict(zip(header, cells, strict=True))
+        if "Reason" in row:  # free text an admin typed: its bad bytes become U+FFFD, the event stands
+            row["Reason"] = _NOT_UTF8.sub("\ufffd", row["Reason"])
+        bad = next(((k, b) for k, v in row.items() if (b := _not_utf8(v)) is not None), None)
+        if bad is not None:
+            out.problems.append(Problem(source, lineno, f"{bad[0]} {bad[1]} holds a byte that is not UTF-8 "
+                                        "(sacctmgr writes UTF-8: fix the file or record it again)", bad[0]))
+            continue
         try:
             start = _time(row["Start"], source, lineno)
             end = _time(row["End"], source, lineno)
@@ -178,6 +196,11 @@ def parse_nodes(text: str, source: str = "scontrol show node -o") -> list[Node]:
         if not name:
             continue
         parts = tuple(p for p in record.get("Partitions", "").split(",") if p and p != "(null)")
+        for key, value in (("NodeName", name), ("Partitions", ",".join(parts))):
+            if (shown := _not_utf8(value)) is not None:
+                raise InputError(Problem(source, None, f"node {name.encode('utf-8', 'surrogateescape')!r}: {key} "
+                                         f"{shown} holds a byte that is not UTF-8 (scontrol writes UTF-8: fix the "
+                                         "file or record it again)", key))
         types: dict[str, int] = {}
         try:
             cfg = parse_tres(record.get("CfgTRES"))

@@ -94,16 +94,19 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
     lines: list[int] = []
     problems: list[Problem] = []
     usage_problems: list[str] = []
+    unread_steps = 0  # steps listed but not made rows (their job rejected, unreadable, no id): dropped steps
     for number, job in enumerate(jobs, start=1):
         where = f"jobs[{number - 1}]"
         if not isinstance(job, Mapping):
             problems.append(Problem(source, number, f"{where} is not an object (line = job record number)"))
             continue
+        listed = len(job["steps"]) if isinstance(job.get("steps"), list) else 0
         try:
             rec = registry.json_record(adapter, shape.plugin, job)
         except BadField as exc:
             problems.append(Problem(source, number, f"{where}{_job_label(job)}: cannot read {exc} "
                                                     "(line = job record number)", exc.field))
+            unread_steps += listed
             continue
         steps: list[dict[str, str]] = []
         if registry.step_usage:
@@ -111,6 +114,7 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
                 steps = step_records(job, rec["JobID"])
             except BadField as exc:  # the job's own record stands; only its usage is unknown
                 usage_problems.append(f"{source}:{number}: {where}{_job_label(job)}: cannot read {exc}")
+        unread_steps += listed - len(steps)
         for one in (rec, *steps):
             for name in registry.raw:
                 cols[name].append(one.get(name, ""))
@@ -122,6 +126,7 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
         options = dataclasses.replace(options, slurm_version="{}.{}".format(*shape.version[:2]))
     result = normalize(raw, pa.array(np.array(lines, dtype=np.int64)), pa.array(known, pa.bool_()), source,
                        extra_problems=problems, options=options)
+    result.steps_dropped += unread_steps  # (each record of the document lands in one bucket: rows_accounted)
     result.usage_warnings += len(usage_problems)
     result.usage_problems = usage_problems[:50] + result.usage_problems
     result.reader = "json"

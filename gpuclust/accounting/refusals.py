@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -138,6 +139,7 @@ def read_logs(paths: list[Path], tz: ZoneInfo, *, since: float | None = None, un
         except OSError as exc:
             raise InputError(Problem(str(path), None, f"cannot read the slurmctld log: {exc.strerror or exc}")) from None
         with handle:
+            lineno = 0
             try:
                 for lineno, line in enumerate(handle, start=1):
                     try:
@@ -155,8 +157,9 @@ def read_logs(paths: list[Path], tz: ZoneInfo, *, since: float | None = None, un
                         continue
                     seen.add(key)
                     out.refusals.append(refusal)
-            except (OSError, EOFError) as exc:  # a truncated .gz
-                out.bad_lines.append(Problem(str(path), None, f"stopped reading: {exc}"))
+            except (OSError, EOFError, zlib.error) as exc:  # a truncated or damaged .gz (zlib.error: bad deflate data)
+                out.bad_lines.append(Problem(str(path), None, f"stopped reading after line {lineno}: {exc}; the "
+                                             "refusals after it are not counted (check the file with gzip -t)"))
     out.refusals.sort(key=lambda r: r.time)
     return out
 
