@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -222,3 +223,23 @@ def test_numbers_fast_path_agrees_with_the_regex(values: list[str]) -> None:
     slow, slow_bad = usage.numbers(pa.array(values + ["x"], pa.string()))  # one non-number: the regex path
     assert fast_bad.tolist() == slow_bad[:-1].tolist()
     assert [None if v != v else v for v in fast.tolist()] == [None if v != v else v for v in slow[:-1].tolist()]
+
+
+_clock_text = st.one_of(
+    st.builds(lambda h, m, s: f"{h:02d}:{m:02d}:{s:02d}", st.integers(0, 99), st.integers(0, 99), st.integers(0, 99)),
+    st.builds(lambda d, h, m, s: f"{d}-{h:02d}:{m:02d}:{s:02d}", st.integers(0, 30), st.integers(0, 23),
+              st.integers(0, 59), st.integers(0, 59)),
+    st.builds(lambda m, s, ms: f"{m:02d}:{s:02d}.{ms:03d}", st.integers(0, 59), st.integers(0, 59), st.integers(0, 999)),
+    st.text(alphabet="0123456789:-. x", min_size=0, max_size=10),
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(values=st.lists(_clock_text, min_size=1, max_size=30))
+def test_clock_seconds_kernel_agrees_with_the_regex(values):
+    """`HH:MM:SS` by Elapsed's byte kernel is what the regex gives; every other shape still goes to the regex."""
+    arr = pa.array(values, pa.string())
+    got, bad = usage.clock_seconds(arr)
+    ref, ref_bad = usage._clock_regex(arr)
+    assert bad.tolist() == ref_bad.tolist()
+    assert np.allclose(got, ref, equal_nan=True)
