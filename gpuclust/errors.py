@@ -48,10 +48,26 @@ class SlurmError(GpuclustError):
     """Anything that went wrong talking to Slurm."""
 
 
+_SLURM_TOOLS = frozenset(("sacct", "sacctmgr", "sbatch", "scontrol", "sdiag", "sinfo", "squeue", "sreport", "srun",
+                          "sshare", "sprio", "scancel"))
+
+
+def _is_slurm_tool(argv: Sequence[str]) -> bool:
+    return bool(argv) and argv[0].rsplit("/", 1)[-1] in _SLURM_TOOLS
+
+
+def _daemon_check(argv: Sequence[str]) -> str:
+    """The command that tells whether the daemon behind this tool answers (slurmdbd for accounting)."""
+    if argv[0].rsplit("/", 1)[-1] in ("sacct", "sacctmgr", "sreport"):
+        return "`sacctmgr show cluster` checks that slurmdbd answers"
+    return "`scontrol ping` checks that slurmctld answers"
+
+
 class SlurmCommandNotFound(SlurmError):
     def __init__(self, argv: Sequence[str]):
         self.argv = list(argv)
-        super().__init__(f"Slurm command not found: {self.argv[0]!r} (is Slurm installed and on PATH?)")
+        super().__init__(f"Slurm command not found: {self.argv[0]!r} (is Slurm installed and on PATH?); install "
+                         "it on this host or add its directory to PATH")
 
 
 class SlurmCommandError(SlurmError):
@@ -63,7 +79,9 @@ class SlurmCommandError(SlurmError):
         self.stderr = stderr
         self.stdout = stdout
         detail = stderr.strip() or stdout.strip() or "(no output)"
-        super().__init__(f"{' '.join(self.argv)} exited {returncode}: {detail}")
+        # Slurm's own stderr says what failed, not what to do: point at the check that tells which daemon is down.
+        hint = f"\nhint: run the command by hand to see why; {_daemon_check(self.argv)}" if _is_slurm_tool(self.argv) else ""
+        super().__init__(f"{' '.join(self.argv)} exited {returncode}: {detail}{hint}")
 
 
 class SlurmTimeout(SlurmError):
@@ -72,7 +90,8 @@ class SlurmTimeout(SlurmError):
     def __init__(self, argv: Sequence[str], timeout: float):
         self.argv = list(argv)
         self.timeout = timeout
-        super().__init__(f"{' '.join(self.argv)} timed out after {timeout:g}s (process group killed)")
+        hint = f"; raise --slurm-timeout, or check Slurm: {_daemon_check(self.argv)}" if _is_slurm_tool(self.argv) else ""
+        super().__init__(f"{' '.join(self.argv)} timed out after {timeout:g}s (process group killed){hint}")
 
 
 class SlurmOutputError(SlurmError):

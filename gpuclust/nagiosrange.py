@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from gpuclust.exitcodes import Nagios
 
-RANGE_HELP = "a Nagios range: N (alert above N), N: (below N), ~:N (above N), A:B (outside), @A:B (inside)"
+RANGE_HELP = ("a Nagios range: N (alert above N), N: (below N), ~:N (above N), A:B (outside), @A:B (inside); "
+              "give one of those forms, e.g. -w 0 -c 2")
 
 
 @dataclass(frozen=True)

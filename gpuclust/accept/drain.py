@@ -51,7 +51,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 def valid_node_name(name: str) -> str:
     """One plain node name (no hostlist expression, no leading '-', nothing scontrol would read as syntax)."""
     if not isinstance(name, str) or not _NODE_NAME.fullmatch(name):
-        raise UnsafeValueError(f"node name {name!r} is not a plain Slurm node name (letters, digits, '_', '.', '-')")
+        raise UnsafeValueError(f"node name {name!r} is not a plain Slurm node name (letters, digits, '_', '.', '-'); "
+                               "give one node's name as `sinfo -N` prints it")
     return name
 
 

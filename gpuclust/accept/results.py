@@ -382,7 +382,8 @@ def parse_result_text(text: str, path: str) -> tuple[JobResult | None, list[Prob
             problems.append(Problem(path, lineno, "a result line must be a JSON object"))
             continue
         if "schema" in obj and obj["schema"] not in READABLE_SCHEMAS:
-            problems.append(Problem(path, lineno, f"unknown schema {obj.get('schema')!r} (expected {SCHEMA!r})",
+            problems.append(Problem(path, lineno, f"unknown schema {obj.get('schema')!r} (expected {SCHEMA!r}); remove "
+                                    "this file from the results directory or rerun the job with this gpuclust",
                                     "schema"))
             continue
         rtype = obj.get("type")
@@ -464,7 +465,8 @@ def scan_results(
     bad: list[str] = []
     directory = Path(results_dir)
     if not directory.exists():
-        return ResultScan([], [Problem(str(directory), None, "results directory does not exist")], [],
+        return ResultScan([], [Problem(str(directory), None, "results directory does not exist: point --results-dir (or the site results_dir) "
+                                           "at the acceptance results, or run `gpuclust accept submit` first")], [],
                           str(directory))
     for path in result_files(directory):
         match = _FILE_NAME.fullmatch(path.name)

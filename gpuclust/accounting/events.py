@@ -150,7 +150,8 @@ def parse_events(text: str, source: str = "sacctmgr show event") -> Events:
             missing = [f for f in ("Event", "NodeName", "Start", "End", "TRES") if f not in header]
             if missing:
                 raise InputError(Problem(source, lineno, f"not a `sacctmgr show event -P` header: missing "
-                                         f"{', '.join(missing)}"))
+                                         f"{', '.join(missing)}; write it with `sacctmgr show event -P "
+                                         "format=Event,NodeName,Start,End,State,User,TRES,Reason`"))
             continue
         if len(cells) > len(header) and header[-1] == "Reason":  # a '|' inside the free-text reason
             cells = [*cells[: len(header) - 1], "|".join(cells[len(header) - 1:])]
@@ -184,7 +185,8 @@ def parse_events(text: str, source: str = "sacctmgr show event") -> Events:
             out.nodes.append(NodeEvent(row["NodeName"], start, end, row.get("State", ""), row.get("Reason", ""),
                                        row.get("User", ""), gpus, types))
     if header is None and text.strip():
-        raise InputError(Problem(source, 1, "empty or headerless `sacctmgr show event` output"))
+        raise InputError(Problem(source, 1, "empty or headerless `sacctmgr show event` output; write it with `sacctmgr show "
+                                 "event -P format=Event,NodeName,Start,End,State,User,TRES,Reason`"))
     return out
 
 

@@ -56,7 +56,8 @@ def load_document(data: bytes | str, source: str) -> Any:
     try:
         return json.loads(decoded)
     except json.JSONDecodeError as exc:
-        raise InputError(Problem(source, exc.lineno, f"not valid JSON: {exc.msg} (column {exc.colno})")) from None
+        raise InputError(Problem(source, exc.lineno, f"not valid JSON: {exc.msg} (column {exc.colno}); check that the "
+                                                 "file is complete `sacct --json` output (not cut short)")) from None
     except RecursionError:
         raise InputError(Problem(source, None, "not readable JSON: nested too deeply (arrays/objects inside each "
                                                "other beyond Python's recursion limit)")) from None
@@ -74,10 +75,11 @@ def parse_json(data: bytes | str, source: str = "<input>", *, options: ReaderOpt
     if not isinstance(doc, Mapping):
         kind = "a list" if isinstance(doc, list) else type(doc).__name__
         raise InputError(Problem(source, None, f"sacct --json output must be an object with a 'jobs' list, "
-                                               f"not {kind}"))
+                                               f"not {kind}; give the whole output of `sacct --json`"))
     jobs = doc.get("jobs")
     if not isinstance(jobs, list):
-        raise InputError(Problem(source, None, "sacct --json output must be an object with a 'jobs' list"))
+        raise InputError(Problem(source, None, "sacct --json output must be an object with a 'jobs' list; "
+                                               "give the whole output of `sacct --json`"))
     shape = read_shape(doc)
     adapter: SacctJsonAdapter
     if not jobs and not shape.plugin:

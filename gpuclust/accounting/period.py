@@ -82,17 +82,17 @@ def resolve_period(
     if not since and not until:
         return None
     if not since:
-        raise InputError(Problem("--until", None, "needs --since (an open-ended --since runs to now)"))
+        raise InputError(Problem("--until", None, "needs --since (an open-ended --since runs to now): add --since, e.g. --since 7d"))
     start = parse_when(since, tz, now, "--since")
     end = parse_when(until, tz, now, "--until") if until else now.replace(microsecond=0)
     for flag, value, when in (("--since", since, start), ("--until", until or "now", end)):
         if not EARLIEST <= when <= LATEST:  # (the store's lookback reaches a century before the start)
             raise InputError(Problem(flag, None, f"{value} is outside {EARLIEST.year}-{LATEST.year}: "
-                                                 "Slurm records none there"))
+                                                 "Slurm records none there; give a later date"))
     if end <= start:
         raise InputError(Problem("--until" if until else "--since",
                                  None, f"the period is empty: {end.isoformat()} ({until or 'now'}) is not after "
-                                       f"{start.isoformat()} ({since})"))
+                                       f"{start.isoformat()} ({since}); give an --until after --since"))
     return Period(start, end)
 
 

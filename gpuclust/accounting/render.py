@@ -51,7 +51,8 @@ def prepare_out_dir(out_dir: Path) -> None:
         os.close(fd)
         os.unlink(tmp)
     except (OSError, ValueError) as exc:
-        raise InputError(Problem(str(out_dir), None, f"cannot write the report here: {_why(exc)}")) from None
+        raise InputError(Problem(str(out_dir), None, f"cannot write the report here: {_why(exc)}; point --out at a "
+                                                          "directory you can write")) from None
 
 
 def _why(exc: BaseException) -> str:

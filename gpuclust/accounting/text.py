@@ -59,9 +59,10 @@ def decode_delimiter(text: str) -> str:
         text.encode("utf-8")
     except UnicodeError as exc:  # `\x` without hex digits, a lone `\`, bytes that are no text
         why = exc.reason if isinstance(exc, UnicodeDecodeError | UnicodeEncodeError) else str(exc)
-        raise InputError(f"bad delimiter {given!r}: {why} (escapes: \\t, \\xHH, \\\\)") from None
+        raise InputError(f"bad delimiter {given!r}: {why}; use a literal string or the escapes "
+                         "\\t, \\xHH, \\\\") from None
     if not text or "\n" in text or "\r" in text:
-        raise InputError(f"bad delimiter {given!r}: must be non-empty and without newlines")
+        raise InputError(f"bad delimiter {given!r}: give a non-empty string without newlines, e.g. '|'")
     return text
 
 
@@ -131,7 +132,8 @@ def parse_parsable(
         raise InputError(f"bad delimiter {delimiter!r}")
     header = header_line.rstrip(b"\r").decode("utf-8", "replace").split(delimiter)
     if not header_line.strip():
-        raise InputError(Problem(source, 1, "empty input: expected a header line of sacct field names"))
+        raise InputError(Problem(source, 1, "empty input: expected a header line of sacct field names; give a dump written by "
+                                           "`sacct --parsable2` (with its header) or `sacct --json`"))
     _check_header(header, header_line, delimiter, source, registry)
     seen: dict[str, int] = {}
     for col, name in enumerate(header, start=1):

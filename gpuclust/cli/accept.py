@@ -12,6 +12,10 @@ from gpuclust.cli.params import (
     TIME,
     TIME_HELP,
     CheckTimedOut,
+    HintChoice,
+    HintFloatRange,
+    HintIntRange,
+    HintPath,
     RangeType,
     check_deadline,
     complete_account,
@@ -34,10 +38,10 @@ def group() -> None:
 
 
 @group.command("submit")
-@click.argument("kind", type=click.Choice(["allreduce", "pairwise", "storage", "all"]))
+@click.argument("kind", type=HintChoice(["allreduce", "pairwise", "storage", "all"]))
 @click.option("--partition", "-p", required=True, shell_complete=complete_partition, help="Partition to test (its [partition] section sets GPUs and gates).")
-@click.option("--nodes", "-N", type=click.IntRange(min=1), required=True, help="Nodes per job (pairwise and storage need 2+).")
-@click.option("--gpus-per-node", type=click.IntRange(min=0), default=None,
+@click.option("--nodes", "-N", type=HintIntRange(min=1), required=True, help="Nodes per job (pairwise and storage need 2+).")
+@click.option("--gpus-per-node", type=HintIntRange(min=0), default=None,
               help="GPUs to request per node (default: gpus_per_node of the partition; 0 = CPU only).")
 @click.option("--account", "-A", default=None, shell_complete=complete_account, help="Slurm account to charge.")
 @click.option("--qos", default=None, help="Slurm QOS.")
@@ -46,15 +50,15 @@ def group() -> None:
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="Template parameter, e.g. --set ACCEPT_MAX_SIZE=64M (repeatable; see the template headers).")
 @click.option("--python", default=None, help="Interpreter the jobs run (default: the one running gpuclust).")
-@click.option("--template-dir", default=None, type=click.Path(file_okay=False),
+@click.option("--template-dir", default=None, type=HintPath(file_okay=False),
               help="Directory of the sbatch templates (default: $GPUCLUST_TEMPLATE_DIR, then the repo's).")
 @click.option("--container", "container_image", default=None, metavar="IMAGE",
               help="Run the steps inside this image (OCI bundle dir, SIF/squashfs file, or a reference pinned "
                    "@sha256:...); its digest and runtime are recorded with the results.")
-@click.option("--container-runtime", type=click.Choice(["auto", "oci", "pyxis", "apptainer"]), default="auto",
+@click.option("--container-runtime", type=HintChoice(["auto", "oci", "pyxis", "apptainer"]), default="auto",
               show_default=True, help="oci: Slurm's --container (oci.conf); pyxis: --container-image; "
                                       "apptainer: apptainer/singularity exec; auto: detect.")
-@click.option("--dcgm-level", type=click.IntRange(0, 4), default=None,
+@click.option("--dcgm-level", type=HintIntRange(0, 4), default=None,
               help="Before the run, also run `dcgmi diag -r N -j` on each node where dcgmi exists, and gate on it "
                    "(ACCEPT_DCGM_LEVEL; 1 quick, 2 medium, 3 long, 4 very long; 0 or absent: none).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
@@ -106,7 +110,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
 @group.command("report")
 @click.option("--job", "job_id", default=None, help="Judge this job's results only.")
 @click.option("--since", type=TIME, default=None, help=f"Judge every result since this time. {TIME_HELP}")
-@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+@click.option("--results-dir", default=None, type=HintPath(file_okay=False),
               help="Results directory (default: results_dir of the site config).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (per-node verdicts and reasons).")
 @click.option("--compare-container", is_flag=True,
@@ -116,7 +120,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
               help="Drain each failed node (reason 'gpuclust:CLASS:DETAIL job ID ...'); resume the nodes gpuclust "
                    "drained once they pass again; never touch another's drain.")
 @click.option("--dry-run", is_flag=True, help="With --drain: print the scontrol commands, run none.")
-@click.option("--max-drain", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+@click.option("--max-drain", type=HintFloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="With --drain: drain nothing when more than this fraction of the judged nodes failed.")
 @click.option("-w", "--warning", "warning", type=RangeType(), default=None, metavar="RANGE",
               help="WARNING when nodes_critical (the number of nodes whose own verdict is CRITICAL) is outside "
@@ -126,7 +130,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
               help="CRITICAL when nodes_critical is outside this Nagios range, e.g. -c 3 (more than 3 failing "
                    "nodes); -w 0 -c 3: 1 to 3 failing nodes WARNING, 4 or more CRITICAL. Ranges: N (alert above "
                    "N), N: (below N), ~:N (above N), A:B (outside), @A:B (inside).")
-@click.option("-t", "--timeout", "timeout", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+@click.option("-t", "--timeout", "timeout", type=HintIntRange(min=1), default=None, metavar="SECONDS",
               help="End with UNKNOWN ('timed out after N s', exit 3) when the whole check takes longer; keep "
                    "it under the Nagios service check timeout. Default: no overall limit (each Slurm command "
                    "has --slurm-timeout).")
@@ -167,7 +171,8 @@ def _report(app: AppContext, job_id: str | None, since: TimeSpec | None, results
     from gpuclust.accept.results import scan_results
 
     if job_id is not None and not job_id.replace("_", "").isdigit():
-        raise click.BadParameter(f"{job_id!r} is not a Slurm job id", param_hint="--job")
+        raise click.BadParameter(f"{job_id!r} is not a Slurm job id; give the number sbatch printed, e.g. "
+                                  "--job 12345", param_hint="--job")
     if job_id and since:
         raise click.UsageError("give --job or --since, not both")
     if dry_run and not drain_nodes:
@@ -226,9 +231,9 @@ def _drain(app: AppContext, result: Report, as_json: bool, dry_run: bool, max_dr
 
 @group.command("node-status")
 @click.argument("node")
-@click.option("--results-dir", default=None, type=click.Path(file_okay=False),
+@click.option("--results-dir", default=None, type=HintPath(file_okay=False),
               help="Results directory (default: results_dir of the site config).")
-@click.option("--stale-days", type=click.IntRange(min=1), default=None,
+@click.option("--stale-days", type=HintIntRange(min=1), default=None,
               help="A result older than this is stale (default: [site] acceptance_stale_days).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @pass_app

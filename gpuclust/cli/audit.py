@@ -14,6 +14,9 @@ from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
 from gpuclust.cli.params import (
     CheckTimedOut,
+    HintChoice,
+    HintIntRange,
+    HintPath,
     RangeType,
     check_deadline,
     complete_partition,
@@ -34,13 +37,13 @@ def group() -> None:
 @click.argument("name", required=False, shell_complete=complete_partition)
 @click.option("--all", "all_partitions", is_flag=True, help="Audit every partition (exit with the worst status).")
 @click.option("--json", "as_json", is_flag=True, help="Print every finding as JSON {check, severity, nodes, message}.")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
+@click.option("--baseline", "baseline_path", type=HintPath(dir_okay=False),
               help="Diff the nodes against a saved `--json` output: nodes added, removed or changed.")
-@click.option("--source", type=click.Choice(SOURCES), default="auto", show_default=True,
+@click.option("--source", type=HintChoice(SOURCES), default="auto", show_default=True,
               help="Where node data comes from: JSON where the Slurm version has it (auto), or scontrol -o text.")
-@click.option("--skip", type=click.Choice(CHECK_FAMILIES), multiple=True,
+@click.option("--skip", type=HintChoice(CHECK_FAMILIES), multiple=True,
               help="Skip a family of checks (repeatable).")
-@click.option("--results-dir", type=click.Path(file_okay=False),
+@click.option("--results-dir", type=HintPath(file_okay=False),
               help="Acceptance results store (default: results_dir from the site config).")
 @click.option("--problems-only", is_flag=True, help="Text output: hide OK findings.")
 @click.option("-w", "--warning", "warning", type=RangeType(), default=None, metavar="RANGE",
@@ -51,7 +54,7 @@ def group() -> None:
               help="CRITICAL when the unavailable nodes are outside this Nagios range; -w 1 -c 4: 2 to 4 "
                    "unavailable WARNING, 5 or more CRITICAL. Ranges: N (alert above N), N: (below N), ~:N, "
                    "A:B (outside), @A:B (inside).")
-@click.option("-t", "--timeout", "timeout", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+@click.option("-t", "--timeout", "timeout", type=HintIntRange(min=1), default=None, metavar="SECONDS",
               help="End with UNKNOWN ('timed out after N s', exit 3) when the whole audit takes longer; keep it "
                    "under the Nagios service check timeout. Default: no overall limit (each Slurm command has "
                    "--slurm-timeout).")

@@ -8,6 +8,7 @@ import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
+from gpuclust.cli.params import HintPath
 from gpuclust.config import check_config, find_config_path, load_config
 from gpuclust.exitcodes import EXIT_INPUT
 
@@ -18,7 +19,7 @@ def group() -> None:
 
 
 @group.command("check")
-@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.argument("file", required=False, type=HintPath(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print problems as JSON.")
 @pass_app
 def check(app: AppContext, file: str | None, as_json: bool) -> None:

@@ -16,6 +16,7 @@ import click
 
 from gpuclust import resources
 from gpuclust.cli import roff as roffgen
+from gpuclust.cli.params import HintPath
 
 SITE_CONFIG_NAMES = ("site.example.conf", "site.conf")
 
@@ -55,7 +56,7 @@ def config_example(name: str, list_names: bool, show_path: bool) -> None:
     found = files.get("site.example.conf" if name in SITE_CONFIG_NAMES else name)
     if found is None or not found.is_file():
         raise click.BadParameter(f"no shipped file named {name!r}; expected one of: {', '.join(files)} "
-                                 "(gpuclust config example --list)", param_hint="NAME")
+                                 "; use one of those (`gpuclust config example --list` lists them)", param_hint="NAME")
     if show_path:
         click.echo(str(found))
     else:
@@ -93,7 +94,7 @@ def plain_text(root: click.Group, page: str) -> str:
 
 @click.command("man")
 @click.argument("command", required=False, default="gpuclust")
-@click.option("--write", "write_dir", type=click.Path(file_okay=False),
+@click.option("--write", "write_dir", type=HintPath(file_okay=False),
               help="Write every page (gpuclust.1, gpuclust-GROUP.1) into this directory instead, e.g. "
               "/usr/local/share/man/man1 (then: mandb -q; man gpuclust-report).")
 @click.option("--roff", is_flag=True, help="Print the page's roff source instead of formatting it.")
@@ -114,7 +115,8 @@ def man(command: str, write_dir: str | None, roff: bool) -> None:
     page = command.removeprefix("gpuclust-").removesuffix(".1") if command != "gpuclust" else command
     names = sorted(root.commands)
     if page != "gpuclust" and page not in names:
-        raise click.BadParameter(f"no manual page for {command!r}; expected gpuclust or one of: {', '.join(names)}",
+        raise click.BadParameter(f"no manual page for {command!r}; expected gpuclust or one of: {', '.join(names)}; "
+                                 "use one of those, e.g. `gpuclust man report`",
                                  param_hint="COMMAND")
     filename = f"{'gpuclust' if page == 'gpuclust' else 'gpuclust-' + page}.{roffgen.SECTION}"
     text = roff_pages(root)[filename]

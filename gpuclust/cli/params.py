@@ -46,6 +46,49 @@ TIME = TimeType()
 TIME_HELP = f"Forms: {FORMS} (site time zone)."
 
 
+# ---- click's own types, with a what-to-do -----------------------------------------------------------------
+# click says what is wrong ("File 'x' does not exist.") but not what to do; every gpuclust message must, so the
+# commands use these subclasses, which append the next step to click's message (its first words unchanged).
+
+
+def _path_hint(message: str) -> str:
+    if message.endswith("does not exist."):
+        return "Check the spelling (a relative path starts at the current directory) and give an existing path."
+    if message.endswith("is a directory."):
+        return "Give a file, not a directory."
+    if message.endswith("is a file."):
+        return "Give a directory, not a file."
+    return "Check the path and its permissions (ls -l)."
+
+
+class HintPath(click.Path):
+    """click.Path whose refusals say what to do."""
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
+        super().fail(f"{message} {_path_hint(message)}", param, ctx)
+
+
+class HintChoice(click.Choice):
+    """click.Choice whose refusal says to pick one of the listed values."""
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
+        super().fail(f"{message.rstrip('.')}: use one of those (see --help).", param, ctx)
+
+
+class HintIntRange(click.IntRange):
+    """click.IntRange whose refusal says to give a value in range."""
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
+        super().fail(f"{message} Give a whole number in that range.", param, ctx)
+
+
+class HintFloatRange(click.FloatRange):
+    """click.FloatRange whose refusal says to give a value in range."""
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
+        super().fail(f"{message} Give a number in that range.", param, ctx)
+
+
 # ---- names completed from the site config -----------------------------------------------------------------
 
 
@@ -166,7 +209,7 @@ def _path(ctx: click.Context) -> tuple[str, ...]:
 
 def config_option(envvar: bool = False) -> click.Option:
     return click.Option(
-        ["--config", "config_path"], type=click.Path(dir_okay=False), expose_value=False, is_eager=True,
+        ["--config", "config_path"], type=HintPath(dir_okay=False), expose_value=False, is_eager=True,
         envvar="GPUCLUST_CONFIG" if envvar else None, callback=set_config,
         help="Site config (default: $GPUCLUST_CONFIG, then /etc/gpuclust/site.conf); before or after the "
              "subcommand." if envvar else "Site config, as gpuclust --config (either place works).")

@@ -10,14 +10,14 @@ import click
 
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json
-from gpuclust.cli.params import complete_account, set_quiet
+from gpuclust.cli.params import HintPath, complete_account, set_quiet
 from gpuclust.errors import InputError, Problem
 from gpuclust.exitcodes import EXIT_NEGATIVE, EXIT_OK
 from gpuclust.policy.compile import compile_policy
 from gpuclust.policy.evaluate import Evaluator
 from gpuclust.policy.quotas import apply_plan, plan_from_slurm
 from gpuclust.policy.render import render_lua, write_lua
-from gpuclust.policy.sbatch import DEFAULT_VERSION, job_desc_from_options, table_for
+from gpuclust.policy.sbatch import DEFAULT_VERSION, SbatchRefusal, job_desc_from_options, table_for
 
 
 @click.group("policy")
@@ -26,7 +26,7 @@ def group() -> None:
 
 
 @group.command("render")
-@click.option("--out", "out", type=click.Path(dir_okay=False), help="Write job_submit.lua here (atomically) instead of stdout.")
+@click.option("--out", "out", type=HintPath(dir_okay=False), help="Write job_submit.lua here (atomically) instead of stdout.")
 @pass_app
 def render(app: AppContext, out: str | None) -> None:
     """Render the site config's policy as a Lua 5.1 job_submit.lua (data tables + the fixed engine)."""
@@ -75,7 +75,7 @@ def _detect_gres(app: AppContext) -> frozenset[str]:
 @click.option("--account", "account", shell_complete=complete_account, help="Same as -A in the sbatch options (those win if both are given).")
 @click.option("--default-account", "default_account", help="The user's default account, used by Slurm when the job has no -A.")
 @click.option("--default-qos", "default_qos", help="The user's default QOS.")
-@click.option("--script", "script", type=click.Path(exists=True, dir_okay=False), help="Batch script whose #SBATCH lines are read.")
+@click.option("--script", "script", type=HintPath(exists=True, dir_okay=False), help="Batch script whose #SBATCH lines are read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and the job_desc as JSON.")
 @click.option("--slurm-version", "slurm_version", default=None,
               help="Read the options as this Slurm release's sbatch does (default: env GPUCLUST_SLURM_VERSION, else the "
@@ -119,9 +119,12 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
                                     default_account=default_account, default_qos=default_qos, version=version,
                                     script_source=script, gres_names=names)
     except InputError as exc:
-        if not hints:
+        notes = list(hints)
+        if isinstance(exc, SbatchRefusal):  # sbatch's own words say what is wrong, not what to do
+            notes.append(SBATCH_FIX_HINT)
+        if not notes:
             raise
-        raise type(exc)([*exc.problems, *(Problem("", None, f"hint: {h}") for h in hints)]) from None
+        raise type(exc)([*exc.problems, *(Problem("", None, f"hint: {h}") for h in notes)]) from None
     for hint in hints:  # accepted as sbatch reads it, yet most likely not what was meant
         if hint.startswith("-q "):
             click.echo(f"gpuclust: note: {hint}", err=True)
@@ -139,6 +142,10 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
 
 # gpuclust's own options that sbatch lacks, given among the sbatch options: sbatch refuses them there.
 _GLOBAL_ONLY = ("--config", "--slurm-timeout")
+
+
+SBATCH_FIX_HINT = ("sbatch would refuse this too: fix the option or script line named above "
+                   "(`man sbatch` gives each option's form)")
 
 
 def _placement_hints(args: list[str]) -> list[str]:

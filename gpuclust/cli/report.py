@@ -18,7 +18,7 @@ from click.core import ParameterSource
 from gpuclust.accounting.period import PERIODS, resolve_period
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json, format_table
-from gpuclust.cli.params import TIME, TIME_HELP
+from gpuclust.cli.params import TIME, TIME_HELP, HintChoice, HintIntRange, HintPath
 from gpuclust.errors import InputError
 from gpuclust.exitcodes import EXIT_NEGATIVE
 from gpuclust.timespec import TimeSpec
@@ -30,7 +30,7 @@ _PERIOD_OPTIONS = [
     click.option("--since", type=TIME, help=f"Period start. {TIME_HELP} Without --until the period runs to now, "
                                              "as with sacct -S."),
     click.option("--until", type=TIME, help="Period end (exclusive), same forms as --since (default: now)."),
-    click.option("--period", "period_name", type=click.Choice(PERIODS),
+    click.option("--period", "period_name", type=HintChoice(PERIODS),
                  help="A named period instead of --since/--until (days in the site time zone)."),
 ]
 
@@ -93,7 +93,7 @@ def group() -> None:
 
 @group.command("fetch")
 @_period_options
-@click.option("--via", type=click.Choice(VIA), default="parsable", show_default=True,
+@click.option("--via", type=HintChoice(VIA), default="parsable", show_default=True,
               help="Read sacct as --parsable2 text (multi-character delimiter) or as --json (22.05's JSON loses exit codes; "
                    "a JSON shape gpuclust was not proven on is refused, use parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fetch summary as JSON.")
@@ -151,32 +151,32 @@ def _build_config(app: AppContext, input_path: str | None, writes: bool = True) 
 
 @group.command("build")
 @_period_options
-@click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--input", "input_path", type=HintPath(dir_okay=False, exists=True),
               help="Read this sacct dump (--parsable2 with its header line, at least JobID, State, Start, End; or "
                    "--json) instead of the store. Needs no site config (then: defaults, no prices).")
-@click.option("--events", "events_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--events", "events_path", type=HintPath(dir_okay=False, exists=True),
               help="With --input: `sacctmgr show event -P format=Event,NodeName,Start,End,State,User,TRES,Reason` "
                    "output for the period (capacity unknown without it).")
-@click.option("--nodes", "nodes_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--nodes", "nodes_path", type=HintPath(dir_okay=False, exists=True),
               help="With --input: `scontrol show node -o` output (each node's GPUs and partitions).")
-@click.option("--sreport", "sreport_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--sreport", "sreport_path", type=HintPath(dir_okay=False, exists=True),
               help="With --input: `sreport -P -n cluster utilization -T gres/gpu -t minutes` output (cross-check).")
-@click.option("--reasons", "reasons_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--reasons", "reasons_path", type=HintPath(dir_okay=False, exists=True),
               help="With --input: `sacct -a -D -X -P -n -o JobIDRaw,Start,Reason` output (queue wait by pending reason). "
                    "Not needed when the dump has the Reason column (`report fetch` asks for it); where both give a "
                    "job's reason, this file's wins.")
-@click.option("--slurmctld-log", "log_path", type=click.Path(dir_okay=False),
+@click.option("--slurmctld-log", "log_path", type=HintPath(dir_okay=False),
               help="With --input: slurmctld's log (its rotated .1 and .gz siblings are read too) for the refusals.")
 @click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
               help="Delimiter of a --parsable2 --input file; backslash escapes allowed, e.g. '\\x1f|\\x1e' "
                    "(default: told from the header line: gpuclust's fetch delimiter '\\x1f|\\x1e', else '|').")
 @click.option("--format", "formats", default="html,csv,json,prom", show_default=True, callback=_named(_parse_formats),
               help="Comma-separated outputs: html, csv, json, prom, parquet.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+@click.option("--out", "out_dir", type=HintPath(file_okay=False),
               help="Output directory (default: site report_dir).")
 @click.option("--target", type=float, callback=lambda _c, _p, value: _check_target(value),
               help="Completed runs per month to size for, >= 0 (default: site config).")
-@click.option("--top", type=click.IntRange(1, 10000), default=20, show_default=True,
+@click.option("--top", type=HintIntRange(1, 10000), default=20, show_default=True,
               help="How many top failures to list.")
 @click.option("--strict", is_flag=True, help="Exit 2 if any input row could not be parsed (default: report and go on).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json's content on stdout too.")
@@ -231,7 +231,8 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         count = "every attempt" if entry.get("count") is None else f"{entry['count']} attempt(s)"
         app.note(f"note: unknown for {count}, no {entry['missing']}: {entry['unknown']}")
     if strict and info.get("rejected_rows"):
-        raise InputError(f"{info['rejected_rows']} input row(s) could not be parsed (see warnings above)")
+        raise InputError(f"{info['rejected_rows']} input row(s) could not be parsed (see warnings above): fix "
+                         "those lines, or drop --strict to report without them")
     written = write_report(report, out, fmts)
     if as_json:
         echo_json(report.data)
@@ -263,22 +264,22 @@ SHOW_ROWS = ("jobs", "runs", "findings")
 
 @group.command("show")
 @_period_options
-@click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--input", "input_path", type=HintPath(dir_okay=False, exists=True),
               help="Read this sacct dump (--parsable2 with its header line, or --json) instead of the store, as "
                    "`report build --input` does. Needs no site config (then: defaults, no prices).")
 @click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
               help="Delimiter of a --parsable2 --input file (default: told from the header line).")
 @click.option("--slurm-version", "slurm_version", callback=_named(_check_slurm_version),
               help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), for gres/gpuutil.")
-@click.option("--by", type=click.Choice(SHOW_BY), default="partition", show_default=True,
+@click.option("--by", type=HintChoice(SHOW_BY), default="partition", show_default=True,
               help="Group the detail table (and --rows runs) by partition, account or user.")
-@click.option("--format", "fmt", type=click.Choice(("table", "json", "jsonl")), default="table", show_default=True,
+@click.option("--format", "fmt", type=HintChoice(("table", "json", "jsonl")), default="table", show_default=True,
               help="table: the answers, then the detail, for reading; json: the same summary as one JSON "
                    "document; jsonl: one JSON object per --rows row, for log shippers.")
-@click.option("--rows", type=click.Choice(SHOW_ROWS), default="jobs", show_default=True,
+@click.option("--rows", type=HintChoice(SHOW_ROWS), default="jobs", show_default=True,
               help="With --format jsonl: jobs (one per GPU job that ended in the period), runs (the runs table "
                    "per --by group) or findings (the top failures and the jobs that held GPUs idle longest).")
-@click.option("--top", type=click.IntRange(1, 10000), default=5, show_default=True,
+@click.option("--top", type=HintIntRange(1, 10000), default=5, show_default=True,
               help="How many top failures to show (and, with --rows findings, to emit).")
 @pass_app
 def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
@@ -294,7 +295,8 @@ def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, pe
     from gpuclust.accounting.text import decode_delimiter
 
     if fmt != "jsonl" and click.get_current_context().get_parameter_source("rows") is not ParameterSource.DEFAULT:
-        raise click.UsageError("--rows goes with --format jsonl (the table and json formats show the summary)")
+        raise click.UsageError("--rows goes with --format jsonl (the table and json formats show the summary): add "
+                                "--format jsonl or drop --rows")
     config = _build_config(app, input_path, writes=False)
     memory.keep_freed_memory()
     delim = None if delimiter is None else decode_delimiter(delimiter)

@@ -31,6 +31,9 @@ def decode_config(data: bytes, path: str) -> tuple[str, list[Problem]]:
     is reported as `file:line` (and decoded with replacement characters, so the rest of the file is still
     read and checked)."""
     problems: list[Problem] = []
+    if b"\0" in data[:8192]:  # a binary file given by mistake: one message, not one per line of noise
+        return "", [Problem(path, None, "not a text file (it holds NUL bytes): give the INI site config; "
+                                        "`gpuclust config example` prints one to start from")]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -41,7 +44,8 @@ def decode_config(data: bytes, path: str) -> tuple[str, list[Problem]]:
                 decoded.append(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 bad = raw[exc.start : exc.start + 1]
-                problems.append(Problem(path, lineno, f"not UTF-8: byte {bad!r} at column {exc.start + 1}"))
+                problems.append(Problem(path, lineno, f"not UTF-8: byte {bad!r} at column {exc.start + 1}; "
+                                                      "save the file as UTF-8"))
                 decoded.append(raw.decode("utf-8", "replace"))
         text = "\n".join(decoded)
     if text.startswith(UTF8_BOM):
@@ -102,22 +106,23 @@ def parse_ini(text: str, path: str, problems: list[Problem] | None = None) -> In
             kind, name = match.group(1), match.group(2)
             ident = (kind, name)
             if ident in seen_titles:
-                problems.append(Problem(path, lineno, f"duplicate section {stripped} (first at line {seen_titles[ident]})"))
+                problems.append(Problem(path, lineno, f"duplicate section {stripped} (first at line {seen_titles[ident]}); merge the two"))
             seen_titles[ident] = lineno
             current = Section(kind, name, lineno)
             sections.append(current)
             continue
         match = _KEY.match(stripped)
         if not match:
-            problems.append(Problem(path, lineno, f"expected 'key = value', got {stripped!r}"))
+            problems.append(Problem(path, lineno, f"expected 'key = value', got {stripped!r:.80}; fix the line or comment it out with #"))
             continue
         if current is None:
-            problems.append(Problem(path, lineno, f"key {match.group(1)!r} is outside any [section]"))
+            problems.append(Problem(path, lineno, f"key {match.group(1)!r} is outside any [section]; move it under its section (e.g. [site])"))
             continue
         key, value = match.group(1), strip_inline_comment(match.group(2))
         if key in current.entries:
             problems.append(
-                Problem(path, lineno, f"duplicate key {key!r} in {current.title} (first at line {current.entries[key].line})")
+                Problem(path, lineno, f"duplicate key {key!r} in {current.title} (first at line {current.entries[key].line}); "
+                                     "keep one of them")
             )
         last = Entry(key, value, lineno)
         current.entries[key] = last

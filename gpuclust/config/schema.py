@@ -80,19 +80,20 @@ def validate(doc: IniDocument, specs: tuple[SectionSpec, ...]) -> tuple[list[Par
     for section in doc.sections:
         spec = by_kind.get(section.kind)
         if spec is None:
-            problems.append(Problem(doc.path, section.line, f"unknown section kind [{section.kind}]" + suggest(section.kind, list(by_kind))))
+            problems.append(Problem(doc.path, section.line, f"unknown section kind [{section.kind}]"
+                                    + (suggest(section.kind, list(by_kind)) or f"; rename it to one of [{'], ['.join(by_kind)}] or remove it")))
             continue
         if spec.named and not section.name:
-            problems.append(Problem(doc.path, section.line, f"section [{spec.kind}] needs a name, e.g. [{spec.kind} NAME]"))
+            problems.append(Problem(doc.path, section.line, f"section [{spec.kind}] needs a name: write [{spec.kind} NAME]"))
             continue
         if not spec.named and section.name:
-            problems.append(Problem(doc.path, section.line, f"section [{spec.kind}] takes no name (got {section.name!r})"))
+            problems.append(Problem(doc.path, section.line, f"section [{spec.kind}] takes no name (got {section.name!r}): write [{spec.kind}]"))
             continue
         parsed.append(_parse_section(doc.path, section, spec, problems))
     present = {p.spec.kind for p in parsed}
     for spec in specs:
         if spec.required and spec.kind not in present and not any(s.kind == spec.kind for s in doc.sections):
-            problems.append(Problem(doc.path, None, f"missing required section [{spec.kind}]"))
+            problems.append(Problem(doc.path, None, f"missing required section [{spec.kind}]: add it (`gpuclust config example` shows one)"))
     return parsed, problems
 
 
@@ -102,29 +103,31 @@ def _parse_section(path: str, section: Section, spec: SectionSpec, problems: lis
         try:
             _check_name(section.name)
         except ValueError as exc:
-            problems.append(Problem(path, section.line, f"{section.title}: {exc}"))
+            problems.append(Problem(path, section.line, f"{section.title}: {exc}; rename the section"))
     for entry in section.entries.values():
         key = spec.key(entry.key)
         if key is None:
             names = [k.name for k in spec.keys if not k.is_family]
             problems.append(
-                Problem(path, entry.line, f"unknown key {entry.key!r} in {section.title}" + suggest(entry.key, names), entry.key)
+                Problem(path, entry.line, f"unknown key {entry.key!r} in {section.title}"
+                        + (suggest(entry.key, names) or f"; remove it (keys of {section.title}: {', '.join(names)})"), entry.key)
             )
             continue
         if key.is_family:
             try:
                 _check_name(entry.key[len(key.family_prefix):])
             except ValueError as exc:
-                problems.append(Problem(path, entry.line, f"{entry.key}: {exc}", entry.key))
+                problems.append(Problem(path, entry.line, f"{entry.key}: {exc}; fix the name", entry.key))
                 continue
         try:
             out.values[entry.key] = key.parse(entry.value)
             out.lines[entry.key] = entry.line
         except ValueError as exc:
-            problems.append(Problem(path, entry.line, f"{section.title} {entry.key}: {exc}", entry.key))
+            problems.append(Problem(path, entry.line, f"{section.title} {entry.key}: {exc}; fix the value", entry.key))
     for key in spec.keys:
         if key.required and key.name not in section.entries:
-            problems.append(Problem(path, section.line, f"{section.title} is missing required key {key.name!r}", key.name))
+            problems.append(Problem(path, section.line, f"{section.title} is missing required key {key.name!r}: add "
+                                    f"`{key.name} = ...` under {section.title}", key.name))
     return out
 
 
@@ -135,9 +138,9 @@ def _check_name(name: str) -> None:
 
 
 def suggest(word: str, candidates: list[str]) -> str:
-    """'; did you mean 'x'?' for the close matches of word, or ''."""
+    """'; did you mean 'x'? Fix the spelling' for the close matches of word, or ''."""
     close = difflib.get_close_matches(word, candidates, n=2, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"; did you mean {' or '.join(repr(c) for c in close)}? Fix the spelling" if close else ""
 
 
 def field_values(section: ParsedSection, cls: type, field_of_key: Mapping[str, str]) -> dict[str, Any]:

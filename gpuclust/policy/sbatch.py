@@ -89,7 +89,8 @@ def version_key(version: str) -> str:
     m = re.search(r"(\d+)\.(\d+)", version)
     if not m:
         raise InputError(Problem("--slurm-version", None,
-                                 f"not a Slurm version: {version!r} (expected a release such as 24.11 or 24.11.5)"))
+                                 f"not a Slurm version: {version!r} (expected a release such as 24.11 or 24.11.5); give "
+                                 "one, e.g. --slurm-version 24.11"))
     key = f"{int(m.group(1)):02d}.{int(m.group(2)):02d}"
     if key not in known_versions():
         raise InputError(Problem("--slurm-version", None,

@@ -134,7 +134,8 @@ def run_tables(
 def check_target(target: float | None) -> None:
     """The sizing target: completed runs per month, a finite number >= 0 (None: none)."""
     if target is not None and not 0 <= target < math.inf:
-        raise InputError(f"--target must be a finite number of completed runs per month >= 0, got {target}")
+        raise InputError(f"--target must be a finite number of completed runs per month >= 0, got {target}; "
+                         "give 0 or more, e.g. --target 500")
 
 
 def build_report(
