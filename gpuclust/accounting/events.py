@@ -375,6 +375,9 @@ def read_files(events_path: str | None, nodes_path: str | None, sreport_path: st
     if events is None:
         missing.append("events")
     nodes = parse_nodes(read(nodes_path), nodes_path) if nodes_path else None
+    if nodes_path and not nodes:  # (a binary file, another command's output: no node at all is never right)
+        raise InputError(Problem(nodes_path, None, "no NodeName= record: expected `scontrol show node -o` output "
+                                 "(one node per line); record it with `scontrol show node -o > FILE`"))
     if nodes is None:
         missing.append("nodes")
     sreport = parse_sreport(read(sreport_path)) if sreport_path else None

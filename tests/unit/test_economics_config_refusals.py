@@ -210,3 +210,16 @@ def test_lua_log_encoding_memo_is_exact_past_its_bound():
         (line,) = _logged(policy)
         r = refusals.parse_line("[2026-12-03T09:06:16] lua: " + line, UTC)
         assert r is not None and (r.user, r.gpus, r.account) == (user, 3 + i % 4, "ml"), line
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01\x02binary\xff\xfe", b"", b"JobID|State\n1|COMPLETED\n"],
+                         ids=["binary", "empty", "a sacct dump"])
+def test_nodes_file_without_nodes_is_refused(tmp_path: Path, content: bytes) -> None:
+    """`--nodes FILE` that holds no node is an error naming the file and how to record one, not a silent 0."""
+    from gpuclust.accounting.events import read_files
+    from gpuclust.errors import InputError
+
+    path = tmp_path / "nodes.txt"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=r"nodes\.txt.*no NodeName= record.*scontrol show node -o > FILE"):
+        read_files(None, str(path))
