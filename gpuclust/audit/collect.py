@@ -12,7 +12,7 @@ from datetime import timezone
 
 from gpuclust.config.values import parse_slurm_name
 from gpuclust.errors import SlurmCommandError, SlurmError, SlurmOutputError
-from gpuclust.slurm.client import SlurmClient
+from gpuclust.slurm.client import NodeObjectSource, SlurmClient
 from gpuclust.slurm.parse import accounting_tres, parse_show_config
 
 from .records import (
@@ -22,6 +22,7 @@ from .records import (
     NodeRecord,
     PartitionRecord,
     QosRecord,
+    node_from_json,
     parse_assocs,
     parse_nodes_json,
     parse_nodes_text,
@@ -49,7 +50,7 @@ def assoc_args(cluster: str) -> list[str]:
 class ClusterSnapshot:
     cluster: str
     version: tuple[int, int, int]
-    node_source: str  # "text", "sinfo-json", "scontrol-json"
+    node_source: str  # "text", "sinfo-json", "scontrol-json", "pyslurm"
     nodes: dict[str, NodeRecord]
     partitions: dict[str, PartitionRecord]
     accounting_tres: frozenset[str]
@@ -71,6 +72,8 @@ def read_nodes(client: SlurmClient, version: tuple[int, int, int], source: str,
                notes: list[str]) -> tuple[str, list[NodeRecord]]:
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    if source == "auto" and isinstance(client, NodeObjectSource):  # --backend pyslurm: its nodes, not the CLI's
+        return client.node_source, [node_from_json(obj) for obj in client.node_objects(version)]
     if source in ("auto", "json"):
         how = json_node_args(version)
         if how is None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 
-from gpuclust.config import SiteConfig, load_config
+from gpuclust.config import SiteConfig, find_config_path, load_config
+from gpuclust.errors import ConfigError
 from gpuclust.slurm.client import CommandSlurmClient, SlurmClient
 from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
 
@@ -24,6 +26,7 @@ class AppContext:
     quiet: bool = False  # --quiet: nothing on stdout, no notes
     config_origin: str | None = None  # "--config" or "$GPUCLUST_CONFIG" when one named the file
     command_path: tuple[str, ...] = ()  # the subcommand being run, e.g. ("audit", "partition")
+    backend: str | None = None  # --backend; None: the site config's [slurm] backend, else cli
     _config: SiteConfig | None = None
 
     @property
@@ -45,10 +48,29 @@ class AppContext:
         if not self.quiet:
             click.echo(message, err=True)
 
+    def slurm_backend(self) -> tuple[str, str]:
+        """(backend, where it was chosen): --backend, else the site config's [slurm] backend, else cli. A missing
+        or invalid config means cli here: the command itself reports the config as it always does."""
+        if self.backend:
+            return self.backend, f"--backend {self.backend}"
+        if not Path(find_config_path(self.config_path)).exists():
+            return "cli", "default"
+        try:
+            site = self.config
+        except ConfigError:
+            return "cli", "default"
+        return site.slurm_backend, f"{site.path}: [slurm] backend = {site.slurm_backend}"
+
     @property
     def slurm(self) -> SlurmClient:
         if self.client is None:
-            self.client = self.client_factory(timeout=self.slurm_timeout)
+            client = self.client_factory(timeout=self.slurm_timeout)
+            backend, origin = self.slurm_backend()
+            if backend == "pyslurm":  # nodes through pyslurm (imported on first use), every command via `client`
+                from gpuclust.slurm.pyslurm_backend import PyslurmSlurmClient
+
+                client = PyslurmSlurmClient(client, origin=origin)
+            self.client = client
         return self.client
 
 

@@ -148,9 +148,19 @@ def _context_path(ctx: click.Context) -> tuple[str, ...]:
     help="Seconds each Slurm command may take before its process group is killed (keep it under a Nagios "
     "check's own timeout: Slurm clients retry an unreadable slurm.conf for 60 s). Env: GPUCLUST_SLURM_TIMEOUT.",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(("cli", "pyslurm")),
+    envvar="GPUCLUST_SLURM_BACKEND",
+    default=None,
+    help="How Slurm is read: cli (the Slurm commands; the default and primary interface) or pyslurm, which only "
+    "`audit partition` uses, for its nodes (with --source auto); every other read, and every other command, "
+    "stays on the commands. pyslurm must be built against this site's Slurm (README \"pyslurm\"). "
+    "Default: the site config's [slurm] backend, else cli. Env: GPUCLUST_SLURM_BACKEND.",
+)
 @click.version_option(__version__, prog_name="gpuclust")
 @click.pass_context
-def cli(ctx: click.Context, slurm_timeout: float) -> None:
+def cli(ctx: click.Context, slurm_timeout: float, backend: str | None) -> None:
     """gpuclust: prove that a Slurm GPU cluster turns GPUs into useful work.
 
     Acceptance jobs (accept), submit policy (policy), accounting reports (report), partition audit (audit),
@@ -164,6 +174,7 @@ def cli(ctx: click.Context, slurm_timeout: float) -> None:
     """
     app = ctx.ensure_object(AppContext)
     app.slurm_timeout = slurm_timeout
+    app.backend = backend
 
 
 cli.params.insert(0, config_option(envvar=True))

@@ -132,7 +132,18 @@ POLICY = SectionSpec(
     ),
 )
 
-SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH)
+SLURM = SectionSpec(
+    "slurm",
+    "How gpuclust reads Slurm.",
+    (
+        Key("backend", v.parse_choice("cli", "pyslurm"),
+            "cli: the Slurm commands (always the primary interface). pyslurm: `audit partition` reads nodes through "
+            "a pyslurm built against this site's Slurm (README \"pyslurm\"); every other read stays on the "
+            "commands. --backend overrides it.", default="cli"),
+    ),
+)
+
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH, SLURM)
 
 
 @dataclass(frozen=True)
@@ -224,6 +235,7 @@ class SiteConfig:
     economics: EconomicsConfig = field(default_factory=EconomicsConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    slurm_backend: str = SLURM.default("backend")  # [slurm] backend
 
     @property
     def currency(self) -> str:
@@ -256,9 +268,11 @@ def load_config(path: str | None = None) -> SiteConfig:
         data = Path(resolved).read_bytes()
     except FileNotFoundError:
         hint = "" if path else f" (searched --config, ${CONFIG_ENV}, {DEFAULT_CONFIG_PATH})"
-        raise ConfigError(Problem(resolved, None, f"config file not found{hint}")) from None
+        raise ConfigError(Problem(resolved, None, f"config file not found{hint}; give --config FILE or set "
+                                  f"${CONFIG_ENV}, or start one with `gpuclust config example > site.conf`")) from None
     except OSError as exc:
-        raise ConfigError(Problem(resolved, None, f"cannot read config: {exc}")) from None
+        raise ConfigError(Problem(resolved, None, f"cannot read config: {exc.strerror or exc}; check the file's "
+                                  "permissions (the command runs as this user)")) from None
     text, problems = decode_config(data, resolved)
     return parse_config(text, resolved, problems)
 
@@ -312,6 +326,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         economics=economics,
         telemetry=telemetry_config(by_kind.get("telemetry", [])),
         health=health_config(by_kind.get("health", [])),
+        slurm_backend=by_kind["slurm"][0].get("backend") if by_kind.get("slurm") else SLURM.default("backend"),
     )
 
 

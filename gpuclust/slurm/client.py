@@ -2,7 +2,8 @@
 
 Everything in gpuclust that needs Slurm takes a `SlurmClient`. The CLI builds a `CommandSlurmClient` and
 injects it through click's context; tests inject a `ReplaySlurmClient` fed with output recorded from the
-real lab. A pyslurm backend would implement the same protocol (not written: it cannot be tested here).
+real lab. The pyslurm backend (gpuclust.slurm.pyslurm_backend, `--backend pyslurm`) wraps a CLI client and is a
+`NodeObjectSource` too: the audit takes its nodes from it, and every command from the CLI.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S, CommandResult, run_command
 
@@ -43,6 +44,16 @@ class SlurmClient(Protocol):
     def sacctmgr(
         self, args: Sequence[str], *, input_text: str | None = None, timeout: float | None = None
     ) -> str: ...
+
+
+@runtime_checkable
+class NodeObjectSource(Protocol):
+    """A client that reads nodes without scontrol: node objects of the `sinfo --json` shape (the audit maps them
+    with gpuclust.audit.records.node_from_json). `node_source` names it in the audit snapshot."""
+
+    node_source: str
+
+    def node_objects(self, slurm_version: tuple[int, int, int]) -> list[dict[str, Any]]: ...
 
 
 @dataclass

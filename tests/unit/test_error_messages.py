@@ -187,9 +187,7 @@ def test_hostile_input_gets_a_located_actionable_message(case: Case, workdir: Pa
     assert HINT.search(output.replace("Try '", "")), f"no what-to-do in:\n{output}"
 
 
-# A missing site config is the first thing a new user meets. Its message comes from gpuclust/config/site.py
-# (load_config), outside this change: it names the file but says only where it searched, not what to do.
-@pytest.mark.xfail(reason="config/site.py load_config: 'config file not found' has no what-to-do yet", strict=False)
+# A missing site config is the first thing a new user meets.
 def test_missing_config_says_what_to_do(workdir: Path) -> None:
     code, output, _ = _run(C("config-missing", "--config missing.conf config show", 2), workdir)
     assert code == 2 and "missing.conf" in output
