@@ -210,6 +210,11 @@ def build_economics(
         notes.append("No node inventory (scontrol show node): capacity and idle are unknown.")
     if events is not None and events.missing and have_events:
         notes.append(f"Node events missing for day(s) {', '.join(events.missing)}: unavailable GPU-hours may be low.")
+    if events is not None and events.events is not None and events.events.problems:
+        bad = events.events.problems
+        notes.append(f"{len(bad)} node event row(s) could not be read and are left out, so unavailable GPU-hours may "
+                     f"be low: {'; '.join(str(p) for p in bad[:3])}{' ...' if len(bad) > 3 else ''} (fix the file, "
+                     "or record it again with `sacctmgr show event -P`)")
 
     # Before the per-row arrays below exist: its own arrays are freed by then (peak memory at 10M lines).
     waits, wait_note = _pending_waits(table, period, events.reasons if events is not None else None)

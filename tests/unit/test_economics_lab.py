@@ -247,3 +247,13 @@ def test_sreport_cross_check_over_the_rolled_up_hour():
     assert econ["registered_capacity_gpu_hours"] == pytest.approx((238 * 16 + 3362 * 12) / 3600, abs=1e-6)
     assert abs(econ["registered_capacity_gpu_hours"] - cross["sreport_gpu_hours"]["reported"]) <= 1 / 60
     assert ours["capacity"] == pytest.approx(12.0)
+
+
+def test_unreadable_event_rows_are_said(tmp_path):
+    """A node event row that cannot be read is left out and said in the economics notes, with its file:line."""
+    events = tmp_path / "events.txt"
+    events.write_text((DATA / "events.txt").read_text() + "node9|only two\n")
+    notes = _build(events_path=str(events)).data["economics"]["notes"]
+    said = [n for n in notes if "node event row(s) could not be read" in n]
+    assert len(said) == 1 and f"{events}:" in said[0] and "sacctmgr show event -P" in said[0]
+    assert not any("could not be read" in n for n in _build().data["economics"]["notes"])
