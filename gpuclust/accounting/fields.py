@@ -782,6 +782,15 @@ def job_ids_swar(data: np.ndarray, offsets: np.ndarray, block_rows: int = SWAR_B
     return base, task, has_task, ok
 
 
+def buffers_of(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(data bytes, offsets) of a binary array, offsets for its own rows (len + 1 of them)."""
+    bufs = arr.buffers()
+    kind = np.int64 if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(bufs[1], dtype=kind)[arr.offset : arr.offset + len(arr) + 1]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(8, dtype=np.uint8)
+    return data, offsets
+
+
 def rows_equal(a: np.ndarray, a_first: int, b: np.ndarray, b_first: int, rows: int, width: int) -> np.ndarray:
     """Whether row i of `a` equals row i of `b`: rows of `width` (>= 8) bytes back to back from `a_first`,
     `b_first`."""

@@ -213,9 +213,7 @@ def clock_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
             out = np.full(len(values), np.nan)
             bad = np.zeros(len(values), dtype=bool)
             sub = values.filter(pa.array(eight))
-            width = np.int64 if pa.types.is_large_string(sub.type) else np.int32
-            offsets = np.frombuffer(sub.buffers()[1], dtype=width)[sub.offset : sub.offset + len(sub) + 1]
-            data = np.frombuffer(sub.buffers()[2], dtype=np.uint8)
+            data, offsets = fields.buffers_of(sub)
             secs, ok = fields.fixed_clock(data, int(offsets[0]), len(sub), b"")
             at = np.flatnonzero(eight)
             out[at[ok]] = secs[ok]

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 from gpuclust.accounting import fields
 from gpuclust.accounting.direct.arrays import encoded, ints, lookup, nullable, row_mask, to_strings
 from gpuclust.accounting.direct.layout import Fallback, Layout
-from gpuclust.accounting.direct.pieces import buffers_of
 from gpuclust.accounting.direct.prepare import (
     DictPrepared,
     FixedPrepared,
@@ -29,6 +28,7 @@ from gpuclust.accounting.direct.prepare import (
     fixed_groups,
     reference_of,
 )
+from gpuclust.accounting.fields import buffers_of
 from gpuclust.accounting.registry import SacctField
 
 

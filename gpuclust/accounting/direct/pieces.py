@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from gpuclust.accounting.direct.layout import Fallback, Layout, Pool
+from gpuclust.accounting.fields import buffers_of
 from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.textcommon import _BOM, _Source
 
@@ -190,15 +191,6 @@ def blank_candidates(pieces: Pieces, layout: Layout, opts: ReaderOptions) -> np.
     for other in pieces.cols.values():
         empty &= _empty_values(other, rows)
     return rows[empty]
-
-
-def buffers_of(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(data bytes, offsets) of a binary array, offsets for its own rows (len + 1 of them)."""
-    bufs = arr.buffers()
-    kind = np.int64 if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type) else np.int32
-    offsets = np.frombuffer(bufs[1], dtype=kind)[arr.offset : arr.offset + len(arr) + 1]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(8, dtype=np.uint8)
-    return data, offsets
 
 
 def indices(arr: pa.DictionaryArray) -> np.ndarray:

@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 from gpuclust.accounting import fields
 from gpuclust.accounting.direct.arrays import ints, starts_with, to_strings, unwrap
 from gpuclust.accounting.direct.layout import Fallback, Layout
-from gpuclust.accounting.direct.pieces import DICT_BINARY, Column, Pieces, buffers_of
+from gpuclust.accounting.direct.pieces import DICT_BINARY, Column, Pieces
+from gpuclust.accounting.fields import buffers_of
 from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.registry import Registry, SacctField
 
