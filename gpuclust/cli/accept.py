@@ -18,6 +18,7 @@ from gpuclust.cli.params import (
     HintPath,
     RangeType,
     check_deadline,
+    check_timeout_option,
     complete_account,
     complete_partition,
 )
@@ -130,10 +131,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
               help="CRITICAL when nodes_critical is outside this Nagios range, e.g. -c 3 (more than 3 failing "
                    "nodes); -w 0 -c 3: 1 to 3 failing nodes WARNING, 4 or more CRITICAL. Ranges: N (alert above "
                    "N), N: (below N), ~:N (above N), A:B (outside), @A:B (inside).")
-@click.option("-t", "--timeout", "timeout", type=HintIntRange(min=1), default=None, metavar="SECONDS",
-              help="End with UNKNOWN ('timed out after N s', exit 3) when the whole check takes longer; keep "
-                   "it under the Nagios service check timeout. Default: no overall limit (each Slurm command "
-                   "has --slurm-timeout).")
+@check_timeout_option("check")
 @pass_app
 def report(app: AppContext, job_id: str | None, since: TimeSpec | None, results_dir: str | None, as_json: bool,
            compare_container: bool = False, drain_nodes: bool = False, dry_run: bool = False,

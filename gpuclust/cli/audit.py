@@ -15,10 +15,10 @@ from gpuclust.cli.output import echo_json
 from gpuclust.cli.params import (
     CheckTimedOut,
     HintChoice,
-    HintIntRange,
     HintPath,
     RangeType,
     check_deadline,
+    check_timeout_option,
     complete_partition,
     explicit_config_missing,
 )
@@ -54,10 +54,7 @@ def group() -> None:
               help="CRITICAL when the unavailable nodes are outside this Nagios range; -w 1 -c 4: 2 to 4 "
                    "unavailable WARNING, 5 or more CRITICAL. Ranges: N (alert above N), N: (below N), ~:N, "
                    "A:B (outside), @A:B (inside).")
-@click.option("-t", "--timeout", "timeout", type=HintIntRange(min=1), default=None, metavar="SECONDS",
-              help="End with UNKNOWN ('timed out after N s', exit 3) when the whole audit takes longer; keep it "
-                   "under the Nagios service check timeout. Default: no overall limit (each Slurm command has "
-                   "--slurm-timeout).")
+@check_timeout_option("audit")
 @pass_app
 def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: bool, baseline_path: str | None,
               source: str, skip: tuple[str, ...], results_dir: str | None, problems_only: bool,

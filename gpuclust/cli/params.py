@@ -116,6 +116,14 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
     raise CheckTimedOut
 
 
+def check_timeout_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`-t/--timeout SECONDS` of a Nagios check (`what`: "check", "audit"), ended by `check_deadline`."""
+    return click.option(
+        "-t", "--timeout", "timeout", type=HintIntRange(min=1), default=None, metavar="SECONDS",
+        help=f"End with UNKNOWN ('timed out after N s', exit 3) when the whole {what} takes longer; keep it under "
+             "the Nagios service check timeout. Default: no overall limit (each Slurm command has --slurm-timeout).")
+
+
 @contextlib.contextmanager
 def check_deadline(seconds: int | None) -> Iterator[None]:
     """Raise CheckTimedOut when the block runs past `seconds` (None: no limit), so that a Nagios check ends in
