@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuclust.errors import InputError
+from gpuclust.errors import InputError, SlurmError
+from gpuclust.slurm.runner import run_command
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _PMIX_VERSIONED = re.compile(r"pmix_v([0-9]{1,3})")
@@ -145,9 +145,8 @@ def shim_dir(job_id: str, env: Mapping[str, str] | None = None) -> Path:
 def srun_mpi_list(timeout: float = 60) -> str:
     """`srun --mpi=list`'s output (stdout and stderr: releases differ in where they print it)."""
     try:
-        cp = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=timeout,
-                            stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        cp = run_command(["srun", "--mpi=list"], timeout=timeout, check=False)
+    except SlurmError as exc:  # not found, or timed out (its process group killed)
         raise InputError(f"`srun --mpi=list` did not run: {exc}") from exc
     if cp.returncode != 0:
         raise InputError(f"`srun --mpi=list` exited {cp.returncode}: {(cp.stderr or cp.stdout).strip()[:500]}")
