@@ -17,12 +17,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting import economics, gpuuse, reportdoc, store, storeread, trend
+from gpuclust.accounting import economics, gpuuse, partitioned, reportdoc, store, storeread, trend
 from gpuclust.accounting.economics import attach as attach_economics  # (one of two stages named attach)
 from gpuclust.accounting.fetch import fetch_day, sacct_version
 from gpuclust.accounting.jobfilter import JobFilter
 from gpuclust.accounting.jsonin import parse_input
 from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report, rows_accounted
+from gpuclust.accounting.metrics.partial import PartialFigures, merge_report, partial_figures
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, input_period
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.render import write_report
@@ -154,9 +155,13 @@ def build(
     reasons_path: str | None = None,
     only: JobFilter = NO_FILTER,
     slurm_version: str | None = None,
+    rows_in_memory: int = partitioned.ROWS_IN_MEMORY,
+    rows_per_bucket: int = partitioned.ROWS_PER_BUCKET,
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report). From the store, the
-    report also holds the daily trend of the `trend_days` days before its end (0: none)."""
+    report also holds the daily trend of the `trend_days` days before its end (0: none); a period of more than
+    `rows_in_memory` stored rows is built partitioned (gpuclust.accounting.partitioned), in buckets of about
+    `rows_per_bucket`."""
     info: dict[str, Any]
     parsed: ParseResult | None = None
     if input_path:
@@ -202,36 +207,23 @@ def build(
         root = store.store_dir(config.state_dir)
         lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
         days = Period(period.start - lookback, period.end).utc_days()
+        with store.reading(root):
+            rows_stored = partitioned.stored_rows(partitioned.day_files(root, days, config.cluster_name))
+        if rows_stored > rows_in_memory:
+            report = _build_partitioned(root, days, config, period, only=only, target=target, top=top,
+                                        rows_per_bucket=rows_per_bucket)
+            if trend_days:
+                trend.add_to_report(report, root, config, trend_days, lookback_of(config))
+            return reportdoc.stamp(report, config.cluster_name, currency=config.currency), None
         # Day file by day file, only the columns and rows the report needs (storeread: same figures).
         table = storeread.load_for_report(root, days, config.cluster_name)
-        known = bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
-        stored_problems = store.stored_problems(root, days, config.cluster_name)
-        info = {
-            "source": str(root),
-            "rows": table.num_rows,
-            "days_read": [d.isoformat() for d in days if d in set(store.stored_days(root, config.cluster_name))],
-            "steps_dropped": 0,
-            "rejected_rows": len(stored_problems),
-            "problems": stored_problems[:PROBLEMS_IN_REPORT],
-            "exit_codes_known": known,
-            "notes": [] if known else [
-                "Some stored rows came from sacct --json (22.05), which cannot know exit codes: they are "
-                "null, and COMPLETED counts as success for them."
-            ],
-        }
+        info = _store_info(root, days, config, table.num_rows, _exit_codes_known(table))
     if only:
         rows_before = table.num_rows
         table = only.apply(table)
-        info["filtered_out"] = rows_before - table.num_rows
-        info["only"] = only.describe()
-        info.setdefault("notes", []).append("Filtered to " + ", ".join(
-            f"{k} {', '.join(v)}" for k, v in only.describe().items() if v) + ": the unit economics (capacity, "
-            "idle) are left out, they belong to whole partitions.")
+        _note_filter(info, only, rows_before - table.num_rows)
     if no_gpu_accounted(table):
-        info.setdefault("notes", []).append(
-            "No job here has a GPU in its AllocTRES, though jobs ran with allocations: if they had GPUs, Slurm did "
-            "not record them (add gres/gpu to AccountingStorageTRES in slurm.conf, `gpuclust audit partition` "
-            "checks it); the GPU-hours are 0 as recorded, not as used.")
+        _note_no_gpu(info)
     report = build_report(table, config, period, target=target, top=top, input_info=info)
     if parsed is not None:
         report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
@@ -253,6 +245,82 @@ def build(
     if not input_path and trend_days:
         trend.add_to_report(report, store.store_dir(config.state_dir), config, trend_days, lookback_of(config))
     return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed
+
+
+def _store_info(root: Path, days: list[date], config: SiteConfig, rows: int, known: bool) -> dict[str, Any]:
+    """The report's input section for a build from the store."""
+    stored_problems = store.stored_problems(root, days, config.cluster_name)
+    return {
+        "source": str(root),
+        "rows": rows,
+        "days_read": [d.isoformat() for d in days if d in set(store.stored_days(root, config.cluster_name))],
+        "steps_dropped": 0,
+        "rejected_rows": len(stored_problems),
+        "problems": stored_problems[:PROBLEMS_IN_REPORT],
+        "exit_codes_known": known,
+        "notes": [] if known else [
+            "Some stored rows came from sacct --json (22.05), which cannot know exit codes: they are "
+            "null, and COMPLETED counts as success for them."
+        ],
+    }
+
+
+def _exit_codes_known(table: pa.Table) -> bool:
+    return bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
+
+
+def _note_filter(info: dict[str, Any], only: JobFilter, filtered_out: int) -> None:
+    info["filtered_out"] = filtered_out
+    info["only"] = only.describe()
+    info.setdefault("notes", []).append("Filtered to " + ", ".join(
+        f"{k} {', '.join(v)}" for k, v in only.describe().items() if v) + ": the unit economics (capacity, "
+        "idle) are left out, they belong to whole partitions.")
+
+
+def _note_no_gpu(info: dict[str, Any]) -> None:
+    info.setdefault("notes", []).append(
+        "No job here has a GPU in its AllocTRES, though jobs ran with allocations: if they had GPUs, Slurm did "
+        "not record them (add gres/gpu to AccountingStorageTRES in slurm.conf, `gpuclust audit partition` "
+        "checks it); the GPU-hours are 0 as recorded, not as used.")
+
+
+def _build_partitioned(root: Path, days: list[date], config: SiteConfig, period: Period, *, only: JobFilter,
+                       target: float | None, top: int, rows_per_bucket: int) -> Report:
+    """The report's figures from the store in buckets by user (partitioned: memory bounded by a bucket, not
+    the period). The unit economics and GPU use are not computed this way: the report says so."""
+    parts: list[PartialFigures] = []
+    rows = filtered_out = 0
+    known = True
+    gpus_seen = recorded_without_gpu = False
+    sizes: list[int] = []
+    for bucket in partitioned.buckets(root, days, config.cluster_name, rows_per_bucket=rows_per_bucket):
+        rows += bucket.num_rows
+        sizes.append(bucket.num_rows)
+        known = known and _exit_codes_known(bucket)
+        if only:
+            kept = only.apply(bucket)
+            filtered_out += bucket.num_rows - kept.num_rows
+            bucket = kept
+        table, order = partitioned.split_order(bucket)
+        del bucket
+        if table.num_rows:
+            gpus_seen = gpus_seen or bool(pc.max(table.column("gpus")).as_py())
+            recorded_without_gpu = recorded_without_gpu or no_gpu_accounted(table)
+        parts.append(partial_figures(table, config, period, top=top, row_order=order))
+        del table, order
+    info = _store_info(root, days, config, rows, known)
+    info["partitioned"] = {"buckets": len(sizes), "rows_per_bucket": rows_per_bucket,
+                           "largest_bucket_rows": max(sizes, default=0)}
+    info["notes"].append(
+        f"The period's stored rows are more than one build holds in memory ({partitioned.ROWS_IN_MEMORY:,}): "
+        f"they were read in {len(sizes)} buckets by user, each run whole in one bucket, and the figures merged "
+        "(exact). The unit economics and the GPU use are not computed over so many rows: build a shorter "
+        "period for them (e.g. --since 30d).")
+    if only:
+        _note_filter(info, only, filtered_out)
+    if recorded_without_gpu and not gpus_seen:
+        _note_no_gpu(info)
+    return merge_report(parts, config, period, target=target, top=top, input_info=info)
 
 
 # (input_period, rows_accounted and JobFilter live with their stages; their old names here still serve.)

@@ -140,7 +140,7 @@ class SharedDictionary:
         return pa.DictionaryArray.from_arrays(indices, self.dictionary)
 
 
-def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
+def read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
     """`columns` of one day file; a column the file lacks (written before it existed) is null, as
     `pq.read_table(schema=STORE_SCHEMA)` gives it; `dictionary` columns come dictionary-encoded."""
     # (ParquetFile, not read_table: one small file needs none of the dataset machinery, which costs more
@@ -166,7 +166,7 @@ def _read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table
     return pa.table(out, names=columns)
 
 
-def _rows(path: Path) -> int:
+def day_rows(path: Path) -> int:
     store.read_schema(path)
     try:
         return int(pq.read_metadata(path).num_rows)
@@ -180,12 +180,12 @@ def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
     """latest_state's keys of all the days, in load order, and each day's number of rows. The window is
     replaced by its rank among the windows read: the same order as the ISO strings (a null one last, where
     sort_indices puts it). Each key is copied day by day into one array of the final size."""
-    per_file = [_rows(path) for path in day_files]
+    per_file = [day_rows(path) for path in day_files]
     rows = sum(per_file)
     numbers = {name: FixedWidthColumn(STORE_SCHEMA.field(name).type, rows) for name in KEY_COLUMNS if name != "window"}
     window = SharedDictionary(rows)
     for path in day_files:
-        day = _read_day(path, list(KEY_COLUMNS), ["window"])
+        day = read_day(path, list(KEY_COLUMNS), ["window"])
         for name, builder in numbers.items():
             builder.add(day.column(name))
         window.add(day.column("window"))
@@ -230,7 +230,7 @@ def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Pa
     other: dict[str, list[pa.Array]] = {name: [] for name in columns if name not in encoders and name not in fixed}
     offset = 0
     for path, n in zip(files, per_file, strict=True):
-        day = _read_day(path, columns, list(encoders))
+        day = read_day(path, columns, list(encoders))
         if keep is not None:
             day = day.filter(pa.array(keep[offset : offset + n]))
         offset += n

@@ -44,13 +44,25 @@ if TYPE_CHECKING:
 
 def top_failures(att: Attempts, chosen: np.ndarray, top: int) -> pd.DataFrame:
     """Attempts in `chosen` that are not done, by GPU-hours (then earliest End, then input order)."""
+    return failure_table(att, top_failure_picks(att, chosen, top))
+
+
+def top_failure_picks(att: Attempts, chosen: np.ndarray, top: int, row_order: np.ndarray | None = None
+                      ) -> np.ndarray:
+    """The attempts (indices) of top_failures, in its order. `row_order`: each table row's place in the
+    input order, where the table is a part of the input (a partitioned build's bucket); None: the row."""
     cand = chosen[~att.done[chosen]]
     if len(cand) > top:
         # Only the top GPU-hours can make the list: sort just those (ties at the cut included).
         cut = np.partition(att.gpu_hours[cand], len(cand) - top)[len(cand) - top]
         cand = cand[att.gpu_hours[cand] >= cut]
-    order = np.lexsort((att.row[cand], att.end[cand], -att.gpu_hours[cand]))
-    pick = cand[order[:top]]
+    rows = att.row[cand] if row_order is None else row_order[att.row[cand]]
+    order = np.lexsort((rows, att.end[cand], -att.gpu_hours[cand]))
+    return cand[order[:top]]
+
+
+def failure_table(att: Attempts, pick: np.ndarray) -> pd.DataFrame:
+    """The top_failures table of the attempts `pick`, in that order."""
     rows = pa.array(att.row[pick])
     table = att.table
 
@@ -94,6 +106,18 @@ def run_tables(
     """runs_by_account, _partition, _wckey and _label_<key> over the runs attributed to `period`, and
     those runs. `runs_assigned()`, when given, is called once the runs are assigned, and returns once `att`
     is priced (by another thread)."""
+    dims, sums, runs_p = run_group_sums(att, config, period, runs_assigned)
+    tables = {f"runs_by_{dim}": group_table(sums, codes, names, dim.removeprefix("label_"))
+              for dim, (codes, names) in dims.items()}
+    return tables, runs_p
+
+
+def run_group_sums(
+    att: Attempts, config: SiteConfig, period: Period, runs_assigned: Callable[[], Any] | None = None
+) -> tuple[dict[str, tuple[np.ndarray, list[str]]], dict[str, np.ndarray], Runs]:
+    """The runs attributed to `period`, summed (run_sums) per combination of their groups: per dimension
+    (account, partition, wckey, label_<key>), each combination's code into that dimension's names; the
+    sums; the runs. group_table makes a dimension's table of them."""
     run = assign_runs(att, float(config.retry_window_s))
     if runs_assigned is not None:
         runs_assigned()
@@ -126,9 +150,7 @@ def run_tables(
     sums = run_sums(runs_p, combo_id, len(combo_keys))
     representative = np.zeros(len(combo_keys), dtype=np.int64)
     representative[combo_id] = np.arange(len(combo_id))
-    tables = {f"runs_by_{dim}": group_table(sums, codes[representative], names, dim.removeprefix("label_"))
-              for dim, (codes, names) in dims.items()}
-    return tables, runs_p
+    return {dim: (codes[representative], names) for dim, (codes, names) in dims.items()}, sums, runs_p
 
 
 def check_target(target: float | None) -> None:
@@ -190,13 +212,18 @@ def build_report(
     report = assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),
                              target=target, input_info=input_info)
     report.data["input"]["left_out"] = att.left_out
-    unknown = int(np.count_nonzero(att.gpus_unknown[ended_p])) if len(att.gpus_unknown) else 0
-    if unknown:
-        add_unknown(report.data["input"], "AllocTRES", unknown,
+    add_unknown_gpus(report.data["input"],
+                     int(np.count_nonzero(att.gpus_unknown[ended_p])) if len(att.gpus_unknown) else 0)
+    return report
+
+
+def add_unknown_gpus(info: dict[str, Any], count: int) -> None:
+    """Name the `count` attempts of the period whose GPUs are unknown (no AllocTRES), if any."""
+    if count:
+        add_unknown(info, "AllocTRES", count,
                     "GPU-hours and cost of attempts that ran (a NodeList, Elapsed > 0 or a state only a run can "
                     "have) without an AllocTRES: totals gpu_hours, completed_run_gpu_hours and cost sum the other "
                     "attempts; these count in runs, attempts and waits")
-    return report
 
 
 BUCKETS = ("rejected", "steps_dropped", "superseded", "filtered_out", "attempt_rows", "running", "not_started",

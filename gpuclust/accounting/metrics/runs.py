@@ -268,21 +268,40 @@ def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[
     return out
 
 
-def totals(runs: Runs) -> dict[str, Any]:
+def run_totals(runs: Runs) -> dict[str, Any]:
+    """The unrounded sums behind `totals`: they add up over disjoint sets of runs (a partitioned build's
+    buckets) before `finish_totals` rounds them."""
     sums = _raw_sums(runs)
-    completed, cost = sums["completed"], sums["cost"]
-    attempts_n = int(runs.attempts.sum())
+    sums.update(runs=len(runs), attempts=int(runs.attempts.sum()),
+                unpriced_gpu_hours=float(runs.unpriced_gpu_hours.sum()))
+    return sums
+
+
+def add_run_totals(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The run_totals of two disjoint sets of runs (cost: None while neither has a priced run)."""
+    out = {name: a[name] + b[name] for name in a if name != "cost"}
+    out["cost"] = b["cost"] if a["cost"] is None else a["cost"] if b["cost"] is None else a["cost"] + b["cost"]
+    return out
+
+
+def finish_totals(sums: dict[str, Any]) -> dict[str, Any]:
+    """report.json `totals` from run_totals."""
+    completed, cost, attempts_n = sums["completed"], sums["cost"], sums["attempts"]
     return {
-        "runs": len(runs),
+        "runs": sums["runs"],
         "completed": completed,
         "attempts": attempts_n,
-        "retries": attempts_n - len(runs),
+        "retries": attempts_n - sums["runs"],
         "gpu_hours": round(sums["gpu_hours"], 9),
         "completed_run_gpu_hours": round(sums["completed_run_gpu_hours"], 9),
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
-        "unpriced_gpu_hours": round(float(runs.unpriced_gpu_hours.sum()), 9),
+        "unpriced_gpu_hours": round(sums["unpriced_gpu_hours"], 9),
     }
+
+
+def totals(runs: Runs) -> dict[str, Any]:
+    return finish_totals(run_totals(runs))
 
 
 def _raw_sums(runs: Runs) -> dict[str, Any]:

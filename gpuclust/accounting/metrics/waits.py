@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,14 +87,84 @@ def wait_table(labels: list[str], gidx: np.ndarray, values: KnownValues, name: s
     return out
 
 
-def wait_tables(att: Attempts, started: np.ndarray) -> dict[str, pd.DataFrame]:
-    """queue_wait_by_* and hold_by_* (partition, account, qos) over the attempts `started`."""
+def _wait_groups(att: Attempts, started: np.ndarray) -> Iterator[tuple[str, list[str], np.ndarray, KnownValues]]:
+    """Per table (queue_wait_by_* and hold_by_*: partition, account, qos) over the attempts `started`: the
+    sorted group labels, each known value's index into them, and the known values."""
     waits = {"queue_wait": KnownValues.of(att.wait_s(started)), "hold": KnownValues.of(att.hold_s(started))}
-    tables: dict[str, pd.DataFrame] = {}
     for dim in ("partition", "account", "qos"):
         codes = att.codes(dim, started)
         labels, gidx = _groups(codes.codes, codes.names())  # of every started attempt, once for both
         for col, values in waits.items():
-            tables[f"{col}_by_{dim}"] = wait_table(labels, gidx if values.rows is None else gidx[values.rows],
-                                                   values, dim)
-    return tables
+            yield f"{col}_by_{dim}", labels, gidx if values.rows is None else gidx[values.rows], values
+
+
+def wait_tables(att: Attempts, started: np.ndarray) -> dict[str, pd.DataFrame]:
+    """queue_wait_by_* and hold_by_* (partition, account, qos) over the attempts `started`."""
+    return {key: wait_table(labels, gidx, values, key.rsplit("_by_", 1)[1])
+            for key, labels, gidx, values in _wait_groups(att, started)}
+
+
+def wait_counts(att: Attempts, started: np.ndarray) -> dict[str, ValueCounts]:
+    """wait_tables' values as ValueCounts: what a partitioned build keeps of each bucket."""
+    return {key: ValueCounts.of(labels, gidx, values.values) for key, labels, gidx, values in _wait_groups(att, started)}
+
+
+@dataclass(frozen=True)
+class ValueCounts:
+    """Known values per group as their distinct (group, value) pairs, sorted, with counts: all an exact
+    quantile needs, and they add up over disjoint sets of attempts (a partitioned build's buckets). Waits are
+    whole seconds, so a bucket has far fewer pairs than attempts."""
+
+    labels: list[str]  # sorted
+    group: np.ndarray  # index into labels
+    value: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def of(cls, labels: list[str], gidx: np.ndarray, values: np.ndarray) -> ValueCounts:
+        return cls._counted(labels, np.asarray(gidx, dtype=np.int64), np.asarray(values, dtype=np.float64),
+                            np.ones(len(values), dtype=np.int64))
+
+    @classmethod
+    def _counted(cls, labels: list[str], group: np.ndarray, value: np.ndarray, count: np.ndarray) -> ValueCounts:
+        order = np.lexsort((value, group))
+        group, value, count = group[order], value[order], count[order]
+        if len(order):
+            new = np.r_[True, (group[1:] != group[:-1]) | (value[1:] != value[:-1])]
+            starts = np.flatnonzero(new)
+            group, value, count = group[starts], value[starts], np.add.reduceat(count, starts)
+        return cls(labels, group, value, count)
+
+    @classmethod
+    def merge(cls, parts: list[ValueCounts]) -> ValueCounts:
+        labels = sorted(set().union(*(p.labels for p in parts)))
+        at = {label: i for i, label in enumerate(labels)}
+        groups = [np.array([at[label] for label in p.labels], dtype=np.int64)[p.group] if len(p.group)
+                  else np.zeros(0, dtype=np.int64) for p in parts]
+        return cls._counted(labels, np.concatenate([np.zeros(0, dtype=np.int64), *groups]),
+                            np.concatenate([np.zeros(0), *(p.value for p in parts)]),
+                            np.concatenate([np.zeros(0, dtype=np.int64), *(p.count for p in parts)]))
+
+    def table(self, name: str) -> pd.DataFrame:
+        """wait_table's table (jobs, median, p90, max per group) of these values."""
+        if not len(self.value):
+            return pd.DataFrame(columns=[name, *WAIT_COLUMNS])
+        size = np.bincount(self.group, weights=self.count, minlength=len(self.labels)).astype(np.int64)
+        ends = np.cumsum(self.count)  # pair j holds the sorted positions [ends[j] - count[j], ends[j])
+
+        def value_at(positions: np.ndarray) -> np.ndarray:
+            return self.value[np.searchsorted(ends, positions, side="right")]
+
+        present = size > 0
+        lo = np.r_[0, np.cumsum(size)[:-1]][present]
+        size = size[present]
+        out = pd.DataFrame({
+            name: [label for label, p in zip(self.labels, present, strict=True) if p],
+            "jobs": size,
+            "median_s": _quantile_sorted(value_at, lo, size, 0.5),
+            "p90_s": _quantile_sorted(value_at, lo, size, 0.9),
+            "max_s": value_at(lo + size - 1),
+        })
+        for c in ("median_s", "p90_s", "max_s"):
+            out[c] = out[c].astype(float).round(3)
+        return out
