@@ -3,6 +3,7 @@
 Parquet days by two engines (DuckDB, pyarrow.dataset).
 
     .venv/bin/python benchmarks/store_year.py --rows 1000000 [--state /tmp/store-year] [--engines] [--cold]
+        [--heavy-user-share 0.3] [--compare]
 
 The store is written as `report fetch` writes it (store.staged, one UTC day at a time, then trend.refresh: the
 per-day aggregates of the last 90 days). Each day's jobs are drawn with numpy (no sacct text: the parser has its
@@ -66,8 +67,10 @@ GPUS = np.array([1, 1, 2, 4, 8, 8, 16])
 CHAIN_DAYS = 45
 
 
-def _jobs(rng: np.random.Generator, day0: float, n: int, first_id: int) -> dict[str, np.ndarray]:
-    """`n` allocation rows submitted on the day starting at `day0` (epoch s): final states, ids from `first_id`."""
+def _jobs(rng: np.random.Generator, day0: float, n: int, first_id: int, heavy_share: float = 0.0
+          ) -> dict[str, np.ndarray]:
+    """`n` allocation rows submitted on the day starting at `day0` (epoch s): final states, ids from `first_id`.
+    `heavy_share`: the share of the jobs that user 0 submits (a pipeline account), the others uniform."""
     fail = rng.random(n) < 0.12
     k = n + int(fail.sum())  # (each failure is resubmitted once)
     submit = day0 + rng.random(n) * 86400
@@ -75,6 +78,8 @@ def _jobs(rng: np.random.Generator, day0: float, n: int, first_id: int) -> dict[
     start = submit + rng.exponential(600, n)
     end = start + np.where(fail, run / 3, run)
     user, acct, part = rng.integers(0, 400, n), rng.integers(0, 6, n), rng.integers(0, 3, n)
+    if heavy_share:
+        user[rng.random(n) < heavy_share] = 0
     name = rng.integers(0, 20000, n)
     gpus = GPUS[rng.integers(0, len(GPUS), n)]
     # The resubmissions of the failed ones: same user, account, partition and name, within 2 h of the failure.
@@ -123,7 +128,7 @@ def _table(cols: dict[str, np.ndarray], running: np.ndarray, schema: pa.Schema) 
     return pa.table([values[f.name] if f.name in values else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
-def generate(state: Path, rows: int, last_day: date, seed: int = 31) -> dict[str, float]:
+def generate(state: Path, rows: int, last_day: date, seed: int = 31, heavy_share: float = 0.0) -> dict[str, float]:
     """The store of `rows` rows (about: each job once, plus its copies in the earlier windows it crosses)."""
     from gpuclust.accounting import pipeline, store, trend
     from gpuclust.accounting.schema import SCHEMA
@@ -144,7 +149,7 @@ def generate(state: Path, rows: int, last_day: date, seed: int = 31) -> dict[str
     with store.staged(root, days, cluster=config.cluster_name) as stage:
         for i, day in enumerate(days):
             day0 = datetime.combine(day, datetime.min.time(), timezone.utc).timestamp()
-            cols = _jobs(rng, day0, per_day, next_id)
+            cols = _jobs(rng, day0, per_day, next_id, heavy_share)
             next_id += len(cols["job_id_raw"])
             if i < CHAIN_DAYS:  # one run of daily retries (failed, resubmitted 20 h later), completed on its last day
                 c = {key: v[:1].copy() for key, v in cols.items()}
@@ -243,6 +248,44 @@ def engines(state: Path) -> dict[str, object]:
             "pyarrow_dataset": timed([py, "-c", ENGINE_ARROW, current])}
 
 
+def compare(state: Path) -> dict[str, object]:
+    """The partitioned build against the one-table build of the same store and year, in this process: every
+    figure of report.json's totals, sizing, runs, waits, holds, top failures, economics and GPU use, floats to
+    1e-9 relative. (Needs the memory of the one-table build: run it on a store that fits.)"""
+    import math
+
+    from gpuclust.accounting import pipeline
+    from gpuclust.accounting.period import resolve_period
+    from gpuclust.config import load_config
+
+    config = load_config(str(state / "site.conf"))
+    period = resolve_period("365d", None, None, config.timezone)
+    assert period is not None
+    one, _ = pipeline.build(config, period, trend_days=0, rows_in_memory=10**12)
+    split, _ = pipeline.build(config, period, trend_days=0, rows_in_memory=0)
+    differ: list[str] = []
+    count = 0
+
+    def walk(a: object, b: object, path: str) -> None:
+        nonlocal count
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                walk(a.get(key), b.get(key), f"{path}.{key}")
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(x, y, f"{path}[{i}]")
+        else:
+            count += 1
+            same = math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) if isinstance(a, float) and isinstance(b, float) \
+                else a == b
+            if not same:
+                differ.append(f"{path}: {a!r} != {b!r}")
+
+    for name in ("totals", "sizing", "runs", "queue_wait", "hold", "top_failures", "economics", "gpu_use"):
+        walk(one.data.get(name), split.data.get(name), name)
+    return {"figures_compared": count, "differ": differ[:20], "buckets": split.data["input"]["partitioned"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -252,12 +295,16 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="also time the build without the cached aggregates")
     ap.add_argument("--no-build", action="store_true", help="do not time the build (with --reuse --engines)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each engine (the median is what to quote)")
+    ap.add_argument("--compare", action="store_true",
+                    help="compare every figure of the partitioned build with the one-table build (in process)")
+    ap.add_argument("--heavy-user-share", type=float, default=0.0,
+                    help="share of the jobs of one user (a pipeline account: the partitioned build splits it)")
     args = ap.parse_args()
     state = Path(args.state)
     last_day = datetime.now(timezone.utc).date() - timedelta(days=1)
     result: dict[str, object] = {"rows_asked": args.rows, "days": DAYS, "cpus": os.cpu_count()}
     if not args.reuse:
-        result["store"] = generate(state, args.rows, last_day)
+        result["store"] = generate(state, args.rows, last_day, heavy_share=args.heavy_user_share)
     gpuclust = str(REPO / ".venv" / "bin" / "gpuclust")
     out = state / "report"
     build = [gpuclust, "--config", str(state / "site.conf"), "report", "build", "--since", "365d",
@@ -270,6 +317,8 @@ def main() -> None:
         result["build_cold"] = timed(build)  # (computes and caches the trend's weeks again)
     if args.engines:
         result["engines"] = [engines(state) for _ in range(args.repeat)]
+    if args.compare:
+        result["compare"] = compare(state)
     report = out / "report.json"
     if report.exists() and not args.no_build:
         data = json.loads(report.read_text())

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting.events import EventSource, Node
+from gpuclust.accounting.metrics.waits import ValueCounts
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.refusals import RefusalSource, counts
 from gpuclust.config import SiteConfig
@@ -183,41 +184,63 @@ def pending_class(reason: str) -> str:
     return "other"
 
 
-def build_economics(
-    table: pa.Table,
-    config: SiteConfig,
-    period: Period,
-    events: EventSource | None,
-    refusal_source: RefusalSource | None,
-    *,
-    target: float | None = None,
-    restore_measured: dict[str, float] | None = None,
-) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    """report.json's `economics` block and its tables (economics_terms, economics_baselines, refusals_by_*,
-    wait_by_pending_reason)."""
-    econ = config.economics
-    as_of = events.as_of if events is not None and events.as_of is not None else None
-    win = Window(float(period.start_epoch), min(float(period.end_epoch), as_of) if as_of else float(period.end_epoch))
-    notes: list[str] = []
-    nodes = events.nodes if events is not None else None
-    have_events = events is not None and events.events is not None
-    capacity_known = have_events and nodes is not None
-    if events is None or events.events is None:
-        notes.append("No node events (sacctmgr show event) for the period: capacity, idle and unavailable GPU-hours "
-                     "are unknown. `report fetch` stores them when the site config has [costs], a [baseline NAME] "
-                     "or slurmctld_log; with --input give --events and --nodes.")
-    elif nodes is None:
-        notes.append("No node inventory (scontrol show node): capacity and idle are unknown.")
-    if events is not None and events.missing and have_events:
-        notes.append(f"Node events missing for day(s) {', '.join(events.missing)}: unavailable GPU-hours may be low.")
-    if events is not None and events.events is not None and events.events.problems:
-        bad = events.events.problems
-        notes.append(f"{len(bad)} node event row(s) could not be read and are left out, so unavailable GPU-hours may "
-                     f"be low: {'; '.join(str(p) for p in bad[:3])}{' ...' if len(bad) > 3 else ''} (fix the file, "
-                     "or record it again with `sacctmgr show event -P`)")
+@dataclass
+class RowSums:
+    """What the economics read of the job rows, as sums that add up over disjoint sets of rows (a partitioned
+    build's buckets; one table is one set): add_row_sums merges two, economics_from finishes them."""
 
+    # (partition, GPU type, term index into HOUR_TERMS) -> [GPU-hours in the window, GPUs, rows]
+    hours: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)
+    partitions: set[str] = field(default_factory=set)  # the partitions the rows name
+    units: dict[str, list[float]] = field(default_factory=dict)  # partition -> [accepted units, completed]
+    units_total: float = 0.0
+    completed_total: int = 0
+    without_units: int = 0
+    held: dict[str, float] = field(default_factory=dict)  # node -> allocated GPU-hours inside its events
+    waits: ValueCounts | None = None  # queue wait by pending-reason class (labels: PENDING_CLASSES)
+    reason_known: bool = False  # some row has a Reason
+
+
+def add_row_sums(a: RowSums, b: RowSums) -> RowSums:
+    out = RowSums(hours={k: list(v) for k, v in a.hours.items()}, partitions=a.partitions | b.partitions,
+                  units={k: list(v) for k, v in a.units.items()}, units_total=a.units_total + b.units_total,
+                  completed_total=a.completed_total + b.completed_total,
+                  without_units=a.without_units + b.without_units, held=dict(a.held),
+                  waits=b.waits if a.waits is None else a.waits if b.waits is None else ValueCounts.merge(
+                      [a.waits, b.waits]), reason_known=a.reason_known or b.reason_known)
+    for key, values in b.hours.items():
+        out.hours[key] = [x + y for x, y in zip(out.hours.get(key, [0.0] * len(values)), values, strict=True)]
+    for name, values in b.units.items():
+        out.units[name] = [x + y for x, y in zip(out.units.get(name, [0.0] * len(values)), values, strict=True)]
+    for node, h in b.held.items():
+        out.held[node] = out.held.get(node, 0.0) + h
+    return out
+
+
+def _window(period: Period, events: EventSource | None) -> Window:
+    as_of = events.as_of if events is not None and events.as_of is not None else None
+    return Window(float(period.start_epoch), min(float(period.end_epoch), as_of) if as_of else float(period.end_epoch))
+
+
+def _event_intervals(events: EventSource | None, win: Window) -> dict[str, list[tuple[float, float]]]:
+    """Per node (of the events, inventory or not): its events clipped to the window; {} without events."""
+    ev_by_node: dict[str, list[tuple[float, float]]] = {}
+    if events is None or events.events is None or events.nodes is None:
+        return ev_by_node
+    for ev in events.events.nodes:
+        es, ee = max(ev.start, win.start), min(ev.end if ev.end is not None else win.end, win.end)
+        if ee > es:
+            ev_by_node.setdefault(ev.node, []).append((es, ee))
+    return ev_by_node
+
+
+def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventSource | None) -> RowSums:
+    """The RowSums of the rows of `table`."""
+    econ = config.economics
+    win = _window(period, events)
+    out = RowSums()
     # Before the per-row arrays below exist: its own arrays are freed by then (peak memory at 10M lines).
-    waits, wait_note = _pending_waits(table, period, events.reasons if events is not None else None)
+    out.waits, out.reason_known = _pending_wait_values(table, period, events.reasons if events is not None else None)
 
     # ---- allocated GPU-hours per row (numpy over dictionary codes: a million rows take well under a second) ----
     n = table.num_rows
@@ -244,6 +267,111 @@ def build_economics(
     het = np.nan_to_num(_floats(table, "het_offset"), nan=0)
     pnames = [v or "(none)" for v in pvalues] + ["(none)"]
     gnames = [v or "" for v in gvalues] + [""]
+    out.partitions = {v for v in pvalues if v}
+
+    sel = np.flatnonzero(hours > 0)
+    if len(sel):
+        # sums per (partition, GPU type, term): few groups, priced once each (economics_from)
+        combo = (pcodes[sel].astype(np.int64) * (len(gnames)) + gcodes[sel]) * 3 + kind[sel]
+        keys, inverse = np.unique(combo, return_inverse=True)
+        group_hours = np.bincount(inverse, weights=hours[sel], minlength=len(keys))
+        group_gpus = np.bincount(inverse, weights=gpus[sel], minlength=len(keys))
+        group_n = np.bincount(inverse, minlength=len(keys))
+        for key, h, g, cnt in zip(keys.tolist(), group_hours.tolist(), group_gpus.tolist(), group_n.tolist(),
+                                  strict=True):
+            gi = (key // 3) % len(gnames)
+            pi = key // 3 // len(gnames)
+            into = out.hours.setdefault((pnames[pi], gnames[gi], key % 3), [0.0, 0.0, 0.0])
+            into[0] += h
+            into[1] += g
+            into[2] += cnt
+
+    # ---- units ----
+    with np.errstate(invalid="ignore"):
+        ended_in = done & ~np.isnan(end) & (end >= period.start_epoch) & (end < period.end_epoch) & (het <= 0) & alloc
+    at = np.flatnonzero(ended_in)
+    if econ.denominator == "units" and len(at):
+        ccodes, cvalues = _codes(table, "comment")
+        acodes, avalues = _codes(table, "account")
+        from_comment = np.array([_units_of(v or "", econ.units_label) if v else None for v in cvalues] + [None],
+                                dtype=float)[ccodes[at]]
+        default = np.array([econ.units_per_job.get(v or "") for v in avalues] + [None], dtype=float)[acodes[at]]
+        units = np.where(np.isnan(from_comment), default, from_comment)
+        out.without_units = int(np.isnan(units).sum())
+        units = np.nan_to_num(units)
+    else:
+        units = np.ones(len(at))
+    if len(at):
+        unit_sums = np.bincount(pcodes[at], weights=units, minlength=len(pnames))
+        unit_counts = np.bincount(pcodes[at], minlength=len(pnames))
+        for pi in np.flatnonzero(unit_counts).tolist():
+            into = out.units.setdefault(pnames[pi], [0.0, 0.0])
+            into[0] += float(unit_sums[pi])
+            into[1] += int(unit_counts[pi])
+        out.units_total = float(units.sum())
+        out.completed_total = len(at)
+
+    # ---- allocations inside node events (unavailable = events - these) ----
+    by_node = {nd.name for nd in (events.nodes or [])} if events is not None else set()
+    intervals = {k: v for k, v in _event_intervals(events, win).items() if k in by_node}
+    if intervals:
+        for name, (js, je, jg) in _node_allocations(table, hours > 0, s, e, gpus, intervals).items():
+            held = 0.0
+            for a, b in _merge(intervals[name]):  # (few intervals; the rows are arrays)
+                ov = np.minimum(je, b) - np.maximum(js, a)
+                held += float((np.clip(ov, 0.0, None) * jg).sum()) / 3600.0
+            out.held[name] = held
+    return out
+
+
+def build_economics(
+    table: pa.Table,
+    config: SiteConfig,
+    period: Period,
+    events: EventSource | None,
+    refusal_source: RefusalSource | None,
+    *,
+    target: float | None = None,
+    restore_measured: dict[str, float] | None = None,
+) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    """report.json's `economics` block and its tables (economics_terms, economics_baselines, refusals_by_*,
+    wait_by_pending_reason)."""
+    return economics_from(row_sums(table, config, period, events), config, period, events, refusal_source,
+                          target=target, restore_measured=restore_measured)
+
+
+def economics_from(
+    sums: RowSums,
+    config: SiteConfig,
+    period: Period,
+    events: EventSource | None,
+    refusal_source: RefusalSource | None,
+    *,
+    target: float | None = None,
+    restore_measured: dict[str, float] | None = None,
+) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    """build_economics from the rows' RowSums."""
+    econ = config.economics
+    win = _window(period, events)
+    notes: list[str] = []
+    nodes = events.nodes if events is not None else None
+    have_events = events is not None and events.events is not None
+    capacity_known = have_events and nodes is not None
+    if events is None or events.events is None:
+        notes.append("No node events (sacctmgr show event) for the period: capacity, idle and unavailable GPU-hours "
+                     "are unknown. `report fetch` stores them when the site config has [costs], a [baseline NAME] "
+                     "or slurmctld_log; with --input give --events and --nodes.")
+    elif nodes is None:
+        notes.append("No node inventory (scontrol show node): capacity and idle are unknown.")
+    if events is not None and events.missing and have_events:
+        notes.append(f"Node events missing for day(s) {', '.join(events.missing)}: unavailable GPU-hours may be low.")
+    if events is not None and events.events is not None and events.events.problems:
+        bad = events.events.problems
+        notes.append(f"{len(bad)} node event row(s) could not be read and are left out, so unavailable GPU-hours may "
+                     f"be low: {'; '.join(str(p) for p in bad[:3])}{' ...' if len(bad) > 3 else ''} (fix the file, "
+                     "or record it again with `sacctmgr show event -P`)")
+    waits, wait_note = _pending_waits_of(sums.waits, sums.reason_known,
+                                         events.reasons if events is not None else None)
 
     compute_rate = None
     cap_total_h: float | None = None
@@ -261,80 +389,44 @@ def build_economics(
     if compute_rate is not None and math.isnan(compute_rate):
         pricing.price = lambda gpu_type, partition: None  # type: ignore[method-assign]
 
-    parts = sorted({v for v in pvalues if v} | {p for nd in node_list for p in nd.partitions})
+    parts = sorted(sums.partitions | {p for nd in node_list for p in nd.partitions})
     rows: dict[str, dict[str, Any]] = {p: _empty_row() for p in [*parts, TOTAL]}
     by_type_hours: dict[str, float] = {}
-    sel = np.flatnonzero(hours > 0)
-    if len(sel):
-        # sums per (partition, GPU type, term): few groups, priced once each
-        combo = (pcodes[sel].astype(np.int64) * (len(gnames)) + gcodes[sel]) * 3 + kind[sel]
-        keys, inverse = np.unique(combo, return_inverse=True)
-        group_hours = np.bincount(inverse, weights=hours[sel], minlength=len(keys))
-        group_gpus = np.bincount(inverse, weights=gpus[sel], minlength=len(keys))
-        group_n = np.bincount(inverse, minlength=len(keys))
-        for key, h, g, cnt in zip(keys.tolist(), group_hours.tolist(), group_gpus.tolist(), group_n.tolist(),
-                                  strict=True):
-            k = key % 3
-            gi = (key // 3) % len(gnames)
-            pi = key // 3 // len(gnames)
-            p_name, g_name = pnames[pi], gnames[gi]
-            price = pricing.price(g_name, "" if p_name == "(none)" else p_name)
-            term = HOUR_TERMS[k]
-            for target_row in (rows.setdefault(p_name, _empty_row()), rows[TOTAL]):
-                target_row[term]["gpu_hours"] += h
-                if price is None:
-                    target_row["unpriced_gpu_hours"] += h
-                else:
-                    target_row[term]["cost"] += h * price
-                if term != "in_progress":
-                    target_row["attempts"] += cnt
-                    target_row["attempt_gpus"] += g
+    for (p_name, g_name, term_index), (h, g, cnt) in sums.hours.items():
+        price = pricing.price(g_name, "" if p_name == "(none)" else p_name)
+        term = HOUR_TERMS[term_index]
+        for target_row in (rows.setdefault(p_name, _empty_row()), rows[TOTAL]):
+            target_row[term]["gpu_hours"] += h
+            if price is None:
+                target_row["unpriced_gpu_hours"] += h
+            else:
+                target_row[term]["cost"] += h * price
             if term != "in_progress":
-                fallback = config.partition_gpu_type(p_name) or ""
-                for t, share in _mix(g_name or fallback).items():
-                    t = t or fallback
-                    by_type_hours[t] = by_type_hours.get(t, 0.0) + h * share
+                target_row["attempts"] += int(cnt)
+                target_row["attempt_gpus"] += g
+        if term != "in_progress":
+            fallback = config.partition_gpu_type(p_name) or ""
+            for t, share in _mix(g_name or fallback).items():
+                t = t or fallback
+                by_type_hours[t] = by_type_hours.get(t, 0.0) + h * share
 
     # ---- units ----
-    with np.errstate(invalid="ignore"):
-        ended_in = done & ~np.isnan(end) & (end >= period.start_epoch) & (end < period.end_epoch) & (het <= 0) & alloc
-    at = np.flatnonzero(ended_in)
-    without_units = 0
-    if econ.denominator == "units" and len(at):
-        ccodes, cvalues = _codes(table, "comment")
-        acodes, avalues = _codes(table, "account")
-        from_comment = np.array([_units_of(v or "", econ.units_label) if v else None for v in cvalues] + [None],
-                                dtype=float)[ccodes[at]]
-        default = np.array([econ.units_per_job.get(v or "") for v in avalues] + [None], dtype=float)[acodes[at]]
-        units = np.where(np.isnan(from_comment), default, from_comment)
-        without_units = int(np.isnan(units).sum())
-        units = np.nan_to_num(units)
-    else:
-        units = np.ones(len(at))
-    if len(at):
-        unit_sums = np.bincount(pcodes[at], weights=units, minlength=len(pnames))
-        unit_counts = np.bincount(pcodes[at], minlength=len(pnames))
-        for pi in np.flatnonzero(unit_counts).tolist():
-            row = rows.setdefault(pnames[pi], _empty_row())
-            row["units"] += float(unit_sums[pi])
-            row["completed"] += int(unit_counts[pi])
-        rows[TOTAL]["units"] += float(units.sum())
-        rows[TOTAL]["completed"] += len(at)
+    without_units = sums.without_units
+    for p_name, (unit_sum, unit_count) in sums.units.items():
+        row = rows.setdefault(p_name, _empty_row())
+        row["units"] += unit_sum
+        row["completed"] += int(unit_count)
+    rows[TOTAL]["units"] += sums.units_total
+    rows[TOTAL]["completed"] += sums.completed_total
 
     # ---- capacity, unavailable, idle ----
     cross: dict[str, Any] | None = None
     if capacity_known and events is not None and events.events is not None:
         by_node = {nd.name: nd for nd in node_list}
-        ev_by_node: dict[str, list[tuple[float, float]]] = {}
-        for ev in events.events.nodes:
-            es, ee = max(ev.start, win.start), min(ev.end if ev.end is not None else win.end, win.end)
-            if ee > es:
-                ev_by_node.setdefault(ev.node, []).append((es, ee))
+        ev_by_node = _event_intervals(events, win)
         unknown_nodes = sorted(set(ev_by_node) - set(by_node))
         if unknown_nodes:
             notes.append(f"Node events of node(s) not in the inventory are left out: {', '.join(unknown_nodes)}.")
-        node_rows = _node_allocations(table, hours > 0, s, e, gpus,
-                                      {k: v for k, v in ev_by_node.items() if k in by_node})
         unavailable_node: dict[str, float] = {}
         for name, ivs in ev_by_node.items():
             if name not in by_node:
@@ -342,13 +434,7 @@ def build_economics(
             merged = _merge(ivs)
             g = by_node[name].gpus
             total = sum((b - a) for a, b in merged) / 3600.0 * g
-            held = 0.0
-            if name in node_rows:
-                js, je, jg = node_rows[name]
-                for a, b in merged:  # (few intervals; the rows are arrays)
-                    ov = np.minimum(je, b) - np.maximum(js, a)
-                    held += float((np.clip(ov, 0.0, None) * jg).sum()) / 3600.0
-            unavailable_node[name] = max(0.0, total - held)
+            unavailable_node[name] = max(0.0, total - sums.held.get(name, 0.0))
         shares: dict[str, float] = {}
         for p in parts:
             members = [nd for nd in node_list if p in nd.partitions]
@@ -702,11 +788,16 @@ def _pending_waits(table: pa.Table, period: Period,
     (an older store's reasons.txt, or `report build --reasons FILE`: (JobIDRaw, Start epoch) -> Reason) wins
     where it has the row. Unknown when neither says anything: a dump or stored day without the column reads
     null, and a row whose reason is known nowhere counts as 'none (not kept)'."""
+    return _pending_waits_of(*_pending_wait_values(table, period, reasons), reasons)
+
+
+def _pending_wait_values(table: pa.Table, period: Period, reasons: dict[tuple[int, float], str] | None
+                         ) -> tuple[ValueCounts, bool]:
+    """_pending_waits' waits as ValueCounts by class, and whether some row has a Reason (where none has, and
+    `reasons` is None, the waits are unknown: _pending_waits_of says so). (Computed either way: in a partitioned
+    build another bucket's rows may have a Reason, and then these count as 'none (not kept)'.)"""
     column = table.column("reason") if "reason" in table.column_names else None
-    if reasons is None and (column is None or column.null_count == len(column)):
-        return [], ("Queue wait by pending reason: unknown for this input (`report fetch` stores sacct's Reason "
-                    "with the jobs; with --input, a dump with the Reason column, or --reasons FILE: "
-                    "`sacct -a -D -X -P -n -o JobIDRaw,Start,Reason`).")
+    reason_known = column is not None and column.null_count < len(column)
     start = _floats(table, "start")
     with np.errstate(invalid="ignore"):
         chosen = (start >= period.start_epoch) & (start < period.end_epoch) & _alloc_mask(table)
@@ -723,7 +814,7 @@ def _pending_waits(table: pa.Table, period: Period,
     del picked, rows, eligible
     none_class = PENDING_CLASSES.index("none (not kept)")
     cls = np.full(len(at), none_class, dtype=np.int64)
-    if column is not None and column.null_count < len(column):
+    if column is not None and reason_known:
         enc = pc.dictionary_encode(pc.cast(column.take(pa.array(at)), pa.string())).combine_chunks()
         per_value = np.array([PENDING_CLASSES.index(pending_class(v)) for v in enc.dictionary.to_pylist()]
                              + [none_class], dtype=np.int64)
@@ -731,14 +822,24 @@ def _pending_waits(table: pa.Table, period: Period,
         cls = per_value[codes]
     if reasons:
         cls = _file_reasons(reasons, raw_at, start, cls)
-    values = start - since
-    wait: dict[str, np.ndarray] = {c: values[cls == i] for i, c in enumerate(PENDING_CLASSES)}
+    return ValueCounts.of(list(PENDING_CLASSES), cls, start - since), reason_known
+
+
+def _pending_waits_of(waits: ValueCounts | None, reason_known: bool,
+                      reasons: dict[tuple[int, float], str] | None) -> tuple[list[dict[str, Any]], str]:
+    """_pending_waits' rows and note from the waits by class."""
+    if waits is None or (reasons is None and not reason_known):
+        return [], ("Queue wait by pending reason: unknown for this input (`report fetch` stores sacct's Reason "
+                    "with the jobs; with --input, a dump with the Reason column, or --reasons FILE: "
+                    "`sacct -a -D -X -P -n -o JobIDRaw,Start,Reason`).")
+    by_class: dict[Any, Any] = {row["label"]: row for row in waits.summary().to_dict("records")}
     out = []
     for c in PENDING_CLASSES:
-        v = wait[c]
-        out.append({"pending_reason": c, "jobs": len(v), "wait_s_total": _r(float(v.sum()) if len(v) else 0.0),
-                    "median_s": _r(float(np.median(v))) if len(v) else None,
-                    "max_s": _r(float(v.max())) if len(v) else None})
+        row = by_class.get(c)
+        out.append({"pending_reason": c, "jobs": int(row["jobs"]) if row else 0,
+                    "wait_s_total": _r(float(row["total"])) if row else 0.0,
+                    "median_s": _r(float(row["median"])) if row else None,
+                    "max_s": _r(float(row["max"])) if row else None})
     return out, ("Queue wait by pending reason uses the one Reason sacct keeps per job: the last one slurmctld sent "
                  "to slurmdbd (text and --json alike, 22.05 and 24.11). A job that waited on Resources or Priority "
                  "mostly shows None once it started (lab, 22.05), while quota reasons such as AssocGrpGRES stayed: "
@@ -791,6 +892,16 @@ def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str,
     return out
 
 
+def stored_sources(config: SiteConfig, period: Period) -> tuple[EventSource | None, RefusalSource | None]:
+    """The node events and inventory, and the refusals, that `report fetch` stored for the period's days."""
+    from gpuclust.accounting import events as events_mod
+    from gpuclust.accounting import refusals as refusals_mod
+
+    days = period.utc_days()
+    return (events_mod.load_stored(config.state_dir, days),
+            refusals_mod.load_stored(config.state_dir, days, float(period.start_epoch), float(period.end_epoch)))
+
+
 def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, events_path: str | None = None,
            nodes_path: str | None = None, sreport_path: str | None = None, log_path: str | None = None,
            reasons_path: str | None = None, offline: bool = False, target: float | None = None,
@@ -803,7 +914,6 @@ def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, 
     from gpuclust.accounting import events as events_mod
     from gpuclust.accounting import refusals as refusals_mod
 
-    days = period.utc_days()
     source: EventSource | None
     refusal_source: RefusalSource | None
     if offline:
@@ -812,11 +922,19 @@ def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, 
         refusal_source = refusals_mod.read_file(log_path, ZoneInfo(config.timezone), float(period.start_epoch),
                                                 float(period.end_epoch)) if log_path else None
     else:
-        source = events_mod.load_stored(config.state_dir, days)
-        refusal_source = refusals_mod.load_stored(config.state_dir, days, float(period.start_epoch),
-                                                  float(period.end_epoch))
-    data, tables = build_economics(table, config, period, source, refusal_source, target=target,
-                                   restore_measured=measured_restore_seconds(config.results_dir))
+        source, refusal_source = stored_sources(config, period)
+    attach_sums(report, row_sums(table, config, period, source), config, period, source, refusal_source,
+                target=target, period_inferred=period_inferred)
+
+
+def attach_sums(report: Any, sums: RowSums, config: SiteConfig, period: Period, source: EventSource | None,
+                refusal_source: RefusalSource | None, *, target: float | None = None,
+                period_inferred: bool = False) -> None:
+    """attach, from the rows' RowSums and the sources they were summed with."""
+    from gpuclust.accounting import events as events_mod
+
+    data, tables = economics_from(sums, config, period, source, refusal_source, target=target,
+                                  restore_measured=measured_restore_seconds(config.results_dir))
     cross = data.get("sreport_cross_check")
     if period_inferred and cross and cross.get("sreport_window") is None:
         # (--sreport FILE: sreport's -n output names no window; only a window the user gave can be the one it

@@ -23,6 +23,7 @@ efficiency (CPU time / (Elapsed x CPUs)) and memory efficiency (peak RSS / alloc
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -182,9 +183,13 @@ def _utc(value: Any) -> datetime:
     return ts.to_pydatetime()
 
 
-def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
-    """Allocated, covered, busy, held-idle GPU-hours, coverage, mean utilisation and unknown jobs, per `by`
-    (None: one row for the whole period)."""
+SUMMED = ("jobs", "allocated_gpu_hours", "covered_gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours",
+          "energy_kwh", "unknown_jobs")
+
+
+def _group_sums(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """summarise's sums per `by` (None: one row), before its ratios: they add up over disjoint sets of jobs.
+    (energy stays NaN where no job of the group has it, as sum(min_count=1).)"""
     f = frame.assign(_unknown=frame["covered_gpu_hours"].isna().astype(int), _one=1)
     keys = [by] if by else []
     if by is None:
@@ -200,8 +205,27 @@ def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
         "energy_kwh": g["energy_kwh"].sum(min_count=1),
         "unknown_jobs": g["_unknown"].sum(),
     }).reset_index()
+    return out.drop(columns=["_all"]) if by is None else out
+
+
+def _merge_group_sums(a: pd.DataFrame, b: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    if not len(b):
+        return a
+    if not len(a):
+        return b
+    both = pd.concat([a, b], ignore_index=True)
     if by is None:
-        out = out.drop(columns=["_all"])
+        both = both.assign(_all="all")
+        by = "_all"
+    g = both.groupby(by, sort=True, dropna=False)
+    out = g[[name for name in SUMMED if name != "energy_kwh"]].sum()
+    out["energy_kwh"] = g["energy_kwh"].sum(min_count=1)
+    out = out[list(SUMMED)].reset_index()
+    return out.drop(columns=["_all"]) if by == "_all" else out
+
+
+def _finish_summary(out: pd.DataFrame) -> pd.DataFrame:
+    out = out.copy()
     covered = out["covered_gpu_hours"]
     out.insert(list(out.columns).index("covered_gpu_hours") + 1, "coverage",
                np.where(out["allocated_gpu_hours"] > 0, covered / out["allocated_gpu_hours"].where(
@@ -213,20 +237,38 @@ def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
     return out
 
 
-def weigh_economics(economics: dict[str, Any], jobs: pd.DataFrame) -> None:
+def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """Allocated, covered, busy, held-idle GPU-hours, coverage, mean utilisation and unknown jobs, per `by`
+    (None: one row for the whole period)."""
+    return _finish_summary(_group_sums(frame, by))
+
+
+def _completed_sums(jobs: pd.DataFrame) -> dict[str, list[float]]:
+    """Per partition (as text) of the completed jobs with GPUs: allocated, covered and busy GPU-hours (unknown
+    ones left out of the sums), and how many have covered and busy figures."""
+    done = jobs[jobs["completed"] & (jobs["gpus"] > 0)]
+    out: dict[str, list[float]] = {}
+    for part, sub in done.groupby(done["partition"].astype(str), sort=True):
+        out[str(part)] = [float(sub["allocated_gpu_hours"].sum()), float(sub["covered_gpu_hours"].sum()),
+                          float(sub["covered_gpu_hours"].notna().sum()), float(sub["busy_gpu_hours"].sum()),
+                          float(sub["busy_gpu_hours"].notna().sum())]
+    return out
+
+
+def weigh_economics(economics: dict[str, Any], completed: dict[str, list[float]]) -> None:
     """[telemetry] weigh_useful: beside each economics row's completed-run term (allocated GPU-hours of completed
     runs), the same GPU-hours weighted by the measured mean utilisation of the completed jobs that have telemetry
     (busy completed-run GPU-hours), with that coverage; and the total cost per busy completed-run GPU-hour. The
-    allocation view is left as it is."""
-    done = jobs[jobs["completed"] & (jobs["gpus"] > 0)]
+    allocation view is left as it is. `completed`: _completed_sums of the jobs."""
     rows = [(row, False) for row in economics.get("by_partition", [])] + [(economics.get("total") or {}, True)]
     for row, whole in rows:
         if not row or "terms" not in row:
             continue
-        sub = done if whole else done[done["partition"].astype(str) == str(row.get("partition"))]
-        allocated = float(sub["allocated_gpu_hours"].sum())
-        covered = float(sub["covered_gpu_hours"].sum(min_count=1)) if sub["covered_gpu_hours"].notna().any() else 0.0
-        busy = float(sub["busy_gpu_hours"].sum(min_count=1)) if sub["busy_gpu_hours"].notna().any() else 0.0
+        sums = [sum(v[i] for v in completed.values()) for i in range(5)] if whole else \
+            completed.get(str(row.get("partition")), [0.0] * 5)
+        allocated = sums[0]
+        covered = sums[1] if sums[2] else 0.0
+        busy = sums[3] if sums[4] else 0.0
         ratio = busy / covered if covered > 0 else None
         completed_run = row["terms"]["completed_run"]["gpu_hours"]
         weighted = completed_run * ratio if ratio is not None and completed_run is not None else None
@@ -240,40 +282,111 @@ def weigh_economics(economics: dict[str, Any], jobs: pd.DataFrame) -> None:
         }
 
 
+def _worst(jobs: pd.DataFrame) -> pd.DataFrame:
+    return jobs[jobs["held_idle_gpu_hours"] > 0].sort_values(
+        ["held_idle_gpu_hours", "job_id"], ascending=[False, True], kind="stable").head(WORST_JOBS)[
+        list(WORST_COLUMNS)].reset_index(drop=True)
+
+
+@dataclass
+class UseSums:
+    """The use figures of a set of jobs in a form that adds up over disjoint sets (a partitioned build's
+    buckets; one table is one set): merge_use_sums merges two, attach_sums finishes them."""
+
+    groups: dict[str | None, pd.DataFrame]  # _group_sums per dimension (None: the totals)
+    worst: pd.DataFrame
+    completed: dict[str, list[float]]  # _completed_sums
+    histogram: dict[str, tuple[np.ndarray, np.ndarray]]  # partition -> (jobs, covered GPU-hours) per 10% bin
+    rules: set[str]
+    sources: dict[str, int]
+    prometheus: dict[str, Any] | None
+    jobs: pd.DataFrame | None = None  # the per-job table (gpu_use_jobs): a one-table build's only
+
+
+def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: bool = True) -> UseSums:
+    jobs, info = job_use(table, config, period)
+    histogram = {}
+    for part, sub in jobs.groupby("partition", sort=True):
+        known = sub["util_mean_pct"].dropna().clip(0, 100)
+        counts, _ = np.histogram(known, bins=10, range=(0, 100))
+        hours, _ = np.histogram(known, bins=10, range=(0, 100),
+                                weights=sub.loc[sub["util_mean_pct"].notna(), "covered_gpu_hours"])
+        histogram[str(part)] = (counts, hours)
+    return UseSums(
+        groups={dim: _group_sums(jobs, dim) for dim in (None, *DIMENSIONS)},
+        worst=_worst(jobs),
+        completed=_completed_sums(jobs),
+        histogram=histogram,
+        rules={str(r) for r in jobs["gpu_util_rule"].dropna().unique()},
+        sources={"usage_tres": int((jobs["telemetry"] == "usage_tres").sum()),
+                 "prometheus": int((jobs["telemetry"] == "prometheus").sum()),
+                 "none": int(jobs["telemetry"].isna().sum())},
+        prometheus=info["prometheus"],
+        jobs=jobs if keep_jobs else None,
+    )
+
+
+def merge_use_sums(a: UseSums, b: UseSums) -> UseSums:
+    """The UseSums of two disjoint sets of jobs (without the per-job table)."""
+    histogram = dict(a.histogram)
+    for part, (counts, hours) in b.histogram.items():
+        have = histogram.get(part)
+        histogram[part] = (counts, hours) if have is None else (have[0] + counts, have[1] + hours)
+    completed = {k: list(v) for k, v in a.completed.items()}
+    for part, sums in b.completed.items():
+        completed[part] = [x + y for x, y in zip(completed.get(part, [0.0] * len(sums)), sums, strict=True)]
+    prometheus = a.prometheus
+    if a.prometheus is not None and b.prometheus is not None:
+        prometheus = {**a.prometheus,
+                      **{k: a.prometheus[k] + b.prometheus[k] for k in ("queries", "jobs_with_series", "warnings")},
+                      "warning_list": (a.prometheus["warning_list"] + b.prometheus["warning_list"])[:50]}
+    elif a.prometheus is None:
+        prometheus = b.prometheus
+    worst = pd.concat([a.worst, b.worst], ignore_index=True) if len(b.worst) else a.worst
+    return UseSums(
+        groups={dim: _merge_group_sums(a.groups[dim], b.groups[dim], dim) for dim in a.groups},
+        worst=_worst(worst) if len(b.worst) else a.worst,
+        completed=completed,
+        histogram=histogram,
+        rules=a.rules | b.rules,
+        sources={k: a.sources[k] + b.sources[k] for k in a.sources},
+        prometheus=prometheus,
+    )
+
+
 def attach(report: Report, table: pa.Table, config: SiteConfig, period: Period,
            *, usage_warnings: int = 0, usage_problems: list[str] | None = None) -> None:
     """Add the use figures to `report` (tables gpu_use_*, report.json `gpu_use`, definitions)."""
-    jobs, info = job_use(table, config, period)
+    attach_sums(report, use_sums(table, config, period), config, usage_warnings=usage_warnings,
+                usage_problems=usage_problems)
+
+
+def attach_sums(report: Report, sums: UseSums, config: SiteConfig, *, usage_warnings: int = 0,
+                usage_problems: list[str] | None = None) -> None:
+    """attach, from the jobs' UseSums."""
     tel = config.telemetry
-    totals = summarise(jobs, None)
-    tables = {f"gpu_use_by_{dim}": summarise(jobs, dim) for dim in DIMENSIONS}
-    worst = jobs[jobs["held_idle_gpu_hours"] > 0].sort_values(
-        ["held_idle_gpu_hours", "job_id"], ascending=[False, True], kind="stable").head(WORST_JOBS)[list(WORST_COLUMNS)]
+    totals = _finish_summary(sums.groups[None])
+    tables = {f"gpu_use_by_{dim}": _finish_summary(sums.groups[dim]) for dim in DIMENSIONS}
+    worst = sums.worst
     report.tables["gpu_use_totals"] = totals
     report.tables.update(tables)
     report.tables["gpu_use_worst_held_idle"] = worst.reset_index(drop=True)
-    report.tables["gpu_use_jobs"] = jobs
-    node_rows = (info.get("prometheus") or {}).get("nodes") or []
+    if sums.jobs is not None:
+        report.tables["gpu_use_jobs"] = sums.jobs
+    node_rows = (sums.prometheus or {}).get("nodes") or []
     if node_rows:  # node_exporter per node over the period: storage latency, network errors and drops
         report.tables["telemetry_nodes"] = pd.DataFrame(node_rows)
     if tel.weigh_useful and isinstance(report.data.get("economics"), dict):
-        weigh_economics(report.data["economics"], jobs)
-    rules = sorted({r for r in jobs["gpu_util_rule"].dropna().unique()})
-    histogram = {}
-    for part, sub in jobs.groupby("partition", sort=True):
-        counts, _ = np.histogram(sub["util_mean_pct"].dropna().clip(0, 100), bins=10, range=(0, 100))
-        hours, _ = np.histogram(sub["util_mean_pct"].dropna().clip(0, 100), bins=10, range=(0, 100),
-                                weights=sub.loc[sub["util_mean_pct"].notna(), "covered_gpu_hours"])
-        histogram[str(part)] = {"bins_pct": list(range(0, 101, 10)), "jobs": counts.tolist(),
-                                "covered_gpu_hours": [float(h) for h in hours]}
+        weigh_economics(report.data["economics"], sums.completed)
+    histogram = {part: {"bins_pct": list(range(0, 101, 10)), "jobs": [int(c) for c in counts],
+                        "covered_gpu_hours": [float(h) for h in hours]}
+                 for part, (counts, hours) in sorted(sums.histogram.items())}
     report.data["gpu_use"] = {
         "idle_threshold_pct": tel.idle_threshold_pct,
         "idle_min_s": tel.idle_min_s,
-        "gpu_util_rules": rules,
-        "sources": {"usage_tres": int((jobs["telemetry"] == "usage_tres").sum()),
-                    "prometheus": int((jobs["telemetry"] == "prometheus").sum()),
-                    "none": int(jobs["telemetry"].isna().sum())},
-        "prometheus": info["prometheus"],
+        "gpu_util_rules": sorted(sums.rules),
+        "sources": dict(sums.sources),
+        "prometheus": sums.prometheus,
         "usage_warnings": int(usage_warnings),
         "usage_problems": list(usage_problems or [])[:50],
         "totals": records(totals)[0] if len(totals) else {},

@@ -17,15 +17,20 @@ Two passes over the days, each linear in the rows:
 2. Per bucket: its stream read back, store.latest_keep applied (the rule load_for_report applies to all
    days), the bucket's figures computed (metrics.partial.partial_figures) and the bucket freed.
 
-A user whose rows alone exceed a bucket makes that bucket larger: memory is bounded by the largest
-user's rows of the period (BENCHMARKS.md, "Issue 31 item 3")."""
+A user with more than half a bucket of rows (a pipeline account) is split further, by resubmission group
+(user, account, job name, array task: what runs are matched within), so memory stays bounded by about a
+bucket (BENCHMARKS.md, "Issue 31 item 3"); only one group larger than a bucket makes its bucket larger. The
+one case that split is not exact for: a job of such a user requeued under another name or account (scontrol
+update between its attempts) has its attempts in two buckets, and counts as two runs."""
 
 from __future__ import annotations
 
+import heapq
 import math
 import tempfile
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -35,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from gpuclust.accounting import store, storeread
+from gpuclust.accounting.schema import STORE_SCHEMA
 from gpuclust.errors import InputError
 
 # From this many stored rows of the period on (latest_state not yet applied), `report build` partitions:
@@ -58,12 +64,6 @@ def day_files(root: Path, days: list[date], cluster: str | None) -> list[Path]:
     return [path for path in (store.day_file(snap, d, cluster) for d in days) if path.exists()]
 
 
-def bucket_of_users(users: pa.Array, buckets: int) -> np.ndarray:
-    """Each distinct user name's bucket (crc32 of its UTF-8: the same in every run and every day)."""
-    return np.array([zlib.crc32(u.encode("utf-8", "surrogateescape")) % buckets if u is not None else 0
-                     for u in users.to_pylist()], dtype=np.int64)
-
-
 def buckets(root: Path, days: list[date], cluster: str | None, *,
             rows_per_bucket: int = ROWS_PER_BUCKET) -> Iterator[pa.Table]:
     """The stored rows of `days` in buckets by user, one at a time, each with ORDER_COLUMN (split_order takes
@@ -71,24 +71,104 @@ def buckets(root: Path, days: list[date], cluster: str | None, *,
     The rows of all buckets together are those of storeread.load_for_report."""
     with store.reading(root):
         files = day_files(root, days, cluster)
-        count = max(1, math.ceil(stored_rows(files) / rows_per_bucket))
+        plan = _survey(files, rows_per_bucket)
         with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=root.parent) as scratch:
-            paths, started = _spill(files, count, Path(scratch))
+            paths, started = _spill(files, plan, Path(scratch))
+            if not paths:  # (no row: one empty bucket, so that every figure is there, empty)
+                empty = STORE_SCHEMA.empty_table().select(storeread.report_columns())
+                yield empty.append_column(ORDER_COLUMN, pa.array([], pa.int64()))
             for path in paths:
                 yield _read_bucket(path, started)
                 path.unlink()
 
 
-def _pending_ids(files: list[Path]) -> np.ndarray:
-    """The JobIDRaw of every row that has not started (sorted, distinct): few, the jobs pending at a fetch."""
+@dataclass(frozen=True)
+class Plan:
+    """Where each row goes: a user with at most half a bucket of rows goes whole to one of `light` buckets; a
+    heavier user's rows go by resubmission group (user, account, job name, array task: what runs are matched
+    within) to one of `heavy` buckets, so that no bucket holds much more than rows_per_bucket."""
+
+    light: int
+    heavy: int
+    heavy_users: frozenset[str]
+    pending: np.ndarray  # JobIDRaw of the rows not started (sorted, distinct): few, the jobs pending at a fetch
+    # Each light user's bucket, the users packed by their rows (largest first, into the emptiest bucket): a
+    # hash of a few hundred users would leave some buckets twice as full as others. (Absent, as null: 0.)
+    bucket_of_user: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return self.light + self.heavy
+
+
+def _survey(files: list[Path], rows_per_bucket: int) -> Plan:
+    """One pass over three columns of every day: the rows per user and the pending jobs."""
     ids = [np.zeros(0, dtype=np.int64)]
+    rows_by_user: dict[str | None, int] = {}
     for path in files:
-        day = storeread.read_day(path, ["job_id_raw", "start"], [])
+        day = storeread.read_day(path, ["job_id_raw", "start", "user"], ["user"])
         pending = np.asarray(day.column("start").is_null().to_numpy(zero_copy_only=False), dtype=bool)
         if pending.any():
             raw = np.asarray(day.column("job_id_raw").to_numpy(zero_copy_only=False))
             ids.append(raw[pending].astype(np.int64))
-    return np.unique(np.concatenate(ids))
+        users = day.column("user").combine_chunks()
+        counts = pc.value_counts(users.cast(pa.string()) if users.null_count else users)
+        for value, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
+            rows_by_user[value] = rows_by_user.get(value, 0) + n
+    heavy_users = frozenset(u for u, n in rows_by_user.items() if u is not None and n > rows_per_bucket // 2)
+    heavy_rows = sum(rows_by_user[u] for u in heavy_users)
+    light_rows = sum(rows_by_user.values()) - heavy_rows
+    light = max(1, math.ceil(light_rows / rows_per_bucket))
+    fill = [(0, i) for i in range(light)]  # (rows, bucket): a heap, the emptiest first
+    bucket_of_user: dict[str, int] = {}
+    for user, n in sorted(((u, n) for u, n in rows_by_user.items() if u is not None and u not in heavy_users),
+                          key=lambda un: (-un[1], un[0])):
+        rows, bucket = heapq.heappop(fill)
+        bucket_of_user[user] = bucket
+        heapq.heappush(fill, (rows + n, bucket))
+    return Plan(light=light, heavy=math.ceil(heavy_rows / rows_per_bucket), heavy_users=heavy_users,
+                pending=np.unique(np.concatenate(ids)), bucket_of_user=bucket_of_user)
+
+
+def _crc(values: pa.Array) -> np.ndarray:
+    """crc32 of each value's UTF-8 (null: 0), as uint64: the same in every run and every day."""
+    return np.array([zlib.crc32(v.encode("utf-8", "surrogateescape")) if v is not None else 0
+                     for v in values.to_pylist()], dtype=np.uint64)
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """A dictionary column's codes (null: -1, which reads the entry appended last) and its dictionary."""
+    array = column.combine_chunks()
+    assert isinstance(array, pa.DictionaryArray)
+    return np.asarray(pc.fill_null(array.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64), \
+        array.dictionary
+
+
+def _route(day: pa.Table, plan: Plan) -> np.ndarray:
+    """Each row's bucket."""
+    codes, users = _codes(day.column("user"))
+    names = users.to_pylist()
+    bucket = np.array([plan.bucket_of_user.get(u, 0) if u is not None else 0 for u in names] + [0],
+                      dtype=np.int64)[codes]
+    if plan.heavy:
+        heavy_value = np.array([u in plan.heavy_users for u in names] + [False], dtype=bool)
+        at = np.flatnonzero(heavy_value[codes])
+        if len(at):
+            h = np.r_[_crc(users), np.uint64(0)][codes[at]]
+            for name in ("account", "job_name"):
+                name_codes, values = _codes(day.column(name))
+                name_codes = name_codes[at]
+                # (the crc of the values these rows use only: a day may hold a hundred thousand job names)
+                used = np.unique(name_codes)
+                used = used[used >= 0]
+                crc = np.zeros(len(values) + 1, dtype=np.uint64)
+                crc[used] = _crc(values.take(pa.array(used)))
+                h = h * np.uint64(0x9E3779B97F4A7C15) + crc[name_codes]
+            task = np.asarray(pc.fill_null(day.column("array_task"), -1).to_numpy(), dtype=np.int64)[at]
+            h = h * np.uint64(0x9E3779B97F4A7C15) + (task + 1).astype(np.uint64)
+            h ^= h >> np.uint64(31)
+            bucket[at] = plan.light + (h % np.uint64(plan.heavy)).astype(np.int64)
+    return bucket
 
 
 def _among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
@@ -98,10 +178,10 @@ def _among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
     return sorted_ids[at] == values
 
 
-def _spill(files: list[Path], count: int, scratch: Path) -> tuple[list[Path], np.ndarray]:
+def _spill(files: list[Path], plan: Plan, scratch: Path) -> tuple[list[Path], np.ndarray]:
     """Each day's rows into their bucket's stream; also the pending jobs (JobIDRaw) that some row shows
     started: latest_keep drops their pending rows, wherever that row's bucket is (sorted, distinct)."""
-    pending = _pending_ids(files)
+    pending, count = plan.pending, plan.count
     started: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
     columns = list(dict.fromkeys([*storeread.report_columns(), *storeread.KEY_COLUMNS]))
     dictionary = list(storeread.DICTIONARY_COLUMNS)  # (window stays text: latest_keep sorts it)
@@ -115,11 +195,7 @@ def _spill(files: list[Path], count: int, scratch: Path) -> tuple[list[Path], np
             n = day.num_rows
             day = day.append_column(ORDER_COLUMN, pa.array(np.arange(order_base, order_base + n, dtype=np.int64)))
             order_base += n
-            users = day.column("user").combine_chunks()
-            assert isinstance(users, pa.DictionaryArray)
-            codes = np.asarray(pc.fill_null(users.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
-            # (a null user, code -1, takes the last entry: bucket 0)
-            bucket = np.r_[bucket_of_users(users.dictionary, count), 0][codes]
+            bucket = _route(day, plan)
             if len(pending):
                 raw = np.asarray(day.column("job_id_raw").to_numpy(zero_copy_only=False)).astype(np.int64)
                 ran = ~np.asarray(day.column("start").is_null().to_numpy(zero_copy_only=False), dtype=bool)

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting import economics, gpuuse, partitioned, reportdoc, store, storeread, trend
+from gpuclust.accounting import economics, gpuuse, memory, partitioned, reportdoc, store, storeread, trend
 from gpuclust.accounting.economics import attach as attach_economics  # (one of two stages named attach)
 from gpuclust.accounting.fetch import fetch_day, sacct_version
 from gpuclust.accounting.jobfilter import JobFilter
@@ -232,12 +232,7 @@ def build(
                          sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
                          offline=bool(input_path), target=target,
                          period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
-        unknown = sum(e["count"] or 0 for e in report.data["input"].get("unknown", []) if e["missing"] == "AllocTRES")
-        econ = report.data.get("economics")
-        if isinstance(econ, dict) and (unknown or "AllocTRES" in (parsed.missing_columns if parsed else {})):
-            econ.setdefault("notes", []).append(
-                f"{unknown} attempt(s) ran without an AllocTRES: their GPU-hours are unknown, so allocated leaves "
-                "them out and idle (capacity - allocated - unavailable) holds them: both are bounds, not figures.")
+        _note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
     gpuuse.attach(report, table, config, period,
                   usage_warnings=parsed.usage_warnings if parsed else 0,
                   usage_problems=parsed.usage_problems if parsed else None)
@@ -284,11 +279,24 @@ def _note_no_gpu(info: dict[str, Any]) -> None:
         "checks it); the GPU-hours are 0 as recorded, not as used.")
 
 
+def _note_unknown_allocations(report: Report, column_missing: bool = False) -> None:
+    unknown = sum(e["count"] or 0 for e in report.data["input"].get("unknown", []) if e["missing"] == "AllocTRES")
+    econ = report.data.get("economics")
+    if isinstance(econ, dict) and (unknown or column_missing):
+        econ.setdefault("notes", []).append(
+            f"{unknown} attempt(s) ran without an AllocTRES: their GPU-hours are unknown, so allocated leaves "
+            "them out and idle (capacity - allocated - unavailable) holds them: both are bounds, not figures.")
+
+
 def _build_partitioned(root: Path, days: list[date], config: SiteConfig, period: Period, *, only: JobFilter,
                        target: float | None, top: int, rows_per_bucket: int) -> Report:
     """The report's figures from the store in buckets by user (partitioned: memory bounded by a bucket, not
-    the period). The unit economics and GPU use are not computed this way: the report says so."""
+    the period), the unit economics and the GPU use with them, but for the per-job table (the report says so)."""
     parts: list[PartialFigures] = []
+    # The unit economics sum rows, not runs: any split adds up (economics.RowSums); not for a filtered report.
+    sources = None if only else economics.stored_sources(config, period)
+    econ_sums: economics.RowSums | None = None
+    use: gpuuse.UseSums | None = None
     rows = filtered_out = 0
     known = True
     gpus_seen = recorded_without_gpu = False
@@ -307,20 +315,32 @@ def _build_partitioned(root: Path, days: list[date], config: SiteConfig, period:
             gpus_seen = gpus_seen or bool(pc.max(table.column("gpus")).as_py())
             recorded_without_gpu = recorded_without_gpu or no_gpu_accounted(table)
         parts.append(partial_figures(table, config, period, top=top, row_order=order))
+        if sources is not None:
+            sums = economics.row_sums(table, config, period, sources[0])
+            econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
+        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False)
+        use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
         del table, order
+        memory.release_freed()
     info = _store_info(root, days, config, rows, known)
     info["partitioned"] = {"buckets": len(sizes), "rows_per_bucket": rows_per_bucket,
                            "largest_bucket_rows": max(sizes, default=0)}
     info["notes"].append(
         f"The period's stored rows are more than one build holds in memory ({partitioned.ROWS_IN_MEMORY:,}): "
         f"they were read in {len(sizes)} buckets by user, each run whole in one bucket, and the figures merged "
-        "(exact). The unit economics and the GPU use are not computed over so many rows: build a shorter "
-        "period for them (e.g. --since 30d).")
+        "(exact). The one-row-per-job table of GPU use (gpu_use_jobs) is left out at this size: build a "
+        "shorter period for it (e.g. --since 30d).")
     if only:
         _note_filter(info, only, filtered_out)
     if recorded_without_gpu and not gpus_seen:
         _note_no_gpu(info)
-    return merge_report(parts, config, period, target=target, top=top, input_info=info)
+    report = merge_report(parts, config, period, target=target, top=top, input_info=info)
+    if sources is not None:
+        economics.attach_sums(report, econ_sums or economics.RowSums(), config, period, *sources, target=target)
+        _note_unknown_allocations(report)
+    assert use is not None  # (there is always a bucket, if an empty one)
+    gpuuse.attach_sums(report, use, config)
+    return report
 
 
 # (input_period, rows_accounted and JobFilter live with their stages; their old names here still serve.)

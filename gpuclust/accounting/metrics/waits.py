@@ -145,26 +145,39 @@ class ValueCounts:
                             np.concatenate([np.zeros(0), *(p.value for p in parts)]),
                             np.concatenate([np.zeros(0, dtype=np.int64), *(p.count for p in parts)]))
 
-    def table(self, name: str) -> pd.DataFrame:
-        """wait_table's table (jobs, median, p90, max per group) of these values."""
-        if not len(self.value):
-            return pd.DataFrame(columns=[name, *WAIT_COLUMNS])
-        size = np.bincount(self.group, weights=self.count, minlength=len(self.labels)).astype(np.int64)
+    def summary(self) -> pd.DataFrame:
+        """Per label with values (in label order): jobs, total, median, p90 and max, unrounded."""
+        size_all = np.bincount(self.group, weights=self.count, minlength=len(self.labels)).astype(np.int64)
+        total = np.bincount(self.group, weights=self.value * self.count, minlength=len(self.labels))
         ends = np.cumsum(self.count)  # pair j holds the sorted positions [ends[j] - count[j], ends[j])
 
         def value_at(positions: np.ndarray) -> np.ndarray:
             return self.value[np.searchsorted(ends, positions, side="right")]
 
-        present = size > 0
-        lo = np.r_[0, np.cumsum(size)[:-1]][present]
-        size = size[present]
+        present = size_all > 0
+        lo = np.r_[0, np.cumsum(size_all)[:-1]][present]
+        size = size_all[present]
         out = pd.DataFrame({
-            name: [label for label, p in zip(self.labels, present, strict=True) if p],
+            "label": [label for label, p in zip(self.labels, present, strict=True) if p],
             "jobs": size,
-            "median_s": _quantile_sorted(value_at, lo, size, 0.5),
-            "p90_s": _quantile_sorted(value_at, lo, size, 0.9),
-            "max_s": value_at(lo + size - 1),
+            "total": total[present],
+            "median": _quantile_sorted(value_at, lo, size, 0.5),
+            "p90": _quantile_sorted(value_at, lo, size, 0.9),
+            "max": value_at(lo + size - 1) if len(size) else np.zeros(0),
         })
+        # A group with an unknown (NaN) value has unknown quantiles, as numpy's (its total is NaN already).
+        unknown = np.bincount(self.group, weights=np.isnan(self.value), minlength=len(self.labels))[present] > 0
+        if unknown.any():
+            out.loc[unknown, ["median", "p90", "max"]] = np.nan
+        return out
+
+    def table(self, name: str) -> pd.DataFrame:
+        """wait_table's table (jobs, median, p90, max per group) of these values."""
+        if not len(self.value):
+            return pd.DataFrame(columns=[name, *WAIT_COLUMNS])
+        summary = self.summary()
+        out = pd.DataFrame({name: summary["label"], "jobs": summary["jobs"], "median_s": summary["median"],
+                            "p90_s": summary["p90"], "max_s": summary["max"]})
         for c in ("median_s", "p90_s", "max_s"):
             out[c] = out[c].astype(float).round(3)
         return out
