@@ -947,3 +947,14 @@ def attach_sums(report: Any, sums: RowSums, config: SiteConfig, period: Period, 
     report.tables.update(tables)
     report.data["definitions"] = {**report.data.get("definitions", {}), **{f"economics.{k}": v
                                                                              for k, v in DEFINITIONS.items()}}
+
+
+def note_unknown_allocations(report: Any, column_missing: bool = False) -> None:
+    """Where attempts ran without an AllocTRES (counted in report.json input.unknown; `column_missing`: the dump
+    has no such column), say in the economics notes that allocated and idle are bounds."""
+    unknown = sum(e["count"] or 0 for e in report.data["input"].get("unknown", []) if e["missing"] == "AllocTRES")
+    econ = report.data.get("economics")
+    if isinstance(econ, dict) and (unknown or column_missing):
+        econ.setdefault("notes", []).append(
+            f"{unknown} attempt(s) ran without an AllocTRES: their GPU-hours are unknown, so allocated leaves "
+            "them out and idle (capacity - allocated - unavailable) holds them: both are bounds, not figures.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +32,14 @@ class JobFilter:
             one = pc.is_in(col, pa.array(list(wanted), pa.string()))
             mask = one if mask is None else pc.and_(mask, one)
         return table if mask is None else table.filter(pc.fill_null(mask, False))
+
+    def note(self, info: dict[str, Any], filtered_out: int) -> None:
+        """Say in the report's input section (`info`) what was filtered, and that the economics are left out."""
+        info["filtered_out"] = filtered_out
+        info["only"] = self.describe()
+        info.setdefault("notes", []).append("Filtered to " + ", ".join(
+            f"{k} {', '.join(v)}" for k, v in self.describe().items() if v) + ": the unit economics (capacity, "
+            "idle) are left out, they belong to whole partitions.")
 
     def describe(self) -> dict[str, list[str]]:
         return {"users": list(self.users), "accounts": list(self.accounts), "partitions": list(self.partitions)}

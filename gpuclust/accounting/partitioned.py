@@ -39,13 +39,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from gpuclust.accounting import store, storeread
+from gpuclust.accounting import economics, gpuuse, memory, store, storeread
+from gpuclust.accounting.jobfilter import JobFilter
+from gpuclust.accounting.metrics import Report
+from gpuclust.accounting.metrics.partial import PartialFigures, merge_report, partial_figures
+from gpuclust.accounting.period import Period
 from gpuclust.accounting.schema import STORE_SCHEMA
+from gpuclust.config import SiteConfig
 from gpuclust.errors import InputError
 
 # From this many stored rows of the period on (latest_state not yet applied), `report build` partitions:
 # the one-table build peaks at about 0.75-1 GB per million rows (BENCHMARKS.md, "Issue 31 item 3").
-ROWS_IN_MEMORY = 1_500_000
+ROWS_IN_MEMORY = 1_000_000
 ROWS_PER_BUCKET = 500_000
 ORDER_COLUMN = "_order"
 SCRATCH_PREFIX = ".report-buckets-"
@@ -241,3 +246,53 @@ def split_order(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
     """A bucket's table without ORDER_COLUMN, and that column: each row's place in the whole input."""
     order = np.asarray(table.column(ORDER_COLUMN).to_numpy(), dtype=np.int64)
     return table.drop_columns([ORDER_COLUMN]), order
+
+
+def build_report(root: Path, days: list[date], config: SiteConfig, period: Period, *, only: JobFilter,
+                 target: float | None, top: int, rows_per_bucket: int = ROWS_PER_BUCKET) -> Report:
+    """The report of the stored `days` over `period`, bucket by bucket: the figures of metrics.build_report,
+    the unit economics (economics.RowSums) and the GPU use (gpuuse.UseSums) merged from the buckets; the per-job
+    table gpu_use_jobs is left out (the report says so)."""
+    parts: list[PartialFigures] = []
+    # The unit economics sum rows, not runs: any split adds up; not for a filtered report (pipeline.build).
+    sources = None if only else economics.stored_sources(config, period)
+    econ_sums: economics.RowSums | None = None
+    use: gpuuse.UseSums | None = None
+    rows = filtered_out = 0
+    known = True
+    sizes: list[int] = []
+    for bucket in buckets(root, days, config.cluster_name, rows_per_bucket=rows_per_bucket):
+        rows += bucket.num_rows
+        sizes.append(bucket.num_rows)
+        known = known and storeread.exit_codes_known(bucket)
+        if only:
+            kept = only.apply(bucket)
+            filtered_out += bucket.num_rows - kept.num_rows
+            bucket = kept
+        table, order = split_order(bucket)
+        del bucket
+        parts.append(partial_figures(table, config, period, top=top, row_order=order))
+        if sources is not None:
+            sums = economics.row_sums(table, config, period, sources[0])
+            econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
+        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False)
+        use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
+        del table, order
+        memory.release_freed()
+    info = storeread.store_info(root, days, config.cluster_name, rows, known)
+    info["partitioned"] = {"buckets": len(sizes), "rows_per_bucket": rows_per_bucket,
+                           "largest_bucket_rows": max(sizes, default=0)}
+    info["notes"].append(
+        f"The period's {rows:,} stored rows are more than one build holds in memory: they were read in "
+        f"{len(sizes)} buckets by user, each run whole in one bucket, and the figures merged (exact). The "
+        "one-row-per-job table of GPU use (gpu_use_jobs) is left out at this size: build a shorter period for it "
+        "(e.g. --since 30d).")
+    if only:
+        only.note(info, filtered_out)
+    report = merge_report(parts, config, period, target=target, top=top, input_info=info)
+    if sources is not None:
+        economics.attach_sums(report, econ_sums or economics.RowSums(), config, period, *sources, target=target)
+        economics.note_unknown_allocations(report)
+    assert use is not None  # (there is always a bucket, if an empty one)
+    gpuuse.attach_sums(report, use, config)
+    return report

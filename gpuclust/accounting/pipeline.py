@@ -14,16 +14,19 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from gpuclust.accounting import economics, gpuuse, memory, partitioned, reportdoc, store, storeread, trend
+from gpuclust.accounting import economics, gpuuse, partitioned, reportdoc, store, storeread, trend
 from gpuclust.accounting.economics import attach as attach_economics  # (one of two stages named attach)
 from gpuclust.accounting.fetch import fetch_day, sacct_version
 from gpuclust.accounting.jobfilter import JobFilter
 from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.metrics import DEFAULT_TOP, Report, build_report, rows_accounted
-from gpuclust.accounting.metrics.partial import PartialFigures, merge_report, partial_figures
+from gpuclust.accounting.metrics import (
+    DEFAULT_TOP,
+    Report,
+    build_report,
+    no_gpu_accounted,
+    note_no_gpu,
+    rows_accounted,
+)
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, input_period
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.render import write_report
@@ -33,7 +36,7 @@ from gpuclust.slurm.client import SlurmClient
 
 # How far before the period the store is read, so that runs ending in the period see their earlier attempts.
 LOOKBACK_EXTRA = timedelta(days=7)
-PROBLEMS_IN_REPORT = 50
+PROBLEMS_IN_REPORT = storeread.PROBLEMS_IN_REPORT
 
 
 @dataclass
@@ -155,16 +158,34 @@ def build(
     reasons_path: str | None = None,
     only: JobFilter = NO_FILTER,
     slurm_version: str | None = None,
-    rows_in_memory: int = partitioned.ROWS_IN_MEMORY,
-    rows_per_bucket: int = partitioned.ROWS_PER_BUCKET,
+    rows_in_memory: int | None = None,
+    rows_per_bucket: int | None = None,
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report). From the store, the
     report also holds the daily trend of the `trend_days` days before its end (0: none); a period of more than
     `rows_in_memory` stored rows is built partitioned (gpuclust.accounting.partitioned), in buckets of about
-    `rows_per_bucket`."""
+    `rows_per_bucket` (None: partitioned.ROWS_IN_MEMORY and ROWS_PER_BUCKET)."""
     info: dict[str, Any]
     parsed: ParseResult | None = None
-    if input_path:
+    # (the store first: a partitioned build of the store returns from this branch)
+    if not input_path:
+        if period is None:
+            raise InputError("give a period (--period or --since/--until) to build from the store")
+        root = store.store_dir(config.state_dir)
+        lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
+        days = Period(period.start - lookback, period.end).utc_days()
+        with store.reading(root):
+            rows_stored = partitioned.stored_rows(partitioned.day_files(root, days, config.cluster_name))
+        if rows_stored > (partitioned.ROWS_IN_MEMORY if rows_in_memory is None else rows_in_memory):
+            report = partitioned.build_report(root, days, config, period, only=only, target=target, top=top,
+                                              rows_per_bucket=rows_per_bucket or partitioned.ROWS_PER_BUCKET)
+            if trend_days:
+                trend.add_to_report(report, root, config, trend_days, lookback_of(config))
+            return reportdoc.stamp(report, config.cluster_name, currency=config.currency), None
+        # Day file by day file, only the columns and rows the report needs (storeread: same figures).
+        table = storeread.load_for_report(root, days, config.cluster_name)
+        info = storeread.store_info(root, days, config.cluster_name, table.num_rows, storeread.exit_codes_known(table))
+    else:
         parsed = read_input(input_path, delimiter, options=dataclasses.replace(DEFAULT_OPTIONS,
                                                                                slurm_version=slurm_version))
         table = parsed.table
@@ -201,29 +222,12 @@ def build(
         # An execution read twice (a dump that concatenates overlapping windows) counts once: its other rows
         # are "superseded", a bucket of their own.
         info["superseded"] = rows_parsed - table.num_rows
-    else:
-        if period is None:
-            raise InputError("give a period (--period or --since/--until) to build from the store")
-        root = store.store_dir(config.state_dir)
-        lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
-        days = Period(period.start - lookback, period.end).utc_days()
-        with store.reading(root):
-            rows_stored = partitioned.stored_rows(partitioned.day_files(root, days, config.cluster_name))
-        if rows_stored > rows_in_memory:
-            report = _build_partitioned(root, days, config, period, only=only, target=target, top=top,
-                                        rows_per_bucket=rows_per_bucket)
-            if trend_days:
-                trend.add_to_report(report, root, config, trend_days, lookback_of(config))
-            return reportdoc.stamp(report, config.cluster_name, currency=config.currency), None
-        # Day file by day file, only the columns and rows the report needs (storeread: same figures).
-        table = storeread.load_for_report(root, days, config.cluster_name)
-        info = _store_info(root, days, config, table.num_rows, _exit_codes_known(table))
     if only:
         rows_before = table.num_rows
         table = only.apply(table)
-        _note_filter(info, only, rows_before - table.num_rows)
+        only.note(info, rows_before - table.num_rows)
     if no_gpu_accounted(table):
-        _note_no_gpu(info)
+        note_no_gpu(info)
     report = build_report(table, config, period, target=target, top=top, input_info=info)
     if parsed is not None:
         report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
@@ -232,7 +236,7 @@ def build(
                          sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
                          offline=bool(input_path), target=target,
                          period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
-        _note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
+        economics.note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
     gpuuse.attach(report, table, config, period,
                   usage_warnings=parsed.usage_warnings if parsed else 0,
                   usage_problems=parsed.usage_problems if parsed else None)
@@ -242,120 +246,6 @@ def build(
     return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed
 
 
-def _store_info(root: Path, days: list[date], config: SiteConfig, rows: int, known: bool) -> dict[str, Any]:
-    """The report's input section for a build from the store."""
-    stored_problems = store.stored_problems(root, days, config.cluster_name)
-    return {
-        "source": str(root),
-        "rows": rows,
-        "days_read": [d.isoformat() for d in days if d in set(store.stored_days(root, config.cluster_name))],
-        "steps_dropped": 0,
-        "rejected_rows": len(stored_problems),
-        "problems": stored_problems[:PROBLEMS_IN_REPORT],
-        "exit_codes_known": known,
-        "notes": [] if known else [
-            "Some stored rows came from sacct --json (22.05), which cannot know exit codes: they are "
-            "null, and COMPLETED counts as success for them."
-        ],
-    }
-
-
-def _exit_codes_known(table: pa.Table) -> bool:
-    return bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
-
-
-def _note_filter(info: dict[str, Any], only: JobFilter, filtered_out: int) -> None:
-    info["filtered_out"] = filtered_out
-    info["only"] = only.describe()
-    info.setdefault("notes", []).append("Filtered to " + ", ".join(
-        f"{k} {', '.join(v)}" for k, v in only.describe().items() if v) + ": the unit economics (capacity, "
-        "idle) are left out, they belong to whole partitions.")
-
-
-def _note_no_gpu(info: dict[str, Any]) -> None:
-    info.setdefault("notes", []).append(
-        "No job here has a GPU in its AllocTRES, though jobs ran with allocations: if they had GPUs, Slurm did "
-        "not record them (add gres/gpu to AccountingStorageTRES in slurm.conf, `gpuclust audit partition` "
-        "checks it); the GPU-hours are 0 as recorded, not as used.")
-
-
-def _note_unknown_allocations(report: Report, column_missing: bool = False) -> None:
-    unknown = sum(e["count"] or 0 for e in report.data["input"].get("unknown", []) if e["missing"] == "AllocTRES")
-    econ = report.data.get("economics")
-    if isinstance(econ, dict) and (unknown or column_missing):
-        econ.setdefault("notes", []).append(
-            f"{unknown} attempt(s) ran without an AllocTRES: their GPU-hours are unknown, so allocated leaves "
-            "them out and idle (capacity - allocated - unavailable) holds them: both are bounds, not figures.")
-
-
-def _build_partitioned(root: Path, days: list[date], config: SiteConfig, period: Period, *, only: JobFilter,
-                       target: float | None, top: int, rows_per_bucket: int) -> Report:
-    """The report's figures from the store in buckets by user (partitioned: memory bounded by a bucket, not
-    the period), the unit economics and the GPU use with them, but for the per-job table (the report says so)."""
-    parts: list[PartialFigures] = []
-    # The unit economics sum rows, not runs: any split adds up (economics.RowSums); not for a filtered report.
-    sources = None if only else economics.stored_sources(config, period)
-    econ_sums: economics.RowSums | None = None
-    use: gpuuse.UseSums | None = None
-    rows = filtered_out = 0
-    known = True
-    gpus_seen = recorded_without_gpu = False
-    sizes: list[int] = []
-    for bucket in partitioned.buckets(root, days, config.cluster_name, rows_per_bucket=rows_per_bucket):
-        rows += bucket.num_rows
-        sizes.append(bucket.num_rows)
-        known = known and _exit_codes_known(bucket)
-        if only:
-            kept = only.apply(bucket)
-            filtered_out += bucket.num_rows - kept.num_rows
-            bucket = kept
-        table, order = partitioned.split_order(bucket)
-        del bucket
-        if table.num_rows:
-            gpus_seen = gpus_seen or bool(pc.max(table.column("gpus")).as_py())
-            recorded_without_gpu = recorded_without_gpu or no_gpu_accounted(table)
-        parts.append(partial_figures(table, config, period, top=top, row_order=order))
-        if sources is not None:
-            sums = economics.row_sums(table, config, period, sources[0])
-            econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
-        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False)
-        use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
-        del table, order
-        memory.release_freed()
-    info = _store_info(root, days, config, rows, known)
-    info["partitioned"] = {"buckets": len(sizes), "rows_per_bucket": rows_per_bucket,
-                           "largest_bucket_rows": max(sizes, default=0)}
-    info["notes"].append(
-        f"The period's stored rows are more than one build holds in memory ({partitioned.ROWS_IN_MEMORY:,}): "
-        f"they were read in {len(sizes)} buckets by user, each run whole in one bucket, and the figures merged "
-        "(exact). The one-row-per-job table of GPU use (gpu_use_jobs) is left out at this size: build a "
-        "shorter period for it (e.g. --since 30d).")
-    if only:
-        _note_filter(info, only, filtered_out)
-    if recorded_without_gpu and not gpus_seen:
-        _note_no_gpu(info)
-    report = merge_report(parts, config, period, target=target, top=top, input_info=info)
-    if sources is not None:
-        economics.attach_sums(report, econ_sums or economics.RowSums(), config, period, *sources, target=target)
-        _note_unknown_allocations(report)
-    assert use is not None  # (there is always a bucket, if an empty one)
-    gpuuse.attach_sums(report, use, config)
-    return report
-
-
 # (input_period, rows_accounted and JobFilter live with their stages; their old names here still serve.)
 __all__ = ["FetchSummary", "JobFilter", "build", "fetch", "input_period", "read_input", "rows_accounted",
            "write_report"]
-
-
-def no_gpu_accounted(table: pa.Table) -> bool:
-    """Whether jobs ran with an AllocTRES but none names a GPU: a cluster whose AccountingStorageTRES lacks
-    gres/gpu (its GPU jobs look like CPU jobs to sacct), or a CPU-only dump."""
-    if not table.num_rows or "gpus" not in table.column_names or "alloc_tres" not in table.column_names:
-        return False
-    if pc.max(table.column("gpus")).as_py():
-        return False
-    tres = table.column("alloc_tres")
-    if pa.types.is_dictionary(tres.type):
-        tres = tres.cast(pa.string())
-    return bool(pc.sum(pc.greater(pc.utf8_length(pc.fill_null(tres, "")), 0)).as_py())

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuclust.accounting.metrics import Report, deprecated
 from gpuclust.accounting.metrics.assembly import records
+from gpuclust.errors import InputError
 
 BY = ("partition", "account", "user")
 ROWS = ("jobs", "runs", "findings")
@@ -205,6 +206,10 @@ def row_records(report: Report, rows: str, by: str = "partition") -> list[dict[s
     out: list[dict[str, Any]] = []
     if rows == "jobs":
         frame = report.tables.get("gpu_use_jobs")
+        split = data.get("input", {}).get("partitioned")
+        if frame is None and split:
+            raise InputError(f"--rows jobs: the period holds more stored rows than one build keeps per job (it was "
+                             f"built in {split['buckets']} buckets): give a shorter period, e.g. --since 7d")
         for rec in records(frame) if frame is not None else []:
             out.append({"row": "job", **head, **rec})
     elif rows == "runs":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -251,3 +252,29 @@ def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Pa
             chunks = other.pop(name)
             out[name] = pa.concat_arrays(chunks) if chunks else pa.array([], types[name])
     return pa.table(out)
+
+
+PROBLEMS_IN_REPORT = 50  # rejected rows named in report.json (the count is whole)
+
+
+def store_info(root: Path, days: list[date], cluster: str | None, rows: int, known: bool) -> dict[str, Any]:
+    """The report's input section for a build from the store: `rows` read, exit codes `known` for all."""
+    stored_problems = store.stored_problems(root, days, cluster)
+    stored = set(store.stored_days(root, cluster))
+    return {
+        "source": str(root),
+        "rows": rows,
+        "days_read": [d.isoformat() for d in days if d in stored],
+        "steps_dropped": 0,
+        "rejected_rows": len(stored_problems),
+        "problems": stored_problems[:PROBLEMS_IN_REPORT],
+        "exit_codes_known": known,
+        "notes": [] if known else [
+            "Some stored rows came from sacct --json (22.05), which cannot know exit codes: they are "
+            "null, and COMPLETED counts as success for them."
+        ],
+    }
+
+
+def exit_codes_known(table: pa.Table) -> bool:
+    return bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True

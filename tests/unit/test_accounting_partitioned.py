@@ -304,3 +304,40 @@ def test_a_heavy_user_is_split_by_resubmission_group_and_a_group_stays_whole():
     assert all(len(b) == 1 for b in groups.values())
     light = bucket[n:]
     assert set(light[0::2].tolist()) == {1} and set(light[1::2].tolist()) == {0}
+
+
+def test_report_show_jobs_rows_of_a_partitioned_build_are_refused_by_name(tmp_path, config):
+    from gpuclust.accounting import show
+    from gpuclust.errors import InputError
+
+    filled(str(tmp_path))
+    period = Period(datetime(2026, 9, 1, tzinfo=timezone.utc), datetime(2026, 12, 6, tzinfo=timezone.utc))
+    report, _ = pipeline.build(config, period, trend_days=0, rows_in_memory=0, rows_per_bucket=5)
+    with pytest.raises(InputError, match="shorter period"):
+        show.row_records(report, "jobs")
+    assert show.row_records(report, "findings")
+
+
+def test_the_cli_builds_partitioned_above_the_threshold_and_writes_every_output(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from gpuclust.cli.main import cli
+
+    conf = tmp_path / "site.conf"
+    conf.write_text((DATA / "site.conf").read_text().replace("/nonexistent/replaced-by-tests", str(tmp_path)))
+    filled(str(tmp_path))
+    args = ["--config", str(conf), "report", "build", "--since", "2026-09-01", "--until", "2026-12-06"]
+    one = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "one")])
+    monkeypatch.setattr(partitioned, "ROWS_IN_MEMORY", 10)
+    monkeypatch.setattr(partitioned, "ROWS_PER_BUCKET", 6)
+    split = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "split")])
+    assert one.exit_code == 0 and split.exit_code == 0, (one.output, split.output)
+    written = {p.name for p in (tmp_path / "one").iterdir()}
+    assert {p.name for p in (tmp_path / "split").iterdir()} == written - {"gpu_use_jobs.csv"}
+    assert {"report.json", "report.html", "totals.csv", "runs_by_account.csv"} <= written
+    data = {name: json.loads((tmp_path / name / "report.json").read_text()) for name in ("one", "split")}
+    assert data["split"]["input"]["partitioned"]["rows_per_bucket"] == 6
+    assert_same(data["one"]["totals"], data["split"]["totals"])
+    assert_same(data["one"]["runs"], data["split"]["runs"])

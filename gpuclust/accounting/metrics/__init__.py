@@ -18,6 +18,8 @@ from gpuclust.accounting.metrics.assembly import (  # noqa: F401
     assemble_report,
     build_report,
     check_target,
+    no_gpu_accounted,
+    note_no_gpu,
     records,
     rows_accounted,
     run_tables,

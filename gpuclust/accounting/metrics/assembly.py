@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpuclust.accounting import sorting
 from gpuclust.accounting.jsonrecords import _plain, records  # noqa: F401  (metrics' names too)
@@ -305,3 +306,24 @@ def sizing(tot: dict[str, Any], period: Period, target: float | None, target_sou
         "gpus_used_on_average": round(gpu_hours / (days * 24), 9) if days > 0 else None,
         "gpu_month_hours": GPU_MONTH_HOURS,
     }
+
+
+def no_gpu_accounted(table: pa.Table) -> bool:
+    """Whether jobs ran with an AllocTRES but none names a GPU: a cluster whose AccountingStorageTRES lacks
+    gres/gpu (its GPU jobs look like CPU jobs to sacct), or a CPU-only dump."""
+    if not table.num_rows or "gpus" not in table.column_names or "alloc_tres" not in table.column_names:
+        return False
+    if pc.max(table.column("gpus")).as_py():
+        return False
+    tres = table.column("alloc_tres")
+    if pa.types.is_dictionary(tres.type):
+        tres = tres.cast(pa.string())
+    return bool(pc.sum(pc.greater(pc.utf8_length(pc.fill_null(tres, "")), 0)).as_py())
+
+
+def note_no_gpu(info: dict[str, Any]) -> None:
+    """Say in the report's input section that no attempt's AllocTRES names a GPU (no_gpu_accounted)."""
+    info.setdefault("notes", []).append(
+        "No job here has a GPU in its AllocTRES, though jobs ran with allocations: if they had GPUs, Slurm did "
+        "not record them (add gres/gpu to AccountingStorageTRES in slurm.conf, `gpuclust audit partition` "
+        "checks it); the GPU-hours are 0 as recorded, not as used.")

@@ -22,12 +22,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpuclust.accounting.metrics.assembly import (
     add_unknown_gpus,
     assemble_report,
     check_target,
     failure_table,
+    no_gpu_accounted,
+    note_no_gpu,
     run_group_sums,
     top_failure_picks,
 )
@@ -61,6 +64,8 @@ class PartialFigures:
     attempts_in_period: int
     left_out: dict[str, Any] = field(default_factory=dict)
     gpus_unknown: int = 0
+    gpus_seen: bool = False  # some row's AllocTRES names a GPU
+    no_gpu_accounted: bool = False  # no_gpu_accounted of the bucket's rows
 
 
 def partial_figures(table: pa.Table, config: SiteConfig, period: Period, *, top: int = DEFAULT_TOP,
@@ -85,6 +90,8 @@ def partial_figures(table: pa.Table, config: SiteConfig, period: Period, *, top:
         attempts_in_period=len(ended_p),
         left_out=att.left_out,
         gpus_unknown=int(np.count_nonzero(att.gpus_unknown[ended_p])) if len(att.gpus_unknown) else 0,
+        gpus_seen=bool(table.num_rows and pc.max(table.column("gpus")).as_py()),
+        no_gpu_accounted=no_gpu_accounted(table),
     )
 
 
@@ -94,6 +101,11 @@ def merge_report(parts: list[PartialFigures], config: SiteConfig, period: Period
     check_target(target)
     if not parts:
         raise ValueError("merge_report needs at least one part (an empty table gives one)")
+    input_info = dict(input_info or {})
+    # (with no GPU in any bucket, each bucket's no_gpu_accounted says whether it had allocations)
+    if not any(p.gpus_seen for p in parts) and any(p.no_gpu_accounted for p in parts):
+        input_info["notes"] = list(input_info.get("notes", []))
+        note_no_gpu(input_info)
     tables: dict[str, pd.DataFrame] = {}
     for key in parts[0].waits:
         tables[key] = ValueCounts.merge([p.waits[key] for p in parts]).table(key.rsplit("_by_", 1)[1])
