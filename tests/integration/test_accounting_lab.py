@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from gpuclust.accounting import store
+from gpuclust.accounting import pipeline, store
 from gpuclust.accounting.fetch import sacct_args
 from gpuclust.accounting.metrics import build_report
 from gpuclust.accounting.period import Period
@@ -29,6 +29,7 @@ from gpuclust.accounting.schema import RAW_FIELDS
 from gpuclust.config import parse_config
 from gpuclust.slurm.client import CommandSlurmClient
 from tests.integration.labutil import job_state, run_cmd, submit, wait_for_sacct, wait_job_done  # noqa: F401
+from tests.reportcompare import assert_same, figures
 
 SITE_CONF = """
 [site]
@@ -240,6 +241,13 @@ def test_accounting_on_lab(slurm_lab, tmp_path):
         config = parse_config(SITE_CONF.format(state=state))
         table = _mine(store.load(store.store_dir(str(state))), scn)
         reports[via] = build_report(table, config, period).data
+        # The real store built partitioned (issue 31 item 3) gives the one-table figures: users whole in
+        # buckets, and every user split by resubmission group (buckets of 2 rows).
+        one, _ = pipeline.build(config, period, trend_days=0)
+        for rows_per_bucket in (10_000, 2):
+            split, _ = pipeline.build(config, period, trend_days=0, rows_in_memory=0, rows_per_bucket=rows_per_bucket)
+            assert split.data["input"]["partitioned"]["buckets"] >= (1 if rows_per_bucket > 2 else 2)
+            assert_same(figures(one), figures(split))
 
     p, j = reports["parsable"], reports["json"]
     t = p["totals"]

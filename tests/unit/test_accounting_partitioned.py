@@ -6,7 +6,6 @@ two months, a retry across midnight, an execution seen by several daily windows.
 
 from __future__ import annotations
 
-import math
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,10 @@ from gpuclust.accounting.metrics.waits import KnownValues, ValueCounts, wait_tab
 from gpuclust.accounting.period import Period
 from gpuclust.config import parse_config
 from gpuclust.errors import GpuclustError
+from tests.reportcompare import assert_same, figures
 from tests.unit.test_accounting_storeread import D1, D4, fill_store, rows
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "accounting"
-FIGURES = ("totals", "sizing", "runs", "queue_wait", "hold", "top_failures", "economics", "gpu_use")
 CHAIN_DAYS = 60
 
 
@@ -99,30 +98,6 @@ def filled(state_dir: str) -> Path:
     root = store.store_dir(state_dir)
     store.replace_days(root, chain_days(), fetched_at=datetime(2026, 12, 5, tzinfo=timezone.utc))
     return root
-
-
-def figures(report: Any) -> dict[str, Any]:
-    data = report.data
-    out = {name: data.get(name) for name in FIGURES}
-    out["input"] = {k: data["input"].get(k) for k in ("rows", "attempts_in_period", "left_out", "unknown",
-                                                      "filtered_out", "rejected_rows", "days_read")}
-    return out
-
-
-def assert_same(a: Any, b: Any, path: str = "") -> None:
-    """Equal, floats to 1e-9 relative (sums are added in another order)."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and sorted(a) == sorted(b), path
-        for key in a:
-            assert_same(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
 
 
 SPANS = [
