@@ -53,6 +53,7 @@ from gpuclust.errors import InputError
 ROWS_IN_MEMORY = 1_000_000
 ROWS_PER_BUCKET = 500_000
 ORDER_COLUMN = "_order"
+SPILL_COMPRESSION: str | None = "zstd"  # of the bucket streams (BENCHMARKS.md, "Issue 31 item 3, built")
 SCRATCH_PREFIX = ".report-buckets-"
 
 
@@ -213,7 +214,7 @@ def _spill(files: list[Path], plan: Plan, scratch: Path) -> tuple[list[Path], np
                 if writers[i] is None:
                     sinks[i] = pa.OSFile(str(paths[i]), "wb")
                     writers[i] = ipc.new_stream(sinks[i], part.schema,
-                                                options=ipc.IpcWriteOptions(compression="zstd"))
+                                                options=ipc.IpcWriteOptions(compression=SPILL_COMPRESSION))
                 writers[i].write_table(part)  # type: ignore[union-attr]
             del day
     finally:
