@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from gpuclust.accounting import economics, gpuuse, memory, store, storeread
+from gpuclust.accounting import economics, gpuuse, memory, sorting, store, storeread
 from gpuclust.accounting.jobfilter import JobFilter
 from gpuclust.accounting.metrics import Report
 from gpuclust.accounting.metrics.partial import PartialFigures, merge_report, partial_figures
@@ -177,13 +177,6 @@ def _route(day: pa.Table, plan: Plan) -> np.ndarray:
     return bucket
 
 
-def _among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
-    if not len(sorted_ids):
-        return np.zeros(len(values), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
-    return sorted_ids[at] == values
-
-
 def _spill(files: list[Path], plan: Plan, scratch: Path) -> tuple[list[Path], np.ndarray]:
     """Each day's rows into their bucket's stream; also the pending jobs (JobIDRaw) that some row shows
     started: latest_keep drops their pending rows, wherever that row's bucket is (sorted, distinct)."""
@@ -205,7 +198,7 @@ def _spill(files: list[Path], plan: Plan, scratch: Path) -> tuple[list[Path], np
             if len(pending):
                 raw = np.asarray(day.column("job_id_raw").to_numpy(zero_copy_only=False)).astype(np.int64)
                 ran = ~np.asarray(day.column("start").is_null().to_numpy(zero_copy_only=False), dtype=bool)
-                started.append(raw[ran & _among(raw, pending)])
+                started.append(raw[ran & sorting.in_sorted(raw, pending)])
             order = np.argsort(bucket, kind="stable")
             bounds = np.r_[0, np.cumsum(np.bincount(bucket, minlength=count))]
             day = day.take(pa.array(order))
@@ -234,7 +227,7 @@ def _read_bucket(path: Path, started: np.ndarray) -> pa.Table:
     keep = store.latest_keep(table)
     if len(started):
         raw = np.asarray(table.column("job_id_raw").to_numpy(zero_copy_only=False)).astype(np.int64)
-        gone = _among(raw, started) & np.asarray(table.column("start").is_null().to_numpy(zero_copy_only=False),
+        gone = sorting.in_sorted(raw, started) & np.asarray(table.column("start").is_null().to_numpy(zero_copy_only=False),
                                                  dtype=bool)
         if gone.any():
             keep = ~gone if keep is None else keep & ~gone

@@ -177,3 +177,12 @@ def group_ids(keys: Sequence[np.ndarray]) -> np.ndarray:
     ids = np.empty(len(order), dtype=np.int64)
     ids[order] = ids_sorted
     return ids
+
+
+def in_sorted(values: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
+    """Whether each of `values` is among `sorted_values` (sorted ascending), by binary search: np.isin would
+    build a table over the whole range of the values, or sort both sides."""
+    if not len(sorted_values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return np.asarray(sorted_values[at] == values, dtype=bool)

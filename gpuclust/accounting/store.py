@@ -574,11 +574,7 @@ def _latest_mask(table: pa.Table, raw_all: np.ndarray) -> np.ndarray:
         keep = np.zeros(n, dtype=bool)
         keep[order[last]] = True
     if pending.any():
-        started_ids = np.sort(raw[~pending])
-        at = np.searchsorted(started_ids, raw[pending])
-        started = started_ids[np.minimum(at, max(len(started_ids) - 1, 0))] == raw[pending] if len(started_ids) \
-            else np.zeros(int(pending.sum()), dtype=bool)
-        keep[pending] &= ~started
+        keep[pending] &= ~sorting.in_sorted(raw[pending], np.sort(raw[~pending]))
     if perm_np is not None:
         keep_orig = np.empty(n, dtype=bool)
         keep_orig[perm_np] = keep

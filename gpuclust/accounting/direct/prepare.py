@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting import fields
+from gpuclust.accounting import fields, sorting
 from gpuclust.accounting.direct.arrays import ints, starts_with, to_strings, unwrap
 from gpuclust.accounting.direct.layout import Fallback, Layout
 from gpuclust.accounting.direct.pieces import DICT_BINARY, Column, Pieces
@@ -117,11 +117,7 @@ class GoodRows:
     def all_candidates(self, rows: np.ndarray) -> bool:
         """Whether every row of `rows` is a blank candidate. By binary search in the sorted candidates: np.isin
         would build a table over their whole range (every row of the input) at each call, once per chunk."""
-        cand = self.candidates
-        if not len(cand):
-            return not len(rows)
-        at = np.minimum(np.searchsorted(cand, rows), len(cand) - 1)
-        return bool((cand[at] == rows).all())
+        return bool(sorting.in_sorted(rows, self.candidates).all())
 
     def prefix_ok(self, col: Column, arr: pa.Array, rows: np.ndarray | int = 0) -> None:
         """Every value of `arr` (good rows `rows`, or from row `rows` on) starts and ends with the delimiter's
