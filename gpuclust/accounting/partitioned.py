@@ -46,7 +46,6 @@ from gpuclust.accounting.metrics.partial import PartialFigures, merge_report, pa
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.schema import STORE_SCHEMA
 from gpuclust.config import SiteConfig
-from gpuclust.errors import InputError
 
 # From this many stored rows of the period on (latest_state not yet applied), `report build` partitions:
 # the one-table build peaks at about 0.75-1 GB per million rows (BENCHMARKS.md, "Issue 31 item 3").
@@ -57,26 +56,13 @@ SPILL_COMPRESSION: str | None = "zstd"  # of the bucket streams (BENCHMARKS.md, 
 SCRATCH_PREFIX = ".report-buckets-"
 
 
-def stored_rows(files: list[Path]) -> int:
-    """The rows of the day files, from their footers (no row is read)."""
-    return sum(storeread.day_rows(path) for path in files)
-
-
-def day_files(root: Path, days: list[date], cluster: str | None) -> list[Path]:
-    """The stored day files of `days` in the current snapshot (call under store.reading)."""
-    snap = store.current_snapshot(root)
-    if snap is None:
-        raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
-    return [path for path in (store.day_file(snap, d, cluster) for d in days) if path.exists()]
-
-
 def buckets(root: Path, days: list[date], cluster: str | None, *,
             rows_per_bucket: int = ROWS_PER_BUCKET) -> Iterator[pa.Table]:
     """The stored rows of `days` in buckets by user, one at a time, each with ORDER_COLUMN (split_order takes
     it off). `store.reading` is held throughout, so a fetch meanwhile leaves this snapshot's files in place.
     The rows of all buckets together are those of storeread.load_for_report."""
     with store.reading(root):
-        files = day_files(root, days, cluster)
+        files = storeread.day_files(root, days, cluster)
         plan = _survey(files, rows_per_bucket)
         with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=root.parent) as scratch:
             paths, started = _spill(files, plan, Path(scratch))

@@ -175,7 +175,7 @@ def build(
         lookback = timedelta(seconds=config.retry_window_s) + LOOKBACK_EXTRA
         days = Period(period.start - lookback, period.end).utc_days()
         with store.reading(root):
-            rows_stored = partitioned.stored_rows(partitioned.day_files(root, days, config.cluster_name))
+            rows_stored = storeread.stored_rows(storeread.day_files(root, days, config.cluster_name))
         if rows_stored > (partitioned.ROWS_IN_MEMORY if rows_in_memory is None else rows_in_memory):
             report = partitioned.build_report(root, days, config, period, only=only, target=target, top=top,
                                               rows_per_bucket=rows_per_bucket or partitioned.ROWS_PER_BUCKET)

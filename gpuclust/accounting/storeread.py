@@ -210,11 +210,21 @@ def load_for_report(root: Path, days: list[date], cluster: str | None = None, *,
         return _load_for_report(root, days, cluster, snapshot)
 
 
-def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Path | None = None) -> pa.Table:
-    snap = snap or store.current_snapshot(root)
+def day_files(root: Path, days: list[date], cluster: str | None, snapshot: Path | None = None) -> list[Path]:
+    """The stored day files of `days` in `snapshot` (None: the current one; call under store.reading)."""
+    snap = snapshot or store.current_snapshot(root)
     if snap is None:
         raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
-    files = [path for path in (store.day_file(snap, d, cluster) for d in days) if path.exists()]
+    return [path for path in (store.day_file(snap, d, cluster) for d in days) if path.exists()]
+
+
+def stored_rows(files: list[Path]) -> int:
+    """The rows of the day files, from their footers (no row is read)."""
+    return sum(day_rows(path) for path in files)
+
+
+def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Path | None = None) -> pa.Table:
+    files = day_files(root, days, cluster, snap)
     columns = report_columns()
     if not files:
         return STORE_SCHEMA.empty_table().select(columns)

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpuclust.accounting import partitioned, pipeline, store
+from gpuclust.accounting import partitioned, pipeline, store, storeread
 from gpuclust.accounting.jobfilter import JobFilter
 from gpuclust.accounting.metrics.waits import KnownValues, ValueCounts, wait_table
 from gpuclust.accounting.period import Period
@@ -184,7 +184,7 @@ def test_users_are_packed_into_buckets_by_their_rows(tmp_path):
     plus one user's rows (a hash of a few users would leave some buckets twice as full)."""
     root = filled(str(tmp_path))
     days = store.stored_days(root)
-    files = partitioned.day_files(root, days, None)
+    files = storeread.day_files(root, days, None)
     rows_by_user: dict[str, int] = {}
     for user in store.load(root, days).column("user").to_pylist():
         rows_by_user[user] = rows_by_user.get(user, 0) + 1
