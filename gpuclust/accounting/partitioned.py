@@ -42,6 +42,7 @@ import pyarrow.ipc as ipc
 from gpuclust.accounting import economics, gpuuse, memory, sorting, store, storeread
 from gpuclust.accounting.jobfilter import JobFilter
 from gpuclust.accounting.metrics import Report
+from gpuclust.accounting.metrics.attempts import coded
 from gpuclust.accounting.metrics.partial import PartialFigures, merge_report, partial_figures
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.schema import STORE_SCHEMA
@@ -122,40 +123,30 @@ def _survey(files: list[Path], rows_per_bucket: int) -> Plan:
                 pending=np.unique(np.concatenate(ids)), bucket_of_user=bucket_of_user)
 
 
-def _crc(values: pa.Array) -> np.ndarray:
-    """crc32 of each value's UTF-8 (null: 0), as uint64: the same in every run and every day."""
-    return np.array([zlib.crc32(v.encode("utf-8", "surrogateescape")) if v is not None else 0
-                     for v in values.to_pylist()], dtype=np.uint64)
-
-
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """A dictionary column's codes (null: -1, which reads the entry appended last) and its dictionary."""
-    array = column.combine_chunks()
-    assert isinstance(array, pa.DictionaryArray)
-    return np.asarray(pc.fill_null(array.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64), \
-        array.dictionary
+def _crc(value: str | None) -> int:
+    """crc32 of a value's UTF-8 (null: 0): the same in every run and every day."""
+    return zlib.crc32(value.encode("utf-8", "surrogateescape")) if value is not None else 0
 
 
 def _route(day: pa.Table, plan: Plan) -> np.ndarray:
     """Each row's bucket."""
-    codes, users = _codes(day.column("user"))
-    names = users.to_pylist()
-    bucket = np.array([plan.bucket_of_user.get(u, 0) if u is not None else 0 for u in names] + [0],
-                      dtype=np.int64)[codes]
+    user = coded(day.column("user"))
+    bucket = user.per_value(lambda u: plan.bucket_of_user.get(u, 0), np.int64)[user.codes]
     if plan.heavy:
-        heavy_value = np.array([u in plan.heavy_users for u in names] + [False], dtype=bool)
-        at = np.flatnonzero(heavy_value[codes])
+        at = np.flatnonzero(user.per_value(lambda u: u in plan.heavy_users, bool)[user.codes])
         if len(at):
-            h = np.r_[_crc(users), np.uint64(0)][codes[at]]
+            h = user.per_value(_crc, np.uint64)[user.codes[at]]
             for name in ("account", "job_name"):
-                name_codes, values = _codes(day.column(name))
-                name_codes = name_codes[at]
-                # (the crc of the values these rows use only: a day may hold a hundred thousand job names)
-                used = np.unique(name_codes)
+                column = day.column(name).combine_chunks()
+                codes = np.asarray(pc.fill_null(column.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+                codes = codes[at]
+                # (the crc of the values these rows use only, not coded's whole dictionary: a day may hold a
+                # hundred thousand job names; a null, code -1, reads the 0 appended last)
+                used = np.unique(codes)
                 used = used[used >= 0]
-                crc = np.zeros(len(values) + 1, dtype=np.uint64)
-                crc[used] = _crc(values.take(pa.array(used)))
-                h = h * np.uint64(0x9E3779B97F4A7C15) + crc[name_codes]
+                crc = np.zeros(len(column.dictionary) + 1, dtype=np.uint64)
+                crc[used] = [_crc(v) for v in column.dictionary.take(pa.array(used)).to_pylist()]
+                h = h * np.uint64(0x9E3779B97F4A7C15) + crc[codes]
             task = np.asarray(pc.fill_null(day.column("array_task"), -1).to_numpy(), dtype=np.int64)[at]
             h = h * np.uint64(0x9E3779B97F4A7C15) + (task + 1).astype(np.uint64)
             h ^= h >> np.uint64(31)
