@@ -324,22 +324,6 @@ def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventS
     return out
 
 
-def build_economics(
-    table: pa.Table,
-    config: SiteConfig,
-    period: Period,
-    events: EventSource | None,
-    refusal_source: RefusalSource | None,
-    *,
-    target: float | None = None,
-    restore_measured: dict[str, float] | None = None,
-) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    """report.json's `economics` block and its tables (economics_terms, economics_baselines, refusals_by_*,
-    wait_by_pending_reason)."""
-    return economics_from(row_sums(table, config, period, events), config, period, events, refusal_source,
-                          target=target, restore_measured=restore_measured)
-
-
 def economics_from(
     sums: RowSums,
     config: SiteConfig,
@@ -350,7 +334,8 @@ def economics_from(
     target: float | None = None,
     restore_measured: dict[str, float] | None = None,
 ) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    """build_economics from the rows' RowSums."""
+    """report.json's `economics` block and its tables (economics_terms, economics_baselines, refusals_by_*,
+    wait_by_pending_reason), from the rows' RowSums."""
     econ = config.economics
     win = _window(period, events)
     notes: list[str] = []

@@ -1,6 +1,6 @@
 """Outputs of the economics block (gpuclust.accounting.economics): an HTML section with one stacked bar per
 partition, and the Prometheus families (a gpuclust.accounting.prom contributor). CSV tables are
-the DataFrames economics.build_economics returns (economics_terms, economics_baselines, refusals_by_*,
+the DataFrames economics.economics_from returns (economics_terms, economics_baselines, refusals_by_*,
 wait_by_pending_reason), written with the report's other tables."""
 
 from __future__ import annotations
