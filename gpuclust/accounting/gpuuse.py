@@ -245,14 +245,11 @@ def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
 
 def _completed_sums(jobs: pd.DataFrame) -> dict[str, list[float]]:
     """Per partition (as text) of the completed jobs with GPUs: allocated, covered and busy GPU-hours (unknown
-    ones left out of the sums), and how many have covered and busy figures."""
+    ones left out of the sums: 0 where none is known)."""
     done = jobs[jobs["completed"] & (jobs["gpus"] > 0)]
-    out: dict[str, list[float]] = {}
-    for part, sub in done.groupby(done["partition"].astype(str), sort=True):
-        out[str(part)] = [float(sub["allocated_gpu_hours"].sum()), float(sub["covered_gpu_hours"].sum()),
-                          float(sub["covered_gpu_hours"].notna().sum()), float(sub["busy_gpu_hours"].sum()),
-                          float(sub["busy_gpu_hours"].notna().sum())]
-    return out
+    return {str(part): [float(sub[name].sum()) for name in ("allocated_gpu_hours", "covered_gpu_hours",
+                                                             "busy_gpu_hours")]
+            for part, sub in done.groupby(done["partition"].astype(str), sort=True)}
 
 
 def weigh_economics(economics: dict[str, Any], completed: dict[str, list[float]]) -> None:
@@ -264,11 +261,8 @@ def weigh_economics(economics: dict[str, Any], completed: dict[str, list[float]]
     for row, whole in rows:
         if not row or "terms" not in row:
             continue
-        sums = [sum(v[i] for v in completed.values()) for i in range(5)] if whole else \
-            completed.get(str(row.get("partition")), [0.0] * 5)
-        allocated = sums[0]
-        covered = sums[1] if sums[2] else 0.0
-        busy = sums[3] if sums[4] else 0.0
+        allocated, covered, busy = [sum(v[i] for v in completed.values()) for i in range(3)] if whole else \
+            completed.get(str(row.get("partition")), [0.0] * 3)
         ratio = busy / covered if covered > 0 else None
         completed_run = row["terms"]["completed_run"]["gpu_hours"]
         weighted = completed_run * ratio if ratio is not None and completed_run is not None else None
