@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,26 +66,39 @@ def _sorted_by_group(groups: np.ndarray, k: int, values: KnownValues) -> Callabl
     return lambda at: ordered[at]
 
 
+def _per_group(labels: list[str], size_all: np.ndarray, value_at: Callable[[np.ndarray], np.ndarray]
+               ) -> tuple[np.ndarray, dict[str, Any]]:
+    """Which labels have values (`size_all`: how many each), and per such label (in label order) its jobs,
+    median, p90 and max, unrounded; `value_at(positions)` reads the values sorted by (group, value)."""
+    present = size_all > 0
+    lo = np.r_[0, np.cumsum(size_all)[:-1]][present]
+    size = size_all[present]
+    return present, {
+        "label": [label for label, p in zip(labels, present, strict=True) if p],
+        "jobs": size,
+        "median": _quantile_sorted(value_at, lo, size, 0.5),
+        "p90": _quantile_sorted(value_at, lo, size, 0.9),
+        "max": value_at(lo + size - 1),
+    }
+
+
+def _wait_frame(name: str, figures: dict[str, Any] | pd.DataFrame) -> pd.DataFrame:
+    """The queue_wait_by_* / hold_by_* table of _per_group's figures: the group column `name`, seconds to 3
+    decimals."""
+    out = pd.DataFrame({name: figures["label"], "jobs": figures["jobs"], "median_s": figures["median"],
+                        "p90_s": figures["p90"], "max_s": figures["max"]})
+    for c in ("median_s", "p90_s", "max_s"):
+        out[c] = out[c].astype(float).round(3)
+    return out
+
+
 def wait_table(labels: list[str], gidx: np.ndarray, values: KnownValues, name: str) -> pd.DataFrame:
     """jobs, median, p90 and max of the known values per group (`gidx`: each known value's index into the
     sorted `labels`)."""
     if len(values.values) == 0:
         return pd.DataFrame(columns=[name, *WAIT_COLUMNS])
     size = np.bincount(gidx, minlength=len(labels)).astype(np.int64)
-    value_at = _sorted_by_group(gidx, len(labels), values)
-    present = size > 0
-    lo = np.r_[0, np.cumsum(size)[:-1]][present]
-    size = size[present]
-    out = pd.DataFrame({
-        name: [label for label, p in zip(labels, present, strict=True) if p],
-        "jobs": size,
-        "median_s": _quantile_sorted(value_at, lo, size, 0.5),
-        "p90_s": _quantile_sorted(value_at, lo, size, 0.9),
-        "max_s": value_at(lo + size - 1),
-    })
-    for c in ("median_s", "p90_s", "max_s"):
-        out[c] = out[c].astype(float).round(3)
-    return out
+    return _wait_frame(name, _per_group(labels, size, _sorted_by_group(gidx, len(labels), values))[1])
 
 
 def _wait_groups(att: Attempts, started: np.ndarray) -> Iterator[tuple[str, list[str], np.ndarray, KnownValues]]:
@@ -154,17 +168,8 @@ class ValueCounts:
         def value_at(positions: np.ndarray) -> np.ndarray:
             return self.value[np.searchsorted(ends, positions, side="right")]
 
-        present = size_all > 0
-        lo = np.r_[0, np.cumsum(size_all)[:-1]][present]
-        size = size_all[present]
-        out = pd.DataFrame({
-            "label": [label for label, p in zip(self.labels, present, strict=True) if p],
-            "jobs": size,
-            "total": total[present],
-            "median": _quantile_sorted(value_at, lo, size, 0.5),
-            "p90": _quantile_sorted(value_at, lo, size, 0.9),
-            "max": value_at(lo + size - 1) if len(size) else np.zeros(0),
-        })
+        present, figures = _per_group(self.labels, size_all, value_at)
+        out = pd.DataFrame({**figures, "total": total[present]})
         # A group with an unknown (NaN) value has unknown quantiles, as numpy's (its total is NaN already).
         unknown = np.bincount(self.group, weights=np.isnan(self.value), minlength=len(self.labels))[present] > 0
         if unknown.any():
@@ -175,9 +180,4 @@ class ValueCounts:
         """wait_table's table (jobs, median, p90, max per group) of these values."""
         if not len(self.value):
             return pd.DataFrame(columns=[name, *WAIT_COLUMNS])
-        summary = self.summary()
-        out = pd.DataFrame({name: summary["label"], "jobs": summary["jobs"], "median_s": summary["median"],
-                            "p90_s": summary["p90"], "max_s": summary["max"]})
-        for c in ("median_s", "p90_s", "max_s"):
-            out[c] = out[c].astype(float).round(3)
-        return out
+        return _wait_frame(name, self.summary())
