@@ -17,17 +17,17 @@ def figures(report: Any) -> dict[str, Any]:
     return out
 
 
-def assert_same(a: Any, b: Any, path: str = "") -> None:
-    """Equal, floats to 1e-9 relative (sums are added in another order)."""
+def assert_same(a: Any, b: Any, path: str = "", *, rel_tol: float = 1e-9, abs_tol: float = 1e-9) -> None:
+    """Equal, floats to `rel_tol` relative or `abs_tol` absolute (sums are added in another order)."""
     if isinstance(a, dict):
         assert isinstance(b, dict) and sorted(a) == sorted(b), path
         for key in a:
-            assert_same(a[key], b[key], f"{path}.{key}")
+            assert_same(a[key], b[key], f"{path}.{key}", rel_tol=rel_tol, abs_tol=abs_tol)
     elif isinstance(a, list):
         assert isinstance(b, list) and len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{path}[{i}]")
+            assert_same(x, y, f"{path}[{i}]", rel_tol=rel_tol, abs_tol=abs_tol)
     elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9), (path, a, b)
+        assert math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol), (path, a, b)
     else:
         assert a == b, (path, a, b)

@@ -9,7 +9,6 @@ GPU-hours and End (now: input order, stated in the definitions).
 from __future__ import annotations
 
 import importlib.util
-import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from gpuclust.accounting import metrics, sorting, store, text
 from gpuclust.accounting.period import Period
 from gpuclust.accounting.schema import FETCH_DELIMITER, SCHEMA
 from gpuclust.config import parse_config
+from tests.reportcompare import assert_same
 from tests.unit import accounting_reference_metrics as reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,18 +42,7 @@ BENCH = _bench()
 
 
 def assert_close(new: Any, old: Any, path: str = "") -> None:
-    if isinstance(old, dict):
-        assert set(new) == set(old), path
-        for key in old:
-            assert_close(new[key], old[key], f"{path}.{key}")
-    elif isinstance(old, list):
-        assert len(new) == len(old), path
-        for i, (a, b) in enumerate(zip(new, old, strict=True)):
-            assert_close(a, b, f"{path}[{i}]")
-    elif isinstance(old, float) and isinstance(new, float):
-        assert math.isclose(new, old, rel_tol=1e-11, abs_tol=1e-6), (path, new, old)
-    else:
-        assert new == old, (path, new, old)
+    assert_same(old, new, path, rel_tol=1e-11, abs_tol=1e-6)
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:
