@@ -6,12 +6,23 @@ on small VMs those page faults cost more than the arithmetic on the array. So th
 keeps freed memory for reuse: glibc serves large blocks from its heap and does not trim it, and pyarrow
 allocates from the same heap (its default mimalloc pool keeps its own pages apart, where numpy cannot
 reuse them). The memory is returned when the process ends, which for the report command is at once.
+
+Two more settings of the same process:
+* pyarrow.csv reads the input into mimalloc's pool (`read_pool`), not into that heap: its column builders grow
+  by reallocation, which mimalloc does in place and the kept heap does by a copy (1M-row dump: the read's
+  peak RSS 150 MB lower).
+* The objects alive when the pipeline starts (the imported modules: some 70k) are set aside from the cyclic
+  garbage collector (`gc.freeze`). The readers make many short-lived lists, and each full collection
+  would walk all of those objects again (1M-row dump: 76 collections, 45 ms of the read).
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import sys
+
+import pyarrow as pa
 
 # mallopt(3) parameters (glibc malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -29,11 +40,12 @@ _applied: bool | None = None
 
 def keep_freed_memory() -> bool:
     """Apply the settings above to this process (once; later calls do nothing). False where the C library
-    is not glibc, or pyarrow's pool cannot be changed: then nothing is changed."""
+    is not glibc, or pyarrow's pool cannot be changed: then only the collector's freeze is applied."""
     global _applied
     if _applied is not None:
         return _applied
     _applied = False
+    gc.freeze()
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -45,11 +57,20 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     if not all(mallopt(param, value) == 1 for param, value in SETTINGS.items()):
         return False
-    import pyarrow as pa
-
     pa.set_memory_pool(pa.system_memory_pool())
     _applied = True
     return True
+
+
+def read_pool() -> pa.MemoryPool | None:
+    """The pool pyarrow.csv reads the input into: mimalloc's where pyarrow has it and the default pool is the
+    kept heap; else None (the default pool)."""
+    if not _applied:
+        return None
+    try:
+        return pa.mimalloc_memory_pool()
+    except NotImplementedError:  # a pyarrow built without mimalloc
+        return None
 
 
 def release_freed() -> None:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from gpuclust.accounting import memory
 from gpuclust.accounting.direct import read_direct
 from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, normalize
 from gpuclust.accounting.registry import Registry
@@ -221,7 +222,7 @@ def _read_csv(
     # Column names must be unique for pyarrow; ignored columns get placeholder names.
     names = [name if name in wanted and header.index(name) == i else f"_ignored{i}" for i, name in enumerate(header)]
     return pacsv.read_csv(
-        io.BytesIO(data),
+        io.BytesIO(data), memory_pool=memory.read_pool(),
         read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
         parse_options=pacsv.ParseOptions(
             delimiter=sep.decode("latin-1"), quote_char=False, escape_char=False,

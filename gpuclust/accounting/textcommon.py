@@ -39,7 +39,15 @@ class _Source:
     def find(self, sub: bytes, start: int = 0, end: int | None = None) -> int:
         end = self.size if end is None else min(end, self.size)
         if self._find is not None:
-            return int(self._find(sub, start, end))
+            if not sub:
+                return int(self._find(sub, start, end))
+            # Block by block: bytes.find and mmap.find hold the GIL for the whole search, and the reader's
+            # threads that need it would wait; between blocks they run.
+            for a in range(start, end, self.scan_block):
+                at = int(self._find(sub, a, min(end, a + self.scan_block + len(sub) - 1)))
+                if at >= 0:
+                    return at
+            return -1
         if len(sub) == 1:
             arr = np.frombuffer(self.buffer, dtype=np.uint8)
             for a in range(start, end, self.scan_block):

@@ -577,3 +577,45 @@ def test_any_names_in_any_column_order_same_result(monkeypatch, pairs, delimiter
     small = {"pieces": pieces, "min_piece_bytes": 1, "group_rows": 2, "swar_block_rows": 2} if pieces else {}
     direct, _ = parse_direct(data, delimiter, monkeypatch, **small)
     assert_same(direct, parse_reference(data, delimiter, monkeypatch))
+
+
+@pytest.mark.parametrize("order", ["text-last", "text-first"])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|#|"])
+def test_newline_in_a_free_text_edge_value_keeps_its_row(order, delimiter, monkeypatch):
+    """A record of one whole line and lines of free text before or after it (a newline in a first or last
+    Comment) stays that line's row, its first or last value patched (records.Patch): the reference's result,
+    without reading the line's values back. Blank lines inside the value, and a record with a `|`-free
+    newline in JobName beside it, too."""
+    from gpuclust.accounting.direct import records
+
+    comments = ["a\nb", "x\n\ny\nz", "plain", "", "team=ml\nproject=p1", "ünï\ncodé"]
+    rows = [dict(ROW, JobID=str(500 + i), JobIDRaw=str(500 + i), JobName="n\nm" if i == 3 else f"n{i}", Comment=c)
+            for i, c in enumerate(comments)]
+    data = dump(rows, delimiter, fields=ORDERS[order])
+    found: list[records.Records] = []
+    real = records.locate_records
+
+    def spy(*args: Any, **kwargs: Any) -> records.Records:
+        found.append(real(*args, **kwargs))
+        return found[-1]
+
+    monkeypatch.setattr("gpuclust.accounting.direct.locate_records", spy)
+    direct = check(data, delimiter, monkeypatch)
+    assert len(found[0].patches) == 4  # the rows whose Comment holds a newline
+    assert direct.table.column("comment").to_pylist() == comments
+    assert direct.table.column("job_name").to_pylist()[3] == "n\nm"
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 64])
+def test_source_find_in_blocks_finds_the_first_match(block):
+    """`_Source.find` searches bytes and mmaps block by block (the GIL is free between blocks): a match across
+    a block's end is found, and the first one."""
+    from gpuclust.accounting.textcommon import _Source
+
+    data = b"xxabcxxabcabc" * 3
+    src = _Source(data, scan_block=block)
+    for sub in (b"abc", b"cab", b"xabcxx", b"a", b"zz", b""):
+        for start in range(len(data) + 2):
+            for end in (None, len(data), len(data) - 2, start + 3):
+                assert src.find(sub, start, end) == data.find(sub, start, len(data) if end is None else end), (
+                    sub, start, end)

@@ -8,8 +8,9 @@ The pipeline (`read_direct`), one module per step, each with typed inputs and ou
 
     0. layout.Layout.of            delimiter + header -> Layout (the split byte d0, the columns read)
     1. pieces.read_pieces          bytes -> Pieces: good rows (pyarrow chunks) + invalid lines, by line
-       pieces.blank_candidates     Pieces -> the good rows that may be blank lines
-    4a. prepare.GoodRows.tasks     each field over the good rows (in the thread pool, while 2-3 run)
+    4a. prepare.GoodRows.tasks     each field over the good rows (in the thread pool, while the rest of
+                                   1 and 2-3 run)
+       pieces.BlankCandidates      Pieces -> the good rows that may be blank lines
     2-3. records.locate_records    invalid lines -> Records: records joined across newlines (2), pipes in
                                    free text given back to their field (3), problems
     4b. columns.FinalRows.tasks    each field in final order (good rows + extra records, `Merge`) -> columns
@@ -32,7 +33,7 @@ from gpuclust.accounting import usage
 from gpuclust.accounting.direct.assemble import assemble, no_separator_lines, removed_rows
 from gpuclust.accounting.direct.columns import FinalRows, Merge
 from gpuclust.accounting.direct.layout import Fallback, Layout, Pool, StandIn, split_at
-from gpuclust.accounting.direct.pieces import blank_candidates, read_pieces
+from gpuclust.accounting.direct.pieces import BlankCandidates, read_pieces
 from gpuclust.accounting.direct.prepare import GoodRows
 from gpuclust.accounting.direct.records import locate_records
 from gpuclust.accounting.normalize import ParseResult, ReaderOptions, absent_column
@@ -64,22 +65,23 @@ def read_direct(src: _Source, body_start: int, delim: bytes, header: list[str], 
 def _pipeline(src: _Source, body_start: int, layout: Layout, source: str, opts: ReaderOptions,
               pool: Pool) -> ParseResult:
     pieces = read_pieces(src, body_start, layout, opts, pool, _DecodeFailure())  # 1
-    candidates = blank_candidates(pieces, layout, opts)
+    blanks = BlankCandidates(pieces, layout, opts)
+    good = GoodRows(layout, pieces, blanks, opts)
+    prepared = pool.start(good.tasks())  # 4a, in the pool ...
+    candidates = blanks.rows()  # ... while the blank candidates and steps 2-3 are found here
+    stand_in = StandIn(src, body_start)
+    records = locate_records(pieces, candidates, layout, opts, stand_in, source)
     # Step 5's scan for lines of separator bytes reads the whole input: done while it is in memory (a
     # multi-byte delimiter always needs it where there are blank candidates).
     scanned = bool(len(candidates)) and len(layout.delim) > 1
     if scanned:
         no_separator_lines(src, body_start, layout)
     src.evict()  # every later step reads the columns of step 1 (and a few lines at most from the input)
-    good = GoodRows(layout, pieces, candidates, opts)
-    prepared = pool.start(good.tasks())  # 4a, in the pool ...
-    stand_in = StandIn(src, body_start)
-    records = locate_records(pieces, candidates, layout, opts, stand_in, source)  # ... while 2-3 run here
-    merge = Merge(pieces.g_lines, np.array([line for line, _ in records.extras], dtype=np.int64))
+    merge = Merge(records.good_lines(pieces.g_lines), np.array([line for line, _ in records.extras], dtype=np.int64))
     e_raw = {name: pa.array([row[pos] for _, row in records.extras], pa.string())
              for pos, name in enumerate(layout.wanted)}
     e_rawc = {fd.name: e_raw.get(fd.name, absent_column(fd.absent, merge.n_e)) for fd in layout.registry.fields}
-    final = FinalRows(good, prepared, merge, e_raw, e_rawc)
+    final = FinalRows(good, prepared, merge, e_raw, e_rawc, records.patches)
     done = pool.run(final.tasks())  # 4b
     utf8 = records.utf8 and all(out.utf8 for out in done.values())
     removed = removed_rows(src, body_start, layout, pieces, candidates, records, utf8, stand_in, scanned)  # 5

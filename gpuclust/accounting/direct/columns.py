@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from gpuclust.accounting.direct.prepare import (
     fixed_groups,
     reference_of,
 )
+from gpuclust.accounting.direct.records import Patch
 from gpuclust.accounting.fields import buffers_of
 from gpuclust.accounting.registry import SacctField
 
@@ -56,6 +57,7 @@ class FinalRows:
     merge: Merge
     e_raw: dict[str, pa.Array]
     e_rawc: dict[str, pa.Array]
+    patches: list[Patch] = field(default_factory=list)
 
     @property
     def layout(self) -> Layout:
@@ -117,8 +119,30 @@ class FinalRows:
             if len(new):
                 values = pa.concat_arrays([values, new])
             m.place_e(codes, np.asarray(pc.index_in(e_values, value_set=values).to_numpy(zero_copy_only=False)))
+        if name in (self.layout.first, self.layout.last) and self.patches:
+            values, codes = self.patched(name, values, codes)
         columns, bad = derived(fd, values, codes)
         return FieldColumns(columns, bad, prepared.utf8, values=values, codes=codes)
+
+    def patched(self, name: str, values: pa.Array, codes: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        """The dictionary `values` and final-order `codes` of the line's first or last field with the patches'
+        text put around the patched rows' values."""
+        first, last = name == self.layout.first, name == self.layout.last
+        patches = [p for p in self.patches if (first and p.before) or (last and p.after)]
+        if not patches:
+            return values, codes
+        at = self.merge.final(np.array([p.row for p in patches], dtype=np.int64))
+        old: list[str] = values.take(pa.array(codes[at])).to_pylist()
+        texts = [(p.before if first else "") + value + (p.after if last else "")
+                 for p, value in zip(patches, old, strict=True)]
+        new = pa.array(texts, pa.string())
+        missing = pc.unique(new.filter(pc.is_null(pc.index_in(new, value_set=values))))
+        if len(missing):
+            values = pa.concat_arrays([values, missing])
+        if not codes.flags.writeable:  # (step 4a's codes, read straight from pyarrow)
+            codes = codes.copy()
+        codes[at] = np.asarray(pc.index_in(new, value_set=values).to_numpy(zero_copy_only=False))
+        return values, codes
 
     def spliced(self, name: str) -> pa.Array:
         """Field `name` of every final row, without prefix, as bytes: the good rows' values with the extra

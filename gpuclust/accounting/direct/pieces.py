@@ -2,10 +2,12 @@
 (a memory-mapped file is never copied), split on the delimiter's byte d0, in pieces cut at newlines, side by
 side. A line with exactly the header's number of cells is a *good row* (its values stay in pyarrow chunks, each
 still carrying the delimiter's other bytes, checked later); any other line is an *invalid line*, kept as bytes
-for step 2. `blank_candidates` finds the good rows that may be blank lines (every value empty)."""
+for step 2. `blank_candidates` finds the good rows that may be blank lines (every value empty);
+`BlankCandidates` finds them once, for every thread."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from gpuclust.accounting import memory
 from gpuclust.accounting.direct.layout import Fallback, Layout, Pool
 from gpuclust.accounting.fields import buffers_of
 from gpuclust.accounting.normalize import ReaderOptions
@@ -155,7 +158,7 @@ def _crlf_only(src: _Source, a: int, b: int) -> bool:
 def _read_csv(src: _Source, a: int, b: int, layout: Layout, opts: ReaderOptions, on_invalid: Callable[[Any], str],
               types: dict[str, pa.DataType]) -> pa.Table:
     return pacsv.read_csv(
-        pa.BufferReader(src.buffer.slice(a, b - a)),
+        pa.BufferReader(src.buffer.slice(a, b - a)), memory_pool=memory.read_pool(),
         read_options=pacsv.ReadOptions(column_names=layout.names, block_size=opts.read_block, use_threads=False),
         parse_options=pacsv.ParseOptions(
             delimiter=layout.d0.decode("latin-1"), quote_char=False, escape_char=False,
@@ -166,6 +169,22 @@ def _read_csv(src: _Source, a: int, b: int, layout: Layout, opts: ReaderOptions,
             quoted_strings_can_be_null=False,
         ),
     )
+
+
+class BlankCandidates:
+    """`blank_candidates`, found once by whichever thread asks first (the others wait for it): step 4a starts
+    in the pool before they are known, and needs them only where a value lacks the delimiter's bytes."""
+
+    def __init__(self, pieces: Pieces, layout: Layout, opts: ReaderOptions) -> None:
+        self.pieces, self.layout, self.opts = pieces, layout, opts
+        self._lock = threading.Lock()
+        self._rows: np.ndarray | None = None
+
+    def rows(self) -> np.ndarray:
+        with self._lock:
+            if self._rows is None:
+                self._rows = blank_candidates(self.pieces, self.layout, self.opts)
+            return self._rows
 
 
 def blank_candidates(pieces: Pieces, layout: Layout, opts: ReaderOptions) -> np.ndarray:
@@ -201,14 +220,15 @@ def _empty_values(col: Column, rows: np.ndarray) -> np.ndarray:
     """Whether the value of `col` in each of the good rows `rows` (sorted) is empty."""
     out = np.zeros(len(rows), dtype=bool)
     which = np.searchsorted(col.starts, rows, side="right") - 1
-    for k in np.unique(which).tolist():
-        sel = np.flatnonzero(which == k)
-        local = rows[sel] - int(col.starts[k])
+    bounds = np.flatnonzero(np.diff(which)) + 1  # rows is sorted: each chunk's rows are one run
+    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(rows)], strict=True):
+        k = int(which[a])
+        local = rows[a:b] - int(col.starts[k])
         chunk = col.chunks[k]
         if pa.types.is_dictionary(chunk.type):
-            lengths = np.asarray(pc.binary_length(chunk.dictionary).to_numpy(zero_copy_only=False))
-            out[sel] = lengths[indices(chunk)[local]] == 0
+            _, offsets = buffers_of(chunk.dictionary)
+            out[a:b] = (offsets[1:] == offsets[:-1])[indices(chunk)[local]]
         else:
             _, offsets = buffers_of(chunk)
-            out[sel] = offsets[local + 1] == offsets[local]
+            out[a:b] = offsets[local + 1] == offsets[local]
     return out

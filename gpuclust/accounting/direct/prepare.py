@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from gpuclust.accounting import fields, sorting
 from gpuclust.accounting.direct.arrays import ints, starts_with, to_strings, unwrap
 from gpuclust.accounting.direct.layout import Fallback, Layout
-from gpuclust.accounting.direct.pieces import DICT_BINARY, Column, Pieces
+from gpuclust.accounting.direct.pieces import DICT_BINARY, BlankCandidates, Column, Pieces
 from gpuclust.accounting.fields import buffers_of
 from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.registry import Registry, SacctField
@@ -90,7 +90,7 @@ class GoodRows:
 
     layout: Layout
     pieces: Pieces
-    candidates: np.ndarray
+    blanks: BlankCandidates
     opts: ReaderOptions
 
     def tasks(self) -> dict[str, Callable[[], Prepared]]:
@@ -117,7 +117,7 @@ class GoodRows:
     def all_candidates(self, rows: np.ndarray) -> bool:
         """Whether every row of `rows` is a blank candidate. By binary search in the sorted candidates: np.isin
         would build a table over their whole range (every row of the input) at each call, once per chunk."""
-        return bool(sorting.in_sorted(rows, self.candidates).all())
+        return bool(sorting.in_sorted(rows, self.blanks.rows()).all())
 
     def prefix_ok(self, col: Column, arr: pa.Array, rows: np.ndarray | int = 0) -> None:
         """Every value of `arr` (good rows `rows`, or from row `rows` on) starts and ends with the delimiter's

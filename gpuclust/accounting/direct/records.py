@@ -28,12 +28,34 @@ from gpuclust.accounting.textcommon import _repair, _starts_record, _tail_contin
 from gpuclust.errors import Problem
 
 
+@dataclass(frozen=True)
+class Patch:
+    """A record that is one good row with lines of text around it that hold no delimiter (a newline in a
+    free-text first or last value): the row stays a row; its first value gains the lines before it
+    (`before`, each line with its newline), its last value the lines after it (`after`), and it moves to
+    the record's first line. Its other values are the row's own, parsed as every good row's are."""
+
+    row: int
+    line: int
+    before: str
+    after: str
+
+
 @dataclass
 class Records:
     """Step 2-3's result. `odd`: some line is not a whole record (the reference's line-level pass applies)."""
 
     odd: bool
     extras: list[tuple[int, list[str]]] = field(default_factory=list)  # (line, the wanted fields' values)
+    patches: list[Patch] = field(default_factory=list)  # by row
+
+    def good_lines(self, g_lines: np.ndarray) -> np.ndarray:
+        """The line of each good row as a record: a patched row's is its record's first line."""
+        if not self.patches:
+            return g_lines
+        out = g_lines.copy()
+        out[[p.row for p in self.patches]] = [p.line for p in self.patches]
+        return out
     removed: set[int] = field(default_factory=set)  # good rows that are no records
     problems: list[Problem] = field(default_factory=list)
     utf8: bool = True  # every value of the extra records was valid UTF-8
@@ -57,8 +79,7 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
         info[int(pieces.g_lines[row])] = (b"", 0)
         out.removed.add(row)  # a blank line holds no data: skipped, or joined into the record before it
     consumed: set[int] = set()
-    spans: list[tuple[int, int]] = []  # (first line, last line) of each record, in line order
-    joined: list[int] = []  # good lines that are part of a record
+    spans: list[tuple[int, int | None]] = []  # (first line, last line) of each record, in line order
     for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
         if line in consumed:
             continue
@@ -70,13 +91,8 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
         while acc < n1 and j + 1 <= pieces.last_line:  # step 2: join the lines of one record
             j += 1
             consumed.add(j)
-            if j in info:
-                acc += info[j][1]
-            else:
-                joined.append(j)
-                acc += n1
+            acc += info[j][1] if j in info else n1
         spans.append((line, j))
-    out.removed.update(_good_rows(pieces, joined).tolist())
     _build_records(out, spans, info, pieces, layout, opts, stand_in, source)
     for line, (text, c) in info.items():
         if c == n1 and line not in consumed:
@@ -87,16 +103,20 @@ def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts:
 def _build_records(out: Records, spans: Sequence[tuple[int, int | None]], info: dict[int, tuple[bytes, int]],
                    pieces: Pieces, layout: Layout, opts: ReaderOptions, stand_in: StandIn, source: str) -> None:
     """Each span's lines joined into one record (step 3 repairs a record with too many cells; one that still has
-    the wrong number is a problem); a span (line, None) is a line that continues no record. The good lines
-    inside spans are read from step 1's columns at once."""
-    good = sorted({k for start, end in spans if end is not None for k in range(start, end + 1) if k not in info})
-    lines = dict(zip(good, _line_texts(pieces, layout, _good_rows(pieces, good)), strict=True))
+    the wrong number is a problem); a span (line, None) is a line that continues no record. A span of one good
+    line and lines without a delimiter is a `Patch` where its first and last fields allow. The other good
+    lines inside spans are no records any more (`removed`); they are read from step 1's columns at once."""
+    joined = _patches(out, spans, info, pieces, layout)
+    good = sorted({k for start, end in joined if end is not None for k in range(start, end + 1) if k not in info})
+    rows = _good_rows(pieces, good)
+    out.removed.update(rows.tolist())
+    lines = dict(zip(good, _line_texts(pieces, layout, rows), strict=True))
     free = [layout.header.index(name) for name in opts.registry.free_text if name in layout.header]
 
     def shown(raw: bytes) -> bytes:
         return raw.replace(layout.delim, stand_in.get()) if len(layout.delim) > 1 and stand_in.get() else raw
 
-    for start, end in spans:
+    for start, end in joined:
         if end is None:
             out.problems.append(Problem(source, start, f"line continues no record: {shown(info[start][0])[:120]!r}"))
             continue
@@ -109,6 +129,33 @@ def _build_records(out: Records, spans: Sequence[tuple[int, int | None]], info: 
                 source, start, f"record has {len(values)} fields, header has {layout.nfields}: {shown(record)[:120]!r}"))
             continue
         out.extras.append((start, [values[pos] for pos in layout.positions]))
+
+
+def _patches(out: Records, spans: Sequence[tuple[int, int | None]], info: dict[int, tuple[bytes, int]],
+             pieces: Pieces, layout: Layout) -> list[tuple[int, int | None]]:
+    """`spans` less those that are patches (added to `out.patches`): one good line, every other line without a
+    delimiter (blank ones too), and the fields the lines around it go to read by dictionary (which
+    FinalRows.dict_column patches) or not read at all. Such a span, joined into a record, splits into the
+    row's values with the text around it added to its first and last."""
+    first_ok, last_ok = (name not in layout.wanted or layout.registry[name].direct == "dict"
+                         for name in (layout.first, layout.last))
+    rest: list[tuple[int, int | None]] = []
+    found: list[tuple[int, int, int]] = []  # (start, good line, end)
+    for start, end in spans:
+        if end is not None:
+            good = [k for k in range(start, end + 1) if k not in info]
+            if (len(good) == 1 and (first_ok or good[0] == start) and (last_ok or good[0] == end)
+                    and not any(info[k][1] for k in range(start, end + 1) if k != good[0])):
+                found.append((start, good[0], end))
+                continue
+        rest.append((start, end))
+    rows = _good_rows(pieces, [g for _, g, _ in found]).tolist()
+    # (The invalid lines are pyarrow's text, so UTF-8; blank lines are empty.)
+    out.patches.extend(
+        Patch(row, start, b"".join(info[k][0] + b"\n" for k in range(start, g)).decode("utf-8"),
+              b"".join(b"\n" + info[k][0] for k in range(g + 1, end + 1)).decode("utf-8"))
+        for row, (start, g, end) in zip(rows, found, strict=True))
+    return rest
 
 
 def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: ReaderOptions,
@@ -140,8 +187,6 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
         job_id = first[: len(first) - len(layout.pre)]
         return _starts_record(job_id + layout.delim, layout.delim)
 
-    joined: list[int] = []  # good lines that are part of a record
-
     for line in sorted(ln for ln, (_, c) in info.items() if c != n1):
         if line in consumed:
             continue
@@ -162,12 +207,8 @@ def _tail_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: 
             acc += count(end)
         while end + 1 <= last_line and not starts_record(end + 1):
             end += 1
-        for k in range(start, end + 1):
-            consumed.add(k)
-            if k not in info:
-                joined.append(k)
+        consumed.update(range(start, end + 1))
         spans.append((start, end))
-    out.removed.update(_good_rows(pieces, joined).tolist())
     _build_records(out, spans, info, pieces, layout, opts, stand_in, source)
     for line, (raw, c) in info.items():
         if c == n1 and line not in consumed:
