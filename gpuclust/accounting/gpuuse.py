@@ -101,8 +101,10 @@ def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
 
 
 def _cpus(alloc_tres: pd.Series) -> np.ndarray:
-    got = alloc_tres.astype("string").str.extract(r"(?:^|,)cpu=([0-9]+)", expand=False)
-    return pd.to_numeric(got, errors="coerce").to_numpy(dtype=float)
+    """The cpu count of each AllocTRES (NaN where it has none)."""
+    text = pa.array(alloc_tres.to_numpy(dtype=object), pa.string(), from_pandas=True)
+    got = pc.struct_field(pc.extract_regex(text, r"(?:^|,)cpu=(?P<n>[0-9]+)"), [0])
+    return np.asarray(pc.cast(got, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
 
 
 def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -120,7 +122,8 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
     mean = np.where(covered > 0, busy / np.where(covered > 0, covered, 1) * 100, np.nan)
     held = np.where(np.isnan(covered), np.nan,
                     np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
-    source = np.array([None if np.isnan(c) else "usage_tres" for c in covered], dtype=object)
+    source = np.full(len(covered), None, dtype=object)
+    source[~np.isnan(covered)] = "usage_tres"
     util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True)
     energy_j = jobs["energy_j"].to_numpy(dtype=float, copy=True)
     fb_total = np.full(len(jobs), np.nan)

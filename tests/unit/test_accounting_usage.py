@@ -243,3 +243,15 @@ def test_clock_seconds_kernel_agrees_with_the_regex(values):
     ref, ref_bad = usage._clock_regex(arr)
     assert bad.tolist() == ref_bad.tolist()
     assert np.allclose(got, ref, equal_nan=True)
+
+
+def test_allocated_cpus_for_cpu_efficiency():
+    """`cpu_efficiency` divides by the job's allocated CPUs, read from AllocTRES (NaN where it has none)."""
+    import pandas as pd
+
+    from gpuclust.accounting import gpuuse
+
+    alloc = pd.Series(["billing=8,cpu=8,gres/gpu=1,mem=64G,node=1", "cpu=16,mem=64G", "mem=1G", None, "",
+                       "xcpu=3,cpu=4", "cpu=x,cpu=2"], dtype=object)
+    got = gpuuse._cpus(alloc)
+    np.testing.assert_array_equal(got, [8, 16, np.nan, np.nan, np.nan, 4, 2])
