@@ -514,7 +514,7 @@ def _parents(job_id: pa.Array, is_step: np.ndarray, rows: np.ndarray, line_value
     if step_rows.size == 0:
         return parent
     ids = pc.take(job_id, pa.array(step_rows))
-    keys = pc.replace_substring_regex(ids, r"\.[^.]*$", "")
+    keys = pc.list_element(pc.split_pattern(ids, ".", max_splits=1, reverse=True), 0)  # less its last `.step`
     guess = last_job[step_rows]
     guess_ok = guess >= 0
     match = np.zeros(step_rows.size, dtype=bool)
