@@ -477,21 +477,28 @@ def attach(
     out["energy_j"][target_v[ok]] = job_energy[ok]  # the job row's own figure wins over its steps' sum
 
     # A job with a spoiled step has no utilisation figure at all (part of it would read as idle).
-    spoiled_jobs = np.unique(target_v[spoiled[valid]])
-    util_jobs = np.unique(target_v[has_util[valid]])
+    def jobs_of(step_mask: np.ndarray) -> np.ndarray:
+        """The job rows (sorted, once each) of the usage rows in `step_mask`: by a mask over the table's rows,
+        not a sort."""
+        marked = np.zeros(n, dtype=bool)
+        marked[target_v[step_mask[valid]]] = True
+        return marked
+
+    spoiled_at = jobs_of(spoiled)
+    spoiled_jobs = np.flatnonzero(spoiled_at)
     out["gpu_busy_gpu_s"][spoiled_jobs] = np.nan
     out["gpu_util_max_pct"][spoiled_jobs] = np.nan
     job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
     job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
                                            dtype=float))
-    good_jobs = np.setdiff1d(util_jobs, spoiled_jobs)
+    good_jobs = np.flatnonzero(jobs_of(has_util) & ~spoiled_at)
     out["gpu_util_gpu_s"][good_jobs] = job_gpus[good_jobs] * job_elapsed[good_jobs]
     # Busy GPU-seconds never exceed the job's own GPU-seconds (overlapping steps on the same GPUs).
     cap = out["gpu_util_gpu_s"]
     over = ~np.isnan(cap) & (out["gpu_busy_gpu_s"] > cap)
     out["gpu_busy_gpu_s"][over] = cap[over]
     rule_out[good_jobs] = RULE_SUMMED
-    rule_out[np.unique(target_v[last_gpu[valid]])] = RULE_LAST_GPU  # says why the figure is unknown
+    rule_out[jobs_of(last_gpu)] = RULE_LAST_GPU  # says why the figure is unknown
 
     for name, kind in COLUMNS:
         if kind == pa.string():
