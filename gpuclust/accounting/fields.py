@@ -277,9 +277,11 @@ def _v_job_id_regex(text: pa.Array) -> tuple[dict[str, pa.Array], np.ndarray, np
         "array_task": _int(pc.struct_field(parts, "task")),
         "het_offset": _int(pc.struct_field(parts, "het")),
     }
-    # `_[` distinguishes a pending range (which may be empty) from a non-pending id.
+    # `_[` right after the job number distinguishes a pending range (which may be empty) from a non-pending id
+    # (RE2 gives "" for a group that took no part; a step named `_[`, as in `12._[`, is no range).
     pend = pc.struct_field(parts, "pend")
-    out["array_pending"] = pc.if_else(pc.match_substring(text, "_["), pend, pa.scalar(None, pa.string()))
+    ranged = pc.match_substring_regex(text, rf"^{_N}_\[")
+    out["array_pending"] = pc.if_else(ranged, pend, pa.scalar(None, pa.string()))
     step = pc.struct_field(parts, "step")
     is_step = _mask(pc.not_equal(step, ""))
     return out, is_step, bad

@@ -121,6 +121,19 @@ def test_v_job_id_matches_scalar(values):
             assert bool(is_step[i]) == (ref.step is not None)
 
 
+def test_v_job_id_a_step_named_like_a_range_is_no_range():
+    """`12._[` is step `_[` of job 12, not a pending range: the vectorised parser agrees with the scalar one
+    (hypothesis found it through the direct reader's step ids)."""
+    values = ["12._[", "12._[1-3]", "12_[1-3]", "12_[]", "12_[1-3].batch", "7_[", "7.x_[1]"]
+    out, is_step, bad = f.v_job_id(pa.array(values, pa.string()))
+    for i, text in enumerate(values):
+        ref, err = _scalar(f.parse_job_id, text)
+        assert bool(bad[i]) == err, text
+        if not err:
+            assert out["array_pending"][i].as_py() == ref.array_pending, text
+            assert bool(is_step[i]) == (ref.step is not None), text
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_tres, min_size=1, max_size=20))
 def test_v_alloc_tres_matches_scalar(values):

@@ -85,7 +85,11 @@ class FinalRows:
         if name not in self.good.pieces.cols:
             absent = pa.nulls(self.merge.size, pa.string())
             return FieldColumns({fd.copy.name: absent if fd.absent is None else pc.fill_null(absent, fd.absent)}, {})
-        text, utf8 = to_strings(self.spliced(name))
+        extra = self.e_rawc[name]
+        if self.good.empty(self.good.pieces.cols[name]) and not extra.null_count:
+            text, utf8 = self.merge.among_empty(extra.cast(pa.string())), True  # (`-X` dumps' usage columns)
+        else:
+            text, utf8 = to_strings(self.spliced(name))
         # Step 1's chunks of this field are read by no later step (it has no parser, so no bad value to show):
         # freed now, not at the end of the read (the usage columns are half of a dump's bytes).
         self.good.pieces.cols[name].chunks.clear()
@@ -331,6 +335,20 @@ class Merge:
         source[self.g_mask] = np.arange(self.n_g)
         source[self.at] = self.n_g + self.e_order
         return whole.take(pa.array(source))
+
+    def among_empty(self, extra: pa.Array) -> pa.Array:
+        """A string column in final order: "" on every good row, the extra records' `extra` (in the order
+        given, no nulls) between them."""
+        e = extra.take(pa.array(self.e_order)) if self.n_e else pa.array([], pa.string())
+        data, e_offsets = buffers_of(e)
+        lengths = np.zeros(self.size + 1, dtype=np.int64)
+        lengths[self.at + 1] = np.diff(e_offsets)
+        offsets = np.cumsum(lengths)
+        if offsets[-1] >= 1 << 31:
+            raise Fallback("values too long for one string array")
+        body = data[int(e_offsets[0]) : int(e_offsets[-1])] if self.n_e else np.zeros(0, dtype=np.uint8)
+        return pa.Array.from_buffers(pa.string(), self.size, [
+            None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(np.ascontiguousarray(body))])
 
     def source(self, i: int) -> int:
         """Final row i as an index into [good rows, extra records]."""

@@ -131,6 +131,28 @@ class GoodRows:
             if not self.all_candidates(where):
                 raise Fallback(f"a {col.name} value does not start with the delimiter's rest")
 
+    def empty(self, col: Column) -> bool:
+        """Whether every value of `col` on the good rows is empty: the delimiter's bytes alone, or nothing on a
+        blank candidate (a column no row fills, as the usage TRES of an allocation-only dump)."""
+        width = col.plen + col.slen
+        pattern = np.frombuffer(self.layout.rest[: col.plen] + self.layout.pre[len(self.layout.pre) - col.slen :],
+                                dtype=np.uint8)
+        bare: list[np.ndarray] = []
+        for start, chunk in col.chunk_starts():
+            if pa.types.is_dictionary(chunk.type):
+                return False
+            data, offsets = buffers_of(chunk)
+            lengths = np.diff(offsets)
+            filled = lengths == width
+            if not (filled | (lengths == 0)).all():
+                return False
+            body = data[int(offsets[0]) : int(offsets[-1])]
+            if width and not (body.reshape(-1, width) == pattern).all():
+                return False
+            if width and not filled.all():
+                bare.append(np.flatnonzero(~filled) + start)
+        return not bare or self.all_candidates(np.concatenate(bare))
+
     def strip(self, col: Column, arr: pa.Array, rows: np.ndarray | int = 0) -> pa.Array:
         if not col.plen and not col.slen:
             return arr
