@@ -64,14 +64,19 @@ DELIMITERS = {"fetch": "\x1f|\x1e", "pipe-hash": "|#|"}  # the fetch's own; one 
 # Column orders of users' dumps: the fetch's; free text last (as many sites' `sacct --format` lines end in
 # Comment); free text first.
 FREE_TEXT = ("JobName", "Comment")
-ORDERS = ("fetch", "text-last", "text-first")
+# A site's own short `--format` (no JobIDRaw, QOS, Eligible, Elapsed, NNodes, ExitCode, Reason, WCKey, usage):
+# the reader derives or marks unknown what it lacks.
+NARROW = ("JobID", "JobName", "User", "Account", "Partition", "State", "Submit", "Start", "End", "AllocTRES",
+          "NodeList", "Comment")
+ORDERS = ("fetch", "text-last", "text-first", "narrow")
 
 
 def column_order(order: str) -> tuple[str, ...]:
     from gpuclust.accounting.schema import FETCH_FIELDS
 
     rest = tuple(f for f in FETCH_FIELDS if f not in FREE_TEXT)
-    return {"fetch": FETCH_FIELDS, "text-last": rest + FREE_TEXT, "text-first": FREE_TEXT[::-1] + rest}[order]
+    return {"fetch": FETCH_FIELDS, "text-last": rest + FREE_TEXT, "text-first": FREE_TEXT[::-1] + rest,
+            "narrow": NARROW}[order]
 # The pending reasons sacct keeps (mostly None once a job started), by JobIDRaw (no draw from the generator's rng).
 REASONS = ("None",) * 12 + ("AssocGrpGRES", "Priority", "Resources", "Dependency", "JobHeldUser")
 
@@ -203,7 +208,6 @@ def child_floor(path: str, delimiter: str) -> dict:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from gpuclust.accounting.schema import FETCH_FIELDS
 
     t = time.perf_counter()
     from gpuclust.accounting.direct import split_at
@@ -212,7 +216,9 @@ def child_floor(path: str, delimiter: str) -> dict:
     # "\x1f|\x1e", # of "|#|"), so the floor tokenises exactly as much as the reader does.
     at = split_at(delimiter.encode())
     d0 = delimiter[at or 0]
-    names = [f"c{i}" for i in range((len(FETCH_FIELDS) - 1) * delimiter.count(d0) + 1)]
+    with open(path, encoding="utf-8") as fh:
+        columns = len(fh.readline().rstrip("\n").split(delimiter))  # (the file's own header: any order or width)
+    names = [f"c{i}" for i in range((columns - 1) * delimiter.count(d0) + 1)]
     table = pacsv.read_csv(
         path,
         read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, block_size=1 << 24),

@@ -91,8 +91,8 @@ class SacctField:
     parsed: tuple[Column, ...] = ()  # the columns parsed from it (by `vparse`)
     parse: Callable[[str], Any] | None = None  # scalar parser (the definition); raises SlurmOutputError
     vparse: VParser | None = None  # vectorised parser: must agree with `parse`
-    # In a complete dump (what `report fetch` writes): the direct text reader reads only dumps with every such
-    # field; a narrower dump goes to the reference reader, which derives or marks unknown what it lacks.
+    # In a complete dump (what `report fetch` writes). A narrower dump lacks some: what it lacks is derived or
+    # marked unknown (normalize.derive_missing), by either text reader alike.
     required: bool = True
     # No figure can do without it: a text dump that lacks it is refused (Registry.required).
     essential: bool = False
@@ -186,7 +186,7 @@ class Registry:
 
     @cached_property
     def complete(self) -> tuple[str, ...]:
-        """The fields of a complete dump (the fetch's): the direct reader reads only a dump with all of them."""
+        """The fields of a complete dump (the fetch's)."""
         return tuple(fd.name for fd in self.fields if fd.required)
 
     def missing(self, header: list[str] | tuple[str, ...]) -> dict[str, str]:

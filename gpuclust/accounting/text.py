@@ -111,10 +111,11 @@ def parse_parsable(
     """Parse a --parsable2 dump (header line first) into the normalized schema.
 
     `data` may be any buffer (a memory-mapped file is read without a copy). `delimiter` None: told from the
-    header line (`sniff_delimiter`). The direct reader (gpuclust.accounting.direct.read_direct) handles a
-    complete dump (every field of Registry.complete) where it can be sure to give the reference's result;
-    anything else (a narrower dump, and every input while ``options.fast`` is off) goes through the reference
-    (`_reference`); the result's `reader` says which ran."""
+    header line (`sniff_delimiter`). The direct reader (gpuclust.accounting.direct.read_direct) handles any
+    dump, a narrow one too (fewer fields than Registry.complete: what it lacks is derived or unknown, as the
+    reference makes it), where it can be sure to give the reference's result; anything else (and every
+    input while ``options.fast`` is off) goes through the reference (`_reference`); the result's `reader`
+    says which ran."""
     registry = options.registry
     src = _Source(data, options.scan_block)
     head = 3 if src.read(0, 3) == _BOM else 0  # a UTF-8 byte order mark before the header is no data
@@ -152,7 +153,7 @@ def parse_parsable(
                 f"(header starts {header_line[:80]!r}; e.g. `{header_example(registry)}`)", missing[0],
             )
         )
-    if options.fast and header_end >= 0 and all(name in header for name in registry.complete):
+    if options.fast and header_end >= 0:
         result = read_direct(src, header_end + 1, delim, header, source, options)
         if result is not None:
             result.reader = "direct"

@@ -14,7 +14,7 @@ from gpuclust.accounting.direct.columns import FieldColumns, FinalRows
 from gpuclust.accounting.direct.layout import Fallback, Layout, StandIn
 from gpuclust.accounting.direct.pieces import Pieces
 from gpuclust.accounting.direct.records import Records
-from gpuclust.accounting.normalize import ParseResult, finish
+from gpuclust.accounting.normalize import ParseResult, derive_missing, finish
 from gpuclust.accounting.textcommon import _Source
 
 
@@ -76,9 +76,21 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
         if fd.direct == "text" and fd.copy is not None and fd.name in done:
             done[fd.name].columns.pop(fd.copy.name, None)
     columns["line"] = pa.array(m.lines)
+    # A narrow dump (its own --format): what it lacks is derived or unknown, as `normalize` makes it.
+    missing = registry.missing(final.layout.header)
     for fd in registry.fields:
         if fd.unknowable:
-            columns[fd.unknowable.name] = pa.array(np.ones(m.size, dtype=bool))
+            known = fd.name not in missing  # (no ExitCode column: every exit code unknown, none bad)
+            columns[fd.unknowable.name] = pa.array(np.full(m.size, known, dtype=bool))
+            if not known:
+                columns.update({c.name: pa.nulls(m.size, c.type) for c in fd.parsed})
+                bad[fd.name] = None
+    if "JobName" in missing:  # (one name per job: no resubmission is matched across JobIDs)
+        columns["job_name"] = columns["job_id"]
+    if missing:
+        derived: dict[str, np.ndarray] = {}
+        derive_missing(columns, derived, missing, m.size)
+        bad.update(derived)
     bad = {name: bad.get(name) for name in registry.checked}
     is_step = next(out.is_step for out in done.values() if out.is_step is not None)
 
@@ -86,11 +98,16 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
         got = done.get(name)
         if got is not None and got.values is not None and got.codes is not None:
             return got.values[int(got.codes[i])].as_py()
+        if name not in final.good.pieces.cols:
+            return registry[name].absent
         src = m.source(i)
         if src >= m.n_g:
             return final.e_rawc[name][src - m.n_g].as_py()
         text, _ = final.good.rows_text(final.good.pieces.cols[name], np.array([src], dtype=np.int64))
         return text[0].as_py()
 
-    return finish(m.size, columns, bad, is_step, raw_value, m.lines, source, records.problems, dropped,
-                  schema=registry.schema, usage_rule=usage_rule)
+    result = finish(m.size, columns, bad, is_step, raw_value, m.lines, source, records.problems, dropped,
+                    schema=registry.schema, usage_rule=usage_rule)
+    result.missing_columns = missing
+    result.exit_codes_known = "ExitCode" not in missing or m.size == 0
+    return result

@@ -66,7 +66,9 @@ class FinalRows:
     def tasks(self) -> dict[str, Callable[[], FieldColumns]]:
         out: dict[str, Callable[[], FieldColumns]] = {}
         for fd in self.layout.registry.fields:
-            if fd.direct == "job_id":
+            if fd.direct in ("int", "fixed") and fd.name not in self.good.pieces.cols:
+                out[fd.name] = functools.partial(self.absent_field, fd.name)
+            elif fd.direct == "job_id":
                 out[fd.name] = functools.partial(self.job_id_column, fd.name)
             elif fd.direct == "dict":
                 out[fd.name] = functools.partial(self.dict_column, fd.name)
@@ -74,9 +76,22 @@ class FinalRows:
                 out[fd.name] = functools.partial(self.int_column, fd.name)
             elif fd.direct == "text":
                 out[fd.name] = functools.partial(self.text_column, fd.name)
-        for key, group in fixed_groups(self.layout.registry).items():
+        for key, group in fixed_groups(self.layout.registry, self.good.pieces.cols).items():
             out[key] = functools.partial(self.fixed_column, key, group)
         return out
+
+    def absent_field(self, name: str) -> FieldColumns:
+        """A parsed field the input lacks (a narrow dump's own --format): its absent text on every row, parsed
+        once, as the reference parses it on each (normalize.derive_missing then derives what it can)."""
+        fd = self.layout.registry[name]
+        assert fd.vparse is not None
+        text = pa.array([fd.absent], pa.string())
+        parsed = fd.vparse(text)
+        everywhere = pa.array(np.zeros(self.merge.size, dtype=np.int64))
+        columns = {column: arr.take(everywhere) for column, arr in parsed.columns.items()}
+        if fd.copy:
+            columns[fd.copy.name] = text.take(everywhere)
+        return FieldColumns(columns, {name: np.repeat(parsed.bad, self.merge.size) if parsed.bad.any() else None})
 
     def text_column(self, name: str) -> FieldColumns:
         """A field of mostly distinct values (usage TRES) as it is, in final order: no dictionary to build."""

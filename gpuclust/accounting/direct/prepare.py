@@ -8,7 +8,7 @@ final rows)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,13 +62,15 @@ class FixedPrepared:
 Prepared = DictPrepared | IntPrepared | FixedPrepared
 
 
-def fixed_groups(reg: Registry) -> dict[str, tuple[SacctField, ...]]:
-    """The fixed-width fields, each with those that are `like` it (read side by side), by the first's name."""
+def fixed_groups(reg: Registry, present: Container[str]) -> dict[str, tuple[SacctField, ...]]:
+    """The fixed-width fields of the input (`present`), each with those that are `like` it (read side by side),
+    by the first's name."""
     groups: dict[str, list[SacctField]] = {}
     for fd in reg.fields:
-        if fd.direct == "fixed" and fd.fixed is not None:
+        if fd.direct == "fixed" and fd.fixed is not None and fd.name in present:
             groups.setdefault(fd.fixed.like or fd.name, []).append(fd)
-    return {key: tuple(sorted(group, key=lambda fd: fd.name != key)) for key, group in groups.items()}
+    ordered = {key: sorted(group, key=lambda fd: fd.name != key) for key, group in groups.items()}
+    return {group[0].name: tuple(group) for group in ordered.values()}
 
 
 def reference_of(fd: SacctField) -> Callable[[pa.Array], tuple[pa.Array, np.ndarray]]:
@@ -99,9 +101,9 @@ class GoodRows:
         for fd in self.layout.registry.fields:
             if fd.direct == "dict":
                 out[fd.name] = functools.partial(self.dict_field, fd.name)
-            elif fd.direct == "int":
+            elif fd.direct == "int" and fd.name in self.pieces.cols:
                 out[fd.name] = functools.partial(self.int_field, fd.name)
-        for key, group in fixed_groups(self.layout.registry).items():
+        for key, group in fixed_groups(self.layout.registry, self.pieces.cols).items():
             out[key] = functools.partial(self.fixed_fields, group)
         return out
 
@@ -266,7 +268,7 @@ class GoodRows:
         valid: list[np.ndarray | None] = [None for _ in names]  # None: all valid
         slow: list[list[np.ndarray]] = [[] for _ in names]
         for groups in zip(*(self.groups(col) for col in cols), strict=True):
-            first: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray] | None = None
+            first: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, int] | None = None
             for f, (col, (start, chunk)) in enumerate(zip(cols, groups, strict=True)):
                 prefix = self.layout.rest[: col.plen]
                 size = col.plen + width + col.slen
@@ -279,7 +281,9 @@ class GoodRows:
                     fixed &= fields._mask(pc.ends_with(chunk, pattern=self.layout.pre[-col.slen :]))
                 todo = fixed
                 v, k = values[f][start : start + n], np.zeros(n, dtype=bool)
-                if first is not None and fixed.all() and first[4].all() and groups[0][0] == start:
+                # (rows of the first field's bytes are compared only at the same size: a line's first or last
+                # column lacks the delimiter's bytes on one side)
+                if first is not None and first[5] == size and fixed.all() and first[4].all() and groups[0][0] == start:
                     same = fields.rows_equal(data, int(offsets[0]), first[2], first[3], n, size)
                     v[same], k[same] = first[0][same], first[1][same]
                     todo = ~same
@@ -292,7 +296,7 @@ class GoodRows:
                     v[sel], k[sel] = kernel(d2, int(o2[0]), len(sel), prefix, block_rows=self.opts.swar_block_rows,
                                             tail=col.slen)
                 if f == 0:
-                    first = (v, k, data, int(offsets[0]), fixed)
+                    first = (v, k, data, int(offsets[0]), fixed, size)
                 if not k.all():
                     if valid[f] is None:
                         valid[f] = np.ones(self.pieces.n_g, dtype=bool)
