@@ -127,7 +127,7 @@ def empty_table() -> pa.Table:
 
 def absent_column(value: str | None, n: int) -> pa.Array:
     """The column of a field the input lacks: `value` (SacctField.absent: "" or null) in each of `n` rows."""
-    return pa.nulls(n, pa.string()) if value is None else pa.array([value] * n, pa.string())
+    return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
 def normalize(
@@ -147,8 +147,6 @@ def normalize(
     # A narrow dump (a --format of its own): what a complete dump has and this one lacks is derived where
     # it can be, and otherwise left unknown, never guessed (Registry.missing says which, and why).
     missing = registry.missing(list(raw))
-    if "JobName" in missing:  # (one name per job: no resubmission is matched across JobIDs)
-        rawc["JobName"] = rawc["JobID"]
     if "ExitCode" in missing:
         exit_known = pa.array(np.zeros(n, dtype=bool))
     columns, bad, is_step, exit_all = parse_fields(rawc, exit_known, options)
@@ -176,8 +174,11 @@ _TASK_BITS = 24
 def derive_missing(columns: dict[str, pa.Array], bad: dict[str, np.ndarray], missing: Mapping[str, str],
                    n: int) -> None:
     """Fill the parsed columns of the fields a narrow dump lacks (`missing`, Registry.missing): JobIDRaw from
-    JobID, Elapsed from End - Start; the others stay as their absent text parses, or null (NNodes)."""
+    JobID, Elapsed from End - Start, JobName as JobID; the others stay as their absent text parses, or null
+    (NNodes)."""
     none = np.zeros(n, dtype=bool)
+    if "JobName" in missing:  # (one name per job: no resubmission is matched across JobIDs)
+        columns["job_name"] = columns["job_id"]
     if "JobIDRaw" in missing:
         base = np.asarray(pc.fill_null(columns["job_base"], 0).to_numpy(zero_copy_only=False), dtype=np.int64)
         task = np.asarray(pc.fill_null(columns["array_task"], -1).to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -85,8 +85,6 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
             if not known:
                 columns.update({c.name: pa.nulls(m.size, c.type) for c in fd.parsed})
                 bad[fd.name] = None
-    if "JobName" in missing:  # (one name per job: no resubmission is matched across JobIDs)
-        columns["job_name"] = columns["job_id"]
     if missing:
         derived: dict[str, np.ndarray] = {}
         derive_missing(columns, derived, missing, m.size)

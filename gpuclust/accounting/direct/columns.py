@@ -30,6 +30,7 @@ from gpuclust.accounting.direct.prepare import (
 )
 from gpuclust.accounting.direct.records import Patch
 from gpuclust.accounting.fields import buffers_of
+from gpuclust.accounting.normalize import absent_column
 from gpuclust.accounting.registry import SacctField
 
 
@@ -85,21 +86,19 @@ class FinalRows:
         once, as the reference parses it on each (normalize.derive_missing then derives what it can)."""
         fd = self.layout.registry[name]
         assert fd.vparse is not None
-        text = pa.array([fd.absent], pa.string())
-        parsed = fd.vparse(text)
-        everywhere = pa.array(np.zeros(self.merge.size, dtype=np.int64))
-        columns = {column: arr.take(everywhere) for column, arr in parsed.columns.items()}
+        n = self.merge.size
+        parsed = fd.vparse(absent_column(fd.absent, 1))
+        columns = {column: pa.repeat(arr[0], n) for column, arr in parsed.columns.items()}
         if fd.copy:
-            columns[fd.copy.name] = text.take(everywhere)
-        return FieldColumns(columns, {name: np.repeat(parsed.bad, self.merge.size) if parsed.bad.any() else None})
+            columns[fd.copy.name] = absent_column(fd.absent, n)
+        return FieldColumns(columns, {name: np.repeat(parsed.bad, n) if parsed.bad.any() else None})
 
     def text_column(self, name: str) -> FieldColumns:
         """A field of mostly distinct values (usage TRES) as it is, in final order: no dictionary to build."""
         fd = self.layout.registry[name]
         assert fd.copy is not None and fd.vparse is None
         if name not in self.good.pieces.cols:
-            absent = pa.nulls(self.merge.size, pa.string())
-            return FieldColumns({fd.copy.name: absent if fd.absent is None else pc.fill_null(absent, fd.absent)}, {})
+            return FieldColumns({fd.copy.name: absent_column(fd.absent, self.merge.size)}, {})
         extra = self.e_rawc[name]
         if self.good.empty(self.good.pieces.cols[name]) and not extra.null_count:
             text, utf8 = self.merge.among_empty(extra.cast(pa.string())), True  # (`-X` dumps' usage columns)

@@ -48,6 +48,9 @@ class Records:
     odd: bool
     extras: list[tuple[int, list[str]]] = field(default_factory=list)  # (line, the wanted fields' values)
     patches: list[Patch] = field(default_factory=list)  # by row
+    removed: set[int] = field(default_factory=set)  # good rows that are no records
+    problems: list[Problem] = field(default_factory=list)
+    utf8: bool = True  # every value of the extra records was valid UTF-8
 
     def good_lines(self, g_lines: np.ndarray) -> np.ndarray:
         """The line of each good row as a record: a patched row's is its record's first line."""
@@ -56,9 +59,6 @@ class Records:
         out = g_lines.copy()
         out[[p.row for p in self.patches]] = [p.line for p in self.patches]
         return out
-    removed: set[int] = field(default_factory=set)  # good rows that are no records
-    problems: list[Problem] = field(default_factory=list)
-    utf8: bool = True  # every value of the extra records was valid UTF-8
 
 
 def locate_records(pieces: Pieces, candidates: np.ndarray, layout: Layout, opts: ReaderOptions,
