@@ -694,3 +694,16 @@ def test_eligible_like_submit_at_a_line_edge(delimiter, edge, monkeypatch):
     data = dump(rows, delimiter, fields=tuple(fields))
     for pieces in (False, True):
         check(data, delimiter, monkeypatch, pieces=pieces)
+
+
+def test_recorded_narrow_dump_takes_the_direct_reader(monkeypatch):
+    """A real narrow dump: Aalto Triton's 51-column export recorded by slurm2sql (no QOS, Eligible, AllocTRES,
+    Reason; tests/data/accounting/public/SOURCES.md). The direct reader reads it, with the reference's result
+    exactly and the same unknowns named."""
+    from pathlib import Path
+
+    recorded = Path(__file__).resolve().parent.parent / "data" / "accounting" / "public" / "slurm2sql-test-data1.txt"
+    data = recorded.read_bytes()
+    direct = check(data, "|", monkeypatch)
+    assert direct.missing_columns
+    assert direct.missing_columns == parse_reference(data, "|", monkeypatch).missing_columns
