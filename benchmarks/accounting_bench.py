@@ -209,9 +209,9 @@ def child_floor(path: str, delimiter: str) -> dict:
     import pyarrow.csv as pacsv
 
 
-    t = time.perf_counter()
     from gpuclust.accounting.direct import split_at
 
+    t = time.perf_counter()
     # Split on the byte the direct reader splits on (one that occurs once in the delimiter: \x1f of
     # "\x1f|\x1e", # of "|#|"), so the floor tokenises exactly as much as the reader does.
     at = split_at(delimiter.encode())

@@ -68,7 +68,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting import fields
+from gpuclust.accounting import fields, sorting
 
 # The sacct fields read on step rows (the registry declares them with step_usage=True).
 USAGE_FIELDS: tuple[str, ...] = (
@@ -241,11 +241,91 @@ def _clock_regex(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return out, bad
 
 
-def extract(text: pa.Array, key: str) -> pa.Array:
+# The bytes cut around a value, three 8-byte words: longer values (none of sacct's numbers is) go to the regex.
+_VALUE_WINDOW = 24
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_COMMAS = np.uint64(0x2C2C2C2C2C2C2C2C)
+_ONE = np.uint64(1)
+
+
+def extract_regex(text: pa.Array, key: str) -> pa.Array:
     """The value text of `key` in each TRES string (null where absent): its first entry's, as sacct lists
-    each TRES once."""
+    each TRES once. The definition `extract` keeps."""
     got = pc.extract_regex(text, r"(?:^|,)" + re.escape(key) + r"=(?P<v>[^,]*)")
     return pc.struct_field(got, [0])
+
+
+def extract(text: pa.Array, key: str) -> tuple[np.ndarray, pa.Array]:
+    """(the rows where `key` is, its value text on each): `extract_regex`'s non-null values, found without a
+    regex pass per key. A value starts after the list's first `key=` at its start or after a `,` (one
+    substring search over the column), and is cut at its next `,` in a window of bytes."""
+    n = len(text)
+    if n == 0 or text.null_count == n:
+        return np.zeros(0, np.int64), pa.array([], pa.string())
+    data, offsets = fields.buffers_of(text)
+    entry = len(key) + 1  # `key=`
+    roomy = fields.valid_mask(text) & (np.diff(offsets) >= entry)
+    begin = np.where(fields._mask(pc.starts_with(text, key + "=")), 0, -1)
+    rest = np.flatnonzero(roomy & (begin < 0))
+    if rest.size:
+        whole = rest.size * 4 > n  # most rows: one pass over the column, not a copy of them first
+        found = pc.fill_null(pc.find_substring(text if whole else text.take(pa.array(rest)), "," + key + "="), -1)
+        at = np.asarray(found.to_numpy(zero_copy_only=False))
+        at = at[rest] if whole else at
+        begin[rest] = np.where(at >= 0, at + 1, -1)
+    rows = np.flatnonzero(begin >= 0)
+    start = offsets[rows].astype(np.int64) + begin[rows] + entry
+    room = offsets[rows + 1] - start
+    width = _VALUE_WINDOW
+    windows = _windows(data, start, width)
+    size = np.minimum(_first_comma(windows), room)
+    long = (size >= width) & (room > width)
+    if long.any():
+        fit = ~long
+        values = _cut(windows[fit], size[fit])
+        slow = extract_regex(text.take(pa.array(rows[long])), key)
+        order = np.argsort(np.concatenate([np.flatnonzero(fit), np.flatnonzero(long)]), kind="stable")
+        return rows, pa.concat_arrays([values, slow.cast(pa.string())]).take(pa.array(order))
+    return rows, _cut(windows, size)
+
+
+def _windows(data: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
+    """`width` bytes of `data` from each of `start`, zero past its end: (len(start), width)."""
+    view = np.lib.stride_tricks.sliding_window_view
+    inside = start <= data.size - width
+    if data.size >= width and inside.all():
+        return view(data, width)[start]
+    out = np.zeros((start.size, width), dtype=np.uint8)
+    if inside.any():
+        out[inside] = view(data, width)[start[inside]]
+    if inside.all():
+        return out
+    tail_from = int(start[~inside].min())
+    tail = np.concatenate([data[tail_from:], np.zeros(width, dtype=np.uint8)])
+    out[~inside] = view(tail, width)[start[~inside] - tail_from]
+    return out
+
+
+def _first_comma(windows: np.ndarray) -> np.ndarray:
+    """The index of each window's first `,` (its width where none), by 8-byte words: in a word XORed with
+    commas, the lowest byte whose zero test `(x - 1s) & ~x & 0x80s` flags is the first zero byte."""
+    words = np.ascontiguousarray(windows).view("<u8")
+    x = words ^ _COMMAS
+    flags = (x - _ONES) & ~x & _HIGH
+    at = np.bitwise_count((flags & (~flags + _ONE)) - _ONE) // 8  # trailing zero bytes; 8: none
+    first = at[:, -1] + 8 * (words.shape[1] - 1)
+    for k in range(words.shape[1] - 2, -1, -1):
+        first = np.where(at[:, k] < 8, at[:, k] + 8 * k, first)
+    return first.astype(np.int64)
+
+
+def _cut(windows: np.ndarray, size: np.ndarray) -> pa.Array:
+    """The first `size` bytes of each window, as strings (cut at ASCII `,` or a value's end: UTF-8 stays whole)."""
+    keep = np.arange(windows.shape[1]) < size[:, None]
+    value_offsets = np.zeros(size.size + 1, dtype=np.int32)
+    np.cumsum(size, out=value_offsets[1:])
+    return pa.StringArray.from_buffers(size.size, pa.py_buffer(value_offsets), pa.py_buffer(windows[keep]))
 
 
 def parse_usage(text: str) -> dict[str, float]:
@@ -296,8 +376,8 @@ def _empty_to_null(arr: pa.Array) -> pa.Array:
 
 @dataclass(frozen=True)
 class Extracted:
-    """One TRES of one usage column on the usage rows: its values (NaN: absent or bad), the rows whose value is
-    not one, and the text of the first of those (for the warnings)."""
+    """One TRES of one usage column on the usage rows: its values (NaN: absent or bad), the rows (of the table,
+    ascending) whose value is not one, and their text (for the warnings)."""
 
     name: str
     key: str
@@ -307,6 +387,18 @@ class Extracted:
 
     def index(self, row: int) -> int:
         return int(np.searchsorted(self.bad_rows, row))
+
+    def where_same(self, twin: Extracted, same: np.ndarray, same_rows: np.ndarray) -> Extracted:
+        """These figures, with `twin`'s (the same TRES of a column that printed the same list) on the usage
+        rows `same` (rows of the table: `same_rows`), its bad values too."""
+        borrowed = twin.bad_rows[sorting.in_sorted(twin.bad_rows, same_rows)]
+        if not borrowed.size:
+            return Extracted(self.name, self.key, np.where(same, twin.values, self.values), self.bad_rows, self.bad_text)
+        bad_rows = np.concatenate([self.bad_rows, borrowed])
+        order = np.argsort(bad_rows, kind="stable")
+        text = pa.concat_arrays([self.bad_text, twin.bad_text.take(pa.array(np.searchsorted(twin.bad_rows, borrowed)))])
+        return Extracted(self.name, self.key, np.where(same, twin.values, self.values), bad_rows[order],
+                         text.take(pa.array(order)))
 
 
 def null_columns(n: int) -> dict[str, pa.Array]:
@@ -353,12 +445,18 @@ def attach(
             warnings.add(source, int(line_values[i]), message(i))
         warnings.count += max(0, len(mask_rows) - MAX_WARNINGS_LISTED)
 
-    # A malformed TRES list is a warning (what can be read of it still is). TRESUsageOutTot gives no figure.
-    lists = [name for name in text if name not in ("ConsumedEnergyRaw", "TRESUsageOutTot")]
+    # A malformed TRES list that a figure is read from is a warning (what can be read of it still is):
+    # TRESUsageOutTot gives none, TRESUsageInAve only where TRESUsageInTot has no gres/gpuutil (below).
+    lists = [name for name in ("TRESUsageInMax", "TRESUsageInTot") if name in text]
 
-    def malformed(name: str) -> np.ndarray:
-        syntax = pc.fill_null(pc.match_substring_regex(text[name], _ENTRY_SYNTAX.pattern), True)
-        return np.flatnonzero(~syntax.to_numpy(zero_copy_only=False))
+    def malformed(name: str, among: np.ndarray | None = None) -> np.ndarray:
+        """The rows (of the table) whose `name` is not a TRES list; `among`: of these usage rows only."""
+        at = rows if among is None else rows[among]
+        few = at.size * 8 < n
+        ok = fields._mask(pc.fill_null(
+            pc.match_substring_regex(text[name].take(pa.array(at)) if few else text[name], _ENTRY_SYNTAX.pattern),
+            True))
+        return at[~ok] if few else at[~ok[at]]
 
     def field_values(name: str, key: str, kind: str, among: np.ndarray | None = None) -> Extracted:
         """`key` of column `name` on the usage rows (NaN where absent); `among`: only on these rows."""
@@ -367,12 +465,10 @@ def attach(
         if arr is None:
             return Extracted(name, key, out, np.zeros(0, np.int64), pa.array([], pa.string()))
         at = rows if among is None else rows[among]
-        # The whole column, not a copy of the usage rows' text (an empty row costs the regex nothing), unless
+        # The whole column, not a copy of the usage rows' text (an empty row costs the search nothing), unless
         # only a few rows are wanted.
         few = at.size * 8 < n
-        found = extract(arr.take(pa.array(at)) if few else arr, key)
-        where = np.flatnonzero(pc.is_valid(found).to_numpy(zero_copy_only=False))
-        values = found.take(pa.array(where))
+        where, values = extract(arr.take(pa.array(at)) if few else arr, key)
         where = at[where] if few else where  # rows of the table
         parse = {"number": numbers, "count": counts, "size": sizes_mib, "clock": clock_seconds}[kind]
         got, bad = parse(values)
@@ -380,22 +476,42 @@ def attach(
         full[where] = got
         out[slice(None) if among is None else among] = full[at]
         bad_at = np.flatnonzero(bad)
-        return Extracted(name, key, out, where[bad_at], values.take(pa.array(bad_at[:MAX_WARNINGS_LISTED])))
+        if not few and among is not None:
+            bad_at = bad_at[sorting.in_sorted(where[bad_at], at)]  # (the whole column was read)
+        return Extracted(name, key, out, where[bad_at], values.take(pa.array(bad_at)))
 
-    # The regex kernels release the GIL: the columns are read side by side.
+    # A step of one task prints the same list as its Max and its Tot (sacct's batch and extern steps always):
+    # such a Tot is read as its Max was, not again.
+    same = np.zeros(rows.size, dtype=bool)
+    if "TRESUsageInMax" in text and "TRESUsageInTot" in text:
+        same = fields._mask(pc.equal(text["TRESUsageInMax"], text["TRESUsageInTot"]))[rows]
+    same_rows = rows[same]
+    own = ~same
+    # The kernels release the GIL: the columns are read side by side.
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        syntax = {name: pool.submit(malformed, name) for name in lists}
-        read = {(name, key): pool.submit(field_values, name, key, kind) for name, key, kind in (
-            ("TRESUsageInMax", "gres/gpuutil", "count"), ("TRESUsageInTot", "gres/gpuutil", "count"),
-            ("TRESUsageInMax", "gres/gpumem", "size"), ("TRESUsageInTot", "cpu", "clock"),
-            ("TRESUsageInMax", "mem", "size"))}
+        syntax = {"TRESUsageInMax": pool.submit(malformed, "TRESUsageInMax")} if "TRESUsageInMax" in text else {}
+        if "TRESUsageInTot" in text:
+            syntax["TRESUsageInTot"] = pool.submit(malformed, "TRESUsageInTot", own)
+        read = {("TRESUsageInMax", key): pool.submit(field_values, "TRESUsageInMax", key, kind) for key, kind in (
+            ("gres/gpuutil", "count"), ("gres/gpumem", "size"), ("mem", "size"), ("cpu", "clock"))}
+        read |= {("TRESUsageInTot", key): pool.submit(field_values, "TRESUsageInTot", key, kind, among=own)
+                 for key, kind in (("gres/gpuutil", "count"), ("cpu", "clock"))}
         got = {pair: fut.result() for pair, fut in read.items()}
+        for key in ("gres/gpuutil", "cpu"):
+            got["TRESUsageInTot", key] = got["TRESUsageInTot", key].where_same(
+                got["TRESUsageInMax", key], same, same_rows)
         # Ave counts only where Tot has no gpuutil (a hand-cut dump): read it there alone.
-        got["TRESUsageInAve", "gres/gpuutil"] = field_values(
-            "TRESUsageInAve", "gres/gpuutil", "count", among=np.isnan(got["TRESUsageInTot", "gres/gpuutil"].values))
-        for name, fut in syntax.items():
-            arr = text[name]
-            warn(fut.result(), lambda i, name=name, arr=arr: f"{name} {arr[i].as_py()!r:.80} is not a TRES list")
+        ave_rows = np.isnan(got["TRESUsageInTot", "gres/gpuutil"].values)
+        got["TRESUsageInAve", "gres/gpuutil"] = field_values("TRESUsageInAve", "gres/gpuutil", "count", among=ave_rows)
+        if "TRESUsageInAve" in text:
+            syntax["TRESUsageInAve"] = pool.submit(malformed, "TRESUsageInAve", ave_rows)
+        bad_lists = {name: fut.result() for name, fut in syntax.items()}
+    if "TRESUsageInTot" in bad_lists and "TRESUsageInMax" in bad_lists:
+        twin = bad_lists["TRESUsageInMax"]
+        bad_lists["TRESUsageInTot"] = np.union1d(bad_lists["TRESUsageInTot"], twin[sorting.in_sorted(twin, same_rows)])
+    for name, bad_rows in sorted(bad_lists.items()):
+        arr = text[name]
+        warn(bad_rows, lambda i, name=name, arr=arr: f"{name} {arr[i].as_py()!r:.80} is not a TRES list")
     for name, key in (("TRESUsageInAve", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpuutil"),
                       ("TRESUsageInTot", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpumem"),
                       ("TRESUsageInTot", "cpu"), ("TRESUsageInMax", "mem")):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -243,6 +244,66 @@ def test_clock_seconds_kernel_agrees_with_the_regex(values):
     ref, ref_bad = usage._clock_regex(arr)
     assert bad.tolist() == ref_bad.tolist()
     assert np.allclose(got, ref, equal_nan=True)
+
+
+_tres_name = st.sampled_from(["cpu", "mem", "gres/gpuutil", "gres/gpumem", "gpuutil", "xmem", "", "mem="])
+_tres_value = st.one_of(st.text(alphabet="0123456789KM:.", max_size=6), st.text(max_size=40),
+                        st.just("9" * 40), st.text(alphabet="é,= ", max_size=4))
+_tres_list = st.one_of(
+    st.lists(st.tuples(_tres_name, _tres_value), max_size=6).map(lambda es: ",".join(f"{k}={v}" for k, v in es)),
+    st.text(alphabet="cpumem=,/gres9é ", max_size=30),
+    st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(values=st.lists(_tres_list, max_size=25), key=st.sampled_from(["cpu", "mem", "gres/gpuutil", "gres/gpumem"]),
+       sliced=st.integers(0, 3))
+def test_extract_by_search_is_the_regex(values, key, sliced):
+    """A value found by substring search and cut from a window of bytes is the regex's first match: keys inside
+    other names, empty values, values longer than the window, commas and `=` in odd places, non-ASCII text,
+    nulls, a slice of a larger array, a value that ends the column's buffer."""
+    arr = pa.array(["mem=1,cpu=2"] * sliced + values, pa.string())[sliced:]
+    rows, got = usage.extract(arr, key)
+    ref = usage.extract_regex(arr, key)
+    where = np.flatnonzero(pc.is_valid(ref).to_numpy(zero_copy_only=False))
+    assert rows.tolist() == where.tolist()
+    assert got.to_pylist() == ref.take(pa.array(where, pa.int64())).to_pylist()
+
+
+_usage_entry = st.tuples(st.sampled_from(["cpu", "mem", "gres/gpuutil", "gres/gpumem", "energy", "vmem"]),
+                         st.sampled_from(["00:01:02", "1-00:00:01", "55", "400", "1.50K", "74116M", "x", "", "-3",
+                                          "1e9", "9" * 30]))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(steps=st.lists(st.tuples(st.lists(_usage_entry, max_size=5, unique_by=lambda e: e[0]),
+                                st.booleans(), st.sampled_from([None, "oops", "a b=1", ""])), min_size=1, max_size=12))
+def test_a_tot_printed_as_its_max_is_read_as_one(steps):
+    """A step whose Tot is its Max's very text is read once (from Max); the figures and the warnings (count,
+    lines) are those of a Tot that lists the same entries in another order, which is read on its own."""
+    n = 1 + len(steps)
+    is_step = np.array([False] + [True] * len(steps))
+    cols = {"job_id": pa.array(["7"] + [f"7.{i}" for i in range(len(steps))]), "gpus": pa.array([4] * n),
+            "elapsed_s": pa.array([3600] * n)}
+    maxes, same_tot, other_tot = [""], [""], [""]
+    for entries, flip, junk in steps:  # junk: an entry that makes the list malformed
+        listed = [f"{k}={v}" for k, v in entries] + ([] if junk is None else [junk])
+        text = ",".join(listed)
+        maxes.append(text)
+        same_tot.append(text)
+        reordered = ",".join(listed[::-1])
+        other_tot.append(reordered if flip and reordered != text else text)
+
+    def run(tot):
+        columns = dict(cols)
+        warnings = usage.UsageWarnings()
+        text = {"TRESUsageInAve": pa.array(maxes), "TRESUsageInMax": pa.array(maxes), "TRESUsageInTot": pa.array(tot)}
+        usage.attach(columns, text, is_step, np.arange(n) + 2, "f", rule="summed", warnings=warnings)
+        figures = {name: columns[name].to_pylist() for name, _ in usage.COLUMNS if name in columns}
+        return figures, warnings.count, sorted(w.split(":")[1] for w in warnings.listed)
+
+    assert run(same_tot) == run(other_tot)
 
 
 def test_allocated_cpus_for_cpu_efficiency():
