@@ -432,8 +432,6 @@ def attach(
     out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
     rule_out = np.full(n, None, dtype=object)
 
-    job_id = _plain(columns["job_id"])
-    parent = _parents(job_id, is_step, rows, line_values, source, warnings)
     gpus = np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
     gpus = np.nan_to_num(gpus)
     elapsed = np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
@@ -496,6 +494,10 @@ def attach(
             ("gres/gpuutil", "count"), ("gres/gpumem", "size"), ("mem", "size"), ("cpu", "clock"))}
         read |= {("TRESUsageInTot", key): pool.submit(field_values, "TRESUsageInTot", key, kind, among=own)
                  for key, kind in (("gres/gpuutil", "count"), ("cpu", "clock"))}
+        # Here while the pool reads the lists.
+        parent = _parents(_plain(columns["job_id"]), is_step, rows, line_values, source, warnings)
+        energy = numbers(_empty_to_null(text["ConsumedEnergyRaw"]))[0][rows] if "ConsumedEnergyRaw" in text \
+            else np.full(rows.size, np.nan)
         got = {pair: fut.result() for pair, fut in read.items()}
         for key in ("gres/gpuutil", "cpu"):
             got["TRESUsageInTot", key] = got["TRESUsageInTot", key].where_same(
@@ -522,8 +524,6 @@ def attach(
     gmem_max = got["TRESUsageInMax", "gres/gpumem"].values
     cpu_tot = got["TRESUsageInTot", "cpu"].values
     mem_max = got["TRESUsageInMax", "mem"].values
-    energy = numbers(_empty_to_null(text["ConsumedEnergyRaw"]))[0][rows] if "ConsumedEnergyRaw" in text \
-        else np.full(rows.size, np.nan)
     lines = line_values[rows]
 
     step = is_step[rows]
