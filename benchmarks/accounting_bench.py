@@ -208,7 +208,6 @@ def child_floor(path: str, delimiter: str) -> dict:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-
     from gpuclust.accounting.direct import split_at
 
     t = time.perf_counter()

@@ -250,9 +250,11 @@ def finish(
     *,
     schema: pa.Schema = REGISTRY.schema,
     usage_rule: str | None = None,
+    usage_rows: np.ndarray | None = None,
 ) -> ParseResult:
     """The rows of `columns` (every SCHEMA column, `n` rows) less the bad ones and the steps, with one
-    Problem per bad row (its first bad field, in the order of `bad`) after `extra_problems`.
+    Problem per bad row (its first bad field, in the order of `bad`) after `extra_problems`. The usage text
+    columns may come in another row order: `usage_rows` gives each row's row in them (None: the same).
 
     `bad` maps each raw field to its mask of rows that could not be parsed (None: none); `raw_value(name, i)`
     is the text of field `name` in row i, for the message. `dropped` rows are no records at all (left out,
@@ -292,7 +294,7 @@ def finish(
         # Steps give their usage to their job row before they are dropped (rows that are no record take no part).
         rows_step = step if dropped is None else step | dropped
         if not usage.attach(columns, usage_text, rows_step, line_values, source, rule=usage_rule,
-                            warnings=warnings):
+                            warnings=warnings, text_rows=usage_rows):
             late = {name for name, _ in usage.COLUMNS}  # all null: made for the kept rows only, below
 
     specs = []

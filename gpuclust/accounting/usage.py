@@ -401,6 +401,35 @@ class Extracted:
                          text.take(pa.array(order)))
 
 
+class _TextOrder:
+    """Rows of the table <-> rows of the usage text columns, where those come in another order (`text_rows`:
+    each table row's text row)."""
+
+    def __init__(self, text_rows: np.ndarray | None) -> None:
+        self.text_rows = text_rows
+        self._rows_of_text: np.ndarray | None = None
+
+    def text(self, rows: np.ndarray) -> np.ndarray:
+        """The text rows of table `rows`."""
+        return rows if self.text_rows is None else self.text_rows[rows]
+
+    def text_row(self, row: int) -> int:
+        return row if self.text_rows is None else int(self.text_rows[row])
+
+    def rows_of(self, by_text_row: np.ndarray) -> np.ndarray:
+        """Values given per text row, per table row."""
+        return by_text_row if self.text_rows is None else by_text_row[self.text_rows]
+
+    def rows(self, text_rows: np.ndarray) -> np.ndarray:
+        """The table rows of `text_rows`."""
+        if self.text_rows is None:
+            return text_rows
+        if self._rows_of_text is None:
+            self._rows_of_text = np.empty(self.text_rows.size, dtype=np.int64)
+            self._rows_of_text[self.text_rows] = np.arange(self.text_rows.size)
+        return self._rows_of_text[text_rows]
+
+
 def null_columns(n: int) -> dict[str, pa.Array]:
     return {name: pa.nulls(n, kind) for name, kind in COLUMNS}
 
@@ -414,21 +443,25 @@ def attach(
     *,
     rule: str | None,
     warnings: UsageWarnings,
+    text_rows: np.ndarray | None = None,
 ) -> bool:
     """Add the COLUMNS to `columns` (every row; only the job rows' values matter), from the step rows'
-    `usage_text` (raw field -> string array of every row). `columns` must hold job_id, gpus and elapsed_s.
+    `usage_text` (raw field -> string array of every row; `text_rows`: each row's row in them where they
+    come in another order, a permutation). `columns` must hold job_id, gpus and elapsed_s.
     Where no row has usage, nothing is added and False returned: the caller adds null COLUMNS to the rows it
     keeps (a dump's step rows are most of its rows: a million nulls per column cost page faults, not work)."""
     n = len(is_step)
     if not usage_text or n == 0:
         return False
     text = {name: _string(arr) for name, arr in usage_text.items()}
+    order = _TextOrder(text_rows)
     has_usage = np.zeros(n, dtype=bool)
     for arr in text.values():
-        has_usage |= pc.fill_null(pc.greater(pc.binary_length(arr), 0), False).to_numpy(zero_copy_only=False)
+        has_usage |= order.rows_of(fields._mask(pc.greater(pc.binary_length(arr), 0)))
     rows = np.flatnonzero(has_usage)
     if rows.size == 0:
         return False
+    t_rows = order.text(rows)  # the usage rows in the text columns
     out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
     rule_out = np.full(n, None, dtype=object)
 
@@ -445,16 +478,14 @@ def attach(
 
     # A malformed TRES list that a figure is read from is a warning (what can be read of it still is):
     # TRESUsageOutTot gives none, TRESUsageInAve only where TRESUsageInTot has no gres/gpuutil (below).
-    lists = [name for name in ("TRESUsageInMax", "TRESUsageInTot") if name in text]
-
     def malformed(name: str, among: np.ndarray | None = None) -> np.ndarray:
         """The rows (of the table) whose `name` is not a TRES list; `among`: of these usage rows only."""
-        at = rows if among is None else rows[among]
+        at, t_at = (rows, t_rows) if among is None else (rows[among], t_rows[among])
         few = at.size * 8 < n
         ok = fields._mask(pc.fill_null(
-            pc.match_substring_regex(text[name].take(pa.array(at)) if few else text[name], _ENTRY_SYNTAX.pattern),
+            pc.match_substring_regex(text[name].take(pa.array(t_at)) if few else text[name], _ENTRY_SYNTAX.pattern),
             True))
-        return at[~ok] if few else at[~ok[at]]
+        return at[~ok] if few else at[~ok[t_at]]
 
     def field_values(name: str, key: str, kind: str, among: np.ndarray | None = None) -> Extracted:
         """`key` of column `name` on the usage rows (NaN where absent); `among`: only on these rows."""
@@ -462,27 +493,36 @@ def attach(
         out = np.full(rows.size, np.nan)
         if arr is None:
             return Extracted(name, key, out, np.zeros(0, np.int64), pa.array([], pa.string()))
-        at = rows if among is None else rows[among]
+        at, t_at = (rows, t_rows) if among is None else (rows[among], t_rows[among])
         # The whole column, not a copy of the usage rows' text (an empty row costs the search nothing), unless
         # only a few rows are wanted.
         few = at.size * 8 < n
-        where, values = extract(arr.take(pa.array(at)) if few else arr, key)
-        where = at[where] if few else where  # rows of the table
+        where, values = extract(arr.take(pa.array(t_at)) if few else arr, key)
         parse = {"number": numbers, "count": counts, "size": sizes_mib, "clock": clock_seconds}[kind]
         got, bad = parse(values)
-        full = np.full(n, np.nan)
-        full[where] = got
-        out[slice(None) if among is None else among] = full[at]
         bad_at = np.flatnonzero(bad)
-        if not few and among is not None:
-            bad_at = bad_at[sorting.in_sorted(where[bad_at], at)]  # (the whole column was read)
-        return Extracted(name, key, out, where[bad_at], values.take(pa.array(bad_at)))
+        if few:
+            sub = np.full(at.size, np.nan)
+            sub[where] = got
+            out[slice(None) if among is None else among] = sub
+            return Extracted(name, key, out, at[where[bad_at]], values.take(pa.array(bad_at)))
+        full = np.full(n, np.nan)  # by text row
+        full[where] = got
+        out[slice(None) if among is None else among] = full[t_at]
+        bad_rows = order.rows(where[bad_at])
+        if text_rows is not None:  # (rows of the table ascending, as Extracted keeps them)
+            ranked = np.argsort(bad_rows, kind="stable")
+            bad_rows, bad_at = bad_rows[ranked], bad_at[ranked]
+        if among is not None:  # (the whole column was read)
+            wanted = sorting.in_sorted(bad_rows, at)
+            bad_rows, bad_at = bad_rows[wanted], bad_at[wanted]
+        return Extracted(name, key, out, bad_rows, values.take(pa.array(bad_at)))
 
     # A step of one task prints the same list as its Max and its Tot (sacct's batch and extern steps always):
     # such a Tot is read as its Max was, not again.
     same = np.zeros(rows.size, dtype=bool)
     if "TRESUsageInMax" in text and "TRESUsageInTot" in text:
-        same = fields._mask(pc.equal(text["TRESUsageInMax"], text["TRESUsageInTot"]))[rows]
+        same = fields._mask(pc.equal(text["TRESUsageInMax"], text["TRESUsageInTot"]))[t_rows]
     same_rows = rows[same]
     own = ~same
     # The kernels release the GIL: the columns are read side by side.
@@ -496,7 +536,7 @@ def attach(
                  for key, kind in (("gres/gpuutil", "count"), ("cpu", "clock"))}
         # Here while the pool reads the lists.
         parent = _parents(_plain(columns["job_id"]), is_step, rows, line_values, source, warnings)
-        energy = numbers(_empty_to_null(text["ConsumedEnergyRaw"]))[0][rows] if "ConsumedEnergyRaw" in text \
+        energy = numbers(_empty_to_null(text["ConsumedEnergyRaw"]))[0][t_rows] if "ConsumedEnergyRaw" in text \
             else np.full(rows.size, np.nan)
         got = {pair: fut.result() for pair, fut in read.items()}
         for key in ("gres/gpuutil", "cpu"):
@@ -513,7 +553,7 @@ def attach(
         bad_lists["TRESUsageInTot"] = np.union1d(bad_lists["TRESUsageInTot"], twin[sorting.in_sorted(twin, same_rows)])
     for name, bad_rows in sorted(bad_lists.items()):
         arr = text[name]
-        warn(bad_rows, lambda i, name=name, arr=arr: f"{name} {arr[i].as_py()!r:.80} is not a TRES list")
+        warn(bad_rows, lambda i, name=name, arr=arr: f"{name} {arr[order.text_row(i)].as_py()!r:.80} is not a TRES list")
     for name, key in (("TRESUsageInAve", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpuutil"),
                       ("TRESUsageInTot", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpumem"),
                       ("TRESUsageInTot", "cpu"), ("TRESUsageInMax", "mem")):

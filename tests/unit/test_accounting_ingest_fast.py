@@ -15,6 +15,7 @@ import mmap
 import random
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -707,3 +708,41 @@ def test_recorded_narrow_dump_takes_the_direct_reader(monkeypatch):
     direct = check(data, "|", monkeypatch)
     assert direct.missing_columns
     assert direct.missing_columns == parse_reference(data, "|", monkeypatch).missing_columns
+
+
+def _usage_mutations(data: bytes, delimiter: bytes, seed: int) -> bytes:
+    """Step rows broken over two lines by a newline in their name (so that their usage comes with the records
+    joined across lines), bad usage values and malformed lists: in every list of the step, or in its last one
+    only (the generator writes Ave, Max, Tot in that order: Tot then differs from Max)."""
+    rng = random.Random(seed)
+    out = []
+    for line in data.split(b"\n"):
+        if b"gres/gpuutil=" in line and rng.random() < 0.15:
+            if rng.random() < 0.3:
+                line = line.replace(delimiter + b"batch" + delimiter, delimiter + b"ba\ntch" + delimiter, 1)
+            old, new = rng.choice([(b"gres/gpuutil=", b"gres/gpuutil=x"), (b",mem=", b",oops,mem="),
+                                   (b"cpu=", b"cpu=1e"), (b"gres/gpumem=", b"gres/gpumem=-")])
+            line = line.replace(old, new) if rng.random() < 0.5 else new.join(line.rsplit(old, 1))
+        out.append(line)
+    return b"\n".join(out)
+
+
+@pytest.mark.parametrize("order", ["fetch", "text-last", "text-first"])
+@pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|#|"])
+def test_messy_dump_with_usage_same_figures_and_warnings(order, delimiter, tmp_path, monkeypatch):
+    """Usage TRES on the steps, some steps joined across lines, bad values and malformed lists: the direct
+    reader gives the reference's table, usage figures included, and the same usage warnings."""
+    path = tmp_path / "sacct.txt"
+    _bench().generate(path, 2500, seed=41, messy=True, usage=True, delimiter=delimiter, order=order)
+    data = _usage_mutations(path.read_bytes(), delimiter.encode(), 3)
+    with reference_paths(monkeypatch) as options:
+        ref = text.parse_parsable(data, delimiter, "x", options=replace(options, slurm_version="24.11"))
+    assert ref.usage_warnings > 10 and ref.table.num_rows > 500
+    for pieces in (False, True):
+        small = small_pieces(monkeypatch, read_block=1 << 15) if pieces else contextlib.nullcontext({})
+        with small as setup:
+            direct, path = parse_direct(data, delimiter, monkeypatch, slurm_version="24.11", **setup)
+        assert path == "direct"
+        assert_same(direct, ref)
+        assert (direct.usage_warnings, direct.usage_problems) == (ref.usage_warnings, ref.usage_problems)
+    assert pa.compute.sum(direct.table.column("gpu_busy_gpu_s")).as_py() > 0

@@ -306,6 +306,41 @@ def test_a_tot_printed_as_its_max_is_read_as_one(steps):
     assert run(same_tot) == run(other_tot)
 
 
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(steps=st.lists(st.tuples(st.lists(_usage_entry, max_size=5, unique_by=lambda e: e[0]),
+                                st.booleans(), st.sampled_from([None, "oops", ""])), min_size=1, max_size=12),
+       seed=st.integers(0, 2**16), jobs=st.integers(1, 3))
+def test_usage_text_in_another_row_order_reads_the_same(steps, seed, jobs):
+    """The direct reader hands the usage text over in source order (records joined across lines last) with
+    each row's place in it: the figures and every warning are those of the text in the table's order."""
+    rows = [("7", False, "")]
+    for i, (entries, tot_differs, junk) in enumerate(steps):
+        if i % max(1, len(steps) // jobs) == 0 and i:
+            rows.append((f"{7 + i}", False, ""))
+        listed = [f"{k}={v}" for k, v in entries] + ([] if junk is None else [junk])
+        rows.append((f"{rows[-1][0].split('.')[0]}.{i}", tot_differs, ",".join(listed)))
+    n = len(rows)
+    is_step = np.array(["." in r[0] for r in rows])
+    maxes = [r[2] for r in rows]
+    tots = [",".join(r[2].split(",")[::-1]) if r[1] else r[2] for r in rows]
+    permutation = np.random.default_rng(seed).permutation(n)
+
+    def run(text_rows):
+        columns = {"job_id": pa.array([r[0] for r in rows]), "gpus": pa.array([2] * n),
+                   "elapsed_s": pa.array([600] * n)}
+        warnings = usage.UsageWarnings()
+        text = {"TRESUsageInAve": maxes, "TRESUsageInMax": maxes, "TRESUsageInTot": tots,
+                "ConsumedEnergyRaw": ["" if not r[2] else "12" for r in rows]}
+        if text_rows is not None:  # row i's text at text_rows[i]
+            text = {name: [values[j] for j in np.argsort(text_rows)] for name, values in text.items()}
+        usage.attach(columns, {k: pa.array(v, pa.string()) for k, v in text.items()}, is_step, np.arange(n) + 2,
+                     "f", rule=None, warnings=warnings, text_rows=text_rows)
+        return {name: columns[name].to_pylist() for name, _ in usage.COLUMNS if name in columns}, \
+            warnings.count, warnings.listed
+
+    assert run(permutation) == run(None)
+
+
 def test_allocated_cpus_for_cpu_efficiency():
     """`cpu_efficiency` divides by the job's allocated CPUs, read from AllocTRES (NaN where it has none)."""
     import pandas as pd

@@ -105,7 +105,8 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
         return text[0].as_py()
 
     result = finish(m.size, columns, bad, is_step, raw_value, m.lines, source, records.problems, dropped,
-                    schema=registry.schema, usage_rule=usage_rule)
+                    schema=registry.schema, usage_rule=usage_rule,
+                    usage_rows=m.sources() if m.n_e else None)  # (FinalRows.text_column: in source order)
     result.missing_columns = missing
     result.exit_codes_known = "ExitCode" not in missing or m.size == 0
     return result

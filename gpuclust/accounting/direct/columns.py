@@ -94,16 +94,18 @@ class FinalRows:
         return FieldColumns(columns, {name: np.repeat(parsed.bad, n) if parsed.bad.any() else None})
 
     def text_column(self, name: str) -> FieldColumns:
-        """A field of mostly distinct values (usage TRES) as it is, in final order: no dictionary to build."""
+        """A field of mostly distinct values (usage TRES) as it is: no dictionary to build. Its rows are in
+        source order (the good rows, then the extra records: `Merge.sources` maps them), not final order: its
+        consumer (usage.attach) indexes it once, where a take would copy every value."""
         fd = self.layout.registry[name]
         assert fd.copy is not None and fd.vparse is None
         if name not in self.good.pieces.cols:
             return FieldColumns({fd.copy.name: absent_column(fd.absent, self.merge.size)}, {})
         extra = self.e_rawc[name]
         if self.good.empty(self.good.pieces.cols[name]) and not extra.null_count:
-            text, utf8 = self.merge.among_empty(extra.cast(pa.string())), True  # (`-X` dumps' usage columns)
+            text, utf8 = self.merge.after_empty(extra.cast(pa.string())), True  # (`-X` dumps' usage columns)
         else:
-            text, utf8 = to_strings(self.spliced(name))
+            text, utf8 = to_strings(self.spliced(name, final_order=False))
         # Step 1's chunks of this field are read by no later step (it has no parser, so no bad value to show):
         # freed now, not at the end of the read (the usage columns are half of a dump's bytes).
         self.good.pieces.cols[name].chunks.clear()
@@ -162,12 +164,12 @@ class FinalRows:
         codes[at] = np.asarray(pc.index_in(new, value_set=values).to_numpy(zero_copy_only=False))
         return values, codes
 
-    def spliced(self, name: str) -> pa.Array:
+    def spliced(self, name: str, *, final_order: bool = True) -> pa.Array:
         """Field `name` of every final row, without prefix, as bytes: the good rows' values with the extra
-        records' ones put in (one concatenation)."""
+        records' ones put in (one concatenation); `final_order=False`: in source order (records last)."""
         col = self.good.pieces.cols[name]
         chunks = [self.good.strip(col, chunk, start) for start, chunk in col.chunk_starts()]
-        return self.merge.splice(chunks, self.e_rawc[name].cast(pa.binary()))
+        return self.merge.splice(chunks, self.e_rawc[name].cast(pa.binary()), final_order=final_order)
 
     def job_id_column(self, name: str) -> FieldColumns:
         """JobID of every final row: the two usual shapes by `fields.job_ids_swar`, the rest by the regex."""
@@ -333,34 +335,38 @@ class Merge:
         if self.n_e:
             out[self.at] = values[self.e_order]
 
-    def splice(self, chunks: list[pa.Array], extra: pa.Array) -> pa.Array:
+    def splice(self, chunks: list[pa.Array], extra: pa.Array, *, final_order: bool = True) -> pa.Array:
         """The good rows' values (binary `chunks`, in order) and the extra records' ones (`extra`, in the order
         given), as one binary array in final order: one concatenation, then one take when records go in
-        between."""
+        between; `final_order=False`: in source order (`sources`), without the take."""
         parts = [chunk if chunk.type == pa.binary() else chunk.cast(pa.binary()) for chunk in chunks]
         parts.append(extra.cast(pa.binary()))
         offsets = [buffers_of(part)[1] for part in parts if len(part)]
         if sum(int(o[-1] - o[0]) for o in offsets) >= 1 << 31:
             raise Fallback("values too long for one binary array")
         whole = pa.concat_arrays(parts)
-        if not self.n_e:
+        if not self.n_e or not final_order:
             return whole
-        source = np.empty(self.size, dtype=np.int64)  # final row -> index into [good rows, extra records]
+        return whole.take(pa.array(self.sources()))
+
+    def sources(self) -> np.ndarray:
+        """Each final row as an index into [good rows, extra records] (source order)."""
+        source = np.empty(self.size, dtype=np.int64)
         source[self.g_mask] = np.arange(self.n_g)
         source[self.at] = self.n_g + self.e_order
-        return whole.take(pa.array(source))
+        return source
 
-    def among_empty(self, extra: pa.Array) -> pa.Array:
-        """A string column in final order: "" on every good row, the extra records' `extra` (in the order
-        given, no nulls) between them."""
-        e = extra.take(pa.array(self.e_order)) if self.n_e else pa.array([], pa.string())
-        data, e_offsets = buffers_of(e)
-        lengths = np.zeros(self.size + 1, dtype=np.int64)
-        lengths[self.at + 1] = np.diff(e_offsets)
-        offsets = np.cumsum(lengths)
+    def after_empty(self, extra: pa.Array) -> pa.Array:
+        """A string column in source order: "" on every good row, then the extra records' `extra` (in the order
+        given, no nulls)."""
+        if not self.n_e:
+            return pa.repeat(pa.scalar("", pa.string()), self.size)
+        data, e_offsets = buffers_of(extra)
+        offsets = np.zeros(self.size + 1, dtype=np.int64)
+        offsets[self.n_g + 1 :] = e_offsets[1:] - e_offsets[0]
         if offsets[-1] >= 1 << 31:
             raise Fallback("values too long for one string array")
-        body = data[int(e_offsets[0]) : int(e_offsets[-1])] if self.n_e else np.zeros(0, dtype=np.uint8)
+        body = data[int(e_offsets[0]) : int(e_offsets[-1])]
         return pa.Array.from_buffers(pa.string(), self.size, [
             None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(np.ascontiguousarray(body))])
 
