@@ -247,6 +247,7 @@ _ONES = np.uint64(0x0101010101010101)
 _HIGH = np.uint64(0x8080808080808080)
 _COMMAS = np.uint64(0x2C2C2C2C2C2C2C2C)
 _ONE = np.uint64(1)
+_CUT_BLOCK_ROWS = 1 << 16
 
 
 def extract_regex(text: pa.Array, key: str) -> pa.Array:
@@ -278,16 +279,21 @@ def extract(text: pa.Array, key: str) -> tuple[np.ndarray, pa.Array]:
     start = offsets[rows].astype(np.int64) + begin[rows] + entry
     room = offsets[rows + 1] - start
     width = _VALUE_WINDOW
-    windows = _windows(data, start, width)
-    size = np.minimum(_first_comma(windows), room)
-    long = (size >= width) & (room > width)
+    long = np.zeros(rows.size, dtype=bool)
+    parts = []
+    for lo in range(0, rows.size, _CUT_BLOCK_ROWS):  # (in blocks: the word arithmetic's temporaries stay small)
+        hi = min(lo + _CUT_BLOCK_ROWS, rows.size)
+        windows = _windows(data, start[lo:hi], width)
+        size = np.minimum(_first_comma(windows), room[lo:hi])
+        too_long = (size >= width) & (room[lo:hi] > width)
+        long[lo:hi] = too_long
+        parts.append(_cut(windows[~too_long], size[~too_long]) if too_long.any() else _cut(windows, size))
+    values = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
     if long.any():
-        fit = ~long
-        values = _cut(windows[fit], size[fit])
         slow = extract_regex(text.take(pa.array(rows[long])), key)
-        order = np.argsort(np.concatenate([np.flatnonzero(fit), np.flatnonzero(long)]), kind="stable")
+        order = np.argsort(np.concatenate([np.flatnonzero(~long), np.flatnonzero(long)]), kind="stable")
         return rows, pa.concat_arrays([values, slow.cast(pa.string())]).take(pa.array(order))
-    return rows, _cut(windows, size)
+    return rows, values
 
 
 def _windows(data: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
