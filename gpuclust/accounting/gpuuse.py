@@ -94,17 +94,22 @@ def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     for c in cols:
         if c not in frame.columns:
             frame[c] = None if c == "gpu_util_rule" else np.nan
-    for c in ("user", "account", "partition", "job_id", "alloc_tres", "gpu_util_rule", "state", "nodelist"):
+    for c in ("user", "account", "partition", "job_id", "gpu_util_rule", "state", "nodelist"):  # (not alloc_tres)
         if isinstance(frame[c].dtype, pd.CategoricalDtype):
             frame[c] = frame[c].astype(object)
     return frame
 
 
 def _cpus(alloc_tres: pd.Series) -> np.ndarray:
-    """The cpu count of each AllocTRES (NaN where it has none)."""
-    text = pa.array(alloc_tres.to_numpy(dtype=object), pa.string(), from_pandas=True)
+    """The cpu count of each AllocTRES (NaN where it has none): read once per distinct AllocTRES."""
+    if isinstance(alloc_tres.dtype, pd.CategoricalDtype):
+        codes, distinct = alloc_tres.cat.codes.to_numpy(), alloc_tres.cat.categories.to_numpy(dtype=object)
+    else:
+        codes, distinct = pd.factorize(alloc_tres)
+    text = pa.array(np.asarray(distinct, dtype=object), pa.string(), from_pandas=True)
     got = pc.struct_field(pc.extract_regex(text, r"(?:^|,)cpu=(?P<n>[0-9]+)"), [0])
-    return np.asarray(pc.cast(got, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+    cpus = np.append(np.asarray(pc.cast(got, pa.float64()).to_numpy(zero_copy_only=False), dtype=float), np.nan)
+    return cpus[np.asarray(codes)]  # (code -1, no AllocTRES: the NaN last)
 
 
 def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -250,9 +255,9 @@ def _completed_sums(jobs: pd.DataFrame) -> dict[str, list[float]]:
     """Per partition (as text) of the completed jobs with GPUs: allocated, covered and busy GPU-hours (unknown
     ones left out of the sums: 0 where none is known)."""
     done = jobs[jobs["completed"] & (jobs["gpus"] > 0)]
-    return {str(part): [float(sub[name].sum()) for name in ("allocated_gpu_hours", "covered_gpu_hours",
-                                                             "busy_gpu_hours")]
-            for part, sub in done.groupby(done["partition"].astype(str), sort=True)}
+    names = ["allocated_gpu_hours", "covered_gpu_hours", "busy_gpu_hours"]
+    sums = done[names].groupby(done["partition"].astype(str), sort=True).sum()
+    return {str(part): [float(v) for v in row] for part, row in zip(sums.index, sums.to_numpy(), strict=True)}
 
 
 def weigh_economics(economics: dict[str, Any], completed: dict[str, list[float]]) -> None:
