@@ -105,8 +105,9 @@ def _cpus(alloc_tres: pd.Series) -> np.ndarray:
     if isinstance(alloc_tres.dtype, pd.CategoricalDtype):
         codes, distinct = alloc_tres.cat.codes.to_numpy(), alloc_tres.cat.categories.to_numpy(dtype=object)
     else:
-        codes, distinct = pd.factorize(alloc_tres)
-    text = pa.array(np.asarray(distinct, dtype=object), pa.string(), from_pandas=True)
+        codes, uniques = pd.factorize(alloc_tres)
+        distinct = np.asarray(uniques, dtype=object)
+    text = pa.array(distinct, pa.string(), from_pandas=True)
     got = pc.struct_field(pc.extract_regex(text, r"(?:^|,)cpu=(?P<n>[0-9]+)"), [0])
     cpus = np.append(np.asarray(pc.cast(got, pa.float64()).to_numpy(zero_copy_only=False), dtype=float), np.nan)
     return cpus[np.asarray(codes)]  # (code -1, no AllocTRES: the NaN last)

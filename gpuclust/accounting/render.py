@@ -73,10 +73,11 @@ def context_row(report: Report) -> dict[str, Any]:
             "generated_at": d.get("generated_at")}
 
 
-def with_context(frame: pd.DataFrame, report: Report) -> pd.DataFrame:
-    """`frame` with the context columns appended (a table's own column of the same name is kept as is)."""
+def with_context(frame: pd.DataFrame, report: Report | Mapping[str, Any]) -> pd.DataFrame:
+    """`frame` with the context columns appended (a table's own column of the same name is kept as is);
+    `report`: the report, or its context_row."""
     out = frame.copy()
-    for key, value in context_row(report).items():
+    for key, value in (context_row(report) if isinstance(report, Report) else report).items():
         if key not in out.columns:
             out[key] = pd.Series([value] * len(out), index=out.index, dtype=object)
     return out
@@ -90,35 +91,41 @@ LARGE_CSV_ROWS = 50_000
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]+")
 
 
-def csv_bytes(frame: pd.DataFrame) -> bytes:
-    """The frame as CSV, UTF-8 (a large one as Arrow writes it: never decoded into one str and encoded back)."""
-    if len(frame) <= LARGE_CSV_ROWS or not all(_PLAIN_NAME.fullmatch(str(c)) for c in frame.columns):
-        return frame.to_csv(index=False).encode("utf-8")
+def csv_bytes(frame: pd.DataFrame, context: Mapping[str, Any] | None = None) -> bytes:
+    """The frame as CSV, UTF-8 (a large one as Arrow writes it: never decoded into one str and encoded back),
+    `context` (context_row) appended as with_context appends it."""
+    names = [*frame.columns, *(key for key in context or {} if key not in frame.columns)]
+    if len(frame) <= LARGE_CSV_ROWS or not all(_PLAIN_NAME.fullmatch(str(c)) for c in names):
+        return (with_context(frame, context) if context else frame).to_csv(index=False).encode("utf-8")
     import io
 
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
-    prepared = frame.copy()
-    for name in prepared.columns:
-        if prepared[name].dtype == np.bool_:  # pandas writes True/False, Arrow true/false
-            prepared[name] = prepared[name].map({True: "True", False: "False"}).astype(object)
     def write(part: pa.Table) -> bytes:
         buf = io.BytesIO()
         pacsv.write_csv(part, buf, pacsv.WriteOptions(include_header=False, quoting_style="none"))
         return buf.getvalue()
 
     try:
-        table = pa.Table.from_pandas(prepared, preserve_index=False)
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        for i, name in enumerate(frame.columns):
+            if frame[name].dtype == np.bool_:  # pandas writes True/False, Arrow true/false
+                table = table.set_column(i, str(name), pc.if_else(table.column(i), "True", "False"))
+        for key, value in (context or {}).items():  # one value each: a constant column, not n objects
+            if key not in frame.columns:
+                table = table.append_column(key, pa.repeat(pa.scalar(value, pa.string() if value is None else None),
+                                                           len(table)))
         # In slices side by side (the writer releases the GIL; formatting floats is most of its time).
         k = max(1, min(4, os.cpu_count() or 1, len(table) // LARGE_CSV_ROWS))
         cut = [len(table) * i // k for i in range(k + 1)]
         with ThreadPoolExecutor(max_workers=k) as pool:
             parts = list(pool.map(write, [table.slice(a, b - a) for a, b in zip(cut, cut[1:], strict=False)]))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return frame.to_csv(index=False).encode("utf-8")
-    return b"".join([(",".join(str(c) for c in frame.columns) + "\n").encode("utf-8"), *parts])
+        return (with_context(frame, context) if context else frame).to_csv(index=False).encode("utf-8")
+    return b"".join([(",".join(str(c) for c in names) + "\n").encode("utf-8"), *parts])
 
 
 PREVIOUS_DIR = re.compile(r"\d{4}-\d\d-\d\d")  # the dated directories of examples/cron/gpuclust-report
@@ -180,13 +187,13 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
         elif fmt in ("csv", "parquet"):
             for name, table in report.tables.items():
                 # the renamed figures' old column names too, for one release (metrics.deprecated)
-                frame = with_context(deprecated.add_columns(name, table, report.data.get("totals")), report)
+                frame = deprecated.add_columns(name, table, report.data.get("totals"))
                 path = out_dir / f"{name}.{fmt}"
                 if fmt == "csv":
-                    write_atomic(path, csv_bytes(frame), make_parents=True, input_error=True)
+                    write_atomic(path, csv_bytes(frame, context_row(report)), make_parents=True, input_error=True)
                 else:
                     buf = io.BytesIO()
-                    frame.to_parquet(buf, index=False)
+                    with_context(frame, report).to_parquet(buf, index=False)
                     write_atomic(path, buf.getvalue(), make_parents=True, input_error=True)
                 written.append(path)
         elif fmt == "html":

@@ -42,3 +42,18 @@ def test_a_value_arrow_cannot_write_plainly_falls_back_to_pandas(monkeypatch):
     frame = _frame(40)
     frame.loc[33, "note"] = 'a, "quoted"\nname'
     assert render.csv_bytes(frame) == frame.to_csv(index=False).encode()
+
+
+@pytest.mark.parametrize("rows", [9, 57])
+def test_context_columns_as_with_context_appends_them(rows, monkeypatch):
+    """The context columns of a long table are constant Arrow columns, not n objects each: the same text as
+    the frame with_context gives (None as empty, a table's own column of that name kept)."""
+    monkeypatch.setattr(render, "LARGE_CSV_ROWS", 10)
+    frame = _frame(rows).assign(cluster=lambda f: [f"c{i}" for i in range(len(f))])
+    context = {"cluster": "alpine", "period_start": "2026-11-01T00:00:00+00:00", "period_end": None,
+               "generated_at": "2026-12-01T00:00:00+00:00"}
+    got = render.csv_bytes(frame, context)
+    expected = render.with_context(frame, context).to_csv(index=False).encode()
+    assert got.split(b"\n", 1)[0] == expected.split(b"\n", 1)[0]
+    back, want = (pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""]) for data in (got, expected))
+    pd.testing.assert_frame_equal(back, want)
