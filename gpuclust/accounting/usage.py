@@ -471,10 +471,10 @@ def attach(
     out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
     rule_out = np.full(n, None, dtype=object)
 
-    gpus = np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
-    gpus = np.nan_to_num(gpus)
-    elapsed = np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False), dtype=float)[rows]
-    elapsed = np.nan_to_num(elapsed)
+    job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
+    job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
+                                           dtype=float))
+    gpus, elapsed = job_gpus[rows], job_elapsed[rows]
 
     def warn(mask_rows: np.ndarray, message: Any) -> None:
         """One warning per row in `mask_rows` (all rows of the table), the first ones listed."""
@@ -650,9 +650,6 @@ def attach(
     spoiled_jobs = np.flatnonzero(spoiled_at)
     out["gpu_busy_gpu_s"][spoiled_jobs] = np.nan
     out["gpu_util_max_pct"][spoiled_jobs] = np.nan
-    job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
-    job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
-                                           dtype=float))
     good_jobs = np.flatnonzero(jobs_of(has_util) & ~spoiled_at)
     out["gpu_util_gpu_s"][good_jobs] = job_gpus[good_jobs] * job_elapsed[good_jobs]
     # Busy GPU-seconds never exceed the job's own GPU-seconds (overlapping steps on the same GPUs).
