@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import usage
+from gpuclust.accounting import tres_values, usage
 from gpuclust.accounting.normalize import ReaderOptions
 from gpuclust.accounting.pipeline import read_input
 
@@ -264,8 +264,8 @@ def test_extract_by_search_is_the_regex(values, key, sliced):
     other names, empty values, values longer than the window, commas and `=` in odd places, non-ASCII text,
     nulls, a slice of a larger array, a value that ends the column's buffer."""
     arr = pa.array(["mem=1,cpu=2"] * sliced + values, pa.string())[sliced:]
-    rows, got = usage.extract(arr, key)
-    ref = usage.extract_regex(arr, key)
+    rows, got = tres_values.extract(arr, key)
+    ref = tres_values.extract_regex(arr, key)
     where = np.flatnonzero(pc.is_valid(ref).to_numpy(zero_copy_only=False))
     assert rows.tolist() == where.tolist()
     assert got.to_pylist() == ref.take(pa.array(where, pa.int64())).to_pylist()
