@@ -432,11 +432,19 @@ def attach(
             bad_rows, bad_at = bad_rows[wanted], bad_at[wanted]
         return Extracted(name, key, out, bad_rows, values.take(pa.array(bad_at)))
 
-    # A step of one task prints the same list as its Max and its Tot (sacct's batch and extern steps always):
-    # such a Tot is read as its Max was, not again.
-    same = np.zeros(rows.size, dtype=bool)
-    if "TRESUsageInMax" in text and "TRESUsageInTot" in text:
-        same = fields._mask(pc.equal(text["TRESUsageInMax"], text["TRESUsageInTot"]))[t_rows]
+    def same_text(a: str, b: str) -> np.ndarray:
+        """Which usage rows print the very same list as `a` and as `b`."""
+        if a not in text or b not in text:
+            return np.zeros(rows.size, dtype=bool)
+        return fields._mask(pc.equal(text[a], text[b]))[t_rows]
+
+    def with_twin(bad_rows: np.ndarray, twin_bad_rows: np.ndarray, same_rows: np.ndarray) -> np.ndarray:
+        """Malformed rows, and those of a twin column on the rows where the two print the same list."""
+        return np.union1d(bad_rows, twin_bad_rows[sorting.in_sorted(twin_bad_rows, same_rows)])
+
+    # A step of one task prints the same list as its Ave, its Max and its Tot (sacct's batch and extern steps
+    # always): such a Tot is read as its Max was, and such an Ave as its Tot, not again.
+    same = same_text("TRESUsageInMax", "TRESUsageInTot")
     same_rows = rows[same]
     own = ~same
     # The kernels release the GIL: the columns are read side by side.
@@ -456,15 +464,22 @@ def attach(
         for key in ("gres/gpuutil", "cpu"):
             got["TRESUsageInTot", key] = got["TRESUsageInTot", key].where_same(
                 got["TRESUsageInMax", key], same, same_rows)
-        # Ave counts only where Tot has no gpuutil (a hand-cut dump): read it there alone.
+        # Ave counts only where Tot has no gpuutil (a hand-cut dump, a step without GPUs): read it there alone.
         ave_rows = np.isnan(got["TRESUsageInTot", "gres/gpuutil"].values)
-        got["TRESUsageInAve", "gres/gpuutil"] = field_values("TRESUsageInAve", "gres/gpuutil", "count", among=ave_rows)
+        ave_same = ave_rows & same_text("TRESUsageInAve", "TRESUsageInTot")
+        ave_same_rows = rows[ave_same]
+        ave_own = ave_rows & ~ave_same
+        got["TRESUsageInAve", "gres/gpuutil"] = field_values(
+            "TRESUsageInAve", "gres/gpuutil", "count", among=ave_own).where_same(
+            got["TRESUsageInTot", "gres/gpuutil"], ave_same, ave_same_rows)
         if "TRESUsageInAve" in text:
-            syntax["TRESUsageInAve"] = pool.submit(malformed, "TRESUsageInAve", ave_rows)
+            syntax["TRESUsageInAve"] = pool.submit(malformed, "TRESUsageInAve", ave_own)
         bad_lists = {name: fut.result() for name, fut in syntax.items()}
     if "TRESUsageInTot" in bad_lists and "TRESUsageInMax" in bad_lists:
-        twin = bad_lists["TRESUsageInMax"]
-        bad_lists["TRESUsageInTot"] = np.union1d(bad_lists["TRESUsageInTot"], twin[sorting.in_sorted(twin, same_rows)])
+        bad_lists["TRESUsageInTot"] = with_twin(bad_lists["TRESUsageInTot"], bad_lists["TRESUsageInMax"], same_rows)
+    if "TRESUsageInAve" in bad_lists and "TRESUsageInTot" in bad_lists:
+        bad_lists["TRESUsageInAve"] = with_twin(bad_lists["TRESUsageInAve"], bad_lists["TRESUsageInTot"],
+                                                ave_same_rows)
     for name, bad_rows in sorted(bad_lists.items()):
         arr = text[name]
         warn(bad_rows, lambda i, name=name, arr=arr: f"{name} {arr[order.text_row(i)].as_py()!r:.80} is not a TRES list")

@@ -276,34 +276,37 @@ _usage_entry = st.tuples(st.sampled_from(["cpu", "mem", "gres/gpuutil", "gres/gp
                                           "1e9", "9" * 30]))
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
-@given(steps=st.lists(st.tuples(st.lists(_usage_entry, max_size=5, unique_by=lambda e: e[0]),
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(steps=st.lists(st.tuples(st.lists(_usage_entry, max_size=5, unique_by=lambda e: e[0]), st.booleans(),
                                 st.booleans(), st.sampled_from([None, "oops", "a b=1", ""])), min_size=1, max_size=12))
-def test_a_tot_printed_as_its_max_is_read_as_one(steps):
-    """A step whose Tot is its Max's very text is read once (from Max); the figures and the warnings (count,
-    lines) are those of a Tot that lists the same entries in another order, which is read on its own."""
+def test_a_list_printed_as_its_twins_is_read_once(steps):
+    """A step whose Tot is its Max's very text is read once (from Max), and its Ave where it is its Tot's (from
+    Tot): the figures and the warnings (count, lines) are those of lists that give the same entries in other
+    orders, each read on its own."""
     n = 1 + len(steps)
     is_step = np.array([False] + [True] * len(steps))
     cols = {"job_id": pa.array(["7"] + [f"7.{i}" for i in range(len(steps))]), "gpus": pa.array([4] * n),
             "elapsed_s": pa.array([3600] * n)}
-    maxes, same_tot, other_tot = [""], [""], [""]
-    for entries, flip, junk in steps:  # junk: an entry that makes the list malformed
+    same, other = {"max": [""], "tot": [""], "ave": [""]}, {"max": [""], "tot": [""], "ave": [""]}
+    for entries, tot_differs, ave_differs, junk in steps:  # junk: an entry that makes the list malformed
         listed = [f"{k}={v}" for k, v in entries] + ([] if junk is None else [junk])
         text = ",".join(listed)
-        maxes.append(text)
-        same_tot.append(text)
-        reordered = ",".join(listed[::-1])
-        other_tot.append(reordered if flip and reordered != text else text)
+        for name in same:
+            same[name].append(text)
+        other["max"].append(text)
+        other["tot"].append(",".join(listed[::-1]) if tot_differs else text)
+        other["ave"].append(",".join(listed[1:] + listed[:1]) if ave_differs else other["tot"][-1])
 
-    def run(tot):
+    def run(lists):
         columns = dict(cols)
         warnings = usage.UsageWarnings()
-        text = {"TRESUsageInAve": pa.array(maxes), "TRESUsageInMax": pa.array(maxes), "TRESUsageInTot": pa.array(tot)}
+        text = {"TRESUsageInAve": pa.array(lists["ave"]), "TRESUsageInMax": pa.array(lists["max"]),
+                "TRESUsageInTot": pa.array(lists["tot"])}
         usage.attach(columns, text, is_step, np.arange(n) + 2, "f", rule="summed", warnings=warnings)
         figures = {name: columns[name].to_pylist() for name, _ in usage.COLUMNS if name in columns}
         return figures, warnings.count, sorted(w.split(":")[1] for w in warnings.listed)
 
-    assert run(same_tot) == run(other_tot)
+    assert run(same) == run(other)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
