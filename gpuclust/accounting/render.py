@@ -94,9 +94,12 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]+")
 def csv_bytes(frame: pd.DataFrame, context: Mapping[str, Any] | None = None) -> bytes:
     """The frame as CSV, UTF-8 (a large one as Arrow writes it: never decoded into one str and encoded back),
     `context` (context_row) appended as with_context appends it."""
+    def by_pandas() -> bytes:
+        return (with_context(frame, context) if context else frame).to_csv(index=False).encode("utf-8")
+
     names = [*frame.columns, *(key for key in context or {} if key not in frame.columns)]
     if len(frame) <= LARGE_CSV_ROWS or not all(_PLAIN_NAME.fullmatch(str(c)) for c in names):
-        return (with_context(frame, context) if context else frame).to_csv(index=False).encode("utf-8")
+        return by_pandas()
     import io
 
     import numpy as np
@@ -124,7 +127,7 @@ def csv_bytes(frame: pd.DataFrame, context: Mapping[str, Any] | None = None) -> 
         with ThreadPoolExecutor(max_workers=k) as pool:
             parts = list(pool.map(write, [table.slice(a, b - a) for a, b in zip(cut, cut[1:], strict=False)]))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return (with_context(frame, context) if context else frame).to_csv(index=False).encode("utf-8")
+        return by_pandas()
     return b"".join([(",".join(str(c) for c in names) + "\n").encode("utf-8"), *parts])
 
 

@@ -390,28 +390,29 @@ def attach(
             warnings.add(source, int(line_values[i]), message(i))
         warnings.count += max(0, len(mask_rows) - MAX_WARNINGS_LISTED)
 
+    def to_read(name: str, among: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool, pa.Array]:
+        """The usage rows `among` picks (None: all): their table rows, their text rows, and what to read of
+        column `name`: the whole column (an empty row costs a kernel nothing), or a copy of those rows when
+        they are few (`few`)."""
+        at, t_at = (rows, t_rows) if among is None else (rows[among], t_rows[among])
+        few = at.size * 8 < n
+        return at, t_at, few, text[name].take(pa.array(t_at)) if few else text[name]
+
     # A malformed TRES list that a figure is read from is a warning (what can be read of it still is):
     # TRESUsageOutTot gives none, TRESUsageInAve only where TRESUsageInTot has no gres/gpuutil (below).
     def malformed(name: str, among: np.ndarray | None = None) -> np.ndarray:
         """The rows (of the table) whose `name` is not a TRES list; `among`: of these usage rows only."""
-        at, t_at = (rows, t_rows) if among is None else (rows[among], t_rows[among])
-        few = at.size * 8 < n
-        ok = fields._mask(pc.fill_null(
-            pc.match_substring_regex(text[name].take(pa.array(t_at)) if few else text[name], _ENTRY_SYNTAX.pattern),
-            True))
+        at, t_at, few, arr = to_read(name, among)
+        ok = fields._mask(pc.fill_null(pc.match_substring_regex(arr, _ENTRY_SYNTAX.pattern), True))
         return at[~ok] if few else at[~ok[t_at]]
 
     def field_values(name: str, key: str, kind: str, among: np.ndarray | None = None) -> Extracted:
         """`key` of column `name` on the usage rows (NaN where absent); `among`: only on these rows."""
-        arr = text.get(name)
         out = np.full(rows.size, np.nan)
-        if arr is None:
+        if name not in text:
             return Extracted(name, key, out, np.zeros(0, np.int64), pa.array([], pa.string()))
-        at, t_at = (rows, t_rows) if among is None else (rows[among], t_rows[among])
-        # The whole column, not a copy of the usage rows' text (an empty row costs the search nothing), unless
-        # only a few rows are wanted.
-        few = at.size * 8 < n
-        where, values = extract(arr.take(pa.array(t_at)) if few else arr, key)
+        at, t_at, few, arr = to_read(name, among)
+        where, values = extract(arr, key)
         parse = {"number": numbers, "count": counts, "size": sizes_mib, "clock": clock_seconds}[kind]
         got, bad = parse(values)
         bad_at = np.flatnonzero(bad)

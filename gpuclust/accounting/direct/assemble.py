@@ -72,9 +72,11 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
     for out in done.values():
         columns.update(out.columns)
         bad.update(out.bad)
+    text_read = False  # (a text field of the input: its column comes in source order, FinalRows.text_column)
     for fd in registry.fields:  # the text fields' columns are consumed by finish (usage): held there alone
         if fd.direct == "text" and fd.copy is not None and fd.name in done:
             done[fd.name].columns.pop(fd.copy.name, None)
+            text_read |= fd.name in final.good.pieces.cols
     columns["line"] = pa.array(m.lines)
     # A narrow dump (its own --format): what it lacks is derived or unknown, as `normalize` makes it.
     missing = registry.missing(final.layout.header)
@@ -106,7 +108,7 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
 
     result = finish(m.size, columns, bad, is_step, raw_value, m.lines, source, records.problems, dropped,
                     schema=registry.schema, usage_rule=usage_rule,
-                    usage_rows=m.sources() if m.n_e else None)  # (FinalRows.text_column: in source order)
+                    usage_rows=m.sources() if m.n_e and text_read else None)
     result.missing_columns = missing
     result.exit_codes_known = "ExitCode" not in missing or m.size == 0
     return result
