@@ -9,7 +9,7 @@ in a fresh child process (so peak RSS is its own):
 * floor: pyarrow.csv reading the same file, every column as a string (split on the byte the direct reader
   splits on; quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
 * full: ingest (`pipeline.read_input`: read, parse, normalise) and the full report (dedupe, runs, waits,
-  cost, sizing) written as html, csv, json and prom, in a process set up as `gpuclust report build` sets
+  cost, sizing, and the GPU use figures, which `report build` always adds) written as html, csv, json and prom, in a process set up as `gpuclust report build` sets
   up its own (`memory.keep_freed_memory`: freed arrays are reused, not faulted in again).
 
 Both time only their own work: the imports (pyarrow; gpuclust, pandas, numpy) happen before the clock starts.
@@ -229,6 +229,9 @@ def child_floor(path: str, delimiter: str) -> dict:
 
 
 def child_full(path: str, out: str, delimiter: str) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpuclust.accounting import gpuuse
     from gpuclust.accounting.memory import keep_freed_memory
     from gpuclust.accounting.metrics import build_report
     from gpuclust.accounting.pipeline import input_period, read_input
@@ -250,11 +253,11 @@ def child_full(path: str, out: str, delimiter: str) -> dict:
         parsed = read_input(path, delimiter)  # what `gpuclust report build --input` calls
     t_parse = time.perf_counter() - t
     table = latest_state(parsed.table)
-    report = build_report(table, config, input_period(parsed))
-    if usage:  # and the use figures (gpu_use_*), which `report build` adds after the allocation report
-        from gpuclust.accounting import gpuuse
-
-        gpuuse.attach(report, table, config, input_period(parsed), usage_warnings=parsed.usage_warnings)
+    # The report and the use figures (gpu_use_*) as `report build` makes them: the use figures beside it.
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        use = beside.submit(gpuuse.use_sums, table, config, input_period(parsed))
+        report = build_report(table, config, input_period(parsed))
+        gpuuse.attach_sums(report, use.result(), config, usage_warnings=parsed.usage_warnings)
     t_report = time.perf_counter() - t - t_parse
     write_report(report, Path(out), ("html", "csv", "json", "prom"))
     total = time.perf_counter() - t

@@ -286,16 +286,16 @@ def finish(
                 break
 
     warnings = usage.UsageWarnings()
-    late: set[str] = set()
+    late: dict[str, pa.Array | None] = {}  # columns made for the kept rows only (None: all null), added below
     if usage.COLUMNS[0][0] in schema.names:
         columns = dict(columns)
         usage_text = {name: columns.pop(col) for name, col in zip(usage.USAGE_FIELDS, usage.TEXT_COLUMNS,
                                                                    strict=True) if col in columns}
         # Steps give their usage to their job row before they are dropped (rows that are no record take no part).
         rows_step = step if dropped is None else step | dropped
-        if not usage.attach(columns, usage_text, rows_step, line_values, source, rule=usage_rule,
-                            warnings=warnings, text_rows=usage_rows):
-            late = {name for name, _ in usage.COLUMNS}  # all null: made for the kept rows only, below
+        attached = usage.attach(columns, usage_text, rows_step, line_values, source, rule=usage_rule,
+                                warnings=warnings, text_rows=usage_rows, keep=keep)
+        late = {name: columns.pop(name) if attached else None for name, _ in usage.COLUMNS}
 
     specs = []
     arrays = []
@@ -311,9 +311,10 @@ def finish(
     if not keep.all():
         table = table.filter(pa.array(keep))
     if late:
+        added = {name: pa.nulls(table.num_rows, schema.field(name).type) if col is None else col
+                 for name, col in late.items()}
         table = pa.Table.from_arrays(
-            [table.column(spec.name) if spec.name not in late else pa.nulls(table.num_rows, spec.type)
-             for spec in schema],
+            [table.column(spec.name) if spec.name not in late else added[spec.name] for spec in schema],
             schema=pa.schema([table.schema.field(spec.name) if spec.name not in late else spec for spec in schema]))
     return ParseResult(
         table=table,

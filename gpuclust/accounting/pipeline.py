@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -228,18 +229,22 @@ def build(
         only.note(info, rows_before - table.num_rows)
     if no_gpu_accounted(table):
         note_no_gpu(info)
-    report = build_report(table, config, period, target=target, top=top, input_info=info)
-    if parsed is not None:
-        report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
-    if not only:
-        attach_economics(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
-                         sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
-                         offline=bool(input_path), target=target,
-                         period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
-        economics.note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
-    gpuuse.attach(report, table, config, period,
-                  usage_warnings=parsed.usage_warnings if parsed else 0,
-                  usage_problems=parsed.usage_problems if parsed else None)
+    # The GPU use figures (and their Prometheus queries) read only the table: computed beside the report, on
+    # the core the report's pandas steps leave idle.
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        use = beside.submit(gpuuse.use_sums, table, config, period)
+        report = build_report(table, config, period, target=target, top=top, input_info=info)
+        if parsed is not None:
+            report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
+        if not only:
+            attach_economics(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
+                             sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
+                             offline=bool(input_path), target=target,
+                             period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
+            economics.note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
+        gpuuse.attach_sums(report, use.result(), config,
+                           usage_warnings=parsed.usage_warnings if parsed else 0,
+                           usage_problems=parsed.usage_problems if parsed else None)
     del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
     if not input_path and trend_days:
         trend.add_to_report(report, store.store_dir(config.state_dir), config, trend_days, lookback_of(config))

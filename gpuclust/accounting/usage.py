@@ -91,6 +91,7 @@ COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 )
 RULE_SUMMED = "summed"
 RULE_LAST_GPU = "last-gpu"
+RULES_OUT = (RULE_SUMMED, RULE_LAST_GPU)
 GATHERED_SINCE = (23, 2, 0)
 LAST_GPU_RELEASES = ((23, 11, 0), (24, 5, 0))  # inclusive
 MAX_WARNINGS_LISTED = 50
@@ -358,10 +359,13 @@ def attach(
     rule: str | None,
     warnings: UsageWarnings,
     text_rows: np.ndarray | None = None,
+    keep: np.ndarray | None = None,
 ) -> bool:
     """Add the COLUMNS to `columns` (every row; only the job rows' values matter), from the step rows'
     `usage_text` (raw field -> string array of every row; `text_rows`: each row's row in them where they
-    come in another order, a permutation). `columns` must hold job_id, gpus and elapsed_s.
+    come in another order, a permutation). `columns` must hold job_id, gpus and elapsed_s. `keep`: the rows
+    the caller keeps (its job rows): the COLUMNS are then made for those rows alone, in order (a dump's step
+    rows are most of its rows: the figures are not written out for every row to be filtered at once).
     Where no row has usage, nothing is added and False returned: the caller adds null COLUMNS to the rows it
     keeps (a dump's step rows are most of its rows: a million nulls per column cost page faults, not work)."""
     n = len(is_step)
@@ -376,13 +380,6 @@ def attach(
     if rows.size == 0:
         return False
     t_rows = order.text(rows)  # the usage rows in the text columns
-    out = {name: np.full(n, np.nan) for name, kind in COLUMNS if kind != pa.string()}
-    rule_out = np.full(n, None, dtype=object)
-
-    job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
-    job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
-                                           dtype=float))
-    gpus, elapsed = job_gpus[rows], job_elapsed[rows]
 
     def warn(mask_rows: np.ndarray, message: Any) -> None:
         """One warning per row in `mask_rows` (all rows of the table), the first ones listed."""
@@ -443,21 +440,29 @@ def attach(
         """Malformed rows, and those of a twin column on the rows where the two print the same list."""
         return np.union1d(bad_rows, twin_bad_rows[sorting.in_sorted(twin_bad_rows, same_rows)])
 
-    # A step of one task prints the same list as its Ave, its Max and its Tot (sacct's batch and extern steps
-    # always): such a Tot is read as its Max was, and such an Ave as its Tot, not again.
-    same = same_text("TRESUsageInMax", "TRESUsageInTot")
-    same_rows = rows[same]
-    own = ~same
-    # The kernels release the GIL: the columns are read side by side.
+    # The kernels release the GIL: the columns are read side by side, TRESUsageInMax first (the rest of the
+    # rollup is set up here meanwhile).
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         syntax = {"TRESUsageInMax": pool.submit(malformed, "TRESUsageInMax")} if "TRESUsageInMax" in text else {}
-        if "TRESUsageInTot" in text:
-            syntax["TRESUsageInTot"] = pool.submit(malformed, "TRESUsageInTot", own)
         read = {("TRESUsageInMax", key): pool.submit(field_values, "TRESUsageInMax", key, kind) for key, kind in (
             ("gres/gpuutil", "count"), ("gres/gpumem", "size"), ("mem", "size"), ("cpu", "clock"))}
+        # A step of one task prints the same list as its Ave, its Max and its Tot (sacct's batch and extern
+        # steps always): such a Tot is read as its Max was, and such an Ave as its Tot, not again.
+        same = same_text("TRESUsageInMax", "TRESUsageInTot")
+        same_rows = rows[same]
+        own = ~same
+        if "TRESUsageInTot" in text:
+            syntax["TRESUsageInTot"] = pool.submit(malformed, "TRESUsageInTot", own)
         read |= {("TRESUsageInTot", key): pool.submit(field_values, "TRESUsageInTot", key, kind, among=own)
                  for key, kind in (("gres/gpuutil", "count"), ("cpu", "clock"))}
-        # Here while the pool reads the lists.
+        out_row = None if keep is None else np.cumsum(keep, dtype=np.int64) - 1  # table row -> its row out
+        n_out = n if out_row is None else int(out_row[-1]) + 1
+        out = {name: np.full(n_out, np.nan) for name, kind in COLUMNS if kind != pa.string()}
+        rule_code = np.full(n_out, -1, dtype=np.int64)  # index into RULES_OUT, -1: none
+        job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
+        job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
+                                               dtype=float))
+        gpus, elapsed = job_gpus[rows], job_elapsed[rows]
         parent = _parents(_plain(columns["job_id"]), is_step, rows, line_values, source, warnings)
         energy = numbers(_empty_to_null(text["ConsumedEnergyRaw"]))[0][t_rows] if "ConsumedEnergyRaw" in text \
             else np.full(rows.size, np.nan)
@@ -531,7 +536,9 @@ def attach(
 
     target = np.where(step, parent, rows)
     valid = target >= 0
-    target_v = target[valid]
+    if keep is not None:  # (a job row the caller drops takes its steps' figures with it)
+        valid &= keep[np.maximum(target, 0)]
+    target_v = target[valid] if out_row is None else out_row[target[valid]]  # rows out
 
     def add(name: str, values: np.ndarray) -> None:
         v = values[valid]
@@ -564,9 +571,8 @@ def attach(
 
     # A job with a spoiled step has no utilisation figure at all (part of it would read as idle).
     def jobs_of(step_mask: np.ndarray) -> np.ndarray:
-        """The job rows (sorted, once each) of the usage rows in `step_mask`: by a mask over the table's rows,
-        not a sort."""
-        marked = np.zeros(n, dtype=bool)
+        """The job rows (as rows out, a mask) of the usage rows in `step_mask`: by a mask, not a sort."""
+        marked = np.zeros(n_out, dtype=bool)
         marked[target_v[step_mask[valid]]] = True
         return marked
 
@@ -575,21 +581,30 @@ def attach(
     out["gpu_busy_gpu_s"][spoiled_jobs] = np.nan
     out["gpu_util_max_pct"][spoiled_jobs] = np.nan
     good_jobs = np.flatnonzero(jobs_of(has_util) & ~spoiled_at)
-    out["gpu_util_gpu_s"][good_jobs] = job_gpus[good_jobs] * job_elapsed[good_jobs]
+    good_rows = good_jobs if keep is None else np.flatnonzero(keep)[good_jobs]  # (rows of the table)
+    out["gpu_util_gpu_s"][good_jobs] = job_gpus[good_rows] * job_elapsed[good_rows]
     # Busy GPU-seconds never exceed the job's own GPU-seconds (overlapping steps on the same GPUs).
     cap = out["gpu_util_gpu_s"]
     over = ~np.isnan(cap) & (out["gpu_busy_gpu_s"] > cap)
     out["gpu_busy_gpu_s"][over] = cap[over]
-    rule_out[good_jobs] = RULE_SUMMED
-    rule_out[jobs_of(last_gpu)] = RULE_LAST_GPU  # says why the figure is unknown
+    rule_code[good_jobs] = 0
+    rule_code[jobs_of(last_gpu)] = 1  # says why the figure is unknown
 
     for name, kind in COLUMNS:
         if kind == pa.string():
-            columns[name] = pa.array(rule_out, pa.string())
+            columns[name] = pa.array(RULES_OUT, pa.string()).take(
+                pa.array(rule_code, pa.int64(), mask=rule_code < 0))
         else:
-            values = out[name]
-            columns[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
+            columns[name] = _nullable_floats(out[name])
     return True
+
+
+def _nullable_floats(values: np.ndarray) -> pa.Array:
+    """A float64 array over `values` (no copy), null where NaN."""
+    valid = ~np.isnan(values)
+    nulls = int(values.size - np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.float64(), values.size, [bitmap, pa.py_buffer(values)], null_count=nulls)
 
 
 def _parents(job_id: pa.Array, is_step: np.ndarray, rows: np.ndarray, line_values: np.ndarray, source: str,

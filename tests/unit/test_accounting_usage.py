@@ -344,6 +344,41 @@ def test_usage_text_in_another_row_order_reads_the_same(steps, seed, jobs):
     assert run(permutation) == run(None)
 
 
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(steps=st.lists(st.tuples(st.integers(0, 2), st.lists(_usage_entry, max_size=5, unique_by=lambda e: e[0]),
+                                st.sampled_from([None, "oops", ""])), min_size=1, max_size=12),
+       kept=st.lists(st.booleans(), min_size=16, max_size=16))
+def test_usage_figures_for_the_kept_rows_are_those_of_every_row(steps, kept):
+    """`keep` (the rows finish keeps: its job rows, less the bad ones) makes the figures for those rows alone:
+    they are the figures made for every row, filtered by `keep`; the warnings are the same."""
+    rows = [("7", "")]
+    for job, entries, junk in steps:  # job: a new job row before this step (0), else the step of the last job
+        if job == 0:
+            rows.append((f"{8 + len(rows)}", ""))
+        listed = [f"{k}={v}" for k, v in entries] + ([] if junk is None else [junk])
+        rows.append((f"{rows[-1][0].split('.')[0]}.{len(rows)}", ",".join(listed)))
+    n = len(rows)
+    is_step = np.array(["." in r[0] for r in rows])
+    keep = ~is_step & np.resize(np.array(kept), n)
+
+    def run(keep_rows):
+        columns = {"job_id": pa.array([r[0] for r in rows]), "gpus": pa.array([2] * n),
+                   "elapsed_s": pa.array([600] * n)}
+        warnings = usage.UsageWarnings()
+        text = {"TRESUsageInMax": [r[1] for r in rows], "TRESUsageInTot": [r[1] for r in rows],
+                "ConsumedEnergyRaw": ["" if not r[1] else "12" for r in rows]}
+        done = usage.attach(columns, {k: pa.array(v, pa.string()) for k, v in text.items()}, is_step,
+                            np.arange(n) + 2, "f", rule="summed", warnings=warnings, keep=keep_rows)
+        figures = {name: columns[name].to_pylist() for name, _ in usage.COLUMNS if name in columns}
+        return done, figures, warnings.count, warnings.listed
+
+    done, figures, count, listed = run(None)
+    kept_done, kept_figures, kept_count, kept_listed = run(keep)
+    assert (kept_done, kept_count, kept_listed) == (done, count, listed)
+    assert kept_figures == {name: [v for v, k in zip(values, keep, strict=True) if k]
+                            for name, values in figures.items()}
+
+
 def test_allocated_cpus_for_cpu_efficiency():
     """`cpu_efficiency` divides by the job's allocated CPUs, read from AllocTRES (NaN where it has none)."""
     import pandas as pd
