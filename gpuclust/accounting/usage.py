@@ -339,10 +339,14 @@ class _TextOrder:
         """The table rows of `text_rows`."""
         if self.text_rows is None:
             return text_rows
-        if self._rows_of_text is None:
-            self._rows_of_text = np.empty(self.text_rows.size, dtype=np.int64)
-            self._rows_of_text[self.text_rows] = np.arange(self.text_rows.size)
-        return self._rows_of_text[text_rows]
+        inverse = self._rows_of_text
+        if inverse is None:
+            # Filled before it is shared: the rollup's threads call this side by side, and one must never see
+            # the array half written (another may compute its own meanwhile).
+            inverse = np.empty(self.text_rows.size, dtype=np.int64)
+            inverse[self.text_rows] = np.arange(self.text_rows.size)
+            self._rows_of_text = inverse
+        return inverse[text_rows]
 
 
 def null_columns(n: int) -> dict[str, pa.Array]:
@@ -541,19 +545,25 @@ def attach(
     target_v = target[valid] if out_row is None else out_row[target[valid]]  # rows out
 
     def add(name: str, values: np.ndarray) -> None:
+        """The sum of each job's `values` (NaN: none) into column `name`, which holds no figure yet (NaN where
+        the job gets none). bincount adds in the rows' order, as a loop would."""
         v = values[valid]
         ok = ~np.isnan(v)
-        dest = out[name]
         idx = target_v[ok]
-        dest[idx[np.isnan(dest[idx])]] = 0.0
-        np.add.at(dest, idx, v[ok])
+        got = np.bincount(idx, minlength=n_out) > 0
+        out[name][got] = np.bincount(idx, weights=v[ok], minlength=n_out)[got]
 
     def peak_of(name: str, values: np.ndarray) -> None:
+        """The highest of each job's `values` (NaN: none) into column `name`, which holds no figure yet."""
         v = values[valid]
         ok = ~np.isnan(v)
         dest = out[name]
-        idx = target_v[ok]
-        np.fmax.at(dest, idx, v[ok])
+        idx, v = target_v[ok], v[ok]
+        if idx.size and (idx[1:] >= idx[:-1]).all():  # (sacct's order: each job's steps after it, together)
+            first = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+            dest[idx[first]] = np.fmax.reduceat(v, first)
+        else:
+            np.fmax.at(dest, idx, v)
 
     busy = np.where(has_util & ~spoiled, per_gpu / 100 * gpus * elapsed, np.nan)
     add("gpu_busy_gpu_s", busy)

@@ -379,6 +379,34 @@ def test_usage_figures_for_the_kept_rows_are_those_of_every_row(steps, kept):
                             for name, values in figures.items()}
 
 
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(steps=st.lists(st.tuples(st.booleans(), st.lists(_usage_entry, max_size=5, unique_by=lambda e: e[0])),
+                      min_size=1, max_size=12),
+       seed=st.integers(0, 2**16))
+def test_usage_figures_of_a_dump_out_of_sacct_order(steps, seed):
+    """Each job's figures are the same whatever the order of the dump's rows (a dump sorted or merged by hand:
+    steps away from their job row, or before it), as in sacct's order (each job's steps right after it)."""
+    rows = [("7", "")]
+    for new_job, entries in steps:
+        if new_job:
+            rows.append((f"{8 + len(rows)}", ""))
+        rows.append((f"{rows[-1][0].split('.')[0]}.{len(rows)}", ",".join(f"{k}={v}" for k, v in entries)))
+
+    def figures(order):
+        got = [rows[i] for i in order]
+        n = len(got)
+        columns = {"job_id": pa.array([r[0] for r in got]), "gpus": pa.array([2] * n),
+                   "elapsed_s": pa.array([600] * n)}
+        text = {"TRESUsageInMax": [r[1] for r in got], "TRESUsageInTot": [r[1] for r in got]}
+        usage.attach(columns, {k: pa.array(v, pa.string()) for k, v in text.items()},
+                     np.array(["." in r[0] for r in got]), np.arange(n) + 2, "f", rule="summed",
+                     warnings=usage.UsageWarnings())
+        return {r[0]: tuple(columns[name][i].as_py() for name, _ in usage.COLUMNS if name in columns)
+                for i, r in enumerate(got) if "." not in r[0]}
+
+    assert figures(np.random.default_rng(seed).permutation(len(rows))) == figures(np.arange(len(rows)))
+
+
 def test_allocated_cpus_for_cpu_efficiency():
     """`cpu_efficiency` divides by the job's allocated CPUs, read from AllocTRES (NaN where it has none)."""
     import pandas as pd
