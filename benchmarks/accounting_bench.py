@@ -9,8 +9,9 @@ in a fresh child process (so peak RSS is its own):
 * floor: pyarrow.csv reading the same file, every column as a string (split on the byte the direct reader
   splits on; quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
 * full: ingest (`pipeline.read_input`: read, parse, normalise) and the full report (dedupe, runs, waits,
-  cost, sizing, and the GPU use figures, which `report build` always adds) written as html, csv, json and prom, in a process set up as `gpuclust report build` sets
-  up its own (`memory.keep_freed_memory`: freed arrays are reused, not faulted in again).
+  cost, sizing, and the GPU use figures, which `report build` always adds) written as html, csv, json and
+  prom, in a process set up as `gpuclust report build` sets up its own (`memory.keep_freed_memory`: freed
+  arrays are reused, not faulted in again).
 
 Both time only their own work: the imports (pyarrow; gpuclust, pandas, numpy) happen before the clock starts.
 

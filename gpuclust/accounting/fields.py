@@ -210,6 +210,15 @@ def valid_mask(arr: pa.Array) -> np.ndarray:
     return np.unpackbits(bits, bitorder="little")[arr.offset : arr.offset + len(arr)].astype(bool)
 
 
+def nullable(values: np.ndarray, valid: np.ndarray | None, kind: pa.DataType) -> pa.Array:
+    """A fixed-width pyarrow array over `values` (no copy), null where not `valid`."""
+    if valid is None or valid.all():
+        return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)], null_count=0)
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(kind, len(values), [bitmap, pa.py_buffer(values)],
+                                 null_count=int(len(valid) - np.count_nonzero(valid)))
+
+
 def _int(arr: pa.Array) -> pa.Array:
     return pc.cast(_empty_to_null(arr), pa.int64())
 

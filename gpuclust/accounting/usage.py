@@ -605,16 +605,8 @@ def attach(
             columns[name] = pa.array(RULES_OUT, pa.string()).take(
                 pa.array(rule_code, pa.int64(), mask=rule_code < 0))
         else:
-            columns[name] = _nullable_floats(out[name])
+            columns[name] = fields.nullable(out[name], ~np.isnan(out[name]), pa.float64())
     return True
-
-
-def _nullable_floats(values: np.ndarray) -> pa.Array:
-    """A float64 array over `values` (no copy), null where NaN."""
-    valid = ~np.isnan(values)
-    nulls = int(values.size - np.count_nonzero(valid))
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(pa.float64(), values.size, [bitmap, pa.py_buffer(values)], null_count=nulls)
 
 
 def _parents(job_id: pa.Array, is_step: np.ndarray, rows: np.ndarray, line_values: np.ndarray, source: str,

@@ -41,21 +41,12 @@ def starts_with(arr: pa.Array, prefix: bytes) -> np.ndarray:
     return fields._mask(pc.starts_with(arr, pattern=prefix))
 
 
-def nullable(values: np.ndarray, valid: np.ndarray | None, kind: pa.DataType) -> pa.Array:
-    """A fixed-width pyarrow array over `values` (no copy), null where not `valid`."""
-    if valid is None or valid.all():
-        return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)], null_count=0)
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(kind, len(values), [bitmap, pa.py_buffer(values)],
-                                 null_count=int(len(valid) - np.count_nonzero(valid)))
-
-
 def lookup(values: pa.Array, rows: np.ndarray) -> pa.Array:
     """values[rows]: one value per distinct value (int64 or float64, possibly null) taken to the rows."""
     kind = values.type
     filled = np.asarray(pc.fill_null(values, 0).to_numpy(zero_copy_only=False))
     out = np.take(filled, rows)
-    return nullable(out, np.take(fields.valid_mask(values), rows) if values.null_count else None, kind)
+    return fields.nullable(out, np.take(fields.valid_mask(values), rows) if values.null_count else None, kind)
 
 
 def row_mask(per_value: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
@@ -68,4 +59,4 @@ def encoded(values: pa.Array, rows: np.ndarray) -> pa.Array:
     idx = enc.indices
     codes = np.take(np.asarray(pc.fill_null(idx, 0).to_numpy(zero_copy_only=False), dtype=np.int32), rows)
     valid = np.take(fields.valid_mask(idx), rows) if idx.null_count else None
-    return pa.DictionaryArray.from_arrays(nullable(codes, valid, pa.int32()), enc.dictionary)
+    return pa.DictionaryArray.from_arrays(fields.nullable(codes, valid, pa.int32()), enc.dictionary)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting import fields
-from gpuclust.accounting.direct.arrays import encoded, ints, lookup, nullable, row_mask, to_strings
+from gpuclust.accounting.direct.arrays import encoded, ints, lookup, row_mask, to_strings
 from gpuclust.accounting.direct.layout import Fallback, Layout
 from gpuclust.accounting.direct.prepare import (
     DictPrepared,
@@ -29,7 +29,7 @@ from gpuclust.accounting.direct.prepare import (
     reference_of,
 )
 from gpuclust.accounting.direct.records import Patch
-from gpuclust.accounting.fields import buffers_of
+from gpuclust.accounting.fields import buffers_of, nullable
 from gpuclust.accounting.normalize import absent_column
 from gpuclust.accounting.registry import SacctField
 
