@@ -10,8 +10,11 @@ in a fresh child process (so peak RSS is its own):
   splits on; quoting off; rows broken by newlines skipped) -- the cost of just tokenising the bytes;
 * full: ingest (`pipeline.read_input`: read, parse, normalise) and the full report (dedupe, runs, waits,
   cost, sizing, and the GPU use figures, which `report build` always adds) written as html, csv, json and
-  prom, in a process set up as `gpuclust report build` sets up its own (`memory.keep_freed_memory`: freed
-  arrays are reused, not faulted in again).
+  prom, in a process set up as `gpuclust report build` sets up its own (`memory.before_pyarrow_loads` and
+  `memory.keep_freed_memory`: freed arrays are reused, not faulted in again);
+* bare (with --usage): the full build of the same file with the usage fields taken out of the registry: their
+  bytes are tokenised by pyarrow but not converted, and no usage figure is made. What the build costs on that
+  file before any usage work: the least any build of it that reads the usage TRES can cost.
 
 Both time only their own work: the imports (pyarrow; gpuclust, pandas, numpy) happen before the clock starts.
 
@@ -229,11 +232,13 @@ def child_floor(path: str, delimiter: str) -> dict:
     return {"seconds": time.perf_counter() - t, "rows": table.num_rows, "peak_rss_mb": peak_rss_mb()}
 
 
-def child_full(path: str, out: str, delimiter: str) -> dict:
+def child_full(path: str, out: str, delimiter: str, bare: bool = False) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
+    from gpuclust.accounting.memory import before_pyarrow_loads, keep_freed_memory
+
+    before_pyarrow_loads()  # as `gpuclust report` does first
     from gpuclust.accounting import gpuuse
-    from gpuclust.accounting.memory import keep_freed_memory
     from gpuclust.accounting.metrics import build_report
     from gpuclust.accounting.pipeline import input_period, read_input
     from gpuclust.accounting.render import write_report
@@ -248,8 +253,12 @@ def child_full(path: str, out: str, delimiter: str) -> dict:
         from dataclasses import replace
 
         from gpuclust.accounting.normalize import DEFAULT_OPTIONS
+        from gpuclust.accounting.registry import REGISTRY, Registry
 
-        parsed = read_input(path, delimiter, options=replace(DEFAULT_OPTIONS, slurm_version="24.11"))
+        options = replace(DEFAULT_OPTIONS, slurm_version="24.11")
+        if bare:
+            options = replace(options, registry=Registry(tuple(fd for fd in REGISTRY.fields if not fd.step_usage)))
+        parsed = read_input(path, delimiter, options=options)
     else:
         parsed = read_input(path, delimiter)  # what `gpuclust report build --input` calls
     t_parse = time.perf_counter() - t
@@ -314,8 +323,10 @@ def child_store(path: str, state: str, delimiter: str, days: int, build_only: bo
     import shutil
     from datetime import date, datetime, timedelta, timezone
 
+    from gpuclust.accounting.memory import before_pyarrow_loads, keep_freed_memory
+
+    before_pyarrow_loads()  # as `gpuclust report` does first
     from gpuclust.accounting import pipeline, store
-    from gpuclust.accounting.memory import keep_freed_memory
     from gpuclust.accounting.period import Period
     from gpuclust.accounting.text import parse_parsable
     from gpuclust.config import parse_config
@@ -369,7 +380,7 @@ def main() -> None:
                     help="instead: the rows as this many days' sacct output through the store, then build")
     ap.add_argument("--build-only", action="store_true",
                     help="with --store-days: only `report build` on the store a --store-days run left (fresh process)")
-    ap.add_argument("--child", choices=["floor", "full", "store"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["floor", "full", "bare", "store"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     work = Path(args.dir)
     delimiter = DELIMITERS[args.delimiter]
@@ -377,8 +388,8 @@ def main() -> None:
     if args.child == "floor":
         print(json.dumps(child_floor(str(data), delimiter)))
         return
-    if args.child == "full":
-        print(json.dumps(child_full(str(data), str(work / "report"), delimiter)))
+    if args.child in ("full", "bare"):
+        print(json.dumps(child_full(str(data), str(work / "report"), delimiter, bare=args.child == "bare")))
         return
     if args.child == "store":
         print(json.dumps(child_store(str(data), str(work / "state"), delimiter, args.store_days, args.build_only)))
@@ -400,9 +411,10 @@ def main() -> None:
                           "median": {k: round(statistics.median(r[k] for r in done), 3) for k in done[0]},
                           "all_runs": done}, indent=2))
         return
-    runs: dict[str, list[dict]] = {"floor": [], "full": []}
+    modes = ("floor", "full", "bare") if args.usage else ("floor", "full")
+    runs: dict[str, list[dict]] = {mode: [] for mode in modes}
     for _ in range(args.repeat):
-        for mode in ("floor", "full"):
+        for mode in modes:
             cp = subprocess.run([sys.executable, __file__, *common, "--child", mode],
                                 capture_output=True, text=True, check=True)
             runs[mode].append(json.loads(cp.stdout))
@@ -419,6 +431,7 @@ def main() -> None:
         "median": median,
         "ratio_median": round(median["full"]["seconds"] / median["floor"]["seconds"], 2),
         "ratio_per_repeat": [round(f["seconds"] / fl["seconds"], 2) for fl, f in zip(runs["floor"], runs["full"], strict=True)],
+        **({"ratio_bare_median": round(median["bare"]["seconds"] / median["floor"]["seconds"], 2)} if args.usage else {}),
         "all_runs": runs,
     }, indent=2))
 

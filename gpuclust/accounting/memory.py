@@ -7,7 +7,12 @@ keeps freed memory for reuse: glibc serves large blocks from its heap and does n
 allocates from the same heap (its default mimalloc pool keeps its own pages apart, where numpy cannot
 reuse them). The memory is returned when the process ends, which for the report command is at once.
 
-Two more settings of the same process:
+Three more settings of the same process:
+* mimalloc, which pyarrow.csv reads into, returns the pages it frees 10 ms later (`before_pyarrow_loads`: its
+  options are read when pyarrow loads, so the command line sets them first). As pyarrow ships it, a 1M-line
+  dump with usage TRES kept 250 MB of freed columns resident in one run of two (peak RSS 1.7 GB, else 1.45);
+  with no delay at all, the read itself got 9% slower (the pages its growing columns free and take again are
+  handed back and faulted in each time). BENCHMARKS.md, issue 26.
 * pyarrow.csv reads the input into mimalloc's pool (`read_pool`), not into that heap: its column builders grow
   by reallocation, which mimalloc does in place and the kept heap does by a copy (1M-row dump: the read's
   peak RSS 150 MB lower).
@@ -20,9 +25,12 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import sys
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+if TYPE_CHECKING:  # (pyarrow is imported where it is used: `before_pyarrow_loads` must run before it loads)
+    import pyarrow as pa
 
 # mallopt(3) parameters (glibc malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -35,7 +43,20 @@ SETTINGS = {
     _M_TOP_PAD: 64 << 20,  # the heap grows in steps of this much
 }
 
+# mimalloc's options (environment variables it reads once, when pyarrow loads it).
+MIMALLOC_SETTINGS = {"MIMALLOC_PURGE_DELAY": "10"}  # freed pages go back to the kernel after 10 ms
+
 _applied: bool | None = None
+
+
+def before_pyarrow_loads() -> bool:
+    """Set MIMALLOC_SETTINGS for this process (a value the environment has already is kept) where pyarrow is
+    not loaded yet; False where it is, and nothing is set."""
+    if "pyarrow" in sys.modules:
+        return False
+    for name, value in MIMALLOC_SETTINGS.items():
+        os.environ.setdefault(name, value)
+    return True
 
 
 def keep_freed_memory() -> bool:
@@ -57,6 +78,8 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     if not all(mallopt(param, value) == 1 for param, value in SETTINGS.items()):
         return False
+    import pyarrow as pa
+
     pa.set_memory_pool(pa.system_memory_pool())
     _applied = True
     return True
@@ -67,10 +90,21 @@ def read_pool() -> pa.MemoryPool | None:
     kept heap; else None (the default pool)."""
     if not _applied:
         return None
+    import pyarrow as pa
+
     try:
         return pa.mimalloc_memory_pool()
     except NotImplementedError:  # a pyarrow built without mimalloc
         return None
+
+
+def release_read_pool() -> None:
+    """Hand the memory the read pool (`read_pool`) holds free back to the kernel now: the kept heap cannot reuse
+    it, so what pyarrow.csv's columns freed would otherwise count in the process's peak (1M-line dump with usage
+    TRES, once the reader has taken the usage columns' text: peak RSS 90 MB lower)."""
+    pool = read_pool()
+    if pool is not None:
+        pool.release_unused()
 
 
 def release_freed() -> None:

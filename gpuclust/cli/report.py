@@ -89,6 +89,9 @@ def _check_slurm_version(version: str | None) -> str | None:
 @click.group("report")
 def group() -> None:
     """Accounting: fetch sacct records and build queue-wait, retry and cost reports."""
+    from gpuclust.accounting.memory import before_pyarrow_loads
+
+    before_pyarrow_loads()  # (before any subcommand or its options load pyarrow)
 
 
 @group.command("fetch")

@@ -137,6 +137,9 @@ interpreter the acceptance jobs run (needs gpuclust[accept])
 .B GPUCLUST_DEBUG
 1: print the traceback of an unexpected error instead of the one\\-line exit 70
 .TP
+.B MIMALLOC_PURGE_DELAY
+milliseconds before pyarrow's mimalloc hands freed pages back; \\fBgpuclust report\\fR sets 10 where it is unset
+.TP
 .B SLURM_CONF
 slurm.conf of the cluster the Slurm commands talk to
 .TP

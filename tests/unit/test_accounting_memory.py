@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -43,3 +45,30 @@ def test_report_build_sets_the_process_up_first(tmp_path, monkeypatch):
     result, _ = _build(tmp_path)
     assert result.exit_code == 0, result.output
     assert calls == ["memory", "build"]
+
+
+def _fresh_python(code: str, env: dict[str, str] | None = None) -> str:
+    """`code` run by a fresh interpreter (pyarrow not loaded): its standard output."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**base, **(env or {})}, timeout=120)
+    return done.stdout.strip()
+
+
+def test_mimalloc_settings_are_set_only_before_pyarrow_loads():
+    probe = ("import os, sys{first}\nfrom gpuclust.accounting import memory\n"
+             "print(memory.before_pyarrow_loads(), os.environ.get('MIMALLOC_PURGE_DELAY'))")
+    assert _fresh_python(probe.format(first="")) == "True 10"
+    assert _fresh_python(probe.format(first=""), {"MIMALLOC_PURGE_DELAY": "50"}) == "True 50"  # the admin's own
+    assert _fresh_python(probe.format(first="; import pyarrow")) == "False None"  # too late: nothing set
+
+
+def test_report_commands_set_mimalloc_up_before_pyarrow_loads():
+    """The `report` group sets the options before a subcommand (or its options' checks) imports pyarrow."""
+    code = ("import os\nfrom gpuclust.accounting import memory\n"
+            "seen, real = [], memory.before_pyarrow_loads\n"
+            "memory.before_pyarrow_loads = lambda: seen.append(real()) or seen[-1]\n"
+            "from gpuclust.cli.main import cli\n"
+            "try:\n    cli.main(['report', 'build', '--help'], prog_name='gpuclust')\nexcept SystemExit:\n    pass\n"
+            "print(seen, os.environ.get('MIMALLOC_PURGE_DELAY'))")
+    assert _fresh_python(code).splitlines()[-1] == "[True] 10"

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
-from gpuclust.accounting import usage
+from gpuclust.accounting import memory, usage
 from gpuclust.accounting.direct.assemble import assemble, no_separator_lines, removed_rows
 from gpuclust.accounting.direct.columns import FinalRows, Merge
 from gpuclust.accounting.direct.layout import Fallback, Layout, Pool, StandIn, split_at
@@ -83,6 +83,7 @@ def _pipeline(src: _Source, body_start: int, layout: Layout, source: str, opts: 
     e_rawc = {fd.name: e_raw.get(fd.name, absent_column(fd.absent, merge.n_e)) for fd in layout.registry.fields}
     final = FinalRows(good, prepared, merge, e_raw, e_rawc, records.patches)
     done = pool.run(final.tasks())  # 4b
+    memory.release_read_pool()  # (step 1's chunks that 4b freed: the usage columns' text)
     utf8 = records.utf8 and all(out.utf8 for out in done.values())
     removed = removed_rows(src, body_start, layout, pieces, candidates, records, utf8, stand_in, scanned)  # 5
     return assemble(final, done, records, removed, source, usage.rule_for_version(opts.slurm_version))
