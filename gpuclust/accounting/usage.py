@@ -368,8 +368,8 @@ def attach(
     """Add the COLUMNS to `columns` (every row; only the job rows' values matter), from the step rows'
     `usage_text` (raw field -> string array of every row; `text_rows`: each row's row in them where they
     come in another order, a permutation). `columns` must hold job_id, gpus and elapsed_s. `keep`: the rows
-    the caller keeps (its job rows): the COLUMNS are then made for those rows alone, in order (a dump's step
-    rows are most of its rows: the figures are not written out for every row to be filtered at once).
+    the caller keeps (its job rows; None: every row): the COLUMNS are made for those rows alone, in order (a
+    dump's step rows are most of its rows: the figures are not written out for every row to be filtered at once).
     Where no row has usage, nothing is added and False returned: the caller adds null COLUMNS to the rows it
     keeps (a dump's step rows are most of its rows: a million nulls per column cost page faults, not work)."""
     n = len(is_step)
@@ -459,8 +459,9 @@ def attach(
             syntax["TRESUsageInTot"] = pool.submit(malformed, "TRESUsageInTot", own)
         read |= {("TRESUsageInTot", key): pool.submit(field_values, "TRESUsageInTot", key, kind, among=own)
                  for key, kind in (("gres/gpuutil", "count"), ("cpu", "clock"))}
-        out_row = None if keep is None else np.cumsum(keep, dtype=np.int64) - 1  # table row -> its row out
-        n_out = n if out_row is None else int(out_row[-1]) + 1
+        kept = np.ones(n, dtype=bool) if keep is None else keep
+        out_row = np.cumsum(kept, dtype=np.int64) - 1  # table row -> its row out
+        n_out = int(out_row[-1]) + 1
         out = {name: np.full(n_out, np.nan) for name, kind in COLUMNS if kind != pa.string()}
         rule_code = np.full(n_out, -1, dtype=np.int64)  # index into RULES_OUT, -1: none
         job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
@@ -539,10 +540,8 @@ def attach(
     gmem_max = np.where(negative_mem, np.nan, gmem_max)
 
     target = np.where(step, parent, rows)
-    valid = target >= 0
-    if keep is not None:  # (a job row the caller drops takes its steps' figures with it)
-        valid &= keep[np.maximum(target, 0)]
-    target_v = target[valid] if out_row is None else out_row[target[valid]]  # rows out
+    valid = (target >= 0) & kept[np.maximum(target, 0)]  # (a job row dropped takes its steps' figures with it)
+    target_v = out_row[target[valid]]  # rows out
 
     def add(name: str, values: np.ndarray) -> None:
         """The sum of each job's `values` (NaN: none) into column `name`, which holds no figure yet (NaN where
@@ -591,7 +590,7 @@ def attach(
     out["gpu_busy_gpu_s"][spoiled_jobs] = np.nan
     out["gpu_util_max_pct"][spoiled_jobs] = np.nan
     good_jobs = np.flatnonzero(jobs_of(has_util) & ~spoiled_at)
-    good_rows = good_jobs if keep is None else np.flatnonzero(keep)[good_jobs]  # (rows of the table)
+    good_rows = np.flatnonzero(kept)[good_jobs]  # (rows of the table)
     out["gpu_util_gpu_s"][good_jobs] = job_gpus[good_rows] * job_elapsed[good_rows]
     # Busy GPU-seconds never exceed the job's own GPU-seconds (overlapping steps on the same GPUs).
     cap = out["gpu_util_gpu_s"]
