@@ -76,7 +76,7 @@ ORDERS = ("fetch", "text-last", "text-first", "narrow")
 
 
 def column_order(order: str) -> tuple[str, ...]:
-    from gpuclust.accounting.schema import FETCH_FIELDS
+    from gpuclust.accounting.ingest.schema import FETCH_FIELDS
 
     rest = tuple(f for f in FETCH_FIELDS if f not in FREE_TEXT)
     return {"fetch": FETCH_FIELDS, "text-last": rest + FREE_TEXT, "text-first": FREE_TEXT[::-1] + rest,
@@ -212,7 +212,7 @@ def child_floor(path: str, delimiter: str) -> dict:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from gpuclust.accounting.direct import split_at
+    from gpuclust.accounting.ingest.fast.direct import split_at
 
     t = time.perf_counter()
     # Split on the byte the direct reader splits on (one that occurs once in the delimiter: \x1f of
@@ -235,14 +235,14 @@ def child_floor(path: str, delimiter: str) -> dict:
 def child_full(path: str, out: str, delimiter: str, bare: bool = False) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuclust.accounting.memory import before_pyarrow_loads, keep_freed_memory
+    from gpuclust.accounting.ingest.fast.memory import before_pyarrow_loads, keep_freed_memory
 
     before_pyarrow_loads()  # as `gpuclust report` does first
-    from gpuclust.accounting import gpuuse
-    from gpuclust.accounting.metrics import build_report
+    from gpuclust.accounting.figures import gpuuse
+    from gpuclust.accounting.figures.metrics import build_report
+    from gpuclust.accounting.history.store import latest_state
+    from gpuclust.accounting.output.render import write_report
     from gpuclust.accounting.pipeline import input_period, read_input
-    from gpuclust.accounting.render import write_report
-    from gpuclust.accounting.store import latest_state
     from gpuclust.config import parse_config
 
     keep_freed_memory()  # as `gpuclust report build` does first
@@ -252,8 +252,8 @@ def child_full(path: str, out: str, delimiter: str, bare: bool = False) -> dict:
     if usage:  # the usage TRES rolled up by the 24.05.1+ rule, as `report build --slurm-version 24.11` reads them
         from dataclasses import replace
 
-        from gpuclust.accounting.normalize import DEFAULT_OPTIONS
-        from gpuclust.accounting.registry import REGISTRY, Registry
+        from gpuclust.accounting.ingest.normalize import DEFAULT_OPTIONS
+        from gpuclust.accounting.ingest.registry import REGISTRY, Registry
 
         options = replace(DEFAULT_OPTIONS, slurm_version="24.11")
         if bare:
@@ -323,12 +323,13 @@ def child_store(path: str, state: str, delimiter: str, days: int, build_only: bo
     import shutil
     from datetime import date, datetime, timedelta, timezone
 
-    from gpuclust.accounting.memory import before_pyarrow_loads, keep_freed_memory
+    from gpuclust.accounting.ingest.fast.memory import before_pyarrow_loads, keep_freed_memory
 
     before_pyarrow_loads()  # as `gpuclust report` does first
-    from gpuclust.accounting import pipeline, store
-    from gpuclust.accounting.period import Period
-    from gpuclust.accounting.text import parse_parsable
+    from gpuclust.accounting import pipeline
+    from gpuclust.accounting.history import store
+    from gpuclust.accounting.ingest.period import Period
+    from gpuclust.accounting.ingest.text import parse_parsable
     from gpuclust.config import parse_config
 
     keep_freed_memory()

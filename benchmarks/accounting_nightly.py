@@ -30,11 +30,12 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> None:
-    from gpuclust.accounting import pipeline, store
-    from gpuclust.accounting.fetch import sacct_args
-    from gpuclust.accounting.period import Period
-    from gpuclust.accounting.schema import FETCH_DELIMITER
-    from gpuclust.accounting.text import parse_parsable
+    from gpuclust.accounting import pipeline
+    from gpuclust.accounting.history import store
+    from gpuclust.accounting.history.fetch import sacct_args
+    from gpuclust.accounting.ingest.period import Period
+    from gpuclust.accounting.ingest.schema import FETCH_DELIMITER
+    from gpuclust.accounting.ingest.text import parse_parsable
     from gpuclust.config import parse_config
     from gpuclust.slurm.client import CommandSlurmClient
 

@@ -44,11 +44,12 @@ def _no_job_ids(data: object, offsets: object, block_rows: int = 0, ends: object
 
 
 def apply(variant: str) -> None:
-    from gpuclust.accounting import fields, registry
+    from gpuclust.accounting.ingest import registry
+    from gpuclust.accounting.ingest.fast import swar
 
     if variant == "no-jobid-kernel":
-        fields.job_ids_swar = _no_job_ids  # type: ignore[assignment]
-    kernel = {"no-time-kernel": fields.fixed_times, "no-clock-kernel": fields.fixed_clock}.get(variant)
+        swar.job_ids_swar = _no_job_ids  # type: ignore[assignment]
+    kernel = {"no-time-kernel": swar.fixed_times, "no-clock-kernel": swar.fixed_clock}.get(variant)
     if kernel is None:
         return
     for fd in registry.REGISTRY.fields:

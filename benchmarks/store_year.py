@@ -130,8 +130,10 @@ def _table(cols: dict[str, np.ndarray], running: np.ndarray, schema: pa.Schema) 
 
 def generate(state: Path, rows: int, last_day: date, seed: int = 31, heavy_share: float = 0.0) -> dict[str, float]:
     """The store of `rows` rows (about: each job once, plus its copies in the earlier windows it crosses)."""
-    from gpuclust.accounting import pipeline, store, trend
-    from gpuclust.accounting.schema import SCHEMA
+    from gpuclust.accounting import pipeline
+    from gpuclust.accounting.figures import trend
+    from gpuclust.accounting.history import store
+    from gpuclust.accounting.ingest.schema import SCHEMA
     from gpuclust.config import parse_config
 
     shutil.rmtree(state, ignore_errors=True)
@@ -255,7 +257,7 @@ def compare(state: Path) -> dict[str, object]:
     import math
 
     from gpuclust.accounting import pipeline
-    from gpuclust.accounting.period import resolve_period
+    from gpuclust.accounting.ingest.period import resolve_period
     from gpuclust.config import load_config
 
     config = load_config(str(state / "site.conf"))

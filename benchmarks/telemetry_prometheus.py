@@ -88,7 +88,7 @@ def write_openmetrics(jobs: list[dict[str, object]], path: Path, seed: int = 11)
 
 
 def child(url: str, jobs_file: str, step: float, chunk_hours: float) -> None:
-    from gpuclust.accounting.telemetry import JobWindow, fetch_telemetry
+    from gpuclust.accounting.figures.telemetry import JobWindow, fetch_telemetry
     from gpuclust.config.site import TelemetryConfig
 
     raw = json.loads(Path(jobs_file).read_text())

@@ -15,12 +15,12 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accounting import economics, gpuuse, partitioned, reportdoc, store, storeread, trend
-from gpuclust.accounting.economics import attach as attach_economics  # (one of two stages named attach)
-from gpuclust.accounting.fetch import fetch_day, sacct_version
-from gpuclust.accounting.jobfilter import JobFilter
-from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.metrics import (
+from gpuclust.accounting.figures import economics, gpuuse, partitioned, trend
+from gpuclust.accounting.figures.economics import (
+    attach as attach_economics,  # (one of two stages named attach)
+)
+from gpuclust.accounting.figures.jobfilter import JobFilter
+from gpuclust.accounting.figures.metrics import (
     DEFAULT_TOP,
     Report,
     build_report,
@@ -28,9 +28,13 @@ from gpuclust.accounting.metrics import (
     note_no_gpu,
     rows_accounted,
 )
-from gpuclust.accounting.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, input_period
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.render import write_report
+from gpuclust.accounting.history import sources, store, storeread
+from gpuclust.accounting.history.fetch import fetch_day, sacct_version
+from gpuclust.accounting.ingest.jsonin import parse_input
+from gpuclust.accounting.ingest.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, input_period
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.output import reportdoc
+from gpuclust.accounting.output.render import write_report
 from gpuclust.config import SiteConfig
 from gpuclust.errors import InputError, Problem
 from gpuclust.slurm.client import SlurmClient
@@ -46,7 +50,7 @@ class FetchSummary:
     days: list[dict[str, Any]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     rejected_rows: int = 0
-    economics: dict[str, Any] = field(default_factory=dict)  # node events, refusals (gpuclust.accounting.economics)
+    economics: dict[str, Any] = field(default_factory=dict)  # node events, refusals (gpuclust.accounting.figures.economics)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -94,7 +98,7 @@ def fetch(
     # The daily trend's per-day aggregates of the weeks these days change (trend.refresh: a cache, issue 31 item 5).
     trend.refresh(root, config, lookback_of(config))
     if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
-        summary.economics = economics.fetch_sources(client, config, days)
+        summary.economics = sources.fetch_sources(client, config, days)
     return summary
 
 
@@ -164,7 +168,7 @@ def build(
 ) -> tuple[Report, ParseResult | None]:
     """Compute the report from --input or the store. The caller writes it (write_report). From the store, the
     report also holds the daily trend of the `trend_days` days before its end (0: none); a period of more than
-    `rows_in_memory` stored rows is built partitioned (gpuclust.accounting.partitioned), in buckets of about
+    `rows_in_memory` stored rows is built partitioned (gpuclust.accounting.figures.partitioned), in buckets of about
     `rows_per_bucket` (None: partitioned.ROWS_IN_MEMORY and ROWS_PER_BUCKET)."""
     info: dict[str, Any]
     parsed: ParseResult | None = None

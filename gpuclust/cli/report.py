@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 from click.core import ParameterSource
 
-from gpuclust.accounting.period import PERIODS, resolve_period
+from gpuclust.accounting.ingest.period import PERIODS, resolve_period
 from gpuclust.cli.context import AppContext, pass_app
 from gpuclust.cli.output import echo_json, format_table
 from gpuclust.cli.params import TIME, TIME_HELP, HintChoice, HintIntRange, HintPath
@@ -36,7 +36,7 @@ _PERIOD_OPTIONS = [
 
 
 VIA = ("parsable", "json")
-"""gpuclust.accounting.fetch.VIA, spelled out: importing fetch pulls numpy and pyarrow (a test keeps them equal)."""
+"""gpuclust.accounting.history.fetch.VIA, spelled out: importing fetch pulls numpy and pyarrow (a test keeps them equal)."""
 
 
 def _period_options(func):  # type: ignore[no-untyped-def]
@@ -46,7 +46,7 @@ def _period_options(func):  # type: ignore[no-untyped-def]
 
 
 def _check_target(value: float | None) -> float | None:
-    from gpuclust.accounting.metrics import check_target
+    from gpuclust.accounting.figures.metrics import check_target
 
     try:
         check_target(value)
@@ -69,19 +69,19 @@ def _named(parse):  # type: ignore[no-untyped-def]
 
 # The library parsers behind the option callbacks, imported when an option is parsed (not for --help).
 def _decode_delimiter(text: str | None) -> str | None:
-    from gpuclust.accounting.text import decode_delimiter
+    from gpuclust.accounting.ingest.text import decode_delimiter
 
     return None if text is None else decode_delimiter(text)
 
 
 def _parse_formats(text: str) -> tuple[str, ...]:
-    from gpuclust.accounting.render import parse_formats
+    from gpuclust.accounting.output.render import parse_formats
 
     return parse_formats(text)
 
 
 def _check_slurm_version(version: str | None) -> str | None:
-    from gpuclust.accounting.usage import check_slurm_version
+    from gpuclust.accounting.ingest.usage import check_slurm_version
 
     return check_slurm_version(version)
 
@@ -89,7 +89,7 @@ def _check_slurm_version(version: str | None) -> str | None:
 @click.group("report")
 def group() -> None:
     """Accounting: fetch sacct records and build queue-wait, retry and cost reports."""
-    from gpuclust.accounting.memory import before_pyarrow_loads
+    from gpuclust.accounting.ingest.fast.memory import before_pyarrow_loads
 
     before_pyarrow_loads()  # (before any subcommand or its options load pyarrow)
 
@@ -107,7 +107,8 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 
     Re-fetching a window replaces its days in one atomic swap (default period: yesterday).
     """
-    from gpuclust.accounting import memory, pipeline
+    from gpuclust.accounting import pipeline
+    from gpuclust.accounting.ingest.fast import memory
 
     config = app.config
     memory.keep_freed_memory()
@@ -202,9 +203,10 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 
     Reads the store (fetch first) or --input. Rows that cannot be parsed are listed with their line numbers.
     """
-    from gpuclust.accounting import memory, pipeline
-    from gpuclust.accounting.render import parse_formats, prepare_out_dir, write_report
-    from gpuclust.accounting.text import decode_delimiter
+    from gpuclust.accounting import pipeline
+    from gpuclust.accounting.ingest.fast import memory
+    from gpuclust.accounting.ingest.text import decode_delimiter
+    from gpuclust.accounting.output.render import parse_formats, prepare_out_dir, write_report
 
     config = _build_config(app, input_path)
     memory.keep_freed_memory()
@@ -261,7 +263,7 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
 
 
 SHOW_BY = ("partition", "account", "user")
-"""gpuclust.accounting.show.BY, spelled out (importing show pulls pandas)."""
+"""gpuclust.accounting.output.show.BY, spelled out (importing show pulls pandas)."""
 SHOW_ROWS = ("jobs", "runs", "findings")
 
 
@@ -294,8 +296,10 @@ def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, pe
     Reads the store (fetch first; default period: yesterday) or --input, computes the report as `report build`
     does and writes no file. An empty period is said and exits 0.
     """
-    from gpuclust.accounting import memory, pipeline, show
-    from gpuclust.accounting.text import decode_delimiter
+    from gpuclust.accounting import pipeline
+    from gpuclust.accounting.ingest.fast import memory
+    from gpuclust.accounting.ingest.text import decode_delimiter
+    from gpuclust.accounting.output import show
 
     if fmt != "jsonl" and click.get_current_context().get_parameter_source("rows") is not ParameterSource.DEFAULT:
         raise click.UsageError("--rows goes with --format jsonl (the table and json formats show the summary): add "

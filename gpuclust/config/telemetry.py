@@ -2,7 +2,7 @@
 how to query it, and the held-idle rule (shared/gpu-hours-glossary.md).
 
 Kept apart from site.py like economics.py: site.py lists TELEMETRY in SECTIONS and calls `telemetry_config`
-once; `TelemetryConfig` is re-exported there. The reader is gpuclust.accounting.telemetry.
+once; `TelemetryConfig` is re-exported there. The reader is gpuclust.accounting.figures.telemetry.
 """
 
 from __future__ import annotations

@@ -635,7 +635,7 @@ local function merged_view(desc, rec)
 end
 
 -- One value of the structured rejection line: bytes other than [A-Za-z0-9_.,:/@+-] as %XX (so a space, '=' or
--- newline cannot break the line; gpuclust/accounting/refusals.py decodes it); nil as the empty string.
+-- newline cannot break the line; gpuclust/accounting/history/refusals.py decodes it); nil as the empty string.
 local LOG_UNSAFE = "[^%w_%.,:/@%+%-]"
 local function hex_byte(c) return sformat("%%%02X", sbyte(c)) end
 -- Encoded strings are remembered (bounded as GPU_MEMO): a site's rejections name few distinct accounts, users and

@@ -3,7 +3,7 @@ text path reads (the same strings ``sacct --parsable2`` prints), so the accounti
 
 The shape comes from the document's ``meta`` block (gpuclust.slurm.jsonshape). The adapters are one table
 (ADAPTER_TABLE): each entry names its plugin, the Slurm releases that ship it, what it was proven on, and only
-how it differs; the path of each field is declared once, with the field, in gpuclust.accounting.registry.
+how it differs; the path of each field is declared once, with the field, in gpuclust.accounting.ingest.registry.
 Anything else (an unknown plugin, a missing or malformed meta, a plugin the named release does not ship) is
 refused with UnknownShape naming ``sacct --json``, what meta says and the shapes read. The documented
 fallback is the text form (``report fetch --via parsable``, the default).
@@ -309,7 +309,7 @@ LAB, PUBLIC, SPEC = "lab recording", "public real document", "spec-derived"
 class SacctJsonAdapter:
     """One ``sacct --json`` shape: its plugin, the Slurm releases that ship it, and how it differs from the
     others in the fields gpuclust reads (see the table in the module docstring). The path of each plain field
-    (and any per-shape override) is declared with the field, in gpuclust.accounting.registry; the adapter holds
+    (and any per-shape override) is declared with the field, in gpuclust.accounting.ingest.registry; the adapter holds
     what is more than a path (State, ExitCode, the job id, dbv0.0.37's Start)."""
 
     plugin: str

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
-from gpuclust.accounting.text import parse_parsable
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
+from gpuclust.accounting.ingest.text import parse_parsable
 from tests.integration.labutil import run_cmd, submit
 
 pytestmark = pytest.mark.slurm

@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from gpuclust.accounting import pipeline, store
-from gpuclust.accounting.fetch import sacct_args
-from gpuclust.accounting.metrics import build_report
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import RAW_FIELDS
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.figures.metrics import build_report
+from gpuclust.accounting.history import store
+from gpuclust.accounting.history.fetch import sacct_args
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import RAW_FIELDS
 from gpuclust.config import parse_config
 from gpuclust.slurm.client import CommandSlurmClient
 from tests.integration.labutil import job_state, run_cmd, submit, wait_for_sacct, wait_job_done  # noqa: F401
@@ -153,7 +154,7 @@ EXPECTED_ROWS = 15  # 8 one-row jobs, requeue 2 (REQUEUED + COMPLETED), array 3 
 
 def _wait_settled(scn: Scenario, timeout: float = 120) -> None:
     """Poll the day's sacct (through the real fetch parser) until every row of the scenario is settled."""
-    from gpuclust.accounting.fetch import fetch_day
+    from gpuclust.accounting.history.fetch import fetch_day
 
     terminal = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "REQUEUED", "NODE_FAIL", "OUT_OF_MEMORY"}
     deadline = time.monotonic() + timeout

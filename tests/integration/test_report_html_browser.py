@@ -24,7 +24,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gpuclust.accounting.render import render_html
+from gpuclust.accounting.output.render import render_html
 from gpuclust.cli.main import cli
 from tests.unit.test_report_browser import _browser, _store_report, _stretched, chromium  # noqa: F401
 

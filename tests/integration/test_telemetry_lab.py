@@ -126,7 +126,7 @@ def test_job_gpu_utilisation_reaches_prometheus_with_hpc_job_label(slurm_lab, pr
 
 def _sacct_dump(job_ids: list[str], path: str) -> None:
     """The jobs' rows and steps, --parsable2 with a header, in the registry's fetch order (what `--input` reads)."""
-    from gpuclust.accounting.schema import RAW_FIELDS
+    from gpuclust.accounting.ingest.schema import RAW_FIELDS
 
     cp = run_cmd(["sacct", "-a", "-D", "--parsable2", "-j", ",".join(job_ids), "-o", ",".join(RAW_FIELDS)],
                  timeout=30)

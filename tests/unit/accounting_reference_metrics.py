@@ -1,4 +1,4 @@
-"""The pandas implementation of the accounting metrics that gpuclust.accounting.metrics replaced, kept as
+"""The pandas implementation of the accounting metrics that gpuclust.accounting.figures.metrics replaced, kept as
 the oracle for tests/unit/test_accounting_metrics_equivalence.py (row-by-row pandas grouping, the JobID as
 a string, every group table over all runs). Its shared, non-computational pieces (the report's assembly from its
 tables, the exact resubmission matcher) are imported from the module under test.
@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting.metrics import (
+from gpuclust.accounting.figures.metrics import (
     DEFAULT_TOP,
     GROUP_COLUMNS,
     WAIT_COLUMNS,
@@ -23,8 +23,8 @@ from gpuclust.accounting.metrics import (
     _exact_runs,
     assemble_report,
 )
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import TIME_COLUMNS
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import TIME_COLUMNS
 from gpuclust.config import SiteConfig
 
 NONE_LABEL = "(none)"

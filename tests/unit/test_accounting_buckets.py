@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclust.accounting import pipeline
-from gpuclust.accounting.metrics.attempts import allocated_mask, ran_mask, row_buckets
-from gpuclust.accounting.normalize import ReaderOptions
-from gpuclust.accounting.period import Period
+from gpuclust.accounting.figures.metrics.attempts import allocated_mask, ran_mask, row_buckets
+from gpuclust.accounting.ingest.normalize import ReaderOptions
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER
 from gpuclust.accounting.pipeline import read_input
-from gpuclust.accounting.schema import FETCH_DELIMITER
 from gpuclust.cli.main import cli
 from gpuclust.config import load_config
 from gpuclust.errors import InputError
@@ -181,7 +181,7 @@ def test_windows_line_ends_and_trailing_blank_line(fast: bool) -> None:
     blank line reads as the original: the blank line is no row, no value keeps a \\r."""
     data = (DATA / "lab-holes-fetch.txt").read_bytes()
     crlf = data.replace(b"\n", b"\r\n") + b"\r\n"
-    from gpuclust.accounting import text
+    from gpuclust.accounting.ingest import text
 
     want = text.parse_parsable(data, FETCH_DELIMITER, "a", options=ReaderOptions(fast=fast))
     got = text.parse_parsable(crlf, FETCH_DELIMITER, "b", options=ReaderOptions(fast=fast))
@@ -191,7 +191,7 @@ def test_windows_line_ends_and_trailing_blank_line(fast: bool) -> None:
 
 def test_dump_without_header_is_named_and_the_fix_shown() -> None:
     body = (DATA / "lab-pipe.txt").read_bytes().split(b"\n", 1)[1]  # as `sacct ... --noheader` writes it
-    from gpuclust.accounting import text
+    from gpuclust.accounting.ingest import text
 
     with pytest.raises(InputError) as exc:
         text.parse_parsable(body, None, "dump.txt")

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 from click.testing import CliRunner
 
-from gpuclust.accounting.fetch import sacct_args
+from gpuclust.accounting.history.fetch import sacct_args
 from gpuclust.cli.context import AppContext
 from gpuclust.cli.main import cli
 from gpuclust.slurm.replay import ReplaySlurmClient

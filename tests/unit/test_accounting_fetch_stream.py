@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuclust.accounting import pipeline, store
-from gpuclust.accounting.fetch import fetch_day, sacct_args
-from gpuclust.accounting.schema import FETCH_DELIMITER
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.history import store
+from gpuclust.accounting.history.fetch import fetch_day, sacct_args
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER
 from gpuclust.errors import SlurmCommandError
 from gpuclust.slurm.replay import ReplaySlurmClient
 from gpuclust.slurm.runner import run_command

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import fields as f
+from gpuclust.accounting.ingest import fields as f
 from gpuclust.errors import SlurmOutputError
 
 

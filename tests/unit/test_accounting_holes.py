@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclust.accept import params
-from gpuclust.accounting import text
-from gpuclust.accounting.normalize import ReaderOptions
+from gpuclust.accounting.ingest import text
+from gpuclust.accounting.ingest.normalize import ReaderOptions
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
 from gpuclust.accounting.pipeline import read_input
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
 from gpuclust.cli.main import cli
 from gpuclust.config import check_config, load_config
 from gpuclust.config.ini import parse_ini
@@ -116,9 +116,9 @@ def test_reused_job_id_is_another_job(tmp_path: Path) -> None:
 
 def test_requeue_stays_one_job() -> None:
     """Real sacct -D (lab-holes-pipe.txt): job 5 requeued, its second execution's Submit = the first's End."""
-    from gpuclust.accounting.metrics import build_report
+    from gpuclust.accounting.figures.metrics import build_report
+    from gpuclust.accounting.history.store import latest_state
     from gpuclust.accounting.pipeline import input_period
-    from gpuclust.accounting.store import latest_state
 
     parsed = read_input(str(DATA / "lab-holes-pipe.txt"))
     report = build_report(latest_state(parsed.table), load_config(str(SITE)), input_period(parsed))

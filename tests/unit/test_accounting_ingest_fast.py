@@ -1,4 +1,4 @@
-"""The direct text reader (gpuclust.accounting.text: pyarrow.csv over the input split on the delimiter's first
+"""The direct text reader (gpuclust.accounting.ingest.text: pyarrow.csv over the input split on the delimiter's first
 byte, no delimiter swap) gives exactly the reference's result, or hands the input to the reference.
 
 Every comparison: ``direct.table.cast(SCHEMA)`` equals the reference table, and the problems, rejected rows,
@@ -24,10 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import fields, pipeline, text
-from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.normalize import ReaderOptions
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.ingest import fields, text
+from gpuclust.accounting.ingest.fast import swar
+from gpuclust.accounting.ingest.jsonin import parse_input
+from gpuclust.accounting.ingest.normalize import ReaderOptions
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
 from gpuclust.errors import InputError
 from tests.unit.test_accounting_perf_equivalence import ROW, _bench, _mutate, dump, reference_paths
 
@@ -426,7 +428,7 @@ def test_fixed_times_agree_with_the_reference(values, prefix):
     rows = [r for r, ok in zip(raw, ok_len, strict=True) if ok]
     if not rows:
         return
-    epoch, ok = fields.fixed_times(np.frombuffer(b"".join(rows), dtype=np.uint8), 0, len(rows), prefix)
+    epoch, ok = swar.fixed_times(np.frombuffer(b"".join(rows), dtype=np.uint8), 0, len(rows), prefix)
     ref, bad = fields._v_time_ref(pa.array([r[len(prefix):].decode() for r in rows]))
     ref_values = ref.cast(pa.int64()).to_pylist()
     for i in np.flatnonzero(ok):
@@ -443,13 +445,13 @@ def test_fixed_times_agree_with_the_reference(values, prefix):
             assert ok[i] or not plain, v
     wrong = b"".join(b"x" * len(prefix) + r[len(prefix):] for r in rows)
     if prefix:
-        assert not fields.fixed_times(np.frombuffer(wrong, dtype=np.uint8), 0, len(rows), prefix)[1].any()
+        assert not swar.fixed_times(np.frombuffer(wrong, dtype=np.uint8), 0, len(rows), prefix)[1].any()
 
 
 @settings(max_examples=200, deadline=None)
 @given(values=st.lists(st.text(alphabet="0123456789:x-", min_size=8, max_size=8), min_size=1, max_size=30))
 def test_fixed_clock_agrees_with_v_elapsed(values):
-    secs, ok = fields.fixed_clock(np.frombuffer("".join(values).encode(), dtype=np.uint8), 0, len(values), b"")
+    secs, ok = swar.fixed_clock(np.frombuffer("".join(values).encode(), dtype=np.uint8), 0, len(values), b"")
     ref, bad = fields.v_elapsed(pa.array(values))
     for i in np.flatnonzero(ok):
         assert not bad[i] and ref[i].as_py() == secs[i]
@@ -471,7 +473,7 @@ def test_job_ids_swar_agrees_with_the_regex(values, lead):
     raw = pa.array(["9" * lead] + values, pa.string()).cast(pa.binary())  # a first value of any length
     data = np.frombuffer(raw.buffers()[2], dtype=np.uint8) if raw.buffers()[2] is not None else np.zeros(0, np.uint8)
     offsets = np.frombuffer(raw.buffers()[1], dtype=np.int32)[: len(raw) + 1]
-    base, task, has_task, ok = fields.job_ids_swar(data, offsets)
+    base, task, has_task, ok = swar.job_ids_swar(data, offsets)
     ids, step, bad = fields._v_job_id_regex(raw.cast(pa.string()))
     for i in np.flatnonzero(ok):
         assert not bad[i] and not step[i]
@@ -491,7 +493,7 @@ _step_text = st.one_of(
 @given(values=st.lists(_step_text, min_size=1, max_size=40), lead=st.integers(0, 18))
 def test_step_ids_agree_with_the_regex(values, lead):
     """The direct reader's step ids (`123.batch`: the job part by the kernel) are what the regex gives."""
-    from gpuclust.accounting.direct.columns import _step_ids
+    from gpuclust.accounting.ingest.fast.direct.columns import _step_ids
 
     raw = pa.array(["9" * lead] + values, pa.string()).cast(pa.binary())
     data = np.frombuffer(raw.buffers()[2], dtype=np.uint8) if raw.buffers()[2] is not None else np.zeros(0, np.uint8)
@@ -519,7 +521,7 @@ def test_step_ids_agree_with_the_regex(values, lead):
 def test_rows_equal():
     a = np.frombuffer(b"abcdefghijklmnopqrstu" * 3, dtype=np.uint8)
     b = np.frombuffer(b"abcdefghijklmnopqrstu" + b"abcdefghijklmnopqrstX" + b"Xbcdefghijklmnopqrstu", dtype=np.uint8)
-    assert fields.rows_equal(a, 0, b, 0, 3, 21).tolist() == [True, False, False]
+    assert swar.rows_equal(a, 0, b, 0, 3, 21).tolist() == [True, False, False]
 
 
 def test_json_input_still_detected(tmp_path):
@@ -587,7 +589,7 @@ def test_newline_in_a_free_text_edge_value_keeps_its_row(order, delimiter, monke
     Comment) stays that line's row, its first or last value patched (records.Patch): the reference's result,
     without reading the line's values back. Blank lines inside the value, and a record with a `|`-free
     newline in JobName beside it, too."""
-    from gpuclust.accounting.direct import records
+    from gpuclust.accounting.ingest.fast.direct import records
 
     comments = ["a\nb", "x\n\ny\nz", "plain", "", "team=ml\nproject=p1", "ünï\ncodé"]
     rows = [dict(ROW, JobID=str(500 + i), JobIDRaw=str(500 + i), JobName="n\nm" if i == 3 else f"n{i}", Comment=c)
@@ -600,7 +602,7 @@ def test_newline_in_a_free_text_edge_value_keeps_its_row(order, delimiter, monke
         found.append(real(*args, **kwargs))
         return found[-1]
 
-    monkeypatch.setattr("gpuclust.accounting.direct.locate_records", spy)
+    monkeypatch.setattr("gpuclust.accounting.ingest.fast.direct.locate_records", spy)
     direct = check(data, delimiter, monkeypatch)
     assert len(found[0].patches) == 4  # the rows whose Comment holds a newline
     assert direct.table.column("comment").to_pylist() == comments
@@ -611,7 +613,7 @@ def test_newline_in_a_free_text_edge_value_keeps_its_row(order, delimiter, monke
 def test_source_find_in_blocks_finds_the_first_match(block):
     """`_Source.find` searches bytes and mmaps block by block (the GIL is free between blocks): a match across
     a block's end is found, and the first one."""
-    from gpuclust.accounting.textcommon import _Source
+    from gpuclust.accounting.ingest.textcommon import _Source
 
     data = b"xxabcxxabcabc" * 3
     src = _Source(data, scan_block=block)

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclust.accounting import pipeline
-from gpuclust.accounting.fetch import fetch_day, sacct_args
-from gpuclust.accounting.jsonin import parse_input, parse_json
+from gpuclust.accounting.history.fetch import fetch_day, sacct_args
+from gpuclust.accounting.ingest.jsonin import parse_input, parse_json
 from gpuclust.cli.main import cli
 from gpuclust.errors import InputError, SlurmOutputError
 from gpuclust.slurm.replay import ReplaySlurmClient

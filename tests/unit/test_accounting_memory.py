@@ -1,4 +1,4 @@
-"""The report process keeps freed memory for reuse (gpuclust.accounting.memory)."""
+"""The report process keeps freed memory for reuse (gpuclust.accounting.ingest.fast.memory)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpuclust.accounting import memory
+from gpuclust.accounting.ingest.fast import memory
 
 
 def _glibc() -> bool:
@@ -56,7 +56,7 @@ def _fresh_python(code: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_mimalloc_settings_are_set_only_before_pyarrow_loads():
-    probe = ("import os, sys{first}\nfrom gpuclust.accounting import memory\n"
+    probe = ("import os, sys{first}\nfrom gpuclust.accounting.ingest.fast import memory\n"
              "print(memory.before_pyarrow_loads(), os.environ.get('MIMALLOC_PURGE_DELAY'))")
     assert _fresh_python(probe.format(first="")) == "True 10"
     assert _fresh_python(probe.format(first=""), {"MIMALLOC_PURGE_DELAY": "50"}) == "True 50"  # the admin's own
@@ -65,7 +65,7 @@ def test_mimalloc_settings_are_set_only_before_pyarrow_loads():
 
 def test_report_commands_set_mimalloc_up_before_pyarrow_loads():
     """The `report` group sets the options before a subcommand (or its options' checks) imports pyarrow."""
-    code = ("import os\nfrom gpuclust.accounting import memory\n"
+    code = ("import os\nfrom gpuclust.accounting.ingest.fast import memory\n"
             "seen, real = [], memory.before_pyarrow_loads\n"
             "memory.before_pyarrow_loads = lambda: seen.append(real()) or seen[-1]\n"
             "from gpuclust.cli.main import cli\n"

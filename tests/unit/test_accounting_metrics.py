@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from gpuclust.accounting.metrics import build_report
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import SCHEMA
+from gpuclust.accounting.figures.metrics import build_report
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import SCHEMA
 from gpuclust.config import parse_config
 
 CONF = """

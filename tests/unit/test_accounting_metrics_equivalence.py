@@ -19,9 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import metrics, sorting, store, text
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import FETCH_DELIMITER, SCHEMA
+from gpuclust.accounting.figures import metrics
+from gpuclust.accounting.history import store
+from gpuclust.accounting.ingest import text
+from gpuclust.accounting.ingest.fast import sorting
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, SCHEMA
 from gpuclust.config import parse_config
 from tests.reportcompare import assert_same
 from tests.unit import accounting_reference_metrics as reference

@@ -1,4 +1,4 @@
-"""A partitioned build (rows in buckets by user, figures merged: gpuclust.accounting.partitioned) gives the
+"""A partitioned build (rows in buckets by user, figures merged: gpuclust.accounting.figures.partitioned) gives the
 one-table build's figures. The oracle is the one-table build over the same store (itself checked against real
 recordings and hand figures elsewhere); the rows are the lab's recorded jobs (requeues, arrays, het jobs,
 failures, resubmissions) plus the cross-day cases the partitioning must keep whole: a run whose retries span
@@ -14,10 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpuclust.accounting import partitioned, pipeline, store, storeread
-from gpuclust.accounting.jobfilter import JobFilter
-from gpuclust.accounting.metrics.waits import KnownValues, ValueCounts, wait_table
-from gpuclust.accounting.period import Period
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.figures import partitioned
+from gpuclust.accounting.figures.jobfilter import JobFilter
+from gpuclust.accounting.figures.metrics.waits import KnownValues, ValueCounts, wait_table
+from gpuclust.accounting.history import store, storeread
+from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import parse_config
 from gpuclust.errors import GpuclustError
 from tests.reportcompare import assert_same, figures
@@ -219,8 +221,8 @@ ECON = Path(__file__).resolve().parents[1] / "data" / "economics"
 def test_partitioned_unit_economics_equal_the_one_table_ones(tmp_path):
     """The economics lab recording (real Slurm 22.05: node events, a drain while a job ran, the inventory,
     pending reasons; tests/data/economics/README.md) stored as `report fetch` stores it."""
-    from gpuclust.accounting import events
-    from gpuclust.accounting.schema import SCHEMA
+    from gpuclust.accounting.history import events
+    from gpuclust.accounting.ingest.schema import SCHEMA
 
     text = (ECON / "site.conf").read_text()
     text = "\n".join(f"state_dir = {tmp_path}" if line.startswith("state_dir") else line
@@ -282,7 +284,7 @@ def test_a_heavy_user_is_split_by_resubmission_group_and_a_group_stays_whole():
 
 
 def test_report_show_jobs_rows_of_a_partitioned_build_are_refused_by_name(tmp_path, config):
-    from gpuclust.accounting import show
+    from gpuclust.accounting.output import show
     from gpuclust.errors import InputError
 
     filled(str(tmp_path))

@@ -27,9 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import fields, metrics, store, text
-from gpuclust.accounting.normalize import ReaderOptions
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
+from gpuclust.accounting.figures import metrics
+from gpuclust.accounting.history import store
+from gpuclust.accounting.ingest import fields, text
+from gpuclust.accounting.ingest.normalize import ReaderOptions
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
 from gpuclust.config import parse_config
 from tests.unit.test_accounting_text import ROW, dump
 
@@ -240,7 +242,7 @@ def test_latest_state_same_as_reference(generated, with_store_columns, wide_ids,
 @pytest.mark.parametrize("with_het", [False, True])
 def test_top_failures_ties_keep_the_input_order(with_het):
     """Equal GPU-hours and End: input order decides, with or without het jobs in the table."""
-    from gpuclust.accounting.period import Period
+    from gpuclust.accounting.ingest.period import Period
 
     ids = ["30", "100", "20"]
     rows = [dict(ROW, JobID=i, JobIDRaw=i, JobName=f"n{i}", State="FAILED", ExitCode="1:0") for i in ids]

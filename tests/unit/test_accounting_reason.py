@@ -11,15 +11,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpuclust.accounting import economics, store
-from gpuclust.accounting.events import parse_reasons
-from gpuclust.accounting.fetch import sacct_args
-from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.normalize import ReaderOptions
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.registry import REGISTRY
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
-from gpuclust.accounting.text import parse_parsable
+from gpuclust.accounting.figures import economics
+from gpuclust.accounting.history import store
+from gpuclust.accounting.history.events import parse_reasons
+from gpuclust.accounting.history.fetch import sacct_args
+from gpuclust.accounting.ingest.jsonin import parse_input
+from gpuclust.accounting.ingest.normalize import ReaderOptions
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.registry import REGISTRY
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
+from gpuclust.accounting.ingest.text import parse_parsable
 
 ROOT = Path(__file__).resolve().parent.parent / "data" / "accounting"
 DATA = ROOT / "reason"

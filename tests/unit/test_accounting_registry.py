@@ -1,4 +1,4 @@
-"""A sacct field is declared once (gpuclust.accounting.registry): a new one, given to the readers as one
+"""A sacct field is declared once (gpuclust.accounting.ingest.registry): a new one, given to the readers as one
 `SacctField`, flows through the fetch field list, the schema, both text readers and the JSON reader."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gpuclust.accounting import registry as r
-from gpuclust.accounting import schema, usage
-from gpuclust.accounting.jsonin import parse_json
-from gpuclust.accounting.normalize import ReaderOptions
-from gpuclust.accounting.text import parse_parsable
+from gpuclust.accounting.ingest import registry as r
+from gpuclust.accounting.ingest import schema, usage
+from gpuclust.accounting.ingest.jsonin import parse_json
+from gpuclust.accounting.ingest.normalize import ReaderOptions
+from gpuclust.accounting.ingest.text import parse_parsable
 from gpuclust.slurm import sacct_json as sj
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "accounting"

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuclust.accounting import pipeline, store
-from gpuclust.accounting.fetch import sacct_args
-from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.metrics import build_report
-from gpuclust.accounting.period import resolve_period
-from gpuclust.accounting.schema import FETCH_DELIMITER
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.figures.metrics import build_report
+from gpuclust.accounting.history import store
+from gpuclust.accounting.history.fetch import sacct_args
+from gpuclust.accounting.ingest.jsonin import parse_input
+from gpuclust.accounting.ingest.period import resolve_period
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER
 from gpuclust.config import parse_config
 from gpuclust.slurm.replay import ReplaySlurmClient
 
@@ -159,7 +160,7 @@ def test_job_cancelled_while_pending_is_no_attempt(name):
     """Recorded on the lab: job 1 ran; jobs 2 and 3 were cancelled while pending (3 held by AssocGrpGRES).
     sacct gives those Start = End = the cancel time but NodeList "None assigned" and no AllocTRES: they never
     started, so they are neither attempts nor queue waits."""
-    from gpuclust.accounting.metrics import build_report
+    from gpuclust.accounting.figures.metrics import build_report
     from gpuclust.accounting.pipeline import input_period, read_input
     from gpuclust.config import load_config
 

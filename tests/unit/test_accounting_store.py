@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuclust.accounting import pipeline, store
-from gpuclust.accounting.fetch import sacct_args
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.history import store
+from gpuclust.accounting.history.fetch import sacct_args
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.config import parse_config
 from gpuclust.errors import SlurmCommandError
 from gpuclust.slurm.replay import ReplaySlurmClient

@@ -9,11 +9,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gpuclust.accounting import pipeline, store, storeread
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.render import to_json
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
-from gpuclust.accounting.text import parse_parsable
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.history import store, storeread
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
+from gpuclust.accounting.ingest.text import parse_parsable
+from gpuclust.accounting.output.render import to_json
 from gpuclust.config import parse_config
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "accounting"

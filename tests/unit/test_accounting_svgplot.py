@@ -9,8 +9,8 @@ from xml.etree import ElementTree
 import pandas as pd
 import pytest
 
-from gpuclust.accounting import svgplot
-from gpuclust.accounting.render import _plots
+from gpuclust.accounting.output import svgplot
+from gpuclust.accounting.output.render import _plots
 
 NS = "{http://www.w3.org/2000/svg}"
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
-from gpuclust.accounting.text import decode_delimiter, parse_parsable
+from gpuclust.accounting.ingest.jsonin import parse_input
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
+from gpuclust.accounting.ingest.text import decode_delimiter, parse_parsable
 from gpuclust.errors import InputError
 
 ROW = {

@@ -17,7 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from gpuclust.accounting import pipeline, store, storeread, trend
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.figures import trend
+from gpuclust.accounting.history import store, storeread
 from gpuclust.config import load_config
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "accounting"
@@ -213,8 +215,8 @@ def test_a_damaged_day_leaves_its_weeks_uncached_and_the_fetch_done(tmp_path):
 
 
 def test_report_fetch_writes_the_weeks_it_changes(tmp_path):
-    from gpuclust.accounting.fetch import sacct_args
-    from gpuclust.accounting.period import Period
+    from gpuclust.accounting.history.fetch import sacct_args
+    from gpuclust.accounting.ingest.period import Period
     from gpuclust.slurm.replay import ReplaySlurmClient
 
     config = _config(tmp_path, "UTC")

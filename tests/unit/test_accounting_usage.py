@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import tres_values, usage
-from gpuclust.accounting.normalize import ReaderOptions
+from gpuclust.accounting.ingest import usage
+from gpuclust.accounting.ingest.fast import tres_values
+from gpuclust.accounting.ingest.normalize import ReaderOptions
 from gpuclust.accounting.pipeline import read_input
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "accounting" / "usage"
@@ -411,7 +412,7 @@ def test_allocated_cpus_for_cpu_efficiency():
     """`cpu_efficiency` divides by the job's allocated CPUs, read from AllocTRES (NaN where it has none)."""
     import pandas as pd
 
-    from gpuclust.accounting import gpuuse
+    from gpuclust.accounting.figures import gpuuse
 
     alloc = pd.Series(["billing=8,cpu=8,gres/gpu=1,mem=64G,node=1", "cpu=16,mem=64G", "mem=1G", None, "",
                        "xcpu=3,cpu=4", "cpu=x,cpu=2"], dtype=object)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.metrics import build_report
+from gpuclust.accounting.figures.metrics import build_report
+from gpuclust.accounting.ingest.jsonin import parse_input
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.accounting.pipeline import input_period
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.config import load_config
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "accounting"

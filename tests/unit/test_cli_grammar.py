@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuclust.accounting.period import resolve_period
+from gpuclust.accounting.ingest.period import resolve_period
 from gpuclust.cli.context import AppContext
 from gpuclust.cli.main import cli
 from gpuclust.errors import InputError

@@ -94,7 +94,7 @@ def test_audit_partition_imports_no_heavy_library(scenario: str, tmp_path: Path)
 
 def test_report_via_choices_are_the_fetchers() -> None:
     """`report fetch --via` spells the choices out so that --help does not import the fetcher (numpy, pyarrow)."""
-    from gpuclust.accounting.fetch import VIA
+    from gpuclust.accounting.history.fetch import VIA
     from gpuclust.cli.report import VIA as CLI_VIA
 
     assert CLI_VIA == VIA

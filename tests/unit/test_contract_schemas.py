@@ -17,7 +17,7 @@ from click.testing import CliRunner
 jsonschema = pytest.importorskip("jsonschema")
 
 from gpuclust.accept import results as R  # noqa: E402
-from gpuclust.accounting.reportdoc import ReportDocument, read_report_json  # noqa: E402
+from gpuclust.accounting.output.reportdoc import ReportDocument, read_report_json  # noqa: E402
 from gpuclust.audit.findings import read_audit_document  # noqa: E402
 from gpuclust.cli.context import AppContext  # noqa: E402
 from gpuclust.cli.main import cli  # noqa: E402

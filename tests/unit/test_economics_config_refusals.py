@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gpuclust.accounting import refusals
+from gpuclust.accounting.history import refusals
 from gpuclust.config import parse_config
 from gpuclust.errors import ConfigError
 
@@ -216,7 +216,7 @@ def test_lua_log_encoding_memo_is_exact_past_its_bound():
                          ids=["binary", "empty", "a sacct dump"])
 def test_nodes_file_without_nodes_is_refused(tmp_path: Path, content: bytes) -> None:
     """`--nodes FILE` that holds no node is an error naming the file and how to record one, not a silent 0."""
-    from gpuclust.accounting.events import read_files
+    from gpuclust.accounting.history.events import read_files
     from gpuclust.errors import InputError
 
     path = tmp_path / "nodes.txt"

@@ -21,8 +21,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from gpuclust.accounting import pipeline
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.render import write_report
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.output.render import write_report
 from gpuclust.config import load_config, parse_config
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "economics"
@@ -179,7 +179,7 @@ def test_outputs(tmp_path):
 
 
 def test_node_loss_what_if_uses_the_measured_restore_time():
-    from gpuclust.accounting.economics import measured_restore_seconds
+    from gpuclust.accounting.history.sources import measured_restore_seconds
 
     lab_results = DATA.parent / "accept" / "lab_results"  # a real acceptance storage job on the lab, partition gpu
     measured = measured_restore_seconds(str(lab_results))
@@ -202,8 +202,8 @@ def test_node_loss_what_if_uses_the_measured_restore_time():
 def test_slurm_24_11_recordings_parse():
     """24.11 (lab, Debian 13 root): the same event, node and reason shapes; its cluster TRES adds gres/gpumem and
     gres/gpuutil, which are no GPUs."""
-    from gpuclust.accounting import events, refusals
-    from gpuclust.accounting.economics import pending_class
+    from gpuclust.accounting.figures.economics import pending_class
+    from gpuclust.accounting.history import events, refusals
 
     d = DATA / "24.11"
     ev = events.parse_events((d / "events.txt").read_text(), "events.txt")

@@ -32,9 +32,9 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclust.accounting import text
-from gpuclust.accounting.events import parse_events
-from gpuclust.accounting.normalize import ReaderOptions
+from gpuclust.accounting.history.events import parse_events
+from gpuclust.accounting.ingest import text
+from gpuclust.accounting.ingest.normalize import ReaderOptions
 from gpuclust.audit import collect as col
 from gpuclust.cli.context import AppContext
 from gpuclust.cli.main import cli

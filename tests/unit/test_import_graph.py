@@ -165,3 +165,42 @@ def test_no_import_cycles() -> None:
 def test_cycle_finder_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# Accounting's stages, in the order data flows through them; `pipeline` (the package's own top) runs them.
+ACCOUNTING_STAGES = ("ingest", "history", "figures", "output", "pipeline")
+# Of the fenced fast path (ingest.fast), the two pieces the later stages share: the integer sorts and the
+# process's memory settings. Any other reach into the fence from outside ingest is a new dependency on speed-only
+# code, and fails here.
+FAST_PATH_SHARED = ("gpuclust.accounting.ingest.fast.sorting", "gpuclust.accounting.ingest.fast.memory")
+
+
+def accounting_stage(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["gpuclust", "accounting"] or len(parts) < 3:
+        return None
+    assert parts[2] in ACCOUNTING_STAGES, f"{module} is in no accounting stage: add it to one of {ACCOUNTING_STAGES}"
+    return ACCOUNTING_STAGES.index(parts[2])
+
+
+def test_accounting_modules_each_sit_in_a_stage() -> None:
+    for name in import_graph():
+        accounting_stage(name)
+
+
+def test_accounting_data_flows_one_way_through_its_stages() -> None:
+    graph = import_graph()
+    back = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if (sa := accounting_stage(a)) is not None and (sb := accounting_stage(b)) is not None and sb > sa)
+    assert back == []
+
+
+def test_the_fast_path_is_fenced() -> None:
+    graph = import_graph()
+    fast = "gpuclust.accounting.ingest.fast"
+    reaching_in = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                         if b.startswith(fast) and not a.startswith("gpuclust.accounting.ingest")
+                         and b not in FAST_PATH_SHARED)
+    reaching_out = sorted(f"{a} -> {b}" for a, targets in graph.items() if a.startswith(fast) for b in targets
+                          if b.startswith("gpuclust.accounting.") and not b.startswith("gpuclust.accounting.ingest"))
+    assert (reaching_in, reaching_out) == ([], [])

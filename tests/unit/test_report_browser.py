@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuclust.accounting import pipeline, store
-from gpuclust.accounting.metrics import Report
-from gpuclust.accounting.period import resolve_period
-from gpuclust.accounting.render import render_html
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.figures.metrics import Report
+from gpuclust.accounting.history import store
+from gpuclust.accounting.ingest.period import resolve_period
+from gpuclust.accounting.output.render import render_html
 from gpuclust.config import load_config
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "accounting"

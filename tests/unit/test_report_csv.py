@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuclust.accounting import render
+from gpuclust.accounting.output import render
 
 
 def _frame(rows: int) -> pd.DataFrame:

@@ -3,7 +3,7 @@
 Built on the recorded economics lab scenario (tests/data/economics: capacity, baselines and refusals known, so
 the unit economics are on the page beside the runs): report.html, report.json, the CSVs, gpuclust.prom and
 `report show` (text and JSON). "Useful" alone is no name and no output says "effective unit cost"; the only
-old names left are the deprecated aliases (gpuclust.accounting.metrics.deprecated), each holding exactly its new
+old names left are the deprecated aliases (gpuclust.accounting.figures.metrics.deprecated), each holding exactly its new
 name's value. The cost per completed run is one number in every output, and the unit economics' total cost per
 accepted unit is another figure under another name.
 """
@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuclust.accounting import prom
-from gpuclust.accounting.metrics import deprecated
-from gpuclust.accounting.render import number
+from gpuclust.accounting.figures.metrics import deprecated
+from gpuclust.accounting.output import prom
+from gpuclust.accounting.output.render import number
 from gpuclust.cli.main import cli
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "economics"

@@ -12,8 +12,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuclust.accounting.render import duration, find_previous, header_text, number, render_html, table_title
-from gpuclust.accounting.reportdoc import SCHEMA
+from gpuclust.accounting.output.render import (
+    duration,
+    find_previous,
+    header_text,
+    number,
+    render_html,
+    table_title,
+)
+from gpuclust.accounting.output.reportdoc import SCHEMA
 from gpuclust.cli.main import cli
 from tests.unit.test_report_browser import _store_report
 

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuclust.accounting import pipeline, prom
-from gpuclust.accounting.metrics import deprecated
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.figures.metrics import deprecated
+from gpuclust.accounting.output import prom
 from gpuclust.cli.main import cli
 from gpuclust.config import load_config
 
@@ -108,7 +109,7 @@ def test_every_metric_is_documented_in_the_readme(tmp_path):
 
 def _gpu_use_names() -> set[str]:
     """The families of the GPU-use contributor (issue 26), for a report with use figures."""
-    from gpuclust.accounting.gpuuse import prom_families
+    from gpuclust.accounting.output.gpuuse_render import prom_families
     from tests.unit.test_economics_lab import _build
 
     report = _build()
@@ -119,7 +120,7 @@ def _gpu_use_names() -> set[str]:
 def _economics_names() -> set[str]:
     """The families the unit-economics contributor writes for a report with every part known (the recorded
     economics lab scenario: capacity, baselines, refusals)."""
-    from gpuclust.accounting.economics_render import economics_families
+    from gpuclust.accounting.output.economics_render import economics_families
     from tests.unit.test_economics_lab import _build
 
     return {family.name for family in economics_families(prom.context_of(_build()))}

@@ -212,7 +212,7 @@ def test_bad_input_is_a_click_error(tmp_path: Path) -> None:
 
 
 def test_help_and_choices() -> None:
-    from gpuclust.accounting import show
+    from gpuclust.accounting.output import show
     from gpuclust.cli import report
 
     result = CliRunner().invoke(cli, ["report", "show", "--help"])

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuclust.accounting.jsonin import parse_input, parse_json
-from gpuclust.accounting.metrics import build_report
+from gpuclust.accounting.figures.metrics import build_report
+from gpuclust.accounting.ingest.jsonin import parse_input, parse_json
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER
 from gpuclust.accounting.pipeline import input_period
-from gpuclust.accounting.schema import FETCH_DELIMITER
 from gpuclust.cli.main import cli
 from gpuclust.config import load_config
 from gpuclust.errors import InputError

@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpuclust.accounting import pipeline
-from gpuclust.accounting.jsonin import parse_input
-from gpuclust.accounting.period import Period
+from gpuclust.accounting.ingest.jsonin import parse_input
+from gpuclust.accounting.ingest.period import Period
 from gpuclust.cli.main import cli
 from gpuclust.config import load_config
 from gpuclust.errors import InputError

@@ -14,11 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpuclust.accounting import pipeline, store, storeread
-from gpuclust.accounting.fetch import sacct_args
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
-from gpuclust.accounting.text import parse_parsable
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.history import store, storeread
+from gpuclust.accounting.history.fetch import sacct_args
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, SCHEMA
+from gpuclust.accounting.ingest.text import parse_parsable
 from gpuclust.config import parse_config
 from gpuclust.slurm.replay import ReplaySlurmClient
 

@@ -1,5 +1,5 @@
 """The store is read by other engines: pyarrow.dataset and DuckDB read `report fetch`'s files with Hive
-partitioning and get the report's figures; the README's SQL (gpuclust.accounting.store_sql) is run as it is."""
+partitioning and get the report's figures; the README's SQL (gpuclust.accounting.history.store_sql) is run as it is."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from gpuclust.accounting import pipeline, store, store_sql
-from gpuclust.accounting.fetch import sacct_args
-from gpuclust.accounting.period import Period
-from gpuclust.accounting.schema import FETCH_DELIMITER, STORE_SCHEMA
+from gpuclust.accounting import pipeline
+from gpuclust.accounting.history import store, store_sql
+from gpuclust.accounting.history.fetch import sacct_args
+from gpuclust.accounting.ingest.period import Period
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, STORE_SCHEMA
 from gpuclust.config import parse_config
 from gpuclust.slurm.replay import ReplaySlurmClient
 

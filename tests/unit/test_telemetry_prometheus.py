@@ -1,4 +1,4 @@
-"""gpuclust.accounting.telemetry against a REAL Prometheus (/usr/bin/prometheus, loaded by `promtool tsdb
+"""gpuclust.accounting.figures.telemetry against a REAL Prometheus (/usr/bin/prometheus, loaded by `promtool tsdb
 create-blocks-from openmetrics`), and against a local http.server for the failures Prometheus will not make.
 
 Without the binaries the Prometheus tests skip, saying so; under CI=true they fail instead (the CI install step
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuclust.accounting.telemetry import JobWindow, TelemetryResult, fetch_telemetry
+from gpuclust.accounting.figures.telemetry import JobWindow, TelemetryResult, fetch_telemetry
 from gpuclust.config.site import TelemetryConfig, parse_config
 from gpuclust.config.telemetry import TELEMETRY
 from gpuclust.errors import ConfigError

@@ -1,0 +1,395 @@
+"""Use, not only allocation: how much of the allocated GPU time did work (report.json `gpu_use` and the
+`gpu_use_*` tables; output/gpuuse_render.py draws them for the page and the textfile).
+
+Names follow shared/gpu-hours-glossary.md, and each is defined once, in DEFINITIONS (the report's
+definitions table is made from it):
+
+* allocated: GPUs allocated to a job x its Elapsed, per job that ended in the period (as the rest of the
+  report counts it);
+* coverage: the share of allocated GPU-hours that has utilisation telemetry. A job is covered by the
+  Prometheus source (dcgm-exporter series carrying its job id) where one is configured and has its series,
+  else by Slurm's usage TRES (a step recorded gres/gpuutil), else not at all: its busy and held-idle figures
+  are unknown, counted in `unknown_jobs`, never 0;
+* busy: covered GPU-hours x measured mean per-GPU utilisation;
+* held-idle: covered GPU-hours during which a GPU ran under `idle_threshold` for at least `idle_min`. From
+  Prometheus, the idle stretches of each GPU's series; from usage TRES (an average, no time series), the
+  job's whole covered time when its mean utilisation is under the threshold and it ran at least `idle_min`.
+
+Per job it also gives what seff/jobstats give: mean and max GPU utilisation, GPU memory peak against the
+GPU's memory (Prometheus), energy (kWh: ConsumedEnergyRaw, else the integral of DCGM power), CPU
+efficiency (CPU time / (Elapsed x CPUs)) and memory efficiency (peak RSS / allocated memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuclust.accounting.figures.jsonrecords import records
+from gpuclust.slurm import hostlist
+
+if TYPE_CHECKING:
+    from gpuclust.accounting.figures.metrics import Report
+    from gpuclust.accounting.ingest.period import Period
+    from gpuclust.config import SiteConfig
+
+WORST_JOBS = 20
+WORST_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "allocated_gpu_hours", "held_idle_gpu_hours",
+                 "util_mean_pct", "telemetry")
+DIMENSIONS = ("user", "account", "partition")
+DEFINITIONS: dict[str, str] = {
+    "allocated_gpu_hours": "GPUs allocated to a job x its elapsed time, summed over jobs that ended in the period.",
+    "covered_gpu_hours": "Allocated GPU-hours of the jobs that have utilisation telemetry (Prometheus series, "
+                         "else Slurm's usage TRES gres/gpuutil).",
+    "coverage": "covered / allocated GPU-hours (0..1); every busy and held-idle figure carries it.",
+    "busy_gpu_hours": "Covered GPU-hours x measured mean per-GPU utilisation (0-100%). From Prometheus a time "
+                      "average; from usage TRES (telemetry = usage_tres) an upper bound, because Slurm records each "
+                      "task's PEAK sample of gres/gpuutil, not its average.",
+    "held_idle_gpu_hours": "Covered GPU-hours during which a GPU ran under the idle threshold for at least the "
+                           "minimum time (Prometheus: per GPU series; usage TRES: the whole covered time of a job "
+                           "whose mean is under the threshold).",
+    "util_mean_pct": "busy / covered GPU-hours x 100: mean per-GPU utilisation over the covered part.",
+    "unknown_jobs": "Jobs with GPUs and no utilisation telemetry: their busy and held-idle are unknown, never 0.",
+    "gpu_util_rule": "How Slurm's gres/gpuutil became per-GPU utilisation: summed (23.02.x and 24.05.1 on: the "
+                     "step's Tot, summed over its GPUs, divided by its GPUs) or last-gpu (23.11.0 to 24.05.0 "
+                     "recorded only the node's last GPU: utilisation unknown, counted in usage_warnings).",
+    "energy_kwh": "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded.",
+    "cpu_efficiency": "CPU time of the job's steps / (Elapsed x allocated CPUs).",
+    "mem_efficiency": "Peak task RSS (TRESUsageInMax mem) / allocated memory.",
+    "telemetry_nodes": "Per node over the period, from node_exporter: disk read/write latency (ms per completed "
+                       "I/O) and network receive/transmit errors and drops (increase of the counters).",
+    "completed": "The job is a completed run (COMPLETED, exit 0:0): the economics' completed-run term.",
+    "completed_run_busy_gpu_hours": "With [telemetry] weigh_useful = yes: an economics row's completed-run "
+                                    "GPU-hours x the measured mean per-GPU utilisation of its completed jobs that "
+                                    "have telemetry (their coverage beside it); "
+                                    "total_cost_per_completed_run_busy_gpu_hour = the row's total cost / it.",
+}
+
+
+def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
+    cols = ["job_id", "job_id_raw", "user", "account", "partition", "gpus", "elapsed_s", "start", "end",
+            "alloc_tres", "nodelist", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
+            "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "state", "exit_code", "exit_signal"]
+    present = [c for c in cols if c in table.column_names]
+    t = table.select(present)
+    lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
+    hi = pa.scalar(period.end, pa.timestamp("s", tz="UTC"))
+    end = t.column("end")
+    if pa.types.is_timestamp(end.type) and end.type.tz is None:
+        end = end.cast(pa.timestamp("s", tz="UTC"))
+    mask = pc.and_(pc.and_(pc.greater_equal(end, lo), pc.less(end, hi)), pc.is_valid(t.column("start")))
+    frame = t.filter(pc.fill_null(mask, False)).to_pandas()
+    for c in cols:
+        if c not in frame.columns:
+            frame[c] = None if c == "gpu_util_rule" else np.nan
+    for c in ("user", "account", "partition", "job_id", "gpu_util_rule", "state", "nodelist"):  # (not alloc_tres)
+        if isinstance(frame[c].dtype, pd.CategoricalDtype):
+            frame[c] = frame[c].astype(object)
+    return frame
+
+
+def _cpus(alloc_tres: pd.Series) -> np.ndarray:
+    """The cpu count of each AllocTRES (NaN where it has none): read once per distinct AllocTRES."""
+    if isinstance(alloc_tres.dtype, pd.CategoricalDtype):
+        codes, distinct = alloc_tres.cat.codes.to_numpy(), alloc_tres.cat.categories.to_numpy(dtype=object)
+    else:
+        codes, uniques = pd.factorize(alloc_tres)
+        distinct = np.asarray(uniques, dtype=object)
+    text = pa.array(distinct, pa.string(), from_pandas=True)
+    got = pc.struct_field(pc.extract_regex(text, r"(?:^|,)cpu=(?P<n>[0-9]+)"), [0])
+    cpus = np.append(np.asarray(pc.cast(got, pa.float64()).to_numpy(zero_copy_only=False), dtype=float), np.nan)
+    return cpus[np.asarray(codes)]  # (code -1, no AllocTRES: the NaN last)
+
+
+def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One row per job that ended in the period and holds GPUs, with its use figures; and the source info."""
+    jobs = _ended_jobs(table, period)
+    jobs = jobs[pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0) > 0].reset_index(drop=True)
+    tel = config.telemetry
+    idle_pct, idle_min = float(tel.idle_threshold_pct), float(tel.idle_min_s)
+    elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
+    gpus = jobs["gpus"].to_numpy(dtype=float)
+    alloc_s = gpus * elapsed
+    # copies: Prometheus figures overwrite them in place (an Arrow-backed column's array is read-only)
+    covered = jobs["gpu_util_gpu_s"].to_numpy(dtype=float, copy=True)
+    busy = jobs["gpu_busy_gpu_s"].to_numpy(dtype=float, copy=True)
+    mean = np.where(covered > 0, busy / np.where(covered > 0, covered, 1) * 100, np.nan)
+    held = np.where(np.isnan(covered), np.nan,
+                    np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
+    source = np.full(len(covered), None, dtype=object)
+    source[~np.isnan(covered)] = "usage_tres"
+    util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True)
+    energy_j = jobs["energy_j"].to_numpy(dtype=float, copy=True)
+    fb_total = np.full(len(jobs), np.nan)
+    gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True)
+    info: dict[str, Any] = {"prometheus": None}
+
+    if tel.prometheus_url and len(jobs):
+        from gpuclust.accounting.figures.telemetry import JobWindow, fetch_telemetry
+
+        windows = []
+        for i, row in enumerate(jobs.itertuples(index=False)):
+            start = _utc(row.start)
+            end = _utc(row.end)
+            nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
+            windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i, nodes=nodes))
+        result = fetch_telemetry(tel, windows, period.start, period.end)
+        info["prometheus"] = {"url": result.source, "queries": result.queries, "jobs_with_series": len(result.jobs),
+                              "warnings": len(result.warnings), "warning_list": result.warnings[:50],
+                              "nodes": result.nodes}
+        for key, got in result.jobs.items():
+            i = int(key)  # type: ignore[call-overload]
+            covered[i] = got.covered_gpu_s
+            busy[i] = got.busy_gpu_s
+            held[i] = got.held_idle_gpu_s
+            mean[i] = got.util_mean_pct if got.util_mean_pct is not None else np.nan
+            util_max[i] = got.util_max_pct if got.util_max_pct is not None else np.nan
+            if got.fb_used_max_mib is not None:
+                gmem[i] = got.fb_used_max_mib
+            if got.fb_total_mib is not None:
+                fb_total[i] = got.fb_total_mib
+            if np.isnan(energy_j[i]) and got.energy_j is not None:
+                energy_j[i] = got.energy_j
+            source[i] = "prometheus"
+
+    cpus = _cpus(jobs["alloc_tres"])
+    cpu_eff = jobs["cpu_used_s"].to_numpy(dtype=float) / (elapsed * cpus)
+    mem_eff = jobs["mem_max_mb"].to_numpy(dtype=float) / jobs["mem_mb"].to_numpy(dtype=float)
+    out = pd.DataFrame({
+        "job_id": jobs["job_id"], "user": jobs["user"], "account": jobs["account"], "partition": jobs["partition"],
+        "gpus": gpus.astype(int), "elapsed_s": elapsed,
+        "allocated_gpu_hours": alloc_s / 3600, "covered_gpu_hours": covered / 3600,
+        "busy_gpu_hours": busy / 3600, "held_idle_gpu_hours": held / 3600,
+        "util_mean_pct": mean, "util_max_pct": util_max,
+        "gpu_mem_max_mib": gmem, "gpu_mem_total_mib": fb_total,
+        "energy_kwh": energy_j / 3.6e6, "cpu_efficiency": np.where(np.isfinite(cpu_eff), cpu_eff, np.nan),
+        "mem_efficiency": np.where(np.isfinite(mem_eff), mem_eff, np.nan),
+        "telemetry": source, "gpu_util_rule": jobs["gpu_util_rule"],
+        # completed-run (the economics' term): COMPLETED with exit 0:0, or an exit code the input cannot know
+        "completed": (jobs["state"].astype(str).str.startswith("COMPLETED")
+                      & (pd.to_numeric(jobs["exit_code"], errors="coerce").fillna(0) == 0)
+                      & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
+    })
+    return out, info
+
+
+def _utc(value: Any) -> datetime:
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize(timezone.utc)
+    return ts.to_pydatetime()
+
+
+SUMMED = ("jobs", "allocated_gpu_hours", "covered_gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours",
+          "energy_kwh", "unknown_jobs")
+
+
+def _group_sums(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """summarise's sums per `by` (None: one row), before its ratios: they add up over disjoint sets of jobs.
+    (energy stays NaN where no job of the group has it, as sum(min_count=1).)"""
+    f = frame.assign(_unknown=frame["covered_gpu_hours"].isna().astype(int), _one=1)
+    keys = [by] if by else []
+    if by is None:
+        f = f.assign(_all="all")
+        keys = ["_all"]
+    g = f.groupby(keys, sort=True, dropna=False)
+    out = pd.DataFrame({
+        "jobs": g["_one"].sum(),
+        "allocated_gpu_hours": g["allocated_gpu_hours"].sum(),
+        "covered_gpu_hours": g["covered_gpu_hours"].sum(min_count=0),
+        "busy_gpu_hours": g["busy_gpu_hours"].sum(min_count=0),
+        "held_idle_gpu_hours": g["held_idle_gpu_hours"].sum(min_count=0),
+        "energy_kwh": g["energy_kwh"].sum(min_count=1),
+        "unknown_jobs": g["_unknown"].sum(),
+    }).reset_index()
+    return out.drop(columns=["_all"]) if by is None else out
+
+
+def _merge_group_sums(a: pd.DataFrame, b: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    if not len(b):
+        return a
+    if not len(a):
+        return b
+    both = pd.concat([a, b], ignore_index=True)
+    if by is None:
+        both = both.assign(_all="all")
+        by = "_all"
+    g = both.groupby(by, sort=True, dropna=False)
+    out = g[[name for name in SUMMED if name != "energy_kwh"]].sum()
+    out["energy_kwh"] = g["energy_kwh"].sum(min_count=1)
+    out = out[list(SUMMED)].reset_index()
+    return out.drop(columns=["_all"]) if by == "_all" else out
+
+
+def _finish_summary(out: pd.DataFrame) -> pd.DataFrame:
+    out = out.copy()
+    covered = out["covered_gpu_hours"]
+    out.insert(list(out.columns).index("covered_gpu_hours") + 1, "coverage",
+               np.where(out["allocated_gpu_hours"] > 0, covered / out["allocated_gpu_hours"].where(
+                   out["allocated_gpu_hours"] > 0), np.nan))
+    out["util_mean_pct"] = np.where(covered > 0, out["busy_gpu_hours"] / covered.where(covered > 0) * 100, np.nan)
+    # Without any covered job, busy and held-idle are unknown, not 0.
+    none = covered <= 0
+    out.loc[none, ["busy_gpu_hours", "held_idle_gpu_hours"]] = np.nan
+    return out
+
+
+def summarise(frame: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    """Allocated, covered, busy, held-idle GPU-hours, coverage, mean utilisation and unknown jobs, per `by`
+    (None: one row for the whole period)."""
+    return _finish_summary(_group_sums(frame, by))
+
+
+def _completed_sums(jobs: pd.DataFrame) -> dict[str, list[float]]:
+    """Per partition (as text) of the completed jobs with GPUs: allocated, covered and busy GPU-hours (unknown
+    ones left out of the sums: 0 where none is known)."""
+    done = jobs[jobs["completed"] & (jobs["gpus"] > 0)]
+    names = ["allocated_gpu_hours", "covered_gpu_hours", "busy_gpu_hours"]
+    sums = done[names].groupby(done["partition"].astype(str), sort=True).sum()
+    return {str(part): [float(v) for v in row] for part, row in zip(sums.index, sums.to_numpy(), strict=True)}
+
+
+def weigh_economics(economics: dict[str, Any], completed: dict[str, list[float]]) -> None:
+    """[telemetry] weigh_useful: beside each economics row's completed-run term (allocated GPU-hours of completed
+    runs), the same GPU-hours weighted by the measured mean utilisation of the completed jobs that have telemetry
+    (busy completed-run GPU-hours), with that coverage; and the total cost per busy completed-run GPU-hour. The
+    allocation view is left as it is. `completed`: _completed_sums of the jobs."""
+    rows = [(row, False) for row in economics.get("by_partition", [])] + [(economics.get("total") or {}, True)]
+    for row, whole in rows:
+        if not row or "terms" not in row:
+            continue
+        allocated, covered, busy = [sum(v[i] for v in completed.values()) for i in range(3)] if whole else \
+            completed.get(str(row.get("partition")), [0.0] * 3)
+        ratio = busy / covered if covered > 0 else None
+        completed_run = row["terms"]["completed_run"]["gpu_hours"]
+        weighted = completed_run * ratio if ratio is not None and completed_run is not None else None
+        cost = row.get("total_cost")
+        row["utilisation_weighted"] = {
+            "completed_run_gpu_hours": completed_run,
+            "coverage": round(covered / allocated, 6) if allocated > 0 else None,
+            "util_mean_pct": round(ratio * 100, 4) if ratio is not None else None,
+            "completed_run_busy_gpu_hours": round(weighted, 6) if weighted is not None else None,
+            "total_cost_per_completed_run_busy_gpu_hour": round(cost / weighted, 6) if cost and weighted else None,
+        }
+
+
+def _worst(jobs: pd.DataFrame) -> pd.DataFrame:
+    return jobs[jobs["held_idle_gpu_hours"] > 0].sort_values(
+        ["held_idle_gpu_hours", "job_id"], ascending=[False, True], kind="stable").head(WORST_JOBS)[
+        list(WORST_COLUMNS)].reset_index(drop=True)
+
+
+@dataclass
+class UseSums:
+    """The use figures of a set of jobs in a form that adds up over disjoint sets (a partitioned build's
+    buckets; one table is one set): merge_use_sums merges two, attach_sums finishes them."""
+
+    groups: dict[str | None, pd.DataFrame]  # _group_sums per dimension (None: the totals)
+    worst: pd.DataFrame
+    completed: dict[str, list[float]]  # _completed_sums
+    histogram: dict[str, tuple[np.ndarray, np.ndarray]]  # partition -> (jobs, covered GPU-hours) per 10% bin
+    rules: set[str]
+    sources: dict[str, int]
+    prometheus: dict[str, Any] | None
+    jobs: pd.DataFrame | None = None  # the per-job table (gpu_use_jobs): a one-table build's only
+
+
+def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: bool = True) -> UseSums:
+    jobs, info = job_use(table, config, period)
+    histogram = {}
+    for part, sub in jobs.groupby("partition", sort=True):
+        known = sub["util_mean_pct"].dropna().clip(0, 100)
+        counts, _ = np.histogram(known, bins=10, range=(0, 100))
+        hours, _ = np.histogram(known, bins=10, range=(0, 100),
+                                weights=sub.loc[sub["util_mean_pct"].notna(), "covered_gpu_hours"])
+        histogram[str(part)] = (counts, hours)
+    return UseSums(
+        groups={dim: _group_sums(jobs, dim) for dim in (None, *DIMENSIONS)},
+        worst=_worst(jobs),
+        completed=_completed_sums(jobs),
+        histogram=histogram,
+        rules={str(r) for r in jobs["gpu_util_rule"].dropna().unique()},
+        sources={"usage_tres": int((jobs["telemetry"] == "usage_tres").sum()),
+                 "prometheus": int((jobs["telemetry"] == "prometheus").sum()),
+                 "none": int(jobs["telemetry"].isna().sum())},
+        prometheus=info["prometheus"],
+        jobs=jobs if keep_jobs else None,
+    )
+
+
+def merge_use_sums(a: UseSums, b: UseSums) -> UseSums:
+    """The UseSums of two disjoint sets of jobs (without the per-job table)."""
+    histogram = dict(a.histogram)
+    for part, (counts, hours) in b.histogram.items():
+        have = histogram.get(part)
+        histogram[part] = (counts, hours) if have is None else (have[0] + counts, have[1] + hours)
+    completed = {k: list(v) for k, v in a.completed.items()}
+    for part, sums in b.completed.items():
+        completed[part] = [x + y for x, y in zip(completed.get(part, [0.0] * len(sums)), sums, strict=True)]
+    prometheus = a.prometheus
+    if a.prometheus is not None and b.prometheus is not None:
+        prometheus = {**a.prometheus,
+                      **{k: a.prometheus[k] + b.prometheus[k] for k in ("queries", "jobs_with_series", "warnings")},
+                      "warning_list": (a.prometheus["warning_list"] + b.prometheus["warning_list"])[:50]}
+    elif a.prometheus is None:
+        prometheus = b.prometheus
+    worst = pd.concat([a.worst, b.worst], ignore_index=True) if len(b.worst) else a.worst
+    return UseSums(
+        groups={dim: _merge_group_sums(a.groups[dim], b.groups[dim], dim) for dim in a.groups},
+        worst=_worst(worst) if len(b.worst) else a.worst,
+        completed=completed,
+        histogram=histogram,
+        rules=a.rules | b.rules,
+        sources={k: a.sources[k] + b.sources[k] for k in a.sources},
+        prometheus=prometheus,
+    )
+
+
+def attach(report: Report, table: pa.Table, config: SiteConfig, period: Period,
+           *, usage_warnings: int = 0, usage_problems: list[str] | None = None) -> None:
+    """Add the use figures to `report` (tables gpu_use_*, report.json `gpu_use`, definitions)."""
+    attach_sums(report, use_sums(table, config, period), config, usage_warnings=usage_warnings,
+                usage_problems=usage_problems)
+
+
+def attach_sums(report: Report, sums: UseSums, config: SiteConfig, *, usage_warnings: int = 0,
+                usage_problems: list[str] | None = None) -> None:
+    """attach, from the jobs' UseSums."""
+    tel = config.telemetry
+    totals = _finish_summary(sums.groups[None])
+    tables = {f"gpu_use_by_{dim}": _finish_summary(sums.groups[dim]) for dim in DIMENSIONS}
+    worst = sums.worst
+    report.tables["gpu_use_totals"] = totals
+    report.tables.update(tables)
+    report.tables["gpu_use_worst_held_idle"] = worst.reset_index(drop=True)
+    if sums.jobs is not None:
+        report.tables["gpu_use_jobs"] = sums.jobs
+    node_rows = (sums.prometheus or {}).get("nodes") or []
+    if node_rows:  # node_exporter per node over the period: storage latency, network errors and drops
+        report.tables["telemetry_nodes"] = pd.DataFrame(node_rows)
+    if tel.weigh_useful and isinstance(report.data.get("economics"), dict):
+        weigh_economics(report.data["economics"], sums.completed)
+    histogram = {part: {"bins_pct": list(range(0, 101, 10)), "jobs": [int(c) for c in counts],
+                        "covered_gpu_hours": [float(h) for h in hours]}
+                 for part, (counts, hours) in sorted(sums.histogram.items())}
+    report.data["gpu_use"] = {
+        "idle_threshold_pct": tel.idle_threshold_pct,
+        "idle_min_s": tel.idle_min_s,
+        "gpu_util_rules": sorted(sums.rules),
+        "sources": dict(sums.sources),
+        "prometheus": sums.prometheus,
+        "usage_warnings": int(usage_warnings),
+        "usage_problems": list(usage_problems or [])[:50],
+        "totals": records(totals)[0] if len(totals) else {},
+        **{f"by_{dim}": records(tables[f"gpu_use_by_{dim}"]) for dim in DIMENSIONS},
+        "worst_held_idle": records(worst),
+        "histogram_by_partition": histogram,
+    }
+    report.data["definitions"] = {**report.data.get("definitions", {}),
+                                  **{f"gpu_use.{k}": v for k, v in DEFINITIONS.items()}}

@@ -1,0 +1,582 @@
+"""The local columnar store: Hive-partitioned Parquet by cluster and UTC day, under <state_dir>/accounting/.
+
+Layout (version LAYOUT_VERSION; README.md, "The store")::
+
+    accounting/
+      current -> snapshots/<id>          (symlink, swapped atomically)
+      snapshots/<id>/_gpuclust_store.json                       (SCHEMA_FILE: version, columns, meanings)
+      snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/part.parquet
+      snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/_problems.json  (rows sacct printed that did not parse)
+      snapshots/<id>/cluster=<ClusterName>/_daily/week=YYYY-MM-DD.json   (AGGREGATES_DIR: the daily trend's
+                                          per-day figures of one week, a cache: gpuclust.accounting.figures.trend)
+      .lock                               (held by a fetch: one at a time)
+      .read.lock                          (held shared by readers: READ_LOCK)
+
+`current/` is what other engines read (DuckDB, pyarrow.dataset, Spark, Trino: `hive_partitioning`, the
+partition columns `cluster` and `day`); the headline SQL is gpuclust.accounting.history.store_sql. Each day file carries
+its layout version in the Parquet key-value metadata (VERSION_KEY). Version 1 (the layout before: no cluster
+level, `snapshots/<id>/day=…/part.parquet`, no version key) has the same columns (or fewer: a column added since
+reads as null, as in any older day): it is read as it is, and the next fetch moves its days under
+`cluster=<ClusterName>/` (hard links, in the same atomic swap). A day file of a newer version, or with a column
+whose type differs from STORE_SCHEMA's, is refused naming the day, the file and the re-fetch command: the store
+never mixes schemas silently. A truncated or corrupt day file is named the same way; other days still read.
+
+A fetch builds a new snapshot beside the current one (hard links for the days it does not touch, fresh
+files for the days it fetched), then replaces the `current` symlink with one rename. Readers resolve
+`current` once, holding READ_LOCK: a fetch leaves the snapshot it replaced while a report reads it. So a
+re-fetched window replaces its days completely (no duplicates, no gaps), and a crash at any point leaves
+`current` as it was; leftover staging snapshots are removed by the next fetch. Two fetches never interleave:
+the second fails at once, naming the lock file, and changes nothing.
+
+A job that runs across several windows appears in each window's sacct output; `load` keeps one row per
+execution (JobIDRaw + Start) in its latest state (the most recently fetched, then the latest window).
+`report build` reads the same rows day file by day file, with less memory: gpuclust.accounting.history.storeread.
+
+The daily trend reads per-day aggregates (AGGREGATES_DIR), not every row again: `report fetch` writes those of the
+weeks its days change, a report computes a missing or outdated one once and caches it (under the fetch lock,
+non-blocking: a fetch in progress just means no cache this time). Each names the day files it was computed from
+(their inode, size and mtime: a hard-linked, unchanged day keeps them, a re-fetched day does not) and the site
+config figures it depends on, so it is used only while it equals what the rows give. A store without them (written
+before, or read-only) works as it is. They leave the layout version as it is: older readers ignore `_daily/`
+(Hive readers skip names starting with `_`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpuclust.accounting.ingest.fast import sorting
+from gpuclust.accounting.ingest.schema import SCHEMA, STORE_SCHEMA, UTC_SECONDS
+from gpuclust.atomicfile import fsync_path
+from gpuclust.errors import GpuclustError, InputError
+
+
+class StoreError(GpuclustError):
+    """The accounting store is missing, locked or damaged."""
+
+
+# Version of the layout and of the day files' columns. 1: `snapshots/<id>/day=…` (no cluster level, no version
+# key); 2: `cluster=<name>/day=…`, the schema file, the version key in every day file. A day file's columns are
+# those of version 1 plus, possibly, columns added since (read as null where missing: STORE_SCHEMA).
+LAYOUT_VERSION = 2
+SCHEMA_FILE = "_gpuclust_store.json"
+VERSION_KEY = b"gpuclust.store_version"
+# Rows sacct printed that did not parse, beside their day. A leading "_": Hive, Spark, Trino and pyarrow.dataset
+# skip such files (version 1 called it problems.json: renamed when its day is linked into a new snapshot).
+PROBLEMS_FILE = "_problems.json"
+OLD_PROBLEMS_FILE = "problems.json"
+# The cluster a write goes to when the caller names none and the store holds none yet (library callers and
+# tests; `report fetch` always names the site config's cluster_name). Alone in a store, it is read for any
+# name, as a version-1 store is.
+DEFAULT_CLUSTER = "default"
+
+
+def store_dir(state_dir: str) -> Path:
+    return Path(state_dir) / "accounting"
+
+
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(
+                f"{root / '.lock'}: another `gpuclust report fetch` is writing this store; nothing was changed. "
+                "Run this fetch again once that one has finished (the store then holds both).") from None
+        yield
+
+
+# Readers hold it shared while they read a snapshot; a fetch removes a replaced snapshot only when it can take it
+# exclusively (else the next fetch does): a `report build` never loses the files under it to a fetch's swap.
+READ_LOCK = ".read.lock"
+
+
+@contextmanager
+def reading(root: Path) -> Iterator[None]:
+    """Hold while reading the snapshot `current` points to (resolve it inside): no fetch removes it meanwhile."""
+    handle = None
+    for mode in ("a", "r"):  # (a reader without write access to the store: a lock file a fetch made)
+        try:
+            handle = open(root / READ_LOCK, mode)
+            break
+        except OSError:
+            continue
+    if handle is None:  # (no store yet, or none this reader may lock: nothing to protect)
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        yield
+
+
+def _remove_unread(root: Path, snapshots: list[Path]) -> None:
+    """Remove replaced (or crashed staging) snapshots, unless a reader holds READ_LOCK: then the next fetch does."""
+    if not snapshots:
+        return
+    with open(root / READ_LOCK, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        for path in snapshots:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def refetch_hint(day: date) -> str:
+    """The command that writes `day` again."""
+    return f"gpuclust report fetch --since {day.isoformat()} --until {(day + timedelta(days=1)).isoformat()}"
+
+
+def current_snapshot(root: Path) -> Path | None:
+    """The snapshot directory `current` points to (None before the first fetch)."""
+    link = root / "current"
+    return link.resolve() if link.is_symlink() else None
+
+
+def clusters(snapshot: Path) -> list[str]:
+    """The clusters a snapshot holds (none in a version-1 snapshot)."""
+    if not snapshot.is_dir():
+        return []
+    return sorted(e.name[len("cluster="):] for e in snapshot.iterdir() if e.name.startswith("cluster=") and e.is_dir())
+
+
+def days_dir(snapshot: Path, cluster: str | None = None) -> Path:
+    """The directory that holds the `day=` directories of `cluster` (None: the one cluster the store holds).
+    A version-1 snapshot (no `cluster=` level) holds one unnamed cluster: its days are read for any name."""
+    names = clusters(snapshot)
+    if not names:
+        return snapshot  # version 1, or empty
+    if names == [DEFAULT_CLUSTER] and cluster not in names:
+        cluster = None  # written by a caller that named no cluster: like version 1, read for any name
+    if cluster is None:
+        if len(names) > 1:
+            raise StoreError(f"{snapshot}: the store holds clusters {', '.join(names)}: name the one to read "
+                             "(the site config's cluster_name)")
+        cluster = names[0]
+    return snapshot / f"cluster={cluster}"
+
+
+def day_file(snapshot: Path, day: date, cluster: str | None = None) -> Path:
+    return days_dir(snapshot, cluster) / f"day={day.isoformat()}" / "part.parquet"
+
+
+def stored_days(root: Path, cluster: str | None = None) -> list[date]:
+    snap = current_snapshot(root)
+    if snap is None or not snap.is_dir():
+        return []
+    return snapshot_days(snap, cluster)
+
+
+def snapshot_days(snap: Path, cluster: str | None = None) -> list[date]:
+    """The days a snapshot holds for `cluster` (stored_days of one resolved snapshot)."""
+    where = days_dir(snap, cluster)
+    if not where.is_dir():
+        return []
+    days = []
+    for entry in where.iterdir():
+        if entry.name.startswith("day=") and (entry / "part.parquet").exists():
+            days.append(date.fromisoformat(entry.name[4:]))
+    return sorted(days)
+
+
+# Per-day aggregates (a cache of figures computed from the rows; gpuclust.accounting.figures.trend): one JSON file per week
+# of the site time zone's days, beside the cluster's days. A leading "_": engines reading the store skip it.
+AGGREGATES_DIR = "_daily"
+
+
+def aggregate_path(snapshot: Path, name: str, cluster: str | None = None) -> Path:
+    return days_dir(snapshot, cluster) / AGGREGATES_DIR / f"{name}.json"
+
+
+def file_identity(path: Path) -> list[int] | None:
+    """What tells a day file from any other: inode, size and mtime (ns); None when the day is not stored. A day
+    a fetch did not touch is hard-linked into the new snapshot (the same identity); a re-fetched day is a new file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def read_aggregate(snapshot: Path, name: str, cluster: str | None = None) -> dict[str, Any] | None:
+    """A cached aggregate, or None (absent, unreadable: the caller computes it from the rows)."""
+    try:
+        doc = json.loads(aggregate_path(snapshot, name, cluster).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def write_aggregate(root: Path, snapshot: Path, name: str, doc: dict[str, Any], cluster: str | None = None) -> bool:
+    """Cache `doc` in `snapshot` if it is still `current`, holding the fetch lock (non-blocking: while a fetch runs
+    nothing is written, and no fetch links a half-written file). False when not written (a fetch in progress,
+    a replaced snapshot, a store this process may not write): the figures are the same, only not cached."""
+    try:
+        with open(root / ".lock", "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if current_snapshot(root) != snapshot:
+                return False
+            path = aggregate_path(snapshot, name, cluster)
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.parent / f".{path.name}.{os.getpid()}"
+            tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+            return True
+    except OSError:
+        return False
+
+
+# What the columns the headline figures read mean (figure names: the GPU-hours glossary,
+# shared/gpu-hours-glossary.md); every column is described in gpuclust/accounting/ingest/schema.py.
+MEANINGS = {
+    "job_id_raw": "JobIDRaw: one job; every execution of a requeued job shares it",
+    "job_base": "the number before _ or + of JobID (array master, het leader)",
+    "het_offset": "het component (123+1 -> 1); null if none: the components of one het job are one attempt",
+    "account": "Account", "partition": "Partition",
+    "start": "Start (UTC); null: never started (pending)",
+    "end": "End (UTC); null: still running when fetched",
+    "elapsed_s": "Elapsed in seconds",
+    "alloc_tres": "AllocTRES as printed; empty: no allocation (cancelled while pending)",
+    "gpus": "GPUs of AllocTRES (gres/gpu): allocated = gpus x the time held (glossary: allocated)",
+    "fetched_at": "when `report fetch` read the row (UTC): the latest wins",
+    "window": "the UTC day of the sacct window the row came from (= the partition day)",
+}
+
+
+def schema_document() -> dict[str, Any]:
+    """The content of SCHEMA_FILE: what an engine reading the store needs (README.md, "The store")."""
+    return {
+        "layout_version": LAYOUT_VERSION,
+        "written_by": "gpuclust report fetch",
+        "layout": "cluster=<ClusterName>/day=<YYYY-MM-DD>/part.parquet (Hive partitioning: columns cluster, day)",
+        "version_key": VERSION_KEY.decode(),
+        "row": "one sacct allocation record of the day's window (sacct -a -D -X); an execution seen by several "
+               "windows or fetches is kept once: the row with the latest fetched_at, then window (store_sql.LATEST)",
+        "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable,
+                     "meaning": MEANINGS.get(f.name, "gpuclust/accounting/ingest/schema.py")} for f in STORE_SCHEMA],
+        "partition_columns": [{"name": "cluster", "type": "string"}, {"name": "day", "type": "date (UTC)"}],
+        "figures": {
+            "allocated": "gpus x the part of start..end inside the window (a row still running: up to its end); "
+                         "GPU-hours = GPU-seconds / 3600 (glossary: allocated)",
+            "completed-run, retry / failure": "need gpuclust's run logic (resubmissions, requeues, arrays): "
+                                               "report.json, not SQL",
+        },
+        "glossary": "figure names as in the GPU-hours glossary (shared/gpu-hours-glossary.md)",
+        "sql": "gpuclust/accounting/history/store_sql.py (README.md, The store)",
+        "aggregates": f"cluster=<ClusterName>/{AGGREGATES_DIR}/week=<YYYY-MM-DD>.json: the daily trend's figures per "
+                      "site-time-zone day of one week (Monday first), a cache gpuclust keeps in step with the day "
+                      "files it names (gpuclust/accounting/figures/trend.py); not needed to read the store",
+    }
+
+
+def write_schema_file(snapshot: Path) -> None:
+    path = snapshot / SCHEMA_FILE
+    path.write_text(json.dumps(schema_document(), indent=1) + "\n", encoding="utf-8")
+    fsync_path(path)
+
+
+def replace_days(
+    root: Path,
+    tables: dict[date, pa.Table],
+    fetched_at: datetime | None = None,
+    problems: dict[date, list[str]] | None = None,
+    cluster: str | None = None,
+) -> Path:
+    """Make `tables` the content of their days, atomically; returns the new snapshot directory.
+
+    `problems` (rows sacct printed that could not be parsed) are kept beside each day (PROBLEMS_FILE),
+    so a report built later still says they exist.
+    """
+    with staged(root, list(tables), fetched_at, cluster=cluster) as stage:
+        for day, table in tables.items():
+            stage.write_day(day, table, (problems or {}).get(day))
+    return stage.snapshot
+
+
+class Stage:
+    """A snapshot being built: the days it does not replace are already linked in; `write_day` writes one
+    replaced day (so a fetch holds one day in memory, not the period)."""
+
+    def __init__(self, snapshot: Path, days: list[date], fetched: datetime, cluster: str = DEFAULT_CLUSTER) -> None:
+        self.snapshot = snapshot
+        self.cluster = cluster
+        self.days = set(days)
+        self.fetched = fetched
+        self.written: set[date] = set()
+
+    def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None) -> None:
+        if day not in self.days or day in self.written:
+            raise ValueError(f"day {day} is not one this stage replaces, or is written twice")
+        path = self.snapshot / f"cluster={self.cluster}" / f"day={day.isoformat()}" / "part.parquet"
+        path.parent.mkdir(parents=True)
+        stamped = _stamp(table, self.fetched, day)
+        stamped = stamped.replace_schema_metadata({**(stamped.schema.metadata or {}),
+                                                   VERSION_KEY: str(LAYOUT_VERSION).encode()})
+        pq.write_table(stamped, path, compression="zstd")
+        fsync_path(path)
+        if problems:
+            (path.parent / PROBLEMS_FILE).write_text(json.dumps(problems, ensure_ascii=False), encoding="utf-8")
+            fsync_path(path.parent / PROBLEMS_FILE)
+        self.written.add(day)
+
+
+def _link_day(source: Path, target: Path) -> None:
+    target.mkdir(parents=True)
+    for item in source.iterdir():
+        os.link(item, target / (PROBLEMS_FILE if item.name == OLD_PROBLEMS_FILE else item.name))
+
+
+@contextmanager
+def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
+           cluster: str | None = None) -> Iterator[Stage]:
+    """Replace `days` of `cluster` in the store, atomically: the caller writes each (Stage.write_day) while the
+    store is locked; when the block ends without an error the new snapshot becomes `current` in one rename (a
+    day not written is then empty). On an error the staging is removed and `current` stays as it was.
+
+    `cluster` None: the one cluster the store holds (DEFAULT_CLUSTER in an empty store). Every other day and
+    cluster is linked into the new snapshot unchanged; a version-1 snapshot's days move under this cluster
+    (the migration: the same files, hard-linked, in the same swap)."""
+    fetched = fetched_at or datetime.now(timezone.utc).replace(microsecond=0)
+    with _locked(root):
+        snapshots = root / "snapshots"
+        snapshots.mkdir(exist_ok=True)
+        current = current_snapshot(root)
+        # Staging left by a crashed fetch, and snapshots a reader held when their fetch replaced them.
+        _remove_unread(root, [old for old in snapshots.iterdir() if old != current])
+        if cluster is None:
+            names = clusters(current) if current is not None else []
+            if len(names) > 1:
+                raise StoreError(f"{current}: the store holds clusters {', '.join(names)}: name the one to write")
+            cluster = names[0] if names else DEFAULT_CLUSTER
+        new = snapshots / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{time.monotonic_ns()}"
+        new.mkdir()
+        wanted = {f"day={d.isoformat()}" for d in days}
+        if current is not None and current.is_dir():
+            for entry in current.iterdir():
+                if entry.name.startswith("day="):  # version 1: the days of the one (unnamed) cluster
+                    if entry.name not in wanted:
+                        _link_day(entry, new / f"cluster={cluster}" / entry.name)
+                elif entry.name.startswith("cluster=") and entry.is_dir():
+                    for day_dir in entry.iterdir():
+                        if not (entry.name == f"cluster={cluster}" and day_dir.name in wanted):
+                            _link_day(day_dir, new / entry.name / day_dir.name)
+        write_schema_file(new)
+        stage = Stage(new, days, fetched, cluster)
+        try:
+            yield stage
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+        for day in days:
+            if day not in stage.written:
+                stage.write_day(day, SCHEMA.empty_table())
+        fsync_path(new)
+        tmp_link = root / f".current.{os.getpid()}"
+        if tmp_link.is_symlink():
+            tmp_link.unlink()
+        tmp_link.symlink_to(Path("snapshots") / new.name)
+        os.replace(tmp_link, root / "current")
+        fsync_path(root)
+        if current is not None and current != new:
+            _remove_unread(root, [current])
+
+
+def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:
+    n = table.num_rows
+    table = table.select(SCHEMA.names).cast(SCHEMA)
+    table = table.append_column("fetched_at", pa.array(np.full(n, int(fetched.timestamp()), dtype=np.int64)).cast(UTC_SECONDS))
+    table = table.append_column("window", pa.array([day.isoformat()] * n, pa.string()))
+    return table.cast(STORE_SCHEMA)
+
+
+def day_of(path: Path) -> date | None:
+    """The day of a day file's path (`…/day=YYYY-MM-DD/part.parquet`)."""
+    name = path.parent.name
+    try:
+        return date.fromisoformat(name[4:]) if name.startswith("day=") else None
+    except ValueError:
+        return None
+
+
+def damaged(path: Path, what: str, fix: str = "") -> StoreError:
+    """The error for a day file that cannot be read as it is: the file, its day, why, and the fetch that
+    writes the day again (`fix`: a remedy to name first)."""
+    day = day_of(path)
+    redo = f"re-fetch that day: `{refetch_hint(day)}`" if day else "re-fetch its day"
+    return StoreError(f"{path}: stored day {day.isoformat() if day else '?'} {what}; {fix}{redo} (the other days "
+                      "are not affected)")
+
+
+def check_day_schema(path: Path, schema: pa.Schema) -> None:
+    """Refuse a day file this gpuclust cannot read exactly: written by a newer layout version, or with a column
+    whose type is not the stored one's (another schema). Version 1 (no key) has today's columns or fewer: it is
+    read as it is, a missing column null (as STORE_SCHEMA documents)."""
+    meta = schema.metadata or {}
+    raw = meta.get(VERSION_KEY)
+    try:
+        version = int(raw) if raw is not None else 1
+    except ValueError:
+        raise damaged(path, f"has an unreadable {VERSION_KEY.decode()} {raw!r}") from None
+    if version > LAYOUT_VERSION:
+        raise damaged(path, f"was written by a newer gpuclust (store version {version}, this one reads up to "
+                             f"{LAYOUT_VERSION})", "upgrade gpuclust, or ")
+    for field in schema:
+        if field.name in STORE_SCHEMA.names:
+            want = STORE_SCHEMA.field(field.name).type
+            have = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+            if not _same_kind(have, want):
+                raise damaged(path, f"has column {field.name} as {have}, not {want} (store version {version}: "
+                                     "another schema, not mixed in)")
+
+
+def _same_kind(have: pa.DataType, want: pa.DataType) -> bool:
+    """A stored type that reads as `want` without loss (Parquet keeps second timestamps as milliseconds)."""
+    if have == want:
+        return True
+    if pa.types.is_timestamp(have) and pa.types.is_timestamp(want):
+        return bool(have.tz == want.tz)
+    return bool(pa.types.is_large_string(have) and pa.types.is_string(want))
+
+
+def read_schema(path: Path) -> pa.Schema:
+    """A day file's schema, checked (check_day_schema); a truncated or corrupt file is a StoreError that names
+    its day and the fetch that writes it again."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise damaged(path, f"cannot be read ({exc})") from None
+    check_day_schema(path, schema)
+    return schema
+
+
+def read_day_table(path: Path, **kwargs: Any) -> pa.Table:
+    """pq.read_table of one day file, with read_schema's checks and errors."""
+    read_schema(path)
+    try:
+        return pq.read_table(path, **kwargs)
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise damaged(path, f"cannot be read ({exc})") from None
+
+
+def load(root: Path, days: list[date] | None = None, cluster: str | None = None) -> pa.Table:
+    """The stored rows of `days` (all days when None), one row per execution in its latest state."""
+    with reading(root):
+        return _load(root, days, cluster)
+
+
+def _load(root: Path, days: list[date] | None, cluster: str | None) -> pa.Table:
+    snap = current_snapshot(root)
+    if snap is None:
+        raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
+    wanted = stored_days(root, cluster) if days is None else [d for d in days if day_file(snap, d, cluster).exists()]
+    tables = [read_day_table(day_file(snap, d, cluster), schema=STORE_SCHEMA) for d in wanted]
+    if not tables:
+        return STORE_SCHEMA.empty_table()
+    return latest_state(pa.concat_tables(tables))
+
+
+def stored_problems(root: Path, days: list[date], cluster: str | None = None) -> list[str]:
+    snap = current_snapshot(root)
+    out: list[str] = []
+    for day in days:
+        if snap is None:
+            break
+        for name in (PROBLEMS_FILE, OLD_PROBLEMS_FILE):  # (version 1: problems.json)
+            path = day_file(snap, day, cluster).parent / name
+            if path.exists():
+                out += json.loads(path.read_text(encoding="utf-8"))
+    return out
+
+
+def latest_state(table: pa.Table) -> pa.Table:
+    """One row per (JobIDRaw, Start): the one fetched last (then from the latest window, then latest line).
+
+    A row that never started (pending) is dropped when a later fetch shows the same JobIDRaw started.
+    """
+    keep = latest_keep(table)
+    return table if keep is None else table.filter(pa.array(keep))
+
+
+def latest_keep(table: pa.Table) -> np.ndarray | None:
+    """Which rows latest_state keeps, as a mask (None: all of them). It reads only the columns job_id_raw,
+    start and, where present, fetched_at and window (any type that sorts as the stored one)."""
+    n = table.num_rows
+    if n == 0:
+        return None
+    raw = np.asarray(table.column("job_id_raw").to_numpy(), dtype=np.int64)
+    # Only rows whose JobIDRaw occurs more than once can be dropped (requeued executions, a job seen by
+    # several windows): only those are sorted (JobIDRaw is not in row order: array tasks get theirs when they
+    # start). Its range usually allows a count table, so finding them takes no sort either.
+    ids, _ = sorting.factorize(raw)
+    rows = np.flatnonzero(np.bincount(ids)[ids] > 1)
+    del ids
+    if len(rows) == 0:
+        return None
+    keep = np.ones(n, dtype=bool)
+    keys = table.select([c for c in ("job_id_raw", "start", "fetched_at", "window") if c in table.column_names])
+    keep[rows] = _latest_mask(keys.take(pa.array(rows)), raw[rows])
+    return None if keep.all() else keep
+
+
+def _latest_mask(table: pa.Table, raw_all: np.ndarray) -> np.ndarray:
+    """Which rows of `table` latest_state keeps (`raw_all`: its JobIDRaw)."""
+    order_cols = [c for c in ("fetched_at", "window") if c in table.column_names]
+    n = table.num_rows
+    # Work on a permutation (the row order the keys are ranked in) instead of sorting the whole table twice:
+    # one filter of the original table gives the same rows in the same (original) order.
+    perm_np: np.ndarray | None = None
+    if order_cols:
+        keys_table = table.select(order_cols).append_column("_i", pa.array(np.arange(n)))
+        perm_np = pc.sort_indices(
+            keys_table, sort_keys=[*[(c, "ascending") for c in order_cols], ("_i", "ascending")]
+        ).to_numpy()
+    start_col = pc.cast(table.column("start"), pa.int64())
+    start_all = (pc.fill_null(start_col, -1) if start_col.null_count else start_col).to_numpy()
+    start = start_all if perm_np is None else start_all[perm_np]
+    raw = raw_all if perm_np is None else raw_all[perm_np]
+    # Keep the last occurrence of each key: the last of its group in a stable sort by the keys.
+    pending = start == -1
+    # Start as a compact key (0 = never started): a narrow key packs with JobIDRaw into one sort word.
+    start_key = start - (int(start[~pending].min()) - 1) if not pending.all() else start.copy()
+    if pending.any():
+        start_key[pending] = 0
+    order = sorting.lex_perm([raw, start_key])
+    sorted_raw = raw if order is None else raw[order]
+    sorted_start = start if order is None else start[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = (sorted_raw[1:] != sorted_raw[:-1]) | (sorted_start[1:] != sorted_start[:-1])
+    if order is None:
+        keep = last
+    else:
+        keep = np.zeros(n, dtype=bool)
+        keep[order[last]] = True
+    if pending.any():
+        keep[pending] &= ~sorting.in_sorted(raw[pending], np.sort(raw[~pending]))
+    if perm_np is not None:
+        keep_orig = np.empty(n, dtype=bool)
+        keep_orig[perm_np] = keep
+        keep = keep_orig
+    return keep

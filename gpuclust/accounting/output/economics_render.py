@@ -1,0 +1,195 @@
+"""Outputs of the economics block (gpuclust.accounting.figures.economics): an HTML section with one stacked bar per
+partition, and the Prometheus families (a gpuclust.accounting.output.prom contributor). CSV tables are
+the DataFrames economics.economics_from returns (economics_terms, economics_baselines, refusals_by_*,
+wait_by_pending_reason), written with the report's other tables."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from prometheus_client.metrics_core import Metric
+
+from gpuclust.accounting.figures.economics import HOUR_TERMS, TERMS
+from gpuclust.accounting.output.prom import PromContext
+
+COLORS = {"completed_run": "#2e7d32", "retries_failures": "#c62828", "in_progress": "#1565c0", "unavailable": "#6d4c41",
+          "idle": "#bdbdbd", "network": "#8e24aa", "storage": "#f9a825", "support": "#00838f",
+          "operations": "#ef6c00"}
+LABELS = {"completed_run": "completed-run", "retries_failures": "retries and failures", "in_progress": "in progress",
+          "unavailable": "unavailable (down/drained)", "idle": "idle", "network": "network", "storage": "storage",
+          "support": "support", "operations": "operations"}
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    return str(v)
+
+
+def stacked_bars(rows: list[dict[str, Any]], measure: str, terms: tuple[str, ...], title: str) -> str:
+    """One horizontal stacked bar per row: each term's `measure` (gpu_hours or cost), scaled to the largest row."""
+    e = html.escape
+    values = [[max(0.0, float(r["terms"][t][measure] or 0.0)) for t in terms] for r in rows]
+    biggest = max([sum(v) for v in values] + [1e-12])
+    label_w, bar_w, row_h = 140, 560, 26
+    height = 40 + row_h * len(rows) + 30
+    width = label_w + bar_w + 120  # viewBox: the page scales the chart down to a narrow screen
+    out = [f"<svg class='chart' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' width='{width}' "
+           f"height='{height}' role='img' aria-label='{e(title)}'>", f"<text x='4' y='16' font-size='13' font-weight='bold'>{e(title)}</text>"]
+    for i, (r, vals) in enumerate(zip(rows, values, strict=True)):
+        y = 28 + i * row_h
+        out.append(f"<text x='4' y='{y + 15}' font-size='12'>{e(str(r['partition']))}</text>")
+        x = float(label_w)
+        for t, v in zip(terms, vals, strict=True):
+            w = bar_w * v / biggest
+            if w <= 0:
+                continue
+            out.append(f"<rect x='{x:.2f}' y='{y}' width='{w:.2f}' height='{row_h - 6}' fill='{COLORS[t]}'>"
+                       f"<title>{e(LABELS[t])}: {v:,.4f}</title></rect>")
+            x += w
+        out.append(f"<text x='{x + 4:.2f}' y='{y + 15}' font-size='11'>{sum(vals):,.3f}</text>")
+    ly = 28 + len(rows) * row_h + 14
+    lx = 4
+    for t in terms:
+        out.append(f"<rect x='{lx}' y='{ly - 9}' width='10' height='10' fill='{COLORS[t]}'/>"
+                   f"<text x='{lx + 13}' y='{ly}' font-size='11'>{e(LABELS[t])}</text>")
+        lx += 16 + 7 * len(LABELS[t])
+    out.append("</svg>")
+    return "".join(out)
+
+
+def economics_html(data: dict[str, Any]) -> str:
+    """The report page's unit economics section ('' when the report has none)."""
+    econ = data.get("economics")
+    if not econ:
+        return ""
+    e = html.escape
+    cur = econ.get("currency") or ""
+    rows = [*econ["by_partition"], econ["total"]]
+    parts = ["<h2>Unit economics</h2>"]
+    for note in econ.get("notes", []):
+        parts.append(f"<p class='note'>{e(note)}</p>")
+    if econ["capacity"] == "unknown":
+        parts.append("<p class='note'><b>Capacity unknown</b>: idle and unavailable GPU-hours are not known (not 0).</p>")
+    denominator = "completed runs" if econ["denominator"] == "runs" else f"accepted units ({econ['units_label']}=N)"
+    parts.append(f"<p>Denominator: <b>{e(denominator)}</b>. Window: {e(econ['window']['start'])}, "
+                 f"{econ['window']['hours']:.3f} h. Currency: {e(cur or 'none set')}.</p>")
+    if econ["capacity"] == "known":  # (unknown capacity: no bar, since its idle part is not known)
+        parts.append(stacked_bars(rows, "gpu_hours", ("completed_run", "retries_failures", "in_progress",
+                                                      "unavailable", "idle"), "Capacity GPU-hours by use, per partition"))
+        parts.append(stacked_bars(rows, "cost", TERMS, f"Cost by term, per partition ({cur})"))
+    # Terms as rows and partitions as columns: a site has few partitions but nine terms, so this fits a page.
+    head = "".join(f"<th scope='col' class=n>{e(str(r['partition']))}</th>" for r in rows)
+    table = [f"<div class='table-wrap'><table class='t'><thead><tr><th scope='col'>term ({e(cur or 'cost')}; "
+             f"GPU-hours below)</th>{head}</tr></thead><tbody>"]
+
+    def line(label: str, cells: list[str]) -> None:
+        table.append(f"<tr><th scope='row'>{e(label)}</th>" + "".join(f"<td class=n>{c}</td>" for c in cells) + "</tr>")
+
+    line("capacity GPU-hours", [_fmt(r["capacity_gpu_hours"]) for r in rows])
+    for t in TERMS:
+        line(LABELS[t], [_fmt(r["terms"][t]["cost"], 2) + (f"<br><small>{_fmt(r['terms'][t]['gpu_hours'])} GPU-h</small>"
+                                                         if t in HOUR_TERMS else "") for r in rows])
+    line("total cost", [_fmt(r["total_cost"], 2) for r in rows])
+    line("accepted units", [_fmt(r["accepted_units"]) for r in rows])
+    line("total cost per accepted unit", [_fmt(r["total_cost_per_accepted_unit"], 4) for r in rows])
+    line("completed-run share of capacity", [_fmt(r["completed_run_share_of_capacity"], 4) for r in rows])
+    table.append("</tbody></table></div>")
+    parts.append("".join(table))
+    if econ["baselines"]:
+        parts.append("<h3>Baselines (same denominator)</h3><div class='table-wrap'><table class='t'><tr><th>baseline</th><th>kind</th>"
+                     f"<th>cost per accepted unit ({e(cur)})</th><th>cluster total cost per accepted unit</th>"
+                     "<th>cluster / baseline</th><th>break-even completed-run share of capacity</th>"
+                     "<th>note</th></tr>")
+        for b in econ["baselines"]:
+            parts.append(f"<tr><td>{e(b['baseline'])}</td><td>{e(b['kind'])}</td>"
+                         f"<td>{_fmt(b['cost_per_accepted_unit'], 4)}</td>"
+                         f"<td>{_fmt(b['cluster_total_cost_per_accepted_unit'], 4)}</td>"
+                         f"<td>{_fmt(b['cluster_vs_baseline'], 3)}</td>"
+                         f"<td>{_fmt(b['break_even_completed_run_share_of_capacity'], 4)}</td>"
+                         f"<td>{e(b['note'] or '')}</td></tr>")
+        parts.append("</table></div>")
+    s = econ["sizing"]
+    parts.append("<h3>Sizing under failure</h3><p>Accepted units per capacity GPU-month: "
+                 f"{_fmt(s['accepted_units_per_capacity_gpu_month'])}; "
+                 f"target per month: {_fmt(s['target_per_month'])}; required GPU capacity: "
+                 f"<b>{_fmt(s['required_gpu_capacity'])}</b> GPUs.</p>")
+    ref = econ["refusals"]
+    if ref.get("known"):
+        parts.append(f"<h3>Submit policy refusals</h3><p>{ref['total']} refusal(s); {ref['ignored_log_lines']} log "
+                     "line(s) not written by gpuclust ignored.</p>")
+    else:
+        parts.append(f"<h3>Submit policy refusals</h3><p class='note'>Unknown: {e(ref.get('why', ''))}</p>")
+    return "\n".join(parts)
+
+
+def economics_families(ctx: PromContext) -> list[Metric]:
+    """The economics block as Prometheus families (a prom contributor). As for the report's other metrics: the
+    cluster figure and each breakdown are separate families (summing one never double-counts), GPU time in
+    seconds, shares as ratios, money families labelled with the currency; unknown figures are left out, never 0."""
+    econ = ctx.report.data.get("economics")
+    if not econ:
+        return []
+    total, parts = econ["total"], econ["by_partition"]
+    out: list[Metric] = []
+
+    def pair(name: str, doc: str, key: str, *, money: bool = False, scale: float = 1.0) -> None:
+        whole = ctx.gauge(f"economics_{name}", doc, money=money)
+        ctx.add(whole, None if total.get(key) is None else float(total[key]) * scale)
+        each = ctx.gauge(f"partition_economics_{name}", f"{doc} Per partition.", ["partition"], money=money)
+        for r in parts:
+            ctx.add(each, None if r.get(key) is None else float(r[key]) * scale, r["partition"])
+        out.extend((whole, each))
+
+    def terms(name: str, doc: str, measure: str, names: tuple[str, ...], *, money: bool, scale: float) -> None:
+        whole = ctx.gauge(f"economics_{name}", doc, ["term"], money=money)
+        each = ctx.gauge(f"partition_economics_{name}", f"{doc} Per partition.", ["partition", "term"], money=money)
+        for t in names:
+            value = total["terms"][t][measure]
+            ctx.add(whole, None if value is None else float(value) * scale, t)
+            for r in parts:
+                value = r["terms"][t][measure]
+                ctx.add(each, None if value is None else float(value) * scale, r["partition"], t)
+        out.extend((whole, each))
+
+    terms("gpu_seconds", "GPU time of each unit-economics term in the period (capacity = their sum).", "gpu_hours",
+          HOUR_TERMS, money=False, scale=3600.0)
+    terms("cost", "Cost of each unit-economics term in the period (total cost = their sum).", "cost", TERMS,
+          money=True, scale=1.0)
+    pair("capacity_gpu_seconds", "GPU time the GPUs could deliver in the period.", "capacity_gpu_hours", scale=3600.0)
+    pair("total_cost", "All unit-economics terms summed.", "total_cost", money=True)
+    pair("accepted_units", "The denominator: completed runs or accepted units.", "accepted_units")
+    pair("total_cost_per_accepted_unit", "Total cost (every term) per accepted unit.",
+         "total_cost_per_accepted_unit", money=True)
+    pair("completed_run_share_of_capacity_ratio", "Completed-run GPU time / capacity.",
+         "completed_run_share_of_capacity")
+    unit_cost = ctx.gauge("economics_baseline_cost_per_accepted_unit", "A baseline's cost per accepted unit.",
+                          ["baseline", "kind"], money=True)
+    break_even = ctx.gauge("economics_baseline_break_even_completed_run_share_of_capacity_ratio",
+                           "Completed-run share of capacity at which the cluster's total cost per accepted unit "
+                           "equals the baseline's cost per accepted unit.", ["baseline"])
+    for b in econ["baselines"]:
+        ctx.add(unit_cost, b["cost_per_accepted_unit"], b["baseline"], b["kind"])
+        ctx.add(break_even, b["break_even_completed_run_share_of_capacity"], b["baseline"])
+    required = ctx.gauge("economics_required_gpus", "GPUs needed for the target at the measured accepted units "
+                         "per capacity GPU-month.")
+    ctx.add(required, econ["sizing"]["required_gpu_capacity"])
+    out.extend((unit_cost, break_even, required))
+    ref = econ["refusals"]
+    if ref.get("known"):
+        refusals = ctx.gauge("policy_refusals", "Jobs the submit policy rejected in the period.")
+        ctx.add(refusals, ref["total"])
+        out.append(refusals)
+        for dim in ("rule", "account", "user", "partition"):
+            family = ctx.gauge(f"policy_refusals_by_{dim}", f"Jobs the submit policy rejected in the period, per {dim}.",
+                               [dim])
+            for item in ref[f"by_{dim}"]:
+                ctx.add(family, item["refusals"], item[dim])
+            out.append(family)
+        ignored = ctx.gauge("policy_log_ignored_lines", "slurmctld log lines not written by gpuclust (ignored).")
+        ctx.add(ignored, ref["ignored_log_lines"])
+        out.append(ignored)
+    return out

@@ -1,0 +1,64 @@
+"""GPU use (figures/gpuuse.py) as the page and the Prometheus textfile show it."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from gpuclust.accounting.output import prom, svgplot
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from gpuclust.accounting.figures.metrics import Report
+
+# Per-job rows go to CSV, Parquet and report.json only (too wide for the page, which shows the worst jobs).
+NOT_ON_PAGE = frozenset({"gpu_use_jobs", "telemetry_nodes"})
+
+
+def html_section(report: Report) -> str | None:
+    """The HTML page's use section: the headline and a utilisation histogram per partition (the tables
+    follow with the others)."""
+    use = report.data.get("gpu_use")
+    if not use:
+        return None
+    parts = ["<h2 id='gpu-use'>GPU use: busy, held-idle and coverage</h2>"]
+    t = use.get("totals") or {}
+    cov = t.get("coverage")
+    parts.append("<p class='meta'>Idle: under {:g}% for at least {:g} s. Coverage {}. Rules: {}.</p>".format(
+        use["idle_threshold_pct"], use["idle_min_s"], "unknown" if cov is None else f"{cov:.1%}",
+        html.escape(", ".join(use["gpu_util_rules"]) or "none")))
+    for part, h in use.get("histogram_by_partition", {}).items():
+        labels = [f"{lo}-{lo + 10}%" for lo in h["bins_pct"][:-1]]
+        if not sum(h["jobs"]):  # no covered job: "no data", never a row of zero bars
+            parts.append(f"<p><em>{html.escape(part)}: no utilisation telemetry</em></p>")
+            continue
+        parts.append(svgplot.bar_chart(f"{part}: covered GPU-hours by mean GPU utilisation", labels,
+                                       [("covered GPU-hours", h["covered_gpu_hours"])], y_label="GPU-hours"))
+    return "\n".join(parts)
+
+
+def prom_families(ctx: prom.PromContext) -> Iterator[Metric]:
+    """Gauges per partition and account: allocated, covered, busy and held-idle GPU-seconds, coverage."""
+    use = ctx.report.data.get("gpu_use")
+    if not use:
+        return
+    figures = (("allocated_gpu_hours", "allocated"), ("covered_gpu_hours", "covered"),
+               ("busy_gpu_hours", "busy"), ("held_idle_gpu_hours", "held-idle"))
+    for dim in ("partition", "account"):
+        for key, name in figures:
+            fam = ctx.gauge(f"{dim}_{key.replace('_gpu_hours', '')}_gpu_seconds".replace("-", "_"),
+                            f"GPU time {name} (GPU-hours x 3600), per {dim} of the job; glossary name '{name}'",
+                            (dim,))
+            for row in use.get(f"by_{dim}", []):
+                value = row.get(key)
+                if value is not None:
+                    ctx.add(fam, float(value) * 3600, row.get(dim))
+            yield fam
+        fam = ctx.gauge(f"{dim}_gpu_coverage_ratio", f"Coverage: covered / allocated GPU-hours (0..1), per {dim}",
+                        (dim,))
+        for row in use.get(f"by_{dim}", []):
+            if row.get("coverage") is not None:
+                ctx.add(fam, float(row["coverage"]), row.get(dim))
+        yield fam

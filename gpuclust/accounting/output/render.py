@@ -1,0 +1,687 @@
+"""Report outputs: report.json, one CSV per table, a self-contained report.html, gpuclust.prom.
+
+Every file is written to a temporary name in the output directory and renamed into place, so a reader
+(a web server, node_exporter's textfile collector) never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpuclust.accounting.figures.metrics import Report, deprecated
+from gpuclust.accounting.output import gpuuse_render, prom, svgplot
+from gpuclust.accounting.output.economics_render import economics_families, economics_html
+from gpuclust.atomicfile import write_atomic
+from gpuclust.errors import InputError, Problem
+from gpuclust.output import to_json
+
+FORMATS = ("html", "csv", "json", "prom", "parquet")
+# Families other parts of the report add to gpuclust.prom, besides the accounting ones prom.py writes itself.
+PROM_CONTRIBUTORS: tuple[prom.Contributor, ...] = (economics_families, gpuuse_render.prom_families)
+TREND_VIEWS = (30, 90)
+ECONOMICS_SECTION_TABLES = frozenset({"economics_terms", "economics_baselines"})  # shown in its own section  # days shown in the HTML trend view (the report holds the longest)
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = [item for item in items if item not in FORMATS]
+    if unknown or not items:
+        raise InputError(f"unknown format(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(FORMATS)}")
+    return items
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    """Create the output directory and prove a file can be written there, before any work is done: an
+    unwritable --out (a path under a file, under /proc, no permission) is an InputError naming it."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".gpuclust-probe.", dir=out_dir)
+        os.close(fd)
+        os.unlink(tmp)
+    except (OSError, ValueError) as exc:
+        raise InputError(Problem(str(out_dir), None, f"cannot write the report here: {_why(exc)}; point --out at a "
+                                                          "directory you can write")) from None
+
+
+def _why(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+# Context every output carries, so that nightly files can be concatenated: report.json's first keys, and the
+# last columns of every CSV/Parquet table.
+CONTEXT_KEYS = ("cluster", "period", "generated_at")
+CONTEXT_COLUMNS = ("cluster", "period_start", "period_end", "generated_at")
+
+
+def context_row(report: Report) -> dict[str, Any]:
+    """The context columns' values (None where the report has no context: a report built without add_context)."""
+    d = report.data
+    return {"cluster": d.get("cluster"), "period_start": d["period"]["start"], "period_end": d["period"]["end"],
+            "generated_at": d.get("generated_at")}
+
+
+def with_context(frame: pd.DataFrame, report: Report | Mapping[str, Any]) -> pd.DataFrame:
+    """`frame` with the context columns appended (a table's own column of the same name is kept as is);
+    `report`: the report, or its context_row."""
+    out = frame.copy()
+    for key, value in (context_row(report) if isinstance(report, Report) else report).items():
+        if key not in out.columns:
+            out[key] = pd.Series([value] * len(out), index=out.index, dtype=object)
+    return out
+
+
+# A table this long is written by Arrow's CSV writer (C++): pandas' own writer took 3.9 s for the 276k-job
+# gpu_use_jobs of 1M lines (BENCHMARKS.md, issue 26). The text is pandas' but for floats, which Arrow writes in
+# the shortest form that reads back as the same number (3600 for 3600.0, 0.00001 for 1e-05). A table Arrow
+# cannot write that way (a value holding a comma, quote or newline; mixed types) falls back to pandas.
+LARGE_CSV_ROWS = 50_000
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]+")
+
+
+def csv_bytes(frame: pd.DataFrame, context: Mapping[str, Any] | None = None) -> bytes:
+    """The frame as CSV, UTF-8 (a large one as Arrow writes it: never decoded into one str and encoded back),
+    `context` (context_row) appended as with_context appends it."""
+    def by_pandas() -> bytes:
+        return (with_context(frame, context) if context else frame).to_csv(index=False).encode("utf-8")
+
+    names = [*frame.columns, *(key for key in context or {} if key not in frame.columns)]
+    if len(frame) <= LARGE_CSV_ROWS or not all(_PLAIN_NAME.fullmatch(str(c)) for c in names):
+        return by_pandas()
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    def write(part: pa.Table) -> bytes:
+        buf = io.BytesIO()
+        pacsv.write_csv(part, buf, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+        return buf.getvalue()
+
+    try:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        for i, name in enumerate(frame.columns):
+            if frame[name].dtype == np.bool_:  # pandas writes True/False, Arrow true/false
+                table = table.set_column(i, str(name), pc.if_else(table.column(i), "True", "False"))
+        for key, value in (context or {}).items():  # one value each: a constant column, not n objects
+            if key not in frame.columns:
+                table = table.append_column(key, pa.repeat(pa.scalar(value, pa.string() if value is None else None),
+                                                           len(table)))
+        # In slices side by side (the writer releases the GIL; formatting floats is most of its time).
+        k = max(1, min(4, os.cpu_count() or 1, len(table) // LARGE_CSV_ROWS))
+        cut = [len(table) * i // k for i in range(k + 1)]
+        with ThreadPoolExecutor(max_workers=k) as pool:
+            parts = list(pool.map(write, [table.slice(a, b - a) for a, b in zip(cut, cut[1:], strict=False)]))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return by_pandas()
+    return b"".join([(",".join(str(c) for c in names) + "\n").encode("utf-8"), *parts])
+
+
+PREVIOUS_DIR = re.compile(r"\d{4}-\d\d-\d\d")  # the dated directories of examples/cron/gpuclust-report
+
+
+def _period(data: Mapping[str, Any]) -> tuple[datetime, datetime] | None:
+    try:
+        period = data["period"]
+        return datetime.fromisoformat(str(period["start"])), datetime.fromisoformat(str(period["end"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def find_previous(out_dir: Path, data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The report.json of the last report before this one, for the page's "change since the last report": the
+    one already in `out_dir` (a report rebuilt in place) or in a dated sibling directory (REPORT_DIR/YYYY-MM-DD,
+    as the nightly script keeps them), of the same cluster and the same period length, ending at or before this
+    period's start; the latest such. None when there is none (a file that cannot be read is passed over: the
+    comparison is a convenience, never a reason to fail the build)."""
+    from gpuclust.accounting.output.reportdoc import SCHEMA
+
+    this = _period(data)
+    if this is None:
+        return None
+    candidates = [out_dir / "report.json"]
+    try:
+        candidates += [d / "report.json" for d in sorted(out_dir.resolve().parent.iterdir())
+                       if PREVIOUS_DIR.fullmatch(d.name) and d.resolve() != out_dir.resolve()]
+    except OSError:
+        pass
+    best: tuple[datetime, dict[str, Any]] | None = None
+    for path in candidates:
+        try:
+            if not path.is_file():
+                continue
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if not isinstance(old, dict) or old.get("schema") != SCHEMA or old.get("cluster") != data.get("cluster"):
+            continue
+        span = _period(old)
+        if span is None or span[1] - span[0] != this[1] - this[0] or span[1] > this[0]:
+            continue
+        if best is None or span[1] > best[0]:
+            best = (span[1], old)
+    return None if best is None else best[1]
+
+
+def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[Path]:
+    written: list[Path] = []
+    formats = tuple(formats)
+    # read before report.json is replaced: an earlier period's report in the same directory is the previous one
+    previous = find_previous(out_dir, report.data) if "html" in formats else None
+    for fmt in formats:
+        if fmt == "json":
+            path = out_dir / "report.json"
+            write_atomic(path, to_json(report.data) + "\n", make_parents=True, input_error=True)
+            written.append(path)
+        elif fmt in ("csv", "parquet"):
+            for name, table in report.tables.items():
+                # the renamed figures' old column names too, for one release (metrics.deprecated)
+                frame = deprecated.add_columns(name, table, report.data.get("totals"))
+                path = out_dir / f"{name}.{fmt}"
+                if fmt == "csv":
+                    write_atomic(path, csv_bytes(frame, context_row(report)), make_parents=True, input_error=True)
+                else:
+                    buf = io.BytesIO()
+                    with_context(frame, report).to_parquet(buf, index=False)
+                    write_atomic(path, buf.getvalue(), make_parents=True, input_error=True)
+                written.append(path)
+        elif fmt == "html":
+            path = out_dir / "report.html"
+            write_atomic(path, render_html(report, previous), make_parents=True, input_error=True)
+            written.append(path)
+        elif fmt == "prom":
+            path = out_dir / prom.FILENAME
+            prom.write_textfile(report, path, PROM_CONTRIBUTORS)
+            written.append(path)
+    return written
+
+
+# ---- HTML ---------------------------------------------------------------------------------------------
+
+# Column headers people read (a column not listed: its name with spaces, first letter capital).
+HEADERS = {
+    "job_id": "Job ID", "user": "User", "account": "Account", "partition": "Partition", "qos": "QOS",
+    "wckey": "WCKey", "job_name": "Job name", "state": "State", "exit_code": "Exit code", "gpu_hours": "GPU-hours",
+    "completed_run_gpu_hours": "Completed-run GPU-hours", "unpriced_gpu_hours": "Unpriced GPU-hours", "cost": "Cost",
+    "cost_per_completed_run": "Cost per completed run", "node_list": "NodeList", "start": "Start (UTC)",
+    "runs": "Runs", "completed": "Completed", "attempts": "Attempts", "retries": "Retries", "jobs": "Attempts",
+    "median_s": "Median", "p90_s": "p90", "max_s": "Max",
+    "completed_run_share_of_allocated": "Completed-run share of allocated GPU-hours",
+    "completed_runs_per_gpu_month": "Completed runs per GPU-month",
+    "target_completed_runs_per_month": "Target completed runs per month", "target_source": "Target from",
+    "required_gpus": "Required GPUs", "gpus_used_on_average": "GPUs used on average",
+    "gpu_month_hours": "Hours in a GPU-month", "day": "Day", "started_attempts": "Attempts started",
+    "p90_wait_s": "p90 queue wait",
+}
+TABLE_TITLES = {
+    "queue_wait_by_partition": "Queue wait (Start - Eligible) by partition",
+    "queue_wait_by_account": "Queue wait (Start - Eligible) by account",
+    "queue_wait_by_qos": "Queue wait (Start - Eligible) by QOS",
+    "hold_by_partition": "Hold (Eligible - Submit) by partition",
+    "hold_by_account": "Hold (Eligible - Submit) by account",
+    "hold_by_qos": "Hold (Eligible - Submit) by QOS",
+    "runs_by_account": "Runs by account", "runs_by_partition": "Runs by partition", "runs_by_wckey": "Runs by WCKey",
+    "top_failures": "Top failures (by GPU-hours)", "trend_daily": "Daily trend",
+}
+# Short identifiers: never broken inside (free text such as job names and node lists wraps anywhere instead).
+KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "start", "day", "partition", "qos"})
+MONEY_COLUMNS = frozenset({"cost", "cost_per_completed_run"})
+RATIO_COLUMNS = frozenset({"completed_run_share_of_allocated"})
+DASH = "\u2014"
+
+# An extra section another module adds to the page: (report) -> HTML, or None for nothing.
+Section = Callable[[Report], "str | None"]
+SECTIONS: list[Section] = []
+
+
+def register_section(section: Section) -> Section:
+    """Add `section` to every report page from now on, after the charts (usable as a decorator)."""
+    if section not in SECTIONS:
+        SECTIONS.append(section)
+    return section
+
+
+def header_text(column: str, currency: str | None = None) -> str:
+    text = HEADERS.get(column) or (column.replace("_", " ")[:1].upper() + column.replace("_", " ")[1:])
+    return f"{text} ({currency})" if currency and column in MONEY_COLUMNS else text
+
+
+def table_title(name: str) -> str:
+    if name.startswith("runs_by_label_"):
+        return f"Runs by label {name.removeprefix('runs_by_label_')}"
+    return TABLE_TITLES.get(name) or name.replace("_", " ").capitalize()
+
+
+def duration(seconds: Any) -> str:
+    """Seconds as people read a wait: 0s, 45s, 12m 5s, 1h 23m, 2d 3h."""
+    value = svgplot.to_float(seconds)
+    if value is None:
+        return DASH
+    s = int(round(abs(value)))
+    sign = "-" if value < 0 and s else ""
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{sign}{days}d {hours}h" if hours else f"{sign}{days}d"
+    if hours:
+        return f"{sign}{hours}h {minutes}m" if minutes else f"{sign}{hours}h"
+    if minutes:
+        return f"{sign}{minutes}m {secs}s" if secs else f"{sign}{minutes}m"
+    return f"{sign}{secs}s"
+
+
+def number(value: Any) -> str:
+    """A figure with thousands separators: integers without decimals, others to 2 decimals from 1 up and to 3
+    significant digits below 1 (0.0125, 0.000156)."""
+    v = svgplot.to_float(value)
+    if v is None:
+        return DASH
+    if v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 1:
+        return f"{v:,.2f}"
+    if abs(v) < 1e-12:
+        return "0"
+    decimals = min(12, 2 - math.floor(math.log10(abs(v))))  # 3 significant digits, never an exponent
+    return f"{v:.{decimals}f}".rstrip("0")
+
+
+def _is_number_column(column: str, series: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype) \
+        or column.endswith("_s") or column in MONEY_COLUMNS
+
+
+def _cell(column: str, value: Any) -> tuple[str, str | None]:
+    """(text shown, sort key or None) of one cell."""
+    if column.endswith("_s"):
+        v = svgplot.to_float(value)
+        return duration(value), "" if v is None else repr(v)
+    if column in RATIO_COLUMNS:
+        v = svgplot.to_float(value)
+        return (DASH if v is None else f"{v * 100:.1f} %"), "" if v is None else repr(v)
+    if column == "start" and isinstance(value, str) and "T" in value:
+        return value.replace("T", " ").removesuffix("+00:00"), value
+    if isinstance(value, str):
+        return value, None
+    v = svgplot.to_float(value)
+    if v is not None or value is None or (isinstance(value, float) and math.isnan(value)):
+        return number(value), "" if v is None else repr(v)
+    return str(value), None
+
+
+def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bool = True) -> str:
+    """A table with human headers, numbers right-aligned and formatted, text left; sortable by its headers."""
+    if frame.empty:
+        return "<p><em>no rows</em></p>"
+    e = html.escape
+    numeric = [_is_number_column(str(c), frame[c]) for c in frame.columns]
+    classes = [" class=n" if n else " class=k" if str(c) in KEEP_WHOLE_COLUMNS else ""
+               for c, n in zip(frame.columns, numeric, strict=True)]
+    head = "".join(f"<th scope='col'{cls}>{e(header_text(str(c), currency))}</th>"
+                   for c, cls in zip(frame.columns, classes, strict=True))
+    rows = []
+    for record in frame.itertuples(index=False, name=None):
+        cells = []
+        for column, value, attrs in zip(frame.columns, record, classes, strict=True):
+            shown, key = _cell(str(column), value)
+            if key is not None:
+                attrs += f" data-v='{e(key)}'"
+            cells.append(f"<td{attrs}>{e(shown)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    cls = "t sortable" if sortable else "t"
+    return (f"<div class='table-wrap'><table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table></div>")
+
+
+def kv_table_html(row: Mapping[str, Any], *, currency: str | None = None) -> str:
+    """One record as a two-column table (figure, value): a wide single row does not fit a page."""
+    e = html.escape
+    body = []
+    for column, value in row.items():
+        shown, _ = _cell(column, value)
+        if column == "target_source" and value is None:
+            shown = DASH
+        body.append(f"<tr><th scope='row'>{e(header_text(column, currency))}</th><td class=n>{e(shown)}</td></tr>")
+    return "<div class='table-wrap'><table class='t kv'><tbody>" + "".join(body) + "</tbody></table></div>"
+
+
+def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
+    """The report's four charts as (title, inline SVG), or (title, None) when the table is empty."""
+    plots: list[tuple[str, str | None]] = []
+
+    qw = tables["queue_wait_by_partition"]
+    if len(qw):
+        series = [(label, qw[col].tolist()) for label, col in (("median", "median_s"), ("p90", "p90_s"),
+                                                                ("max", "max_s"))]
+        plots.append(("Queue wait per partition", svgplot.bar_chart(
+            "Queue wait per partition", qw["partition"].tolist(), series, y_label="wait (log scale)",
+            log_seconds=True, marked=0, subtitle="median labelled; a wait under 1s sits on the baseline")))
+    else:
+        plots.append(("Queue wait per partition", None))
+
+    ra = tables["runs_by_account"]
+    if len(ra):
+        accounts = ra["account"].tolist()
+        hours = [("allocated GPU-hours", ra["gpu_hours"].tolist()),
+                 ("completed-run GPU-hours", ra["completed_run_gpu_hours"].tolist())]
+        plots.append(("GPU-hours by account", svgplot.bar_chart(
+            "GPU-hours by account", accounts, hours, y_label="GPU-hours")))
+        cost = ra["cost_per_completed_run"].tolist()  # null (no completed run, no price): "no data", not 0
+        plots.append(("Cost per completed run", svgplot.bar_chart(
+            "Cost per completed run by account", accounts, [("cost per completed run", cost)], y_label="cost",
+            subtitle="no data = no completed run or no price")))
+    else:
+        plots += [("GPU-hours by account", None), ("Cost per completed run", None)]
+
+    tf = tables["top_failures"].head(15)
+    if len(tf):
+        labels = [f"{j} {s}" for j, s in zip(tf["job_id"], tf["state"], strict=True)]
+        plots.append(("Top failures", svgplot.hbar_chart(
+            "Top failures by GPU-hours", labels, tf["gpu_hours"].tolist(), x_label="GPU-hours")))
+    else:
+        plots.append(("Top failures", None))
+    return plots
+
+
+def trend_plots(frame: pd.DataFrame, days: int) -> list[tuple[str, str]]:
+    """Daily GPU-hours, cost per completed run and p90 queue wait over the last `days` days of `frame`."""
+    last = frame.tail(days)
+    labels = [str(d)[5:] for d in last["day"]]  # MM-DD
+    span = f"last {days} days, {last['day'].iloc[0]} to {last['day'].iloc[-1]}" if len(last) else f"last {days} days"
+    charts = (
+        ("GPU-hours per day", "gpu_hours", "GPU-hours", "allocated GPU-hours"),
+        ("Cost per completed run per day", "cost_per_completed_run", "cost", "cost per completed run"),
+        ("p90 queue wait per day", "p90_wait_s", "wait (log scale)", "p90 queue wait (s)"),
+    )
+    out = []
+    for title, col, unit, series in charts:
+        values = last[col].tolist()
+        if col == "p90_wait_s":
+            known = sorted(v for v in (svgplot.to_float(x) for x in values) if v is not None)
+            median = float(pd.Series(known).median()) if known else None
+            out.append((title, svgplot.bar_chart(
+                f"{title} ({span})", labels, [(series, values)], y_label=unit, log_seconds=True,
+                reference=None if median is None else (f"median of the days: {svgplot.short_duration(median)}",
+                                                       median))))
+        else:
+            out.append((title, svgplot.bar_chart(f"{title} ({span})", labels, [(series, values)], y_label=unit)))
+    return out
+
+
+_CSS = (
+    "*,*::before,*::after{box-sizing:border-box}"
+    "body{font-family:sans-serif;margin:1.5em auto;padding:0 1.5em;max-width:80em;color:#222;line-height:1.35}"
+    "h1{margin-bottom:.2em;overflow-wrap:anywhere}.meta{color:#444;margin-top:0}"
+    ".table-wrap{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
+    "table.t{border-collapse:collapse;font-variant-numeric:tabular-nums}"
+    "table.t td,table.t th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;"
+    "overflow-wrap:anywhere}"
+    "table.t th{background:#eee;font-weight:600}table.t .n{text-align:right;white-space:nowrap;overflow-wrap:normal}"
+    "table.t .k{white-space:nowrap;overflow-wrap:normal}table.t th{overflow-wrap:normal}"
+    "table.t th.n,table.t th.k{white-space:normal}table.t td:not(.n):not(.k){min-width:4em}"
+    "table.kv th{background:#f6f6f6;font-weight:normal}"
+    "table.sortable thead th{cursor:pointer;user-select:none}"
+    "table.sortable th[aria-sort=ascending]::after{content:' \\25B2'}"
+    "table.sortable th[aria-sort=descending]::after{content:' \\25BC'}"
+    "dt{font-weight:bold;margin-top:.4em}dd{overflow-wrap:anywhere}.note{background:#fff4d6;padding:.5em}"
+    ".charts{display:flex;flex-wrap:wrap;gap:1em}.charts figure{margin:0;max-width:100%;flex:1 1 30em}"
+    "svg.chart{display:block;max-width:100%;height:auto}details{margin:1em 0}summary{cursor:pointer}"
+    "details.section{border-top:1px solid #ddd;padding-top:.3em}details.section figure{margin:.5em 0}"
+    "details.section>summary h2{display:inline;margin:0;font-size:1.3em}"
+    # the summary band: the answers first, one card per headline figure, as many per row as fit
+    ".band{margin:1em 0;padding:.8em;background:#f4f7fb;border:1px solid #c9d6e6;border-radius:6px}"
+    ".band h2{margin:0 0 .2em;font-size:1.2em}.band .since{margin:0 0 .6em;color:#444}"
+    ".figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(10em,1fr));gap:.6em}"
+    ".fig{background:#fff;border:1px solid #d5dde8;border-radius:4px;padding:.4em .6em;min-width:0}"
+    ".fig .name{font-size:.85em;color:#444}.fig .v{font-size:1.35em;font-weight:600;overflow-wrap:anywhere}"
+    ".fig .d{font-size:.85em;color:#555;overflow-wrap:anywhere}.fig .up{color:#0b5394}.fig .down{color:#8a4b00}"
+    ".fig .unknown{color:#666;font-style:italic}"
+    "@media (max-width:600px){body{padding:0 .6em;margin-top:.6em}h1{font-size:1.4em}"
+    "table.t td,table.t th{padding:2px 5px}}"
+    # print: everything open, nothing cut (tables wrap and shrink rather than scroll), figures kept whole
+    "@media print{body{max-width:none;margin:0;padding:0;font-size:10pt}"
+    "details::details-content{content-visibility:visible;display:block}"
+    "details>summary{list-style:none;cursor:auto}details>summary::-webkit-details-marker{display:none}"
+    ".table-wrap{overflow:visible;max-width:none}"
+    "table.t{width:100%;table-layout:auto;font-size:7.5pt}"
+    # free text wraps anywhere; numbers and identifiers stay whole (a number split over two lines misreads)
+    "table.t td,table.t th{padding:1px 3px}table.t td:not(.n):not(.k){min-width:0;overflow-wrap:anywhere;"
+    "word-break:break-word}thead{display:table-header-group}tr{break-inside:avoid}"
+    "figure,svg.chart,.fig,.band{break-inside:avoid}h2,h3,summary{break-after:avoid}"
+    "table.sortable th[aria-sort]::after{content:''}.band{background:none}"
+    "*{position:static!important}}"
+)
+# Sort a table by a clicked header: numbers by their data-v (missing last), text by its content. No library.
+_SORT_JS = (
+    "document.querySelectorAll('table.sortable thead th').forEach(function(th){"
+    "th.tabIndex=0;th.title='Sort';function go(){var t=th.closest('table'),b=t.tBodies[0],i=th.cellIndex,"
+    "d=th.getAttribute('aria-sort')==='ascending'?'descending':'ascending',n=th.classList.contains('n');"
+    "t.querySelectorAll('thead th').forEach(function(h){h.removeAttribute('aria-sort')});"
+    "th.setAttribute('aria-sort',d);var r=Array.prototype.slice.call(b.rows);"
+    "function k(x){var c=x.cells[i];return c.hasAttribute('data-v')?c.getAttribute('data-v'):c.textContent}"
+    "r.sort(function(a,c){var x=k(a),y=k(c),o;if(n){x=x===''?-Infinity:+x;y=y===''?-Infinity:+y;"
+    "o=x<y?-1:x>y?1:0}else{o=x.localeCompare(y)}return d==='ascending'?o:-o});"
+    "r.forEach(function(x){b.appendChild(x)})}"
+    "th.addEventListener('click',go);th.addEventListener('keydown',function(ev){if(ev.key==='Enter')go()})});"
+    # printing opens every section (a closed one would be left out of the paper copy)
+    "window.addEventListener('beforeprint',function(){document.querySelectorAll('details').forEach("
+    "function(x){x.open=true})});"
+)
+
+
+def _when(iso: Any) -> str:
+    """2026-12-02T00:00:00+00:00 -> 2026-12-02 00:00 (+00:00)."""
+    try:
+        t = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    offset = t.strftime("%z")
+    offset = f"{offset[:3]}:{offset[3:]}" if offset else ""
+    return t.strftime("%Y-%m-%d %H:%M") + (f" (UTC{offset})" if offset else "")
+
+
+def _row(frame: pd.DataFrame) -> dict[str, Any]:
+    return {str(k): v for k, v in frame.iloc[0].items()}
+
+
+# The summary band's headline figures, glossary names: (key, name, where in report.json, kind).
+HEADLINE = (
+    ("runs", "Runs", ("totals", "runs"), "count"),
+    ("completed", "Completed runs", ("totals", "completed"), "count"),
+    ("allocated", "Allocated GPU-hours", ("totals", "gpu_hours"), "hours"),
+    ("completed_run", "Completed-run GPU-hours", ("totals", "completed_run_gpu_hours"), "hours"),
+    ("busy", "Busy GPU-hours", ("gpu_use", "totals", "busy_gpu_hours"), "hours"),
+    ("held_idle", "Held-idle GPU-hours", ("gpu_use", "totals", "held_idle_gpu_hours"), "hours"),
+    ("cost_per_completed_run", "Cost per completed run", ("totals", "cost_per_completed_run"), "money"),
+)
+
+
+# A figure's key in a previous report.json written before it was renamed (metrics.deprecated).
+OLD_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {("totals", "completed_run_gpu_hours"): ("totals", "useful_gpu_hours")}
+
+
+def _dig(data: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
+    value: Any = data
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _dig_previous(previous: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
+    value = _dig(previous, path)
+    old = OLD_PATHS.get(path)
+    return _dig(previous, old) if value is None and old is not None else value
+
+
+def _change(now: float | None, before: Any, kind: str) -> tuple[str, str]:
+    """(text, css class) of a figure's change since the previous report."""
+    was = svgplot.to_float(before)
+    if now is None or was is None:
+        return ("no value before" if was is None else f"was {number(was)}"), "unknown"
+    diff = now - was
+    if abs(diff) < 1e-12:
+        return "no change", ""
+    shown = ("+" if diff > 0 else "-") + number(abs(diff))
+    pct = f" ({diff / was * 100:+.1f} %)" if was else ""
+    return f"{shown}{pct}", "up" if diff > 0 else "down"
+
+
+def _top_failure(data: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(job and state, GPU-hours and account) of the failed run with the most GPU-hours, or None."""
+    rows = _dig(data, ("top_failures",)) or []
+    if not rows or not isinstance(rows[0], Mapping):
+        return None
+    top = rows[0]
+    return (f"{top.get('job_id')} {top.get('state')}",
+            f"{number(top.get('gpu_hours'))} GPU-hours, account {top.get('account')}")
+
+
+def summary_band(data: Mapping[str, Any], previous: Mapping[str, Any] | None) -> str:
+    """The answers first: each headline figure with its change since the previous report (or why there is none).
+    Busy and held-idle GPU-hours carry their coverage; an unknown figure says so (never 0)."""
+    e = html.escape
+    currency = data.get("currency")
+    coverage = svgplot.to_float(_dig(data, ("gpu_use", "totals", "coverage")))
+    if previous is None:
+        since = "No previous report to compare with."
+    else:
+        p = previous.get("period") or {}
+        since = f"Change since the previous report, {_when(p.get('start'))} to {_when(p.get('end'))}."
+    cards = []
+    for key, name, path, kind in HEADLINE:
+        if key in ("busy", "held_idle") and "gpu_use" not in data:
+            continue
+        raw = _dig(data, path)
+        value = svgplot.to_float(raw)
+        label = f"{name} ({currency})" if kind == "money" and currency else name
+        if value is None:
+            why = "no price configured" if kind == "money" and _dig(data, ("totals", "cost")) is None else "unknown"
+            shown = f"<span class='unknown'>{e(why)}</span>"
+        else:
+            shown = e(number(value))
+        extra = ""
+        if key in ("busy", "held_idle"):
+            extra = f"<div class='d'>coverage {'unknown' if coverage is None else f'{coverage:.1%}'}</div>"
+        if previous is not None:
+            text, cls = _change(value, _dig_previous(previous, path), kind)
+            extra += f"<div class='d {cls}'>{e(text)}</div>"
+        cards.append(f"<div class='fig' data-figure='{key}'><div class='name'>{e(label)}</div>"
+                     f"<div class='v'>{shown}</div>{extra}</div>")
+    top, before = _top_failure(data), _top_failure(previous)
+    shown = "<span class='unknown'>no failed run</span>" if top is None else e(top[0])
+    extra = "" if top is None else f"<div class='d'>{e(top[1])}</div>"
+    if previous is not None:
+        extra += f"<div class='d'>{e('was ' + before[0] if before else 'was none')}</div>"
+    cards.append(f"<div class='fig' data-figure='top_failure'><div class='name'>Top failure</div>"
+                 f"<div class='v'>{shown}</div>{extra}</div>")
+    return (f"<section class='band' aria-label='Summary'><h2>Summary</h2><p class='since'>{e(since)}</p>"
+            f"<div class='figs'>{''.join(cards)}</div></section>")
+
+
+_LEADING_H2 = re.compile(r"\s*<h2([^>]*)>(.*?)</h2>", flags=re.S)
+
+
+def section(title_html: str, body: str, *, open_: bool = True, ident: str | None = None) -> str:
+    """A collapsible section: <details> with the heading as its summary (open unless `open_` is False)."""
+    attrs = f" id='{html.escape(ident)}'" if ident else ""
+    return (f"<details class='section'{attrs}{' open' if open_ else ''}><summary><h2>{title_html}</h2></summary>"
+            f"\n{body}\n</details>")
+
+
+def collapsible(fragment: str) -> str:
+    """An HTML fragment another module wrote (starting with its <h2>) made a collapsible section."""
+    found = _LEADING_H2.match(fragment)
+    if not found:
+        return fragment
+    ident = re.search(r"id=['\"]([^'\"]+)['\"]", found.group(1))
+    return section(found.group(2), fragment[found.end():], ident=ident.group(1) if ident else None)
+
+
+def render_html(report: Report, previous: Mapping[str, Any] | None = None) -> str:
+    """report.html: the summary band (headline figures and their change since `previous`, the previous
+    report's report.json), then the notes, then collapsible sections; self-contained, no external resource."""
+    d = report.data
+    e = html.escape
+    cluster = d.get("cluster")
+    currency = d.get("currency")
+    start, end = d["period"]["start"], d["period"]["end"]
+    generated = d.get("generated_at")
+    title = f"GPU accounting report{f': {cluster}' if cluster else ''}, {_when(start)} to {_when(end)}"
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{e(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head><body>",
+        f"<h1>GPU accounting report{f': {e(str(cluster))}' if cluster else ''}</h1>",
+        "<p class='meta'>"
+        + (f"Cluster <b class='cluster'>{e(str(cluster))}</b> &middot; " if cluster else "")
+        + f"Period <b>{e(_when(start))}</b> to <b>{e(_when(end))}</b> (end exclusive)"
+        + (f" &middot; Generated <time datetime='{e(str(generated))}'>{e(_when(generated))}</time>" if generated else "")
+        + (f" &middot; Currency {e(str(currency))}" if currency else "")
+        + "</p>",
+        summary_band(d, previous),
+    ]
+    inp = d.get("input", {})
+    for note in inp.get("notes", []):
+        parts.append(f"<p class='note'>{e(note)}</p>")
+    if inp.get("rejected_rows"):
+        parts.append(f"<p class='note'>{int(inp['rejected_rows'])} input row(s) could not be parsed and are not "
+                     "counted; see report.json input.problems.</p>")
+    left = inp.get("left_out") or {}
+    if left.get("rows"):
+        parts.append(f"<p class='note'>{int(left['rows'])} row(s) are no attempt and count nowhere: "
+                     f"{int(left['running'])} running (End Unknown), {int(left['not_started'])} not started, "
+                     f"{int(left['no_allocation'])} never ran (cancelled while pending).</p>")
+    for entry in inp.get("unknown") or []:  # what the input cannot give: counted and named, never 0
+        count = "every attempt" if entry.get("count") is None else f"{int(entry['count'])} attempt(s)"
+        parts.append(f"<p class='note'>Unknown for {e(count)} (no {e(str(entry.get('missing')))}): "
+                     f"{e(str(entry.get('unknown')))}.</p>")
+    totals = report.tables["totals"]
+    sizing = report.tables["sizing"]
+    parts.append(section("Totals", kv_table_html(_row(totals), currency=currency) if len(totals)
+                         else "<p><em>no rows</em></p>", ident="totals"))
+    parts.append(section("Sizing", kv_table_html(_row(sizing), currency=currency) if len(sizing)
+                         else "<p><em>no rows</em></p>", ident="sizing"))
+    for chart_title, svg in _plots(report.tables):
+        parts.append(section(e(chart_title), f"<figure>{svg}</figure>" if svg else "<p><em>no data</em></p>"))
+    trend = report.tables.get("trend_daily")
+    if trend is not None and len(trend):
+        short, long = min(TREND_VIEWS), max(TREND_VIEWS)
+        body = ["<div class='charts'>", *(f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, short)),
+                f"</div><details><summary>Last {long} days</summary><div class='charts'>",
+                *(f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, long)), "</div></details>"]
+        parts.append(section(f"Trend: last {short} days", "\n".join(body), ident="trend"))
+    for extra_section in (gpuuse_render.html_section, *SECTIONS):
+        extra = extra_section(report)
+        if extra:
+            parts.append(collapsible(extra))
+    tables = []
+    for name, frame in report.tables.items():
+        if name in ("totals", "sizing") or name in ECONOMICS_SECTION_TABLES or name in gpuuse_render.NOT_ON_PAGE:
+            continue
+        tables.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>" + table_html(frame, currency=currency))
+    parts.append(section("Tables", "\n".join(tables), ident="tables"))
+    economics = economics_html(d)
+    if economics:
+        parts.append(collapsible(economics))
+    definitions = "".join(f"<dt>{e(key)}</dt><dd>{e(text)}</dd>" for key, text in d["definitions"].items())
+    parts.append(section("Metric definitions", f"<dl>{definitions}</dl>", open_=False, ident="definitions"))
+    parts.append(f"<script>{_SORT_JS}</script>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
