@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclust.accept.report import Finding, Report
-from gpuclust.audit.records import NodeRecord, parse_nodes_text
 from gpuclust.errors import UnsafeValueError
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.client import SlurmClient
+from gpuclust.slurm.records import NodeRecord, parse_nodes_text
 
 REASON_PREFIX = "gpuclust:"
 LEGACY_REASON_PREFIX = "gpuclust accept:"  # drains set before the taxonomy: still ours

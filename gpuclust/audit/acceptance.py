@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from gpuclust.accept import drift
-from gpuclust.accept.results import JobResult, Versions, last_pass_by_node, scan_results
-from gpuclust.audit.records import NodeRecord
+from gpuclust.accept import VERSION_FIELDS as ACCEPT_VERSION_FIELDS
+from gpuclust.accept import JobResult, Versions, drift_across, last_pass_by_node, scan_results
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.hostlist import fold
+from gpuclust.slurm.records import NodeRecord
 
 from .checks import format_age
 from .findings import Finding
@@ -35,7 +35,7 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("all_reduce", ("allreduce", "pairwise")),
     ("storage", ("storage",)),
 )
-VERSION_FIELDS = drift.VERSION_FIELDS
+VERSION_FIELDS = ACCEPT_VERSION_FIELDS
 
 
 def check_acceptance(results_dir: str, nodes: Sequence[str], cluster: str | None, stale_days: int,
@@ -128,7 +128,7 @@ def _version_drift(jobs: Sequence[JobResult], nodes: Sequence[str]) -> list[Find
                 latest[node] = versions
     out: list[Finding] = []
     per_node = {node: v.as_dict() for node, v in latest.items()}
-    for judged in drift.across(per_node, drift.VERSION_FIELDS):
+    for judged in drift_across(per_node, VERSION_FIELDS):
         name = judged.field
         if judged.uniform:
             value, group = judged.groups[0]

@@ -18,9 +18,9 @@ from typing import Any
 
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.hostlist import fold
+from gpuclust.slurm.records import NodeRecord
 
 from .findings import Finding, read_audit_document
-from .records import NodeRecord
 
 CONFIG_FIELDS = ("gres", "cpus", "real_memory_mb", "features", "version")
 

@@ -43,10 +43,10 @@ from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm.hostlist import fold
+from gpuclust.slurm.records import NodeRecord, PartitionRecord, TresLimits
 
 from .collect import ClusterSnapshot
 from .findings import Finding
-from .records import NodeRecord, PartitionRecord, TresLimits
 
 
 def format_age(delta: timedelta) -> str:

@@ -14,8 +14,7 @@ from gpuclust.config.values import parse_slurm_name
 from gpuclust.errors import SlurmCommandError, SlurmError, SlurmOutputError
 from gpuclust.slurm.client import NodeObjectSource, SlurmClient
 from gpuclust.slurm.parse import accounting_tres, parse_show_config
-
-from .records import (
+from gpuclust.slurm.records import (
     ASSOC_FORMAT,
     QOS_FORMAT,
     AssocRecord,

@@ -49,7 +49,7 @@ class SlurmClient(Protocol):
 @runtime_checkable
 class NodeObjectSource(Protocol):
     """A client that reads nodes without scontrol: node objects of the `sinfo --json` shape (the audit maps them
-    with gpuclust.audit.records.node_from_json). `node_source` names it in the audit snapshot."""
+    with gpuclust.slurm.records.node_from_json). `node_source` names it in the audit snapshot."""
 
     node_source: str
 

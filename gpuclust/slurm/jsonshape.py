@@ -155,7 +155,7 @@ def _command_of(value: Any) -> str:
     return value[0].strip().rsplit("/", 1)[-1][:40]
 
 
-# Node JSON shapes read by gpuclust.audit.records.node_from_json, each recorded from a real Slurm in the lab:
+# Node JSON shapes read by gpuclust.slurm.records.node_from_json, each recorded from a real Slurm in the lab:
 # 22.05 `sinfo --json` (plain strings and numbers, state a string plus state_flags) and 24.11
 # `scontrol --json show node` (state and partitions lists, {set, infinite, number} numbers), and 26.05 (v0.0.45,
 # the same node fields).

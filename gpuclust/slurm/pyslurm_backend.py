@@ -7,7 +7,7 @@ builds one and runs the `pyslurm`-marked tests on a lab).
 
 What it provides: the nodes of `audit partition` (`pyslurm.Nodes`). They come out as node objects of the
 `sinfo --json` shape, so the audit maps them to NodeRecords with the same code as the JSON source
-(gpuclust.audit.records.node_from_json) and the checks cannot tell the sources apart. Everything else
+(gpuclust.slurm.records.node_from_json) and the checks cannot tell the sources apart. Everything else
 (partitions, config, sacctmgr, sacct, sbatch, scancel) goes through the wrapped CLI client.
 
 pyslurm is imported on the first read, never at import time: the CLI starts without it, and only a command

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpuclust.audit.records import NodeRecord, parse_nodes_text
+from gpuclust.slurm.records import NodeRecord, parse_nodes_text
 from tests.integration.labutil import lab_exec, run_cmd
 from tests.integration.test_accept_lab import Accept, cpu_load, outlier_nodes
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from gpuclust.audit.collect import collect_snapshot
-from gpuclust.audit.records import NodeRecord
 from gpuclust.slurm.client import CommandSlurmClient
 from gpuclust.slurm.pyslurm_backend import PyslurmSlurmClient
+from gpuclust.slurm.records import NodeRecord
 from tests.integration.labutil import REPO, job_state, run_cmd, submit, wait_job_done
 
 pytestmark = [

@@ -21,12 +21,12 @@ from gpuclust.accept import drain
 from gpuclust.accept import report as rep
 from gpuclust.accept import results as R
 from gpuclust.audit.acceptance import check_gpuclust_drains
-from gpuclust.audit.records import NodeRecord, parse_nodes_text
 from gpuclust.cli.context import AppContext
 from gpuclust.cli.main import cli
 from gpuclust.config import parse_config
 from gpuclust.errors import UnsafeValueError
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.records import NodeRecord, parse_nodes_text
 from gpuclust.slurm.replay import ReplaySlurmClient
 
 REPO = Path(__file__).resolve().parents[2]

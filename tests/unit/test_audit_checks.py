@@ -291,8 +291,8 @@ def test_snapshot_audit_without_nodes_known(tmp_path):
 # ---- checks on typed records (states the lab cannot easily produce) --------------------------------------
 
 def _node(name, state="IDLE", flags=(), gres="gpu:h100:4", used="gpu:h100:0", drained=None):
-    from gpuclust.audit.records import NodeRecord
     from gpuclust.slurm.parse import parse_gres
+    from gpuclust.slurm.records import NodeRecord
 
     return NodeRecord(name=name, state=state, flags=frozenset(flags), gres=tuple(parse_gres(gres)),
                       gres_used=tuple(parse_gres(used)), gres_drained=tuple(parse_gres(drained)), cpus=8,
@@ -387,8 +387,8 @@ def test_cli_timeout_ends_in_unknown(tmp_path):
     ("qos", "normal|||||\ngpu-normal||||gres/gpu=8|\n", "sacctmgr show qos: line 1 is not a header with Name"),
 ])
 def test_sacctmgr_output_without_header_is_named(name, text, expected):
-    from gpuclust.audit.records import parse_assocs, parse_qos
     from gpuclust.errors import SlurmOutputError
+    from gpuclust.slurm.records import parse_assocs, parse_qos
 
     with pytest.raises(SlurmOutputError, match=expected) as err:
         (parse_assocs if name == "assoc" else parse_qos)(text)

@@ -5,7 +5,9 @@ from datetime import datetime, timezone
 import pytest
 
 from gpuclust.audit import collect as col
-from gpuclust.audit.records import (
+from gpuclust.errors import SlurmCommandError, SlurmOutputError
+from gpuclust.slurm.parse import accounting_tres, parse_show_config
+from gpuclust.slurm.records import (
     parse_assocs,
     parse_nodes_json,
     parse_nodes_text,
@@ -15,8 +17,6 @@ from gpuclust.audit.records import (
     parse_state,
     parse_version,
 )
-from gpuclust.errors import SlurmCommandError, SlurmOutputError
-from gpuclust.slurm.parse import accounting_tres, parse_show_config
 from gpuclust.slurm.replay import ReplaySlurmClient
 from tests.unit.audit_replay import SCENARIOS, read, replay
 

@@ -10,8 +10,8 @@ import pytest
 
 import gpuclust.audit.collect as col
 from gpuclust.audit import audit_snapshot
-from gpuclust.audit.records import parse_nodes_json, parse_nodes_text
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.records import parse_nodes_json, parse_nodes_text
 from tests.unit.audit_replay import SCENARIOS, VERSIONS, read, replay
 
 

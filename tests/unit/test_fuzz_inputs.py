@@ -559,7 +559,7 @@ def test_json_steps_of_a_rejected_job_are_counted() -> None:
     ("sacctmgr_show_qos.txt", b"normal|||||\ngpu-normal||||gres/gpu=8|\n")], ids=["assoc", "qos"])
 def test_audit_sacctmgr_output_without_header(tmp_path: Path, name: str, content: bytes) -> None:
     """Found by this fuzz: sacctmgr -P output without its header line was an internal error (KeyError in
-    gpuclust/audit/records.py, exit 70); fixed by the audit's owner (commit f554097): named, limits UNKNOWN."""
+    gpuclust/slurm/records.py, exit 70); fixed by the audit's owner (commit f554097): named, limits UNKNOWN."""
     client = _audit_client(scenario_dir("clean"), name, content)
     result = CliRunner().invoke(cli, ["--config", str(_AUDIT_CONF), "audit", "partition", "gpu", "--results-dir",
                                       str(tmp_path)], obj=AppContext(client=client, config_path=str(_AUDIT_CONF)))

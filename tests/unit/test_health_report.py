@@ -14,9 +14,9 @@ from gpuclust.accept import drain
 from gpuclust.accept import report as rep
 from gpuclust.accept import results as R
 from gpuclust.accept.health import job as health_job
-from gpuclust.audit.records import parse_nodes_text
 from gpuclust.config import parse_config
 from gpuclust.exitcodes import Nagios
+from gpuclust.slurm.records import parse_nodes_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "accept" / "health" / "lab-24.11"
 CONFIG = parse_config((Path(__file__).resolve().parents[1] / "slurm_lab" / "lab-site.conf").read_text())

@@ -204,3 +204,27 @@ def test_the_fast_path_is_fenced() -> None:
     reaching_out = sorted(f"{a} -> {b}" for a, targets in graph.items() if a.startswith(fast) for b in targets
                           if b.startswith("gpuclust.accounting.") and not b.startswith("gpuclust.accounting.ingest"))
     assert (reaching_in, reaching_out) == ([], [])
+
+
+PLANES = ("accept", "accounting", "audit", "policy")
+
+
+def test_planes_meet_only_at_a_public_face() -> None:
+    """One plane uses another only through that plane's package (its __init__ names what others may use): no
+    reach into another plane's modules, so each plane's insides can change without the others."""
+    graph = import_graph()
+
+    def plane(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in PLANES else None
+
+    inside = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                    if plane(a) and plane(b) and plane(a) != plane(b) and b != f"gpuclust.{plane(b)}")
+    assert inside == []
+
+
+def test_no_two_planes_import_each_other() -> None:
+    graph = import_graph()
+    pairs = {(a.split(".")[1], b.split(".")[1]) for a, targets in graph.items() for b in targets
+             if a.count(".") and b.count(".") and a.split(".")[1] in PLANES and b.split(".")[1] in PLANES}
+    assert sorted((x, y) for x, y in pairs if x != y and (y, x) in pairs) == []

@@ -189,7 +189,7 @@ def test_node_maps_to_the_records_of_the_text_source(monkeypatch):
     assert snap.node_source == "pyslurm" and not snap.notes
     n1, n2, n3, n4 = (snap.nodes[f"node{i}"] for i in range(1, 5))
     assert n1.gres == (Gres("gpu", "h100", 4, "S:0-1"),) and n1.gres_used == (Gres("gpu", "h100", 0),)
-    assert n1.gres_drained == () and n1.partitions == ("debug", "gpu") and n1.features == ("gpu", "h100")
+    assert n1.gres_drained == () and n1.partitions == ("gpu", "debug") and n1.features == ("gpu", "h100")  # partitions in Slurm's order
     assert (n1.cpus, n1.real_memory_mb, n1.version, n1.state_text) == (8, 16000, "22.05.8", "IDLE")
     assert (n2.state_text, n2.reason, n2.reason_user, n2.reason_time) == (
         "IDLE+DRAIN", "GPU 2 ECC double-bit errors", "root", when)

@@ -29,11 +29,11 @@ from gpuclust.slurm.client import SLURM_TIME_FORMAT, SlurmClient
 from gpuclust.slurm.parse import (
     gpu_count,
     gpu_types,
-    parse_gres,
     parse_scontrol_oneliners,
     parse_slurm_time,
     parse_tres,
 )
+from gpuclust.slurm.records import NodeRecord, node_from_scontrol
 
 EVENT_FORMAT = ("Event", "NodeName", "Start", "End", "State", "User", "TRES", "Reason")
 # sacctmgr prints Start/End as TimeStart/TimeEnd in its header.
@@ -91,10 +91,18 @@ class Events:
 
 @dataclass(frozen=True)
 class Node:
+    """The unit economics' view of a node (gpuclust.slurm.records.NodeRecord, the one node model): its
+    partitions in Slurm's order and its GPUs as capacity counts them."""
+
     name: str
     partitions: tuple[str, ...]
     gpus: int
     gpu_types: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: NodeRecord) -> Node:
+        gpus, types = record.capacity_gpus()
+        return cls(record.name, record.partitions, gpus, types)
 
 
 def _iso(epoch: float) -> str:
@@ -203,20 +211,10 @@ def parse_nodes(text: str, source: str = "scontrol show node -o") -> list[Node]:
                 raise InputError(Problem(source, None, f"node {name.encode('utf-8', 'surrogateescape')!r}: {key} "
                                          f"{shown} holds a byte that is not UTF-8 (scontrol writes UTF-8: fix the "
                                          "file or record it again)", key))
-        types: dict[str, int] = {}
         try:
-            cfg = parse_tres(record.get("CfgTRES"))
-            gpus = gpu_count(cfg)
-            types = gpu_types(cfg)
-            if not gpus:
-                for gres in parse_gres(record.get("Gres")):
-                    if gres.name == "gpu":
-                        gpus += gres.count
-                        if gres.type:
-                            types[gres.type] = types.get(gres.type, 0) + gres.count
+            nodes.append(Node.of(node_from_scontrol(record)))
         except SlurmOutputError as exc:
             raise InputError(Problem(source, None, f"node {name}: {exc}")) from None
-        nodes.append(Node(name, parts, gpus, types))
     return nodes
 
 

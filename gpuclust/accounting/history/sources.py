@@ -65,7 +65,7 @@ def given_sources(config: SiteConfig, period: Period, *, events_path: str | None
 def measured_restore_seconds(results_dir: str) -> dict[str, float]:
     """Per partition, the median checkpoint restore time (checkpoint_read seconds) of the acceptance storage
     jobs that passed it, from the results directory; {} when there is none."""
-    from gpuclust.accept.results import scan_results
+    from gpuclust.accept import scan_results
 
     try:
         scan = scan_results(results_dir)

@@ -23,6 +23,8 @@ from gpuclust.slurm.hostlist import expand
 from gpuclust.slurm.jsonshape import check_node_shape
 from gpuclust.slurm.parse import (
     Gres,
+    gpu_count,
+    gpu_types,
     parse_gres,
     parse_memory_mb,
     parse_parsable,
@@ -62,7 +64,8 @@ class NodeRecord:
     real_memory_mb: int | None = None
     features: tuple[str, ...] = ()
     version: str | None = None
-    partitions: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()  # in Slurm's order: the first is the one the unit economics price a node by
+    cfg_tres: str | None = None  # CfgTRES as Slurm printed it: only capacity_gpus reads it
 
     @property
     def state_text(self) -> str:
@@ -71,6 +74,20 @@ class NodeRecord:
     @property
     def gpu_count(self) -> int:
         return sum(g.count for g in self.gres if g.name == "gpu")
+
+    def capacity_gpus(self) -> tuple[int, dict[str, int]]:
+        """The node's GPUs and GPUs per type as capacity counts them (the unit economics): its configured TRES
+        (CfgTRES gres/gpu, what slurmdbd accounts), else its GRES. `gpu_count` is the GRES alone, the count
+        that GresUsed and GresDrain are compared with. Raises SlurmOutputError on a TRES or GRES it cannot read."""
+        cfg = parse_tres(self.cfg_tres)
+        gpus, types = gpu_count(cfg), gpu_types(cfg)
+        if not gpus:
+            for gres in self.gres:
+                if gres.name == "gpu":
+                    gpus += gres.count
+                    if gres.type:
+                        types[gres.type] = types.get(gres.type, 0) + gres.count
+        return gpus, types
 
     @property
     def gpus_used(self) -> int:
@@ -209,6 +226,13 @@ def _int_or_none(text: str | None) -> int | None:
     return int(text.strip())
 
 
+def _partitions(text: str | None) -> tuple[str, ...]:
+    """A node's partitions in Slurm's order (not sorted: the first is the node's price in the unit economics)."""
+    if text is None or text.strip() in ("", "(null)", "N/A", "none"):
+        return ()
+    return tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip() and p.strip() != "(null)"))
+
+
 def _list(text: str | None) -> tuple[str, ...]:
     if text is None or text.strip() in ("", "(null)", "N/A", "none"):
         return ()
@@ -237,7 +261,8 @@ def node_from_scontrol(fields: Mapping[str, str], tz: timezone = timezone.utc) -
         real_memory_mb=int(memory) if memory is not None else None,
         features=_list(fields.get("AvailableFeatures")),
         version=fields.get("Version") or None,
-        partitions=_list(fields.get("Partitions")),
+        partitions=_partitions(fields.get("Partitions")),
+        cfg_tres=fields.get("CfgTRES") or None,
     )
 
 
@@ -305,7 +330,8 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeRecord:
         real_memory_mb=_json_number(obj.get("real_memory")),
         features=_list(_json_text(obj.get("features"))),
         version=_json_text(obj.get("slurmd_version") or obj.get("version")),
-        partitions=_list(_json_text(obj.get("partitions"))),
+        partitions=_partitions(_json_text(obj.get("partitions"))),
+        cfg_tres=_json_text(obj.get("tres")),
     )
 
 
