@@ -536,8 +536,9 @@ def health_findings(result: R.JobResult, results_root: str | None, config: SiteC
     is not there, say no nvidia-smi on a CPU node) are kept: visible in --json, never a failure."""
     from gpuclust.accept.health.collect import load_snapshots
     from gpuclust.accept.health.job import HEALTH_DIR
-    from gpuclust.accept.health.parse import DcgmResult
-    from gpuclust.accept.health.rules import judge_dcgm, judge_job, to_finding
+    from gpuclust.accept.health.kit import to_finding
+    from gpuclust.accept.health.rules import judge_job
+    from gpuclust.accept.health.sources.dcgm import DcgmResult, judge_dcgm
 
     if not results_root:
         return []

@@ -1,4 +1,4 @@
-"""Config section [health]: the thresholds the hardware-health rules (gpuclust.accept.health.rules) judge a
+"""Config section [health]: the thresholds the hardware-health rules (gpuclust.accept.health.sources) judge a
 node's before/after counter snapshots by.
 
 Kept apart from site.py like telemetry.py: site.py lists HEALTH in SECTIONS and calls `health_config` once;
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from gpuclust.config import values as v
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, field_values
 
-# The snapshot sources (gpuclust.accept.health.collect.SOURCES; repeated here so the config does not import
-# the collector).
+# The sources every health snapshot has: the registry's (gpuclust.accept.health.sources.SNAPSHOT_SOURCES), named
+# again here because the config layer may not import the acceptance plane; tests/unit/test_health_sources.py
+# fails when the two differ. A new source adds its name here.
 HEALTH_SOURCES = ("net", "snmp", "qdisc", "infiniband", "nvidia_smi", "xid")
 
 # Xids that mean the GPU (or its memory, or its link) needs attention before it takes another job. From
@@ -104,9 +105,8 @@ HEALTH = SectionSpec(
             "its max width (or, while busy, its max generation).", default="warning"),
         Key("nvidia_smi_timeout", v.parse_positive_seconds, "Limit of each `nvidia-smi -q -x` (seconds or 30s): "
             "a hung driver makes it block, and the snapshot must still finish.", default=30.0),
-        Key("require", parse_sources, "Sources whose absence is UNKNOWN rather than a note (some of net, snmp, "
-            "qdisc, infiniband, nvidia_smi, xid). Default: none; an absent source is reported at OK level.",
-            default=()),
+        Key("require", parse_sources, "Sources whose absence is UNKNOWN rather than a note (some of "
+            f"{', '.join(HEALTH_SOURCES)}). Default: none; an absent source is reported at OK level.", default=()),
     ),
 )
 

@@ -3,7 +3,7 @@
 Run once per node (srun --ntasks-per-node=1). Writes DIR/<node>-<phase>.json atomically and prints its path.
 Exit 0 when the snapshot was written (sources that could not be read are recorded as unavailable, not as
 an error), 2 on bad usage or an output directory that cannot be written. See gpuclust.accept.health.collect
-for the JSON shape and the GPUCLUST_HEALTH_* overrides.
+for the JSON shape, gpuclust.accept.health.kit.HealthPaths for the GPUCLUST_HEALTH_* overrides.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from gpuclust.accept.health.collect import PHASES, HealthPaths, snapshot, write_snapshot
-from gpuclust.accept.health.parse import parse_iso_time
+from gpuclust.accept.health.kit import parse_iso_time
 from gpuclust.errors import GpuclustError
 from gpuclust.exitcodes import EXIT_INPUT, EXIT_OK
 

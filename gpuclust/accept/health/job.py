@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuclust.accept import params
-from gpuclust.accept.health.collect import DCGM_TIMEOUT_S, NVBANDWIDTH_TIMEOUT_S, load_snapshots
-from gpuclust.accept.health.parse import parse_iso_time
+from gpuclust.accept.health.collect import load_snapshots
+from gpuclust.accept.health.kit import parse_iso_time
+from gpuclust.accept.health.sources.dcgm import DCGM_TIMEOUT_S
+from gpuclust.accept.health.sources.nvbandwidth import NVBANDWIDTH_TIMEOUT_S
 from gpuclust.errors import GpuclustError, InputError, SlurmCommandError, SlurmTimeout
 from gpuclust.slurm.runner import run_command
 

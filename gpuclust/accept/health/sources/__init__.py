@@ -1,0 +1,42 @@
+"""The health sources, one module each (net.py holds three: net, snmp and qdisc are judged together).
+
+A source module holds everything about its source: the parser (text in, frozen dataclasses with `as_dict()`
+out), the collector (reads the node through HealthPaths, returns ok(...) or, through guard(), unavailable(...)
+with a reason), the rules (add HealthFindings to a Judge from the before/after snapshots), its snapshot data
+shape in its docstring, and a `Source` entry that ties them to the source's name. The shared pieces are in
+gpuclust.accept.health.kit; collect.py and rules.py only iterate over SOURCES below.
+
+Parser conventions: every value a source reports as unknown ("N/A", "Not Supported", "[N/A]", "Unknown Error",
+absent) becomes None, never 0 (a counter nobody can read is not a counter that reads zero); output that is not
+what the source writes raises HealthParseError naming the source and the line or element. The shapes were
+checked against recorded output from real machines (tests/data/accept/health/SOURCES.md).
+
+To add a source:
+  1. write sources/<name>.py: parser, collect_<name>(paths, ...), judge_<name>(j, before, after), and
+     `SOURCE = Source("<name>", collect, judge)` (on_request=True for a diagnostic only run when asked);
+  2. add it to SOURCES below (the order is the snapshot's and the "unavailable" notes');
+  3. add the name to gpuclust.config.health.HEALTH_SOURCES (unless on_request), and any thresholds its rules
+     read to the [health] section there (tests/unit/test_health_sources.py fails until the names agree).
+Only where the source needs more: a new root or binary is a HealthPaths field (kit.py; its environment
+variable follows from the field name), a new finding class goes in kit.CLASSES, a new snapshot option in
+kit.Request and __main__.py.
+"""
+
+from __future__ import annotations
+
+from gpuclust.accept.health.kit import Source
+from gpuclust.accept.health.sources import dcgm, infiniband, net, nvbandwidth, nvidia_smi, xid
+
+# The registry, in snapshot order.
+SOURCES: tuple[Source, ...] = (net.NET, net.SNMP, net.QDISC, infiniband.SOURCE, nvidia_smi.SOURCE, xid.SOURCE,
+                               dcgm.SOURCE, nvbandwidth.SOURCE)
+
+# The names every snapshot has (the on-request diagnostics aside): what [health] require may name.
+SNAPSHOT_SOURCES = tuple(s.name for s in SOURCES if not s.on_request)
+
+# The GPU's own sources are judged first (their findings lead a node's list), then the rest in registry order.
+_JUDGED_FIRST = ("xid", "nvidia_smi")
+JUDGE_ORDER: tuple[Source, ...] = tuple(sorted(
+    SOURCES, key=lambda s: _JUDGED_FIRST.index(s.name) if s.name in _JUDGED_FIRST else len(_JUDGED_FIRST)))
+
+__all__ = ["JUDGE_ORDER", "SNAPSHOT_SOURCES", "SOURCES"]

@@ -1,0 +1,324 @@
+"""The GPUs' own counters (source `nvidia_smi`): `nvidia-smi -q -x`, bounded by [health] nvidia_smi_timeout.
+
+    nvidia_smi  {"driver_version", "cuda_version", "gpus": [GpuHealth.as_dict()]}
+
+Findings (after the run, against the before snapshot where a delta is needed):
+  ecc       uncorrectable volatile ECC grew, or the aggregate exceeds ecc_uncorrectable_max: CRITICAL;
+            correctable grew by more than ecc_correctable_max: WARNING
+  remap     row remap pending/failed, or a page retirement pending: CRITICAL (needs a GPU reset / RMA)
+  throttle  HW slowdown, HW thermal, HW power brake or SW thermal active after the run: WARNING
+  pcie      link below max width, or below max generation while the GPU is busy: pcie_severity
+
+PCIe generation: GPUs drop their link to gen1 when idle to save power, so an idle snapshot says nothing about
+the gen the slot trains to. The generation is judged only when the GPU is not idle (its gpu_idle clock event
+reason is "Not Active"); max is the lower of device and host max where the driver reports both (R535+), so
+a gen4 GPU in a gen3 host is not a finding. The width is judged always: it does not drop at idle.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuclust.accept.health.kit import (
+    HealthParseError,
+    HealthPaths,
+    Judge,
+    Snap,
+    Source,
+    guard,
+    is_unknown,
+    num,
+    ok,
+    run,
+    source_data,
+    to_float,
+    to_int,
+    to_yes_no,
+)
+from gpuclust.exitcodes import Nagios
+
+try:  # defusedxml when the site has it; otherwise the stdlib parser behind the DTD/entity refusal below
+    from defusedxml.ElementTree import fromstring as _xml_fromstring  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - depends on the environment
+    _xml_fromstring = ET.fromstring
+
+
+NVIDIA_SMI = "nvidia-smi -q -x"
+
+# The ECC count keys across driver generations. Older drivers (<= R470 on pre-Ampere parts): single_bit/
+# double_bit with a <total>; R510+: sram_/dram_ correctable/uncorrectable; R550+ splits the SRAM
+# uncorrectable count into parity and SEC-DED.
+_CORRECTABLE_KEYS = ("sram_correctable", "dram_correctable")
+_UNCORRECTABLE_KEYS = ("sram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded",
+                       "dram_uncorrectable")
+
+# Clock event (throttle) reasons, named without the clocks_event_reason_/clocks_throttle_reason_ prefix.
+_REASON_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
+
+
+@dataclass(frozen=True)
+class EccCounts:
+    correctable: int | None  # sum of the known correctable counts; None when none is known
+    uncorrectable: int | None
+    raw: dict[str, int | None] = field(default_factory=dict)  # the driver's own keys, as reported
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    gen_current: int | None
+    gen_max: int | None  # the lower of the device's and the host's max when both are reported
+    gen_max_device: int | None
+    gen_max_host: int | None
+    width_current: int | None
+    width_max: int | None
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    index: int  # order in the document (nvidia-smi's GPU index)
+    pci_bus_id: str | None
+    product_name: str | None
+    uuid: str | None
+    ecc_volatile: EccCounts
+    ecc_aggregate: EccCounts
+    retired_single_bit: int | None
+    retired_double_bit: int | None
+    retired_pending: bool | None
+    remapped_correctable: int | None
+    remapped_uncorrectable: int | None
+    remapped_pending: bool | None
+    remapped_failure: bool | None
+    remap_histogram: dict[str, int | None]
+    clock_events: dict[str, bool | None]  # reason -> active
+    pcie: PcieLink
+    power_draw_w: float | None
+    temperature_c: float | None
+    nvlink: dict[str, int | None]  # error counters where the document has them (absent on most drivers)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NvidiaSmiLog:
+    driver_version: str | None
+    cuda_version: str | None
+    gpus: tuple[GpuHealth, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"driver_version": self.driver_version, "cuda_version": self.cuda_version,
+                "gpus": [g.as_dict() for g in self.gpus]}
+
+
+def _refuse_dtd(text: str, source: str) -> None:
+    """nvidia-smi writes `<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_vNN.dtd">`: a DOCTYPE with a SYSTEM id
+    and no internal subset. Anything more (an internal subset, an entity declaration) is refused before the
+    parser sees it: entity expansion is how XML bombs work, and nvidia-smi never writes one."""
+    if re.search(r"<!ENTITY", text, re.IGNORECASE):
+        raise HealthParseError(source, "the document declares an entity (<!ENTITY); refused")
+    if re.search(r"<!DOCTYPE\b[^>]*\[", text, re.IGNORECASE):
+        raise HealthParseError(source, "the DOCTYPE has an internal subset; refused")
+
+
+def _text(el: ET.Element | None, path: str) -> str | None:
+    if el is None:
+        return None
+    found = el.find(path)
+    if found is None or found.text is None:
+        return None
+    value = found.text.strip()
+    return None if is_unknown(value) else value
+
+
+def _ecc(section: ET.Element | None) -> EccCounts:
+    if section is None:
+        return EccCounts(None, None, {})
+    raw: dict[str, int | None] = {}
+    for child in section:
+        if len(child):  # older layout: <single_bit><device_memory/>...<total/></single_bit>
+            for sub in child:
+                raw[f"{child.tag}/{sub.tag}"] = to_int(sub.text)
+        else:
+            raw[child.tag] = to_int(child.text)
+
+    def total(keys: Iterable[str]) -> int | None:
+        known = [raw[k] for k in keys if raw.get(k) is not None]
+        return sum(v for v in known if v is not None) if known else None
+
+    correctable = total(_CORRECTABLE_KEYS)
+    uncorrectable = total(_UNCORRECTABLE_KEYS)
+    if correctable is None:
+        correctable = raw.get("single_bit/total")
+    if uncorrectable is None:
+        uncorrectable = raw.get("double_bit/total")
+    return EccCounts(correctable, uncorrectable, raw)
+
+
+def _width(text: str | None) -> int | None:
+    return to_int(text.rstrip("xX") if text else text)
+
+
+def _gpu(el: ET.Element, index: int) -> GpuHealth:
+    ecc = el.find("ecc_errors")
+    retired = el.find("retired_pages")
+    remap = el.find("remapped_rows")
+    events = el.find("clocks_event_reasons")
+    if events is None:
+        events = el.find("clocks_throttle_reasons")
+    clock_events: dict[str, bool | None] = {}
+    if events is not None:
+        for child in events:
+            name = child.tag
+            for prefix in _REASON_PREFIXES:
+                name = name.removeprefix(prefix)
+            text = (child.text or "").strip().lower()
+            clock_events[name] = True if text == "active" else False if text == "not active" else None
+    link = el.find("pci/pci_gpu_link_info")
+    max_dev = to_int(_text(link, "pcie_gen/max_device_link_gen"))
+    max_host = to_int(_text(link, "pcie_gen/max_host_link_gen"))
+    gen_max = min(max_dev, max_host) if max_dev is not None and max_host is not None else \
+        to_int(_text(link, "pcie_gen/max_link_gen"))
+    histogram: dict[str, int | None] = {}
+    hist = remap.find("row_remapper_histogram") if remap is not None else None
+    if hist is not None:
+        histogram = {c.tag.removeprefix("row_remapper_histogram_"): to_int(c.text) for c in hist}
+    power = _text(el, "power_readings/power_draw") or _text(el, "gpu_power_readings/power_draw")
+    nvlink: dict[str, int | None] = {}
+    for link_el in el.findall("nvlink") + el.findall("nvlinks/nvlink"):
+        lid = _text(link_el, "link") or str(len(nvlink))
+        for child in link_el:
+            if child.tag.endswith(("_errors", "_error", "_counter")):
+                nvlink[f"{lid}/{child.tag}"] = to_int(child.text)
+    return GpuHealth(
+        index=index,
+        pci_bus_id=_text(el, "pci/pci_bus_id") or el.get("id"),
+        product_name=_text(el, "product_name"),
+        uuid=_text(el, "uuid"),
+        ecc_volatile=_ecc(ecc.find("volatile") if ecc is not None else None),
+        ecc_aggregate=_ecc(ecc.find("aggregate") if ecc is not None else None),
+        retired_single_bit=to_int(_text(retired, "multiple_single_bit_retirement/retired_count")),
+        retired_double_bit=to_int(_text(retired, "double_bit_retirement/retired_count")),
+        retired_pending=to_yes_no(_text(retired, "pending_retirement")),
+        remapped_correctable=to_int(_text(remap, "remapped_row_corr")),
+        remapped_uncorrectable=to_int(_text(remap, "remapped_row_unc")),
+        remapped_pending=to_yes_no(_text(remap, "remapped_row_pending")),
+        remapped_failure=to_yes_no(_text(remap, "remapped_row_failure")),
+        remap_histogram=histogram,
+        clock_events=clock_events,
+        pcie=PcieLink(
+            gen_current=to_int(_text(link, "pcie_gen/current_link_gen")),
+            gen_max=gen_max,
+            gen_max_device=max_dev,
+            gen_max_host=max_host,
+            width_current=_width(_text(link, "link_widths/current_link_width")),
+            width_max=_width(_text(link, "link_widths/max_link_width")),
+        ),
+        power_draw_w=to_float(power),
+        temperature_c=to_float(_text(el, "temperature/gpu_temp")),
+        nvlink=nvlink,
+    )
+
+
+def parse_nvidia_smi_xml(text: str, source: str = NVIDIA_SMI) -> NvidiaSmiLog:
+    """`nvidia-smi -q -x` -> per-GPU health counters (see GpuHealth)."""
+    _refuse_dtd(text, source)
+    try:
+        root = _xml_fromstring(text)
+    except ET.ParseError as exc:
+        line, col = exc.position
+        raise HealthParseError(source, f"line {line} column {col}: not well-formed XML ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+    except Exception as exc:  # defusedxml's refusals (DTDForbidden, EntitiesForbidden ...)
+        raise HealthParseError(source, f"refused: {exc}") from None
+    if root.tag != "nvidia_smi_log":
+        raise HealthParseError(source, f"root element <{root.tag}> is not <nvidia_smi_log>")
+    gpus = tuple(_gpu(el, i) for i, el in enumerate(root.findall("gpu")))
+    return NvidiaSmiLog(_text(root, "driver_version"), _text(root, "cuda_version"), gpus)
+
+
+def collect_nvidia_smi(paths: HealthPaths, timeout: float) -> dict[str, Any]:
+    def read() -> dict[str, Any]:
+        out = run([paths.nvidia_smi, "-q", "-x"], timeout)
+        return ok(**parse_nvidia_smi_xml(out).as_dict())
+
+    return guard(read)
+
+
+# Clock event reasons that mean the hardware held the clocks down (not the idle or application settings).
+THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+
+
+def judge_nvidia_smi(j: Judge, before: Snap, after: Snap) -> None:
+    src = source_data(after, "nvidia_smi")
+    if src is None:
+        return
+    prior = {g.get("pci_bus_id") or g.get("index"): g for g in (source_data(before, "nvidia_smi") or {}).get("gpus", [])}
+    for g in src.get("gpus", []):
+        gid = g.get("pci_bus_id") or g.get("index")
+        b = prior.get(gid)
+        name = f"GPU {g.get('index')} ({g.get('pci_bus_id')})"
+        _judge_ecc(j, name, b, g)
+        _judge_remap(j, name, g)
+        _judge_throttle(j, name, g)
+        _judge_pcie(j, name, g)
+
+
+def _judge_ecc(j: Judge, name: str, b: Mapping[str, Any] | None, g: Mapping[str, Any]) -> None:
+    vol_a, agg_a = g.get("ecc_volatile") or {}, g.get("ecc_aggregate") or {}
+    vol_b = (b or {}).get("ecc_volatile") or {}
+    unc = j.delta(f"{name} volatile uncorrectable ECC", f"gpu{g.get('index')}-ecc-uncorrectable",
+                  vol_b.get("uncorrectable"), vol_a.get("uncorrectable")) if b else None
+    if unc:
+        j.add("ecc", Nagios.CRITICAL, "uncorrectable", f"{j.node}: {name} uncorrectable volatile ECC "
+              f"errors {vol_b.get('uncorrectable')} -> {vol_a.get('uncorrectable')} during the run",
+              gpu=g.get("index"), pci=g.get("pci_bus_id"), before=vol_b.get("uncorrectable"),
+              after=vol_a.get("uncorrectable"))
+    agg = num(agg_a.get("uncorrectable"))
+    if agg is not None and agg > j.cfg.ecc_uncorrectable_max:
+        j.add("ecc", Nagios.CRITICAL, "uncorrectable-aggregate", f"{j.node}: {name} aggregate "
+              f"uncorrectable ECC errors {agg} > {j.cfg.ecc_uncorrectable_max}", gpu=g.get("index"),
+              pci=g.get("pci_bus_id"), aggregate=agg)
+    cor = j.delta(f"{name} volatile correctable ECC", f"gpu{g.get('index')}-ecc-correctable",
+                  vol_b.get("correctable"), vol_a.get("correctable")) if b else None
+    if cor is not None and cor > j.cfg.ecc_correctable_max:
+        j.add("ecc", Nagios.WARNING, "correctable", f"{j.node}: {name} correctable volatile ECC errors "
+              f"{vol_b.get('correctable')} -> {vol_a.get('correctable')} (+{cor} > "
+              f"{j.cfg.ecc_correctable_max})", gpu=g.get("index"), pci=g.get("pci_bus_id"), delta=cor)
+
+
+def _judge_remap(j: Judge, name: str, g: Mapping[str, Any]) -> None:
+    for key, detail, what in (("remapped_pending", "pending", "row remap pending (GPU reset needed)"),
+                              ("remapped_failure", "failure", "row remap failed (RMA)"),
+                              ("retired_pending", "retirement-pending", "page retirement pending")):
+        if g.get(key) is True:
+            j.add("remap", Nagios.CRITICAL, detail, f"{j.node}: {name} {what}", gpu=g.get("index"),
+                  pci=g.get("pci_bus_id"), field=key)
+
+
+def _judge_throttle(j: Judge, name: str, g: Mapping[str, Any]) -> None:
+    events = g.get("clock_events") or {}
+    for reason in THROTTLE_REASONS:
+        if events.get(reason) is True:
+            j.add("throttle", Nagios.WARNING, reason, f"{j.node}: {name} clocks held down: {reason} "
+                  "active after the run", gpu=g.get("index"), pci=g.get("pci_bus_id"), reason=reason)
+
+
+def _judge_pcie(j: Judge, name: str, g: Mapping[str, Any]) -> None:
+    link = g.get("pcie") or {}
+    gen, gen_max = num(link.get("gen_current")), num(link.get("gen_max"))
+    width, width_max = num(link.get("width_current")), num(link.get("width_max"))
+    busy = (g.get("clock_events") or {}).get("gpu_idle") is False
+    low_width = width is not None and width_max is not None and width < width_max
+    low_gen = busy and gen is not None and gen_max is not None and gen < gen_max
+    if low_width or low_gen:
+        sev = Nagios.CRITICAL if j.cfg.pcie_severity == "critical" else Nagios.WARNING
+        j.add("pcie", sev, f"gen{gen}-x{width}", f"{j.node}: {name} PCIe link gen{gen} x{width}, max "
+              f"gen{gen_max} x{width_max}", gpu=g.get("index"), pci=g.get("pci_bus_id"), gen=gen,
+              gen_max=gen_max, width=width, width_max=width_max, gen_judged=busy)
+
+
+SOURCE = Source("nvidia_smi", lambda r: collect_nvidia_smi(r.paths, r.nvidia_smi_timeout),
+                judge_nvidia_smi)

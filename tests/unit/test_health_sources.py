@@ -1,0 +1,40 @@
+"""The health source registry against the names the config accepts: one list of sources, kept in two places
+because the config layer may not import the acceptance plane (test_import_graph)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+from gpuclust.accept.health import collect, sources
+from gpuclust.accept.health.kit import HealthPaths
+from gpuclust.config.health import HEALTH_SOURCES, parse_sources
+
+
+def test_config_accepts_exactly_the_snapshot_sources() -> None:
+    names = [s.name for s in sources.SOURCES]
+    assert len(names) == len(set(names))
+    assert HEALTH_SOURCES == sources.SNAPSHOT_SOURCES == collect.SOURCES
+    assert parse_sources(" ".join(reversed(HEALTH_SOURCES))) == tuple(reversed(HEALTH_SOURCES))
+
+
+def test_a_plain_snapshot_has_the_config_sources_and_the_diagnostics_only_when_asked(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing")
+    paths = HealthPaths(**{f.name: missing for f in fields(HealthPaths)})
+    plain = collect.snapshot("before", "1", paths=paths, node="n1")
+    assert tuple(plain["sources"]) == HEALTH_SOURCES
+    asked = collect.snapshot("before", "1", paths=paths, node="n1", dcgm_level=1, nvbandwidth=True)
+    assert tuple(asked["sources"]) == (*HEALTH_SOURCES, "dcgm", "nvbandwidth")
+    assert all(src["status"] == "unavailable" for src in asked["sources"].values())
+    after = collect.snapshot("after", "1", paths=paths, node="n1", dcgm_level=1, nvbandwidth=True)
+    assert tuple(after["sources"]) == HEALTH_SOURCES
+
+
+def test_every_health_path_override_is_documented() -> None:
+    # HealthPaths.from_env derives each variable from the field name, so no source names it literally.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    for f in fields(HealthPaths):
+        name = f"GPUCLUST_HEALTH_{f.name.upper()}"
+        assert f"`{name}`" in readme and name in (HealthPaths.__doc__ or "")
+        assert getattr(HealthPaths.from_env({name: "/x"}), f.name) == "/x"
+        assert getattr(HealthPaths.from_env({name: ""}), f.name) == f.default
