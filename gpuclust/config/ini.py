@@ -15,7 +15,7 @@ from gpuclust.errors import Problem
 _HEADER = re.compile(r"^\[\s*([A-Za-z_][A-Za-z0-9_]*)(?:\s+([^\]\s]+))?\s*\]$")
 _KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\-]*)\s*[=:]\s*(.*)$")
 # An inline comment: a `#` or `;` right after whitespace. Found by one linear search (the old
-# `\s+[#;].*$` substitution backtracked over every run of spaces: quadratic, 17 s for a 40k-space line).
+# `\s+[#;].*$` substitution backtracked over every run of spaces: quadratic in a line's length).
 _INLINE_COMMENT_START = re.compile(r"(?<=\s)[#;]")
 UTF8_BOM = "\ufeff"
 

@@ -50,8 +50,8 @@ from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.ingest.schema import STORE_SCHEMA
 from gpuclust.config import SiteConfig
 
-# From this many stored rows of the period on (latest_state not yet applied), `report build` partitions:
-# the one-table build peaks at about 0.75-1 GB per million rows (BENCHMARKS.md, "Issue 31 item 3").
+# From this many stored rows of the period on (latest_state not yet applied), `report build` partitions, so
+# that a build's memory stays bounded however long the period (BENCHMARKS.md, "Issue 31 item 3").
 ROWS_IN_MEMORY = 1_000_000
 ROWS_PER_BUCKET = 500_000
 ORDER_COLUMN = "_order"

@@ -1,8 +1,8 @@
 """The store read for a report, day file by day file, so that memory is bounded by what the report needs.
 
 `store.load` reads every day of the period whole (all columns, plain strings), concatenates them and then
-drops the rows latest_state does not keep: at 3M sacct lines over 90 days that peaked at 1 GB, and the
-metrics came on top. `load_for_report` gives the same rows in the same order, in two passes over the day
+drops the rows latest_state does not keep, so its peak grew with every row ever fetched, and the metrics
+came on top. `load_for_report` gives the same rows in the same order, in two passes over the day
 files:
 
 1. Only the four columns of latest_state (JobIDRaw, Start, fetched_at, window), for every day: which rows
@@ -17,8 +17,7 @@ files:
 
 Numbers, times and codes (of both passes) are copied day by day into arrays allocated at their final size:
 a concatenation at the end would hold every column twice, and the freed day pieces would leave holes in
-the heap that `memory.keep_freed_memory` keeps. 10M sacct lines (3M allocation rows, 90 days): the build
-peaks at 1.6 GB, not 3.0 GB (BENCHMARKS.md, "Report build from the store, day by day").
+the heap that `memory.keep_freed_memory` keeps (BENCHMARKS.md, "Report build from the store, day by day").
 """
 
 from __future__ import annotations

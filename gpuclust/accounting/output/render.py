@@ -83,8 +83,8 @@ def with_context(frame: pd.DataFrame, report: Report | Mapping[str, Any]) -> pd.
     return out
 
 
-# A table this long is written by Arrow's CSV writer (C++): pandas' own writer took 3.9 s for the 276k-job
-# gpu_use_jobs of 1M lines (BENCHMARKS.md, issue 26). The text is pandas' but for floats, which Arrow writes in
+# A table this long is written by Arrow's CSV writer (C++), which is many times quicker than pandas' own
+# (BENCHMARKS.md, "Measurements behind the code's design choices"). The text is pandas' but for floats, which Arrow writes in
 # the shortest form that reads back as the same number (3600 for 3600.0, 0.00001 for 1e-05). A table Arrow
 # cannot write that way (a value holding a comma, quote or newline; mixed types) falls back to pandas.
 LARGE_CSV_ROWS = 50_000

@@ -8,17 +8,16 @@ allocates from the same heap (its default mimalloc pool keeps its own pages apar
 reuse them). The memory is returned when the process ends, which for the report command is at once.
 
 Three more settings of the same process:
-* mimalloc, which pyarrow.csv reads into, returns the pages it frees 10 ms later (`before_pyarrow_loads`: its
-  options are read when pyarrow loads, so the command line sets them first). As pyarrow ships it, a 1M-line
-  dump with usage TRES kept 250 MB of freed columns resident in one run of two (peak RSS 1.7 GB, else 1.45);
-  with no delay at all, the read itself got 9% slower (the pages its growing columns free and take again are
-  handed back and faulted in each time). BENCHMARKS.md, issue 26.
+* mimalloc, which pyarrow.csv reads into, returns the pages it frees after a short delay
+  (`before_pyarrow_loads`: its options are read when pyarrow loads, so the command line sets them first). As
+  pyarrow ships it, freed columns could stay resident at random and raise the peak; with no delay at all, the
+  read's growing columns hand back and fault in the same pages again.
 * pyarrow.csv reads the input into mimalloc's pool (`read_pool`), not into that heap: its column builders grow
-  by reallocation, which mimalloc does in place and the kept heap does by a copy (1M-row dump: the read's
-  peak RSS 150 MB lower).
-* The objects alive when the pipeline starts (the imported modules: some 70k) are set aside from the cyclic
-  garbage collector (`gc.freeze`). The readers make many short-lived lists, and each full collection
-  would walk all of those objects again (1M-row dump: 76 collections, 45 ms of the read).
+  by reallocation, which mimalloc does in place and the kept heap does by a copy.
+* The objects alive when the pipeline starts (the imported modules) are set aside from the cyclic garbage
+  collector (`gc.freeze`). The readers make many short-lived lists, and each full collection would walk all
+  of those objects again.
+Each was measured on a 1M-line dump (BENCHMARKS.md, "Measurements behind the code's design choices").
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ SETTINGS = {
 }
 
 # mimalloc's options (environment variables it reads once, when pyarrow loads it).
-MIMALLOC_SETTINGS = {"MIMALLOC_PURGE_DELAY": "10"}  # freed pages go back to the kernel after 10 ms
+MIMALLOC_SETTINGS = {"MIMALLOC_PURGE_DELAY": "10"}  # ms before freed pages go back to the kernel
 
 _applied: bool | None = None
 
@@ -100,8 +99,7 @@ def read_pool() -> pa.MemoryPool | None:
 
 def release_read_pool() -> None:
     """Hand the memory the read pool (`read_pool`) holds free back to the kernel now: the kept heap cannot reuse
-    it, so what pyarrow.csv's columns freed would otherwise count in the process's peak (1M-line dump with usage
-    TRES, once the reader has taken the usage columns' text: peak RSS 90 MB lower)."""
+    it, so what pyarrow.csv's columns freed would otherwise count in the process's peak."""
     pool = read_pool()
     if pool is not None:
         pool.release_unused()

@@ -1,7 +1,7 @@
 """Sorting and grouping of integer keys over a million rows, fast on a small VM.
 
-``argsort`` of a million random int64 takes about 150-200 ms on the 2-core machines this runs on, a plain
-``np.sort`` about 30 ms, and a random gather of a million values about 15 ms; fresh arrays cost page faults.
+On small machines ``argsort`` of a million int64 costs several times a plain ``np.sort``, and every
+fresh array costs page faults (BENCHMARKS.md, "Measurements behind the code's design choices").
 So keys are packed into int64 words with the row position in the low bits and sorted with ``np.sort``
 (a stable radix-style sort, least significant word first), rows already in order are detected and not
 sorted at all (sacct prints jobs in id order), and groups of one row are not sorted twice.
