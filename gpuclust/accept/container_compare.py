@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuclust.accept import results as R
-from gpuclust.accept.report import node_metrics
+from gpuclust.accept.measures import node_metrics
 from gpuclust.config.site import SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.findings import Perf, status_line
@@ -112,6 +112,12 @@ def node_versions(result: R.JobResult, node: str) -> dict[str, str | None]:
         value = seen.get(key) if isinstance(seen, dict) else None
         out[key] = str(value) if value is not None else None
     return out
+
+
+def compare_results(results_dir: str, config: SiteConfig, since: datetime | None = None,
+                    jobs: tuple[str, ...] = ()) -> ContainerComparison:
+    """`accept report --compare-container`: `compare` over the results directory."""
+    return compare(R.scan_results(results_dir), config, since=since, jobs=jobs)
 
 
 def compare(scan: R.ResultScan, config: SiteConfig, since: datetime | None = None,

@@ -37,6 +37,7 @@ from typing import Any
 
 from gpuclust.accept import drift, stats, verdict
 from gpuclust.accept import results as R
+from gpuclust.accept.measures import DEFAULT_PARTITION, large_size_busbw, node_metrics, pair_analysis
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.findings import Finding, Perf, natural_key, status_line
@@ -45,7 +46,6 @@ from gpuclust.slurm import hostlist
 from gpuclust.slurm.gres import gres_gpu_count, gres_gpu_type
 
 PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept.verdict.judge, the job's own
-DEFAULT_PARTITION = PartitionConfig("", 0)  # a partition missing from the site config: the keys' defaults
 BASELINE_MIN_RUNS = 3
 BASELINE_WINDOW = 10
 PEER_MIN_NODES = 3  # fewer healthy nodes in a run: no peers to tell a node's drop from the run's
@@ -211,43 +211,6 @@ def select(jobs: list[R.JobResult], job: str | None = None, since: datetime | No
         if key not in latest or r.job.finished >= latest[key].job.finished:
             latest[key] = r
     return sorted(latest.values(), key=lambda r: r.job.finished)
-
-
-# ---- figures ---------------------------------------------------------------------------------------------
-
-
-def large_size_busbw(result: R.JobResult, min_size: int) -> float | None:
-    """Median busbw over the sweep sizes >= min_size; None when the sweep never got that large."""
-    large = [s.busbw_gbps for s in result.sweep if s.size >= min_size]
-    return stats.median(large) if large else None
-
-
-def pair_analysis(result: R.JobResult) -> stats.PairAnalysis:
-    return verdict.judge(result.pairs).analysis
-
-
-def node_metrics(result: R.JobResult, part: PartitionConfig | None) -> dict[str, dict[str, float]]:
-    """Per node, the figures compared with the node's own history."""
-    out: dict[str, dict[str, float]] = {}
-    if result.kind == "allreduce":
-        figure = large_size_busbw(result, (part or DEFAULT_PARTITION).busbw_min_size)
-        if figure is None and result.sweep:
-            figure = max(result.sweep, key=lambda s: s.size).busbw_gbps
-        if figure is not None and result.job.passed:
-            for node in result.nodes:
-                out.setdefault(node, {})["allreduce_busbw_gbps"] = figure
-    elif result.kind == "pairwise":
-        for node, score in pair_analysis(result).node_scores.items():
-            out.setdefault(node, {})["pairwise_busbw_gbps"] = score
-    elif result.kind == "storage":
-        for rec in result.storage:
-            if not rec.ok:
-                continue
-            if rec.metric in ("staging", "checkpoint_write"):
-                out.setdefault(rec.node, {})[f"{rec.metric}_mbps"] = rec.mbps
-            elif rec.metric == "checkpoint_read":
-                out.setdefault(rec.read_node or rec.node, {})["checkpoint_read_mbps"] = rec.mbps
-    return out
 
 
 # ---- checks ----------------------------------------------------------------------------------------------
@@ -615,6 +578,12 @@ def latest_runs(chosen: list[R.JobResult]) -> dict[tuple[str, str], R.JobResult]
         for node in result.nodes:
             latest[(node, result.kind)] = result
     return latest
+
+
+def judge_results(results_dir: str, config: SiteConfig, job: str | None = None, since: datetime | None = None,
+                  thresholds: Thresholds | None = None) -> Report:
+    """`accept report`: `evaluate` over the results directory."""
+    return evaluate(R.scan_results(results_dir), config, job=job, since=since, thresholds=thresholds)
 
 
 def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from gpuclust.accept.report import Report
-    from gpuclust.accept.results import ResultScan
     from gpuclust.config.site import SiteConfig
     from gpuclust.nagiosrange import NagiosRange, Thresholds
 
@@ -166,7 +165,6 @@ def _report(app: AppContext, job_id: str | None, since: TimeSpec | None, results
             compare_container: bool, drain_nodes: bool, dry_run: bool, max_drain: float,
             thresholds: Thresholds | None) -> None:
     from gpuclust.accept import report as rep
-    from gpuclust.accept.results import scan_results
 
     if job_id is not None and not job_id.replace("_", "").isdigit():
         raise click.BadParameter(f"{job_id!r} is not a Slurm job id; give the number sbatch printed, e.g. "
@@ -176,11 +174,11 @@ def _report(app: AppContext, job_id: str | None, since: TimeSpec | None, results
     if dry_run and not drain_nodes:
         raise click.UsageError("--dry-run goes with --drain")
     config = app.config
-    scan = scan_results(results_dir or config.results_dir)
+    directory = results_dir or config.results_dir
     since_time = since.resolve(config.timezone) if since else None
     if compare_container:
-        _compare_container(scan, config, job_id, since_time, as_json)
-    result = rep.evaluate(scan, config, job=job_id, since=since_time, thresholds=thresholds)
+        _compare_container(directory, config, job_id, since_time, as_json)
+    result = rep.judge_results(directory, config, job=job_id, since=since_time, thresholds=thresholds)
     if drain_nodes:
         _drain(app, result, as_json, dry_run, max_drain)
     if as_json:
@@ -190,12 +188,12 @@ def _report(app: AppContext, job_id: str | None, since: TimeSpec | None, results
     raise SystemExit(int(result.status))
 
 
-def _compare_container(scan: ResultScan, config: SiteConfig, job_id: str | None, since: datetime | None,
+def _compare_container(results_dir: str, config: SiteConfig, job_id: str | None, since: datetime | None,
                        as_json: bool) -> None:
     """--compare-container: its own table/JSON and Nagios exit status (gpuclust.accept.container_compare)."""
     from gpuclust.accept import container_compare as cc
 
-    comp = cc.compare(scan, config, since=since, jobs=(job_id,) if job_id else ())
+    comp = cc.compare_results(results_dir, config, since=since, jobs=(job_id,) if job_id else ())
     if as_json:
         echo_json(comp.as_dict())
     else:
