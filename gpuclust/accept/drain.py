@@ -39,7 +39,7 @@ REASON_PREFIX = "gpuclust:"
 LEGACY_REASON_PREFIX = "gpuclust accept:"  # drains set before the taxonomy: still ours
 OWN_PREFIXES = (REASON_PREFIX, LEGACY_REASON_PREFIX)
 # The drain classes, cause first: the order also picks which CRITICAL finding names a node's drain.
-HEALTH_CLASSES = ("xid", "remap", "ecc", "dcgm", "pcie", "link", "throttle", "topology")
+HEALTH_CLASSES = ("xid", "vanished", "remap", "ecc", "dcgm", "pcie", "link", "throttle", "topology")
 CLASSES = (*HEALTH_CLASSES, "gres", "bandwidth", "retest")
 _DETAIL = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}")
 MAX_REASON = 240  # long enough for check, job and a short message; scontrol shows it whole

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from gpuclust.accept.health.shape import INT_MAX, INT_MIN, NUM_MAX, Schema
 from gpuclust.config.health import HealthConfig
 from gpuclust.errors import GpuclustError, SlurmCommandError, SlurmCommandNotFound, SlurmTimeout
 from gpuclust.exitcodes import Nagios
@@ -45,22 +46,37 @@ def is_unknown(text: str | None) -> bool:
     return text is None or text.strip().lower() in _UNKNOWN
 
 
+def bounded_int(digits: str) -> int | None:
+    """A run of decimal digits (an optional '-' first) as an int when it fits 64 bits (INT_MIN..INT_MAX), else
+    None. Bounded before int() sees it: Python refuses to convert more than 4,300 digits (ValueError), and a
+    value past 64 bits is no counter a kernel or driver keeps, so it is an unknown value, not a crash."""
+    sign, body = ("-", digits[1:]) if digits.startswith("-") else ("", digits.removeprefix("+"))
+    body = body.lstrip("0") or "0"
+    if not body.isascii() or not body.isdigit() or len(body) > 20:  # 2**64 - 1 has 20 digits
+        return None
+    value = int(sign + body)
+    return value if INT_MIN <= value <= INT_MAX else None
+
+
 def to_int(text: str | None) -> int | None:
-    """'12', '12 us', '192 bank(s)' -> int; unknown markers -> None."""
+    """'12', '12 us', '192 bank(s)' -> int; unknown markers, and values past 64 bits, -> None."""
     if is_unknown(text):
         return None
     assert text is not None
-    m = re.match(r"\s*(-?\d+)\b", text)
-    return int(m.group(1)) if m else None
+    m = re.match(r"\s*(-?[0-9]+)\b", text)
+    return bounded_int(m.group(1)) if m else None
 
 
 def to_float(text: str | None) -> float | None:
-    """'67.03 W', '27 C' -> float; unknown markers -> None."""
+    """'67.03 W', '27 C' -> float; unknown markers, and magnitudes past NUM_MAX, -> None."""
     if is_unknown(text):
         return None
     assert text is not None
-    m = re.match(r"\s*(-?\d+(?:\.\d+)?)", text)
-    return float(m.group(1)) if m else None
+    m = re.match(r"\s*(-?[0-9]+(?:\.[0-9]+)?)", text)
+    if not m or len(m.group(1)) > 64:  # a reading has a few digits; hundreds are no reading
+        return None
+    value = float(m.group(1))
+    return value if abs(value) <= NUM_MAX else None
 
 
 def to_yes_no(text: str | None) -> bool | None:
@@ -76,8 +92,10 @@ def to_yes_no(text: str | None) -> bool | None:
 
 
 def int_or_none(value: Any) -> int | None:
-    """A JSON integer (bool excluded: True is an int to Python, not a counter)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A JSON integer within 64 bits (bool excluded: True is an int to Python, not a counter)."""
+    if isinstance(value, int) and not isinstance(value, bool) and INT_MIN <= value <= INT_MAX:
+        return value
+    return None
 
 
 def read_sysfs(path: Path) -> str:
@@ -184,6 +202,10 @@ def guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return unavailable(f"{exc.filename or exc}: not found")
     except OSError as exc:
         return unavailable(f"{exc.filename or ''}: {exc.strerror or exc}".strip(": "))
+    except (ValueError, OverflowError, RecursionError) as exc:
+        # What output no parser foresaw can still raise (a number past Python's 4,300-digit conversion limit,
+        # JSON nested past the recursion limit): this source is unavailable, the node keeps the others.
+        return unavailable(f"unreadable output: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -194,10 +216,15 @@ def guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 #   xid, ecc, remap, throttle, pcie  the GPU (sources xid, nvidia_smi)
 #   link, topology                   the fabric (net, snmp, qdisc, infiniband)
 #   dcgm                             dcgmi diag fail: CRITICAL, warn: WARNING
+#   vanished     hardware present before the run and gone after it (a GPU, a NIC, an IB port), or a source
+#                that answered before and not after (nvidia-smi): CRITICAL (sources nvidia_smi, net,
+#                infiniband)
 #   reset        a counter went backwards (reboot, driver reload, wrap): UNKNOWN, and its delta is not used
 #   unavailable  a source unavailable in either snapshot: UNKNOWN when [health] require lists it, else OK (a
-#                visible note that does not change the exit code); a node without both snapshots: UNKNOWN
-CLASSES = ("xid", "ecc", "remap", "throttle", "pcie", "link", "topology", "unavailable", "reset", "dcgm")
+#                visible note that does not change the exit code); a node without both snapshots, or a
+#                source whose data in a snapshot file does not fit its shape: UNKNOWN
+CLASSES = ("xid", "ecc", "remap", "throttle", "pcie", "link", "topology", "unavailable", "reset", "dcgm",
+           "vanished")
 
 _SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
 
@@ -237,6 +264,16 @@ def source_data(snap: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] 
         return None
     src = snap.get("sources", {}).get(name)
     return src if isinstance(src, Mapping) and src.get("status") == "ok" else None
+
+
+def checkable(snap: Snap, name: str) -> bool:
+    """Whether the snapshot can say a source's hardware went away: it exists, and the source's entry is not one
+    that failed its shape check (collect.checked_source), which says nothing about the hardware and is judged
+    UNKNOWN instead. A source that is unavailable, or absent, answered nothing."""
+    if not snap:
+        return False
+    entry = snap.get("sources", {}).get(name)
+    return not (isinstance(entry, Mapping) and entry.get("invalid"))
 
 
 def num(value: Any) -> int | None:
@@ -283,3 +320,6 @@ class Source:
     on_request: bool = False
     # The job's findings, every node's -> the job's findings: a rule that needs the other nodes' findings.
     across_nodes: Callable[[list[HealthFinding]], list[HealthFinding]] | None = None
+    # The JSON Schema of the source's `ok` data (built with gpuclust.accept.health.shape): a snapshot file's
+    # entry that does not fit it is not judged (UNKNOWN for the source on that node, collect.load_snapshots).
+    shape: Schema | None = None

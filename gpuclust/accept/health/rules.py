@@ -5,7 +5,9 @@ reasons there).
 Each source's rules live in its module (gpuclust.accept.health.sources, which also says what each finds);
 this module runs them over a node and a job. The classes and severities are listed at kit.CLASSES. Here:
   unavailable  a source unavailable in either snapshot: UNKNOWN when [health] require lists it, else OK (a
-               visible note that does not change the exit code); a node without both snapshots: UNKNOWN
+               visible note that does not change the exit code); a node without both snapshots: UNKNOWN;
+               a source whose data in a snapshot file does not fit its shape (collect.checked_source):
+               UNKNOWN, detail <source>-invalid, naming the field; that source is not judged on that node
 """
 
 from __future__ import annotations
@@ -32,13 +34,21 @@ def _unavailable(j: Judge, before: Snap, after: Snap) -> None:
             continue
         name = source.name
         reasons = []
+        invalid: list[tuple[str, Mapping[str, Any]]] = []
         for phase, snap in (("before", before), ("after", after)):
             src = (snap or {}).get("sources", {}).get(name)
             if not isinstance(src, Mapping):
                 reasons.append(f"{phase}: not collected")
             elif src.get("status") != "ok":
                 reasons.append(f"{phase}: {src.get('reason', 'unavailable')}")
-        if reasons:
+                if isinstance(src.get("invalid"), Mapping):
+                    invalid.append((phase, src["invalid"]))
+        if invalid:
+            where = "; ".join(f"{phase} snapshot: {inv.get('field')}: {inv.get('message')}" for phase, inv in invalid)
+            j.add("unavailable", Nagios.UNKNOWN, f"{name}-invalid", f"{j.node}: {name} not judged, its data does "
+                  f"not fit its shape ({where})", source=name, reasons=reasons,
+                  fields=[str(inv.get("field")) for _, inv in invalid])
+        elif reasons:
             sev = Nagios.UNKNOWN if name in j.cfg.require else Nagios.OK
             j.add("unavailable", sev, name, f"{j.node}: {name} unavailable ({'; '.join(reasons)})",
                   source=name, reasons=reasons)

@@ -21,10 +21,12 @@ from gpuclust.accept.health.kit import (
     Request,
     Source,
     Unavailable,
+    bounded_int,
     guard,
     int_or_none,
     ok,
 )
+from gpuclust.accept.health.shape import integer, list_of, obj, string
 from gpuclust.errors import SlurmCommandNotFound, SlurmTimeout
 from gpuclust.exitcodes import Nagios
 from gpuclust.slurm.runner import run_command
@@ -48,7 +50,7 @@ class DcgmResult:
         """The inverse of as_dict (a snapshot's stored results)."""
         gpu = data.get("gpu")
         return cls(str(data.get("category") or ""), str(data.get("test") or ""),
-                   int(gpu) if isinstance(gpu, int) else None, str(data.get("status") or "not-run"),
+                   int_or_none(gpu), str(data.get("status") or "not-run"),
                    tuple(str(m) for m in data.get("messages") or ()))
 
 
@@ -88,10 +90,10 @@ def _dcgm_gpu(result: Mapping[str, Any]) -> int | None:
         return int_or_none(result.get("entity_id"))
     for key in ("gpu_id", "gpu_ids"):  # DCGM 2/3: a string, "0" (or "0,1" for a combined result)
         value = result.get(key)
-        if isinstance(value, int):
-            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int_or_none(value)
         if isinstance(value, str) and value.strip().isdigit():
-            return int(value.strip())
+            return bounded_int(value.strip())
     return None
 
 
@@ -187,4 +189,9 @@ def _collect(r: Request) -> dict[str, Any] | None:
     return collect_dcgm(r.paths, r.dcgm_level) if r.phase == "before" and r.dcgm_level else None
 
 
-SOURCE = Source("dcgm", _collect, on_request=True)
+# The snapshot's data (SOURCE.shape).
+SHAPE = obj({"level": integer(), "exit_code": integer(), "results": list_of(obj({
+    "category": string(), "test": string(), "gpu": integer(True), "status": string(enum=DCGM_STATUSES),
+    "messages": list_of(string())}))}, required=["results"])
+
+SOURCE = Source("dcgm", _collect, on_request=True, shape=SHAPE)

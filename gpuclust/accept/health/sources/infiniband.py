@@ -4,7 +4,9 @@
 
 Findings: `link` CRITICAL when an error counter (IB_ERROR_COUNTERS) grows by more than [health]
 ib_error_max or a port that was ACTIVE went down (WARNING: down before the run too, or another error counter
-grew); `topology` at ib_rate_severity for an active InfiniBand port below ib_rate_gbps.
+grew); `topology` at ib_rate_severity for an active InfiniBand port below ib_rate_gbps; `vanished` CRITICAL
+for a port (device/port) in the before snapshot and not in the after one (or none at all after the run:
+/sys/class/infiniband gone with the driver).
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ from gpuclust.accept.health.kit import (
     Judge,
     Snap,
     Source,
+    bounded_int,
+    checkable,
     guard,
     is_unknown,
     ok,
     read_sysfs,
     source_data,
+    to_float,
     to_int,
 )
+from gpuclust.accept.health.shape import integer, list_of, map_of, number, obj, string
 from gpuclust.exitcodes import Nagios
 
 IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
@@ -62,7 +68,7 @@ def parse_ib_state(text: str | None) -> tuple[int | None, str | None]:
     assert text is not None
     m = re.match(r"\s*(\d+)\s*:\s*(\S+)", text)
     if m:
-        return int(m.group(1)), m.group(2)
+        return bounded_int(m.group(1)), m.group(2)
     return None, text.strip() or None
 
 
@@ -74,7 +80,7 @@ def parse_ib_rate(text: str | None) -> tuple[float | None, str | None]:
     m = re.match(r"\s*(\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((\d+X)[^)]*\))?", text)
     if not m:
         return None, None
-    return float(m.group(1)), m.group(2)
+    return to_float(m.group(1)), m.group(2)
 
 
 def parse_ib_port(device: str, port: int, files: Mapping[str, str], counters: Mapping[str, str]) -> IbPort:
@@ -96,13 +102,12 @@ def read_infiniband(sysfs: str | os.PathLike[str]) -> list[IbPort]:
         pdir = dev / "ports"
         if not pdir.is_dir():
             continue
-        for p in sorted(pdir.iterdir(), key=lambda x: (not x.name.isdigit(), int(x.name) if x.name.isdigit() else 0)):
-            if not p.name.isdigit():
-                continue
+        numbered = [(n, p) for p in pdir.iterdir() if (n := bounded_int(p.name)) is not None and p.name.isdigit()]
+        for port_no, p in sorted(numbered, key=lambda np: np[0]):
             files = {n: read_sysfs(p / n) for n in ("state", "phys_state", "rate", "link_layer") if (p / n).is_file()}
             cdir = p / "counters"
             counters = {f.name: read_sysfs(f) for f in sorted(cdir.iterdir()) if f.is_file()} if cdir.is_dir() else {}
-            ports.append(parse_ib_port(dev.name, int(p.name), files, counters))
+            ports.append(parse_ib_port(dev.name, port_no, files, counters))
     return ports
 
 
@@ -110,7 +115,23 @@ def collect_infiniband(paths: HealthPaths) -> dict[str, Any]:
     return guard(lambda: ok(ports=[port.as_dict() for port in read_infiniband(paths.sysfs)]))
 
 
+def _vanished_ports(j: Judge, before: Snap, after: Snap) -> None:
+    b = source_data(before, "infiniband")
+    if b is None or not checkable(after, "infiniband"):
+        return
+    a = source_data(after, "infiniband")
+    present = {(p.get("device"), p.get("port")) for p in (a or {}).get("ports", [])}
+    for port in b.get("ports", []):
+        dev, num_ = port.get("device"), port.get("port")
+        if (dev, num_) in present:
+            continue
+        why = "not in the after snapshot" if a is not None else "no InfiniBand device at all after the run"
+        j.add("vanished", Nagios.CRITICAL, f"ib-{dev}-{num_}", f"{j.node}: IB port {dev} port {num_} present "
+              f"before the run, gone after it ({why})", device=dev, port=num_)
+
+
 def judge_infiniband(j: Judge, before: Snap, after: Snap) -> None:
+    _vanished_ports(j, before, after)
     a = source_data(after, "infiniband")
     if a is None:
         return
@@ -147,4 +168,10 @@ def judge_infiniband(j: Judge, before: Snap, after: Snap) -> None:
                   before=cb.get(counter), after=ca.get(counter))
 
 
-SOURCE = Source("infiniband", lambda r: collect_infiniband(r.paths), judge_infiniband)
+# The snapshot's data (SOURCE.shape): IbPort.as_dict() per port.
+SHAPE = obj({"ports": list_of(obj({
+    "device": string(), "port": integer(), "state": string(True), "phys_state": string(True),
+    "rate_gbps": number(True), "width": string(True), "link_layer": string(True),
+    "counters": map_of(integer(True))}, required=["device", "port"]))}, required=["ports"])
+
+SOURCE = Source("infiniband", lambda r: collect_infiniband(r.paths), judge_infiniband, shape=SHAPE)

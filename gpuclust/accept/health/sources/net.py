@@ -2,13 +2,16 @@
 (traffic-control queues), in one module because they are judged together: a lossy link shows in all three,
 and only together do they tell the node that lost packets from its peers that retransmitted (demote_symptoms).
 
-    net    {"interfaces": {iface: {counter: int|null}}}         /sys/class/net/*/statistics (lo skipped)
+    net    {"interfaces": {iface: {counter: int|null}},         /sys/class/net/*/statistics (lo skipped)
+            "physical": [iface]}                                 those with a device (not a bridge, veth ...)
     snmp   {"tcp": {...}, "ip": {...}, "tcp_ext": {...}|absent}  /proc/net/snmp Tcp and Ip,
                                                                  /proc/net/netstat TcpExt
     qdisc  {"format": "json"|"text", "qdiscs": [...]}            tc -s -j qdisc show, else tc -s qdisc show
 
 Findings: `link` at [health] net_severity (CRITICAL by default) for NIC errors or drops, TCP retransmits, IPv4
-packets lost in the node itself and qdisc drops over their limits.
+packets lost in the node itself and qdisc drops over their limits; `vanished` CRITICAL for a physical NIC
+in the before snapshot and not in the after one (where a snapshot has no "physical" list, an interface whose
+name is not a virtual one's: VIRTUAL_PREFIXES).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,8 @@ from gpuclust.accept.health.kit import (
     Snap,
     Source,
     Unavailable,
+    bounded_int,
+    checkable,
     guard,
     int_or_none,
     ok,
@@ -38,6 +43,7 @@ from gpuclust.accept.health.kit import (
     source_data,
     to_int,
 )
+from gpuclust.accept.health.shape import integer, list_of, map_of, obj, string
 from gpuclust.exitcodes import Nagios
 
 # -- net: /sys/class/net/*/statistics --------------------------------------------------------------------------
@@ -74,11 +80,12 @@ def read_net_statistics(sysfs: str | os.PathLike[str]) -> dict[str, dict[str, in
 # -- snmp: /proc/net/snmp and /proc/net/netstat --------------------------------------------------------------
 
 
-def parse_proc_net_snmp(text: str, source: str = "/proc/net/snmp") -> dict[str, dict[str, int]]:
+def parse_proc_net_snmp(text: str, source: str = "/proc/net/snmp") -> dict[str, dict[str, int | None]]:
     """The header/value line pairs of /proc/net/snmp (and /proc/net/netstat, the same format) ->
-    {section: {field: value}}, e.g. out["Tcp"]["RetransSegs"], out["TcpExt"]["TCPLostRetransmit"]."""
+    {section: {field: value}}, e.g. out["Tcp"]["RetransSegs"], out["TcpExt"]["TCPLostRetransmit"]. A value
+    past 64 bits is None (unknown), one that is no integer a parse error."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, int | None]] = {}
     if not lines:
         raise HealthParseError(source, "empty")
     if len(lines) % 2:
@@ -89,13 +96,13 @@ def parse_proc_net_snmp(text: str, source: str = "/proc/net/snmp") -> dict[str, 
             raise HealthParseError(source, f"line {i + 1}-{i + 2}: expected a 'Name: ...' header and value pair")
         if len(head) != len(vals):
             raise HealthParseError(source, f"line {i + 1}-{i + 2}: {len(head) - 1} names but {len(vals) - 1} values")
-        try:
-            out[head[0][:-1]] = {k: int(v) for k, v in zip(head[1:], vals[1:], strict=True)}
-        except ValueError:
-            raise HealthParseError(source, f"line {i + 2}: a value is not an integer") from None
+        if not all(_INTEGER.fullmatch(v) for v in vals[1:]):
+            raise HealthParseError(source, f"line {i + 2}: a value is not an integer")
+        out[head[0][:-1]] = {k: bounded_int(v) for k, v in zip(head[1:], vals[1:], strict=True)}
     return out
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 parse_proc_net_netstat = parse_proc_net_snmp
 
 
@@ -170,12 +177,13 @@ def parse_tc_qdisc_text(text: str, source: str = "tc -s qdisc show") -> list[Qdi
             continue
         m = _QDISC_SENT.match(line)
         if m:
-            head.update(bytes=int(m.group("bytes")), packets=int(m.group("pkts")), drops=int(m.group("drops")),
-                        overlimits=int(m.group("over")), requeues=int(m.group("req")))
+            head.update(bytes=bounded_int(m.group("bytes")), packets=bounded_int(m.group("pkts")),
+                        drops=bounded_int(m.group("drops")), overlimits=bounded_int(m.group("over")),
+                        requeues=bounded_int(m.group("req")))
             continue
         m = _QDISC_BACKLOG.match(line)
         if m:
-            head.update(backlog=int(m.group("b")), qlen=int(m.group("p")))
+            head.update(backlog=bounded_int(m.group("b")), qlen=bounded_int(m.group("p")))
     if head is not None:
         out.append(_qdisc_from(head))
     return out
@@ -189,8 +197,19 @@ def _qdisc_from(h: dict[str, Any]) -> QdiscStats:
 # -- collectors ----------------------------------------------------------------------------------------------
 
 
+def physical_interfaces(sysfs: str | os.PathLike[str], names: Iterable[str]) -> list[str]:
+    """The interfaces with a device behind them (<sysfs>/class/net/<iface>/device): a NIC, not a bridge,
+    bond, veth or tunnel, which come and go with the jobs and containers."""
+    base = Path(sysfs) / "class" / "net"
+    return sorted(n for n in names if (base / n / "device").exists())
+
+
 def collect_net(paths: HealthPaths) -> dict[str, Any]:
-    return guard(lambda: ok(interfaces=read_net_statistics(paths.sysfs)))
+    def read() -> dict[str, Any]:
+        interfaces = read_net_statistics(paths.sysfs)
+        return ok(interfaces=interfaces, physical=physical_interfaces(paths.sysfs, interfaces))
+
+    return guard(read)
 
 
 def collect_snmp(paths: HealthPaths) -> dict[str, Any]:
@@ -235,7 +254,33 @@ def _severity(j: Judge) -> Nagios:
     return Nagios.CRITICAL if j.cfg.net_severity == "critical" else Nagios.WARNING
 
 
+# Interfaces that are no hardware, for snapshots written before "physical" was recorded: container and VM
+# plumbing, bridges, tunnels, the Slurm lab's own (slab*).
+VIRTUAL_PREFIXES = ("veth", "docker", "br", "virbr", "vnet", "cali", "flannel", "cni", "tun", "tap", "vxlan",
+                    "geneve", "ifb", "dummy", "kube", "lxc", "wg", "weave", "podman", "cilium", "tailscale", "zt",
+                    "slab", "bond", "team", "macvlan", "ipvlan", "gre", "sit", "ip6", "erspan", "nlmon")
+
+
+def _vanished_nics(j: Judge, before: Snap, after: Snap) -> None:
+    """A NIC in the before snapshot and not in the after one: it left the bus, or its driver let it go."""
+    b = source_data(before, "net")
+    if b is None or not checkable(after, "net"):
+        return
+    a = source_data(after, "net") or {}
+    present = a.get("interfaces", {})
+    physical = b.get("physical")
+    candidates = physical if physical is not None else [i for i in b.get("interfaces", {})
+                                                         if not i.startswith(VIRTUAL_PREFIXES)]
+    for iface in sorted(set(candidates)):
+        if iface in present:
+            continue
+        why = "the net source answered nothing after the run" if not a else "not in the after snapshot"
+        j.add("vanished", Nagios.CRITICAL, f"nic-{iface}", f"{j.node}: NIC {iface} present before the run, gone "
+              f"after it ({why})", iface=iface)
+
+
 def judge_net(j: Judge, before: Snap, after: Snap) -> None:
+    _vanished_nics(j, before, after)
     a, b = source_data(after, "net"), source_data(before, "net")
     if a is None or b is None:
         return
@@ -368,6 +413,16 @@ def demote_symptoms(found: list[HealthFinding]) -> list[HealthFinding]:
     return out
 
 
-NET = Source("net", lambda r: collect_net(r.paths), judge_net)
-SNMP = Source("snmp", lambda r: collect_snmp(r.paths), judge_snmp, across_nodes=demote_symptoms)
-QDISC = Source("qdisc", lambda r: collect_qdisc(r.paths), judge_qdisc)
+# The snapshots' data (each Source's shape).
+NET_SHAPE = obj({"interfaces": map_of(map_of(integer(True))), "physical": list_of(string())},
+                required=["interfaces"])
+_MIB = map_of(integer(True))
+SNMP_SHAPE = obj({"tcp": _MIB, "ip": _MIB, "tcp_ext": _MIB, "tcp_ext_unavailable": string()}, required=["tcp"])
+QDISC_SHAPE = obj({"format": string(enum=("json", "text")), "qdiscs": list_of(obj({
+    "dev": string(), "kind": string(), "handle": string(), "parent": string(True), "key": string(),
+    **{k: integer(True) for k in ("bytes", "packets", "drops", "overlimits", "requeues", "backlog", "qlen")}},
+    required=["dev", "kind", "key"]))}, required=["qdiscs"])
+
+NET = Source("net", lambda r: collect_net(r.paths), judge_net, shape=NET_SHAPE)
+SNMP = Source("snmp", lambda r: collect_snmp(r.paths), judge_snmp, across_nodes=demote_symptoms, shape=SNMP_SHAPE)
+QDISC = Source("qdisc", lambda r: collect_qdisc(r.paths), judge_qdisc, shape=QDISC_SHAPE)

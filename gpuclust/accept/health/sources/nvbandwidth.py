@@ -15,7 +15,17 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuclust.accept.health.kit import HealthParseError, HealthPaths, Request, Source, guard, ok, run
+from gpuclust.accept.health.kit import (
+    HealthParseError,
+    HealthPaths,
+    Request,
+    Source,
+    guard,
+    int_or_none,
+    ok,
+    run,
+)
+from gpuclust.accept.health.shape import NUM_MAX, list_of, number, obj, string
 
 
 @dataclass(frozen=True)
@@ -38,8 +48,12 @@ _NVB_SUM = re.compile(r"^SUM (\S+) (\S+)$")
 def _nvb_cell(tok: str) -> float | None:
     if tok.upper() == "N/A":
         return None
-    value = float(tok)
-    return value if math.isfinite(value) else None
+    return _bounded(float(tok))
+
+
+def _bounded(value: float) -> float | None:
+    """A bandwidth, or None for NaN, infinity or a figure past NUM_MAX (no bus moves that)."""
+    return value if math.isfinite(value) and abs(value) <= NUM_MAX else None
 
 
 def parse_nvbandwidth(text: str, source: str = "nvbandwidth") -> list[NvbandwidthResult]:
@@ -78,7 +92,7 @@ def parse_nvbandwidth(text: str, source: str = "nvbandwidth") -> list[Nvbandwidt
             continue
         if m := _NVB_SUM.match(line):
             try:
-                total = float(m.group(2))
+                total = _bounded(float(m.group(2)))
             except ValueError:
                 raise HealthParseError(source, f"line {n}: SUM value {m.group(2)!r} is not a number") from None
             if name is None:
@@ -118,8 +132,11 @@ def _nvbandwidth_json(text: str, source: str) -> list[NvbandwidthResult]:
             raise HealthParseError(source, f"testcases[{i}]: bandwidth_matrix has a cell that is not a number") from None
         total = case.get("sum")
         status = str(case.get("status", "")).strip().lower().replace(" ", "-") or "not-run"
-        out.append(NvbandwidthResult(case.get("name"), case.get("bandwidth_description"),
-                                     float(total) if isinstance(total, int | float) else None, rows, status))
+        known = total if isinstance(total, float) else int_or_none(total)
+        total_gbps = _bounded(float(known)) if known is not None else None
+        name, desc = case.get("name"), case.get("bandwidth_description")
+        out.append(NvbandwidthResult(name if isinstance(name, str) else None, desc if isinstance(desc, str) else None,
+                                     total_gbps, rows, status))
     return out
 
 
@@ -143,4 +160,9 @@ def _collect(r: Request) -> dict[str, Any] | None:
     return collect_nvbandwidth(r.paths) if r.phase == "before" and r.nvbandwidth else None
 
 
-SOURCE = Source("nvbandwidth", _collect, on_request=True)
+# The snapshot's data (SOURCE.shape).
+SHAPE = obj({"tests": list_of(string()), "results": list_of(obj({
+    "testcase": string(True), "description": string(True), "sum_gbps": number(True),
+    "matrix": list_of(list_of(number(True))), "status": string()}))}, required=["results"])
+
+SOURCE = Source("nvbandwidth", _collect, on_request=True, shape=SHAPE)

@@ -8,6 +8,8 @@ Findings (after the run, against the before snapshot where a delta is needed):
   remap     row remap pending/failed, or a page retirement pending: CRITICAL (needs a GPU reset / RMA)
   throttle  HW slowdown, HW thermal, HW power brake or SW thermal active after the run: WARNING
   pcie      link below max width, or below max generation while the GPU is busy: pcie_severity
+  vanished  a GPU in the before snapshot and not in the after one (matched by UUID, else PCI bus id, else
+            index), or nvidia-smi that answered before the run and not after it: CRITICAL
 
 PCIe generation: GPUs drop their link to gen1 when idle to save power, so an idle snapshot says nothing about
 the gen the slot trains to. The generation is judged only when the GPU is not idle (its gpu_idle clock event
@@ -29,6 +31,7 @@ from gpuclust.accept.health.kit import (
     Judge,
     Snap,
     Source,
+    checkable,
     guard,
     is_unknown,
     num,
@@ -39,6 +42,7 @@ from gpuclust.accept.health.kit import (
     to_int,
     to_yes_no,
 )
+from gpuclust.accept.health.shape import boolean, integer, list_of, map_of, number, obj, string
 from gpuclust.exitcodes import Nagios
 
 try:  # defusedxml when the site has it; otherwise the stdlib parser behind the DTD/entity refusal below
@@ -112,6 +116,23 @@ class NvidiaSmiLog:
     def as_dict(self) -> dict[str, Any]:
         return {"driver_version": self.driver_version, "cuda_version": self.cuda_version,
                 "gpus": [g.as_dict() for g in self.gpus]}
+
+
+# The snapshot's data (SOURCE.shape): NvidiaSmiLog.as_dict().
+_ECC_SHAPE = obj({"correctable": integer(True), "uncorrectable": integer(True), "raw": map_of(integer(True))})
+GPU_SHAPE = obj({
+    "index": integer(), "pci_bus_id": string(True), "product_name": string(True), "uuid": string(True),
+    "ecc_volatile": _ECC_SHAPE, "ecc_aggregate": _ECC_SHAPE,
+    "retired_single_bit": integer(True), "retired_double_bit": integer(True), "retired_pending": boolean(True),
+    "remapped_correctable": integer(True), "remapped_uncorrectable": integer(True),
+    "remapped_pending": boolean(True), "remapped_failure": boolean(True),
+    "remap_histogram": map_of(integer(True)), "clock_events": map_of(boolean(True)),
+    "pcie": obj({k: integer(True) for k in ("gen_current", "gen_max", "gen_max_device", "gen_max_host",
+                                             "width_current", "width_max")}),
+    "power_draw_w": number(True), "temperature_c": number(True), "nvlink": map_of(integer(True)),
+}, required=["index"])
+SHAPE = obj({"driver_version": string(True), "cuda_version": string(True), "gpus": list_of(GPU_SHAPE)},
+            required=["gpus"])
 
 
 def _refuse_dtd(text: str, source: str) -> None:
@@ -251,7 +272,47 @@ def collect_nvidia_smi(paths: HealthPaths, timeout: float) -> dict[str, Any]:
 THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
 
+def _gpu_name(g: Mapping[str, Any]) -> str:
+    ids = ", ".join(str(x) for x in (g.get("pci_bus_id"), g.get("uuid")) if x)
+    return f"GPU {g.get('index')}" + (f" ({ids})" if ids else "")
+
+
+def _same_gpu(b: Mapping[str, Any], a: Mapping[str, Any]) -> bool:
+    if b.get("uuid") and a.get("uuid"):
+        return bool(b["uuid"] == a["uuid"])
+    if b.get("pci_bus_id") and a.get("pci_bus_id"):
+        return str(b["pci_bus_id"]).lower() == str(a["pci_bus_id"]).lower()
+    return bool(b.get("index") == a.get("index"))
+
+
+def _vanished(j: Judge, before: Snap, after: Snap) -> None:
+    """GPUs (or nvidia-smi itself) present before the run and gone after: the fault acceptance exists for (a
+    GPU that fell off the bus, Xid 79; a driver that lost it; nvidia-smi hung on it)."""
+    b = source_data(before, "nvidia_smi")
+    if b is None or not checkable(after, "nvidia_smi"):
+        return
+    a = source_data(after, "nvidia_smi")
+    listed = list(b.get("gpus", []))
+    if a is None:
+        entry = (after or {}).get("sources", {}).get("nvidia_smi")
+        reason = entry.get("reason", "unavailable") if isinstance(entry, Mapping) else "not collected"
+        gpus = "; ".join(_gpu_name(g) for g in listed) or "no GPU"
+        j.add("vanished", Nagios.CRITICAL, "nvidia-smi", f"{j.node}: nvidia-smi answered before the run and not "
+              f"after it ({reason}); before it listed {gpus}", reason=reason,
+              gpus=[{"index": g.get("index"), "pci": g.get("pci_bus_id"), "uuid": g.get("uuid")} for g in listed])
+        return
+    now = a.get("gpus", [])
+    for g in listed:
+        if any(_same_gpu(g, other) for other in now):
+            continue
+        j.add("vanished", Nagios.CRITICAL, f"gpu{g.get('index')}-{g.get('pci_bus_id') or g.get('uuid') or ''}",
+              f"{j.node}: {_gpu_name(g)} present before the run, gone after it (fell off the bus or lost to "
+              f"the driver; nvidia-smi lists {len(now)} of {len(listed)} GPUs)", gpu=g.get("index"),
+              pci=g.get("pci_bus_id"), uuid=g.get("uuid"))
+
+
 def judge_nvidia_smi(j: Judge, before: Snap, after: Snap) -> None:
+    _vanished(j, before, after)
     src = source_data(after, "nvidia_smi")
     if src is None:
         return
@@ -321,4 +382,4 @@ def _judge_pcie(j: Judge, name: str, g: Mapping[str, Any]) -> None:
 
 
 SOURCE = Source("nvidia_smi", lambda r: collect_nvidia_smi(r.paths, r.nvidia_smi_timeout),
-                judge_nvidia_smi)
+                judge_nvidia_smi, shape=SHAPE)

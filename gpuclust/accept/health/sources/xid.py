@@ -23,6 +23,7 @@ from gpuclust.accept.health.kit import (
     Snap,
     Source,
     Unavailable,
+    bounded_int,
     guard,
     num,
     ok,
@@ -30,6 +31,7 @@ from gpuclust.accept.health.kit import (
     run,
     source_data,
 )
+from gpuclust.accept.health.shape import boolean, integer, list_of, obj, string
 from gpuclust.exitcodes import Nagios
 
 XID_SOURCE = "kernel log"
@@ -39,9 +41,10 @@ _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)\): (?P<code>\d+
 # 2025-05-27T04:18:56,089671+00:00 ...
 _ISO = re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
 # dmesg -T / --ctime: [Fri Aug 30 11:43:09 2024]
-_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2}) (?P<mon>[A-Z][a-z]{2}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]")
+_CTIME = re.compile(r"\[(?:[A-Z][a-z]{2}) (?P<mon>[A-Z][a-z]{2}) +(?P<day>[0-9]{1,2}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2}) "
+                    r"(?P<year>[0-9]{4})\]")
 # syslog / journalctl short: May 01 12:00:01 host kernel: ...
-_SHORT = re.compile(r"^\s*(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d+) (?P<hms>\d\d:\d\d:\d\d) ")
+_SHORT = re.compile(r"^\s*(?P<mon>[A-Z][a-z]{2}) +(?P<day>[0-9]{1,2}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2}) ")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
                                         "Nov", "Dec"), start=1)}
 
@@ -65,7 +68,7 @@ def _line_time(line: str, year_hint: int | None) -> str | None:
         raw = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", raw)
         try:
             return datetime.fromisoformat(raw.replace("Z", "+00:00")).isoformat()
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     m = _CTIME.search(line)
     if m and m.group("mon") in _MONTHS:
@@ -81,7 +84,7 @@ def _local_iso(year: int, month: int, day: int, hms: str) -> str | None:
     h, mi, s = (int(x) for x in hms.split(":"))
     try:
         return datetime(year, month, day, h, mi, s).astimezone().isoformat()
-    except ValueError:
+    except (ValueError, OverflowError):  # a day 31 of a 30-day month; year 1 east of UTC
         return None
 
 
@@ -92,9 +95,10 @@ def parse_xid_lines(text: str, year_hint: int | None = None) -> list[XidEvent]:
     events: list[XidEvent] = []
     for raw in text.splitlines():
         m = _XID.search(raw)
-        if not m:
+        code = bounded_int(m.group("code")) if m else None
+        if m is None or code is None:  # not an Xid report; or a code past 64 bits, which no driver writes
             continue
-        events.append(XidEvent(_line_time(raw, year_hint), m.group("pci").lower(), int(m.group("code")),
+        events.append(XidEvent(_line_time(raw, year_hint), m.group("pci").lower(), code,
                                m.group("msg").strip(), raw.strip()))
     return events
 
@@ -117,7 +121,10 @@ def collect_xid(paths: HealthPaths, since: datetime | None, timeout: float = COM
         for ev in parse_xid_lines(out, year_hint=datetime.now().year):
             in_window: bool | None = None
             if ev.time is not None and since is not None:
-                in_window = parse_iso_time(ev.time) >= since
+                try:
+                    in_window = parse_iso_time(ev.time) >= since
+                except OverflowError:  # year 1 or 9999 at an offset: kept, its time cannot be compared
+                    in_window = True
                 if not in_window:
                     continue
             events.append({**ev.as_dict(), "timed": ev.time is not None})
@@ -147,7 +154,7 @@ def judge_xid(j: Judge, before: Snap, after: Snap) -> None:
             try:
                 if parse_iso_time(ev["time"]) < parse_iso_time(since):
                     continue
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
                 pass
         code = num(ev.get("code"))
         if code is None:
@@ -158,4 +165,9 @@ def judge_xid(j: Judge, before: Snap, after: Snap) -> None:
               line=ev.get("line"))
 
 
-SOURCE = Source("xid", lambda r: collect_xid(r.paths, r.since), judge_xid)
+# The snapshot's data (SOURCE.shape).
+SHAPE = obj({"command": string(), "since": string(True), "events": list_of(obj({
+    "time": string(True), "pci": string(), "code": integer(), "message": string(), "line": string(),
+    "timed": boolean()}, required=["code"]))}, required=["events"])
+
+SOURCE = Source("xid", lambda r: collect_xid(r.paths, r.since), judge_xid, shape=SHAPE)
