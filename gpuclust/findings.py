@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclust.exitcodes import Nagios
+from gpuclust.output import terminal_safe
 from gpuclust.slurm.hostlist import fold
 
 # Worst first, the order reports list findings in. (Nagios.worst ranks UNKNOWN below WARNING.)
@@ -120,7 +121,7 @@ class Perf:
     max: float | int | None = None
 
     def __str__(self) -> str:
-        label = self.label
+        label = terminal_safe(self.label)
         if re.search(r"[\s'=]", label):
             label = "'" + label.replace("'", "''") + "'"
         fields = [f"{_num(self.value)}{self.uom}", self.warn or "", self.crit or "",
@@ -142,8 +143,9 @@ def perfdata(items: Sequence[Perf]) -> str:
 
 def status_line(service: str, status: Nagios, text: str, perf: Sequence[Perf] = ()) -> str:
     """`SERVICE: STATUS - text | perfdata`: the first line of a Nagios plugin's output. A '|' inside the text
-    would start the performance data, so it is replaced."""
-    line = f"{service}: {status.name} - {text.replace('|', '/')}"
+    would start the performance data, so it is replaced; control characters and escape sequences (a node's
+    or a user's text) are escaped (gpuclust.output.terminal_safe), so the line stays one line."""
+    line = f"{terminal_safe(service)}: {status.name} - {terminal_safe(text).replace('|', '/')}"
     return f"{line} | {perfdata(perf)}" if perf else line
 
 

@@ -45,8 +45,38 @@ def to_json(obj: Any) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+# What a terminal acts on rather than shows: C0 controls (ESC starts every escape sequence; CR, BS and friends
+# overwrite what was printed; a newline forges a line, the Nagios status line's included), DEL, C1 controls
+# (0x9b is a one-byte CSI), the line and paragraph separators, the bidirectional overrides and isolates, and
+# lone surrogates (bytes that were no UTF-8, which stdout cannot even encode).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(value: Any) -> str:
+    """Text from a node or a user, made safe to print to a terminal or a Nagios status line: every character
+    in _UNSAFE is written as a visible escape (ESC as \\x1b, a newline as \\x0a), the rest kept. Applied where
+    text is rendered for people (format_table's cells, findings.status_line, the renderers' free lines); JSON
+    keeps the raw value (JSON escapes it itself)."""
+    text = value if isinstance(value, str) else str(value)
+    return _UNSAFE.sub(_escape, text)
+
+
+def terminal_lines(lines: Iterable[Any]) -> str:
+    """Lines of rendered text joined by newlines, each made terminal_safe (a newline inside one is escaped,
+    so it cannot forge a line of its own). A block that is already safe (a format_table) passes unchanged
+    when given as its own lines: terminal_lines(table.splitlines())."""
+    return "\n".join(terminal_safe(line) for line in lines)
+
+
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    """Aligned columns; every cell terminal_safe."""
+    cells = [[terminal_safe(h) for h in headers]] + [["" if c is None else terminal_safe(c) for c in row]
+                                                       for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -206,7 +206,7 @@ def _fmt(value: float) -> str:
 
 
 def render_table(comp: ContainerComparison) -> str:
-    from gpuclust.output import format_table
+    from gpuclust.output import format_table, terminal_lines
 
     lines = [comp.summary_line()]
     rows = []
@@ -221,13 +221,14 @@ def render_table(comp: ContainerComparison) -> str:
                          "-" if node.bare else "container only", "-", "-", "-", ", ".join(images)])
     if rows:
         lines.append("")
-        lines.append(format_table(["NODE", "FIGURE", "BARE", "CONTAINER", "GAP", "TOLERANCE", "", "IMAGE"], rows))
+        lines.extend(format_table(["NODE", "FIGURE", "BARE", "CONTAINER", "GAP", "TOLERANCE", "", "IMAGE"],
+                                  rows).splitlines())
     changed = [(n.node, k, b, c) for n in comp.nodes for k, (b, c) in sorted(n.version_changes.items())]
     if changed:
         lines.append("")
-        lines.append(format_table(["NODE", "VERSION", "BARE", "CONTAINER"],
-                                  [[n, k, b or "-", c or "-"] for n, k, b, c in changed]))
+        lines.extend(format_table(["NODE", "VERSION", "BARE", "CONTAINER"],
+                                  [[n, k, b or "-", c or "-"] for n, k, b, c in changed]).splitlines())
     for note in comp.notes:
         if note != comp.reason:  # already on the status line
             lines.append(f"note: {note}")
-    return "\n".join(lines)
+    return terminal_lines(lines)

@@ -32,6 +32,7 @@ from typing import Any
 from gpuclust.accept.report import Finding, Report
 from gpuclust.errors import UnsafeValueError
 from gpuclust.exitcodes import Nagios
+from gpuclust.output import terminal_lines
 from gpuclust.slurm.client import SlurmClient
 from gpuclust.slurm.records import NodeRecord, parse_nodes_text
 
@@ -240,7 +241,7 @@ def render(drain_plan: DrainPlan, dry_run: bool) -> str:
     else:
         lines.extend(f"ran: {c}" for c in drain_plan.applied)
     lines.extend(f"error: {e}" for e in drain_plan.errors)
-    return "\n".join(lines)
+    return terminal_lines(lines)
 
 
 # ---- re-test of gpuclust's own drained nodes -----------------------------------------------------------

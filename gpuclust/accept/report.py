@@ -657,16 +657,16 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
 
 
 def render_table(report: Report) -> str:
-    from gpuclust.output import format_table
+    from gpuclust.output import format_table, terminal_lines
 
     lines = [report.summary_line()]
     if report.jobs:
         lines.append("")
-        lines.append(format_table(
+        lines.extend(format_table(
             ["JOB", "KIND", "PARTITION", "FINISHED", "STATUS", "SUMMARY"],
             [[j.job_id, j.kind, j.partition or "-", j.finished.strftime("%Y-%m-%d %H:%M"),
               j.status.name if j.current else f"{j.status.name} (history)", j.headline]
-             for j in report.jobs]))
+             for j in report.jobs]).splitlines())
     if report.nodes:
         lines.append("")
         rows = []
@@ -674,7 +674,7 @@ def render_table(report: Report) -> str:
             reasons = [f"[{f.check}] {f.message}" for f in v.findings if f.status != Nagios.OK] or ["-"]
             rows.append([name, v.status.name, reasons[0]])
             rows.extend(["", "", extra] for extra in reasons[1:])
-        lines.append(format_table(["NODE", "STATUS", "REASONS"], rows))
+        lines.extend(format_table(["NODE", "STATUS", "REASONS"], rows).splitlines())
     for finding in report.findings:
         lines.append(f"{finding.status.name}: [{finding.check}] {finding.message}")
     earlier = [(name, f) for name, v in sorted(report.nodes.items()) for f in v.history if f.status != Nagios.OK]
@@ -684,12 +684,13 @@ def render_table(report: Report) -> str:
         lines.append("history: findings of earlier runs, superseded by a later run of the same kind on the node "
                      "(not counted in the status)")
         finished = {j.job_id: j.finished.strftime("%Y-%m-%d %H:%M") for j in report.jobs}
-        lines.append(format_table(["NODE", "JOB", "FINISHED", "STATUS", "REASON"],
+        lines.extend(format_table(["NODE", "JOB", "FINISHED", "STATUS", "REASON"],
                                   [[name, f"{f.kind}-{f.job_id}", finished.get(f.job_id or "", "-"), f.status.name,
-                                    f"[{f.check}] {f.message}"] for name, f in earlier]))
+                                    f"[{f.check}] {f.message}"] for name, f in earlier]).splitlines())
     for problem in report.problems:
         lines.append(f"problem: {problem}")
-    return "\n".join(lines)
+    # Every line escaped on its own: a message's newline or escape sequence stays inside its line.
+    return terminal_lines(lines)
 
 
 def nodes_with(report: Report, check: str, status: Nagios | None = None) -> list[str]:

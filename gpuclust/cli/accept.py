@@ -255,5 +255,7 @@ def node_status(app: AppContext, node: str, results_dir: str | None, stale_days:
     if as_json:
         echo_json(status.as_dict())
     else:
-        click.echo(f"{status.status}: {status.message}")
+        from gpuclust.output import terminal_safe
+
+        click.echo(f"{status.status}: {terminal_safe(status.message)}")
     raise SystemExit(0 if status.ok else 1)

@@ -18,6 +18,7 @@ from gpuclust.cli.context import AppContext
 from gpuclust.cli.params import add_common_options, config_option, quiet_option
 from gpuclust.errors import ConfigError, GpuclustError, InputError, SlurmError, UnsafeValueError
 from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM, Nagios
+from gpuclust.output import terminal_lines
 from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
 
 NAGIOS_COMMANDS = (("audit",), ("accept", "report"))
@@ -33,7 +34,9 @@ def is_nagios(path: tuple[str, ...]) -> bool:
 
 class CliError(click.ClickException):
     def __init__(self, message: str, exit_code: int, nagios: bool = False):
-        super().__init__(message)
+        # An error names what it was given (a file's line, a node's answer): escaped for the terminal, its
+        # own line breaks kept.
+        super().__init__(terminal_lines(message.split("\n")))
         self.exit_code = exit_code  # type: ignore[misc]  # click declares it a class default; per-instance is intended
         self.nagios = nagios
 
@@ -89,7 +92,7 @@ class GpuclustGroup(click.Group):
             exc = _global_option_error(caught)
             path = _context_path(exc.ctx) if exc.ctx is not None else app.command_path
             if is_nagios(path):
-                click.echo(f"UNKNOWN - {exc.format_message()}")
+                click.echo(f"UNKNOWN - {terminal_lines(exc.format_message().split(chr(10)))}")
                 exc.exit_code = exit_code_for(exc, nagios=True)  # type: ignore[misc]  # per instance, as in CliError
             if exc is not caught:
                 raise exc from None
