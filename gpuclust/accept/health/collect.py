@@ -38,7 +38,7 @@ from typing import Any
 
 from gpuclust.accept.health import sources
 from gpuclust.accept.health.kit import COMMAND_TIMEOUT_S, HealthPaths, Request, ok, unavailable
-from gpuclust.accept.health.shape import Schema, check, map_of, obj, string
+from gpuclust.accept.health.shape import Schema, check, obj, string
 from gpuclust.accept.health.sources.dcgm import DCGM_TIMEOUT_S, collect_dcgm
 from gpuclust.accept.health.sources.infiniband import collect_infiniband
 from gpuclust.accept.health.sources.net import collect_net, collect_qdisc, collect_snmp
@@ -67,7 +67,7 @@ MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024  # a real one is tens of KiB; a file past 
 
 # A snapshot file's own fields; each source's entry is {"status": "ok", ...its shape} or ENTRY_UNAVAILABLE.
 FILE_SHAPE = obj({"schema": {"type": "integer", "enum": [SCHEMA]}, "node": string(), "phase": string(enum=PHASES),
-                  "job_id": string(), "time": string(), "sources": map_of({"type": "object"})},
+                  "job_id": string(), "time": string(), "sources": {"type": "object"}},
                  required=["schema", "node", "phase", "sources"])
 ENTRY_UNAVAILABLE = obj({"status": string(enum=("unavailable",)), "reason": string()}, required=["status"])
 

@@ -30,8 +30,6 @@ __all__ = ["CAUSE_DETAILS", "CLASSES", "THROTTLE_REASONS", "HealthFinding", "dem
 
 def _unavailable(j: Judge, before: Snap, after: Snap) -> None:
     for source in sources.SOURCES:
-        if source.on_request:  # asked for, or not: its absence says nothing about the node
-            continue
         name = source.name
         reasons = []
         invalid: list[tuple[str, Mapping[str, Any]]] = []
@@ -48,7 +46,7 @@ def _unavailable(j: Judge, before: Snap, after: Snap) -> None:
             j.add("unavailable", Nagios.UNKNOWN, f"{name}-invalid", f"{j.node}: {name} not judged, its data does "
                   f"not fit its shape ({where})", source=name, reasons=reasons,
                   fields=[str(inv.get("field")) for _, inv in invalid])
-        elif reasons:
+        elif reasons and not source.on_request:  # asked for, or not: its absence says nothing about the node
             sev = Nagios.UNKNOWN if name in j.cfg.require else Nagios.OK
             j.add("unavailable", sev, name, f"{j.node}: {name} unavailable ({'; '.join(reasons)})",
                   source=name, reasons=reasons)
