@@ -3,17 +3,20 @@
 A source module holds everything about its source: the parser (text in, frozen dataclasses with `as_dict()`
 out), the collector (reads the node through HealthPaths, returns ok(...) or, through guard(), unavailable(...)
 with a reason), the rules (add HealthFindings to a Judge from the before/after snapshots), its snapshot data
-shape in its docstring, and a `Source` entry that ties them to the source's name. The shared pieces are in
+shape (in its docstring, and as the JSON Schema `Source.shape` that collect.load_snapshots checks every
+snapshot file against), and a `Source` entry that ties them to the source's name. The shared pieces are in
 gpuclust.accept.health.kit; collect.py and rules.py only iterate over SOURCES below.
 
 Parser conventions: every value a source reports as unknown ("N/A", "Not Supported", "[N/A]", "Unknown Error",
-absent) becomes None, never 0 (a counter nobody can read is not a counter that reads zero); output that is not
+absent) becomes None, never 0 (a counter nobody can read is not a counter that reads zero), and so does a
+number past 64 bits (kit.bounded_int/to_int/to_float: never int() on unbounded text); output that is not
 what the source writes raises HealthParseError naming the source and the line or element. The shapes were
 checked against recorded output from real machines (tests/data/accept/health/SOURCES.md).
 
 To add a source:
-  1. write sources/<name>.py: parser, collect_<name>(paths, ...), judge_<name>(j, before, after), and
-     `SOURCE = Source("<name>", collect, judge)` (on_request=True for a diagnostic only run when asked);
+  1. write sources/<name>.py: parser, collect_<name>(paths, ...), judge_<name>(j, before, after), its data's
+     SHAPE (gpuclust.accept.health.shape), and `SOURCE = Source("<name>", collect, judge, shape=SHAPE)`
+     (on_request=True for a diagnostic only run when asked);
   2. add it to SOURCES below (the order is the snapshot's and the "unavailable" notes');
   3. add the name to gpuclust.config.health.HEALTH_SOURCES (unless on_request), and any thresholds its rules
      read to the [health] section there (tests/unit/test_health_sources.py fails until the names agree).
