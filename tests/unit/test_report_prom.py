@@ -129,13 +129,13 @@ def _economics_names() -> set[str]:
 def _all_core_names() -> set[str]:
     names = {"info", "period_start_timestamp_seconds", "period_end_timestamp_seconds", "generated_timestamp_seconds",
              "input_rejected_rows", "input_left_out_rows"}
-    for _, suffix, _, _ in prom.RUN_FIGURES:
-        names.add(suffix)
-        names.update(f"{dim}_{suffix}" for dim in prom.RUN_DIMENSIONS)
+    for f in prom.RUN_FIGURES:
+        names.add(str(f.prom))
+        names.update(f"{dim}_{f.prom}" for dim in prom.RUN_DIMENSIONS)
     for dim in prom.WAIT_DIMENSIONS:
         names.add(f"{dim}_queue_wait_attempts")
-        names.update(f"{dim}_queue_wait_{stat}_seconds" for _, stat in prom.WAIT_FIGURES)
-    names.update(suffix for _, suffix, _, _ in prom.SIZING_FIGURES)
+        names.update(f"{dim}_queue_wait_{stat}_seconds" for stat in ("median", "p90", "max"))
+    names.update(str(f.prom) for f in prom.SIZING_FIGURES)
     return names
 
 

@@ -3,7 +3,7 @@ denominator, baselines, break-even and sizing, and the submit policy's refusals.
 
 Input: the normalized job table (gpuclust.accounting.ingest.schema), the site config, the period, the node events and
 inventory (gpuclust.accounting.history.events) and the refusals (gpuclust.accounting.history.refusals). Output: one plain dict
-(report.json's `economics`) and its tables; `DEFINITIONS` says exactly what each figure is.
+(report.json's `economics`) and its tables; `DEFINITIONS` (from figures.catalog) says exactly what each figure is.
 
     total_cost_per_accepted_unit = total cost / accepted units, where total cost =
         completed-run + retries/failures + in progress + idle + unavailable    [GPU-hour terms]
@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics.waits import ValueCounts
 from gpuclust.accounting.history import sources
 from gpuclust.accounting.history.events import EventSource, Node
@@ -37,57 +38,7 @@ HOUR_TERMS = ("completed_run", "retries_failures", "in_progress", "idle", "unava
 TERMS = (*HOUR_TERMS, *COST_TERMS)
 TOTAL = "(total)"
 
-DEFINITIONS: dict[str, str] = {
-    "capacity_gpu_hours": "Each node's GPUs (CfgTRES gres/gpu of `scontrol show node`, read by `report fetch`) x the "
-    "hours of the period up to when the events were read; per partition over its nodes, in total over distinct "
-    "nodes (a node in two partitions counts in both partitions, once in the total). Unknown without the node "
-    "events: then idle and unavailable are unknown too, never 0.",
-    "allocated_gpu_hours": "GPU-hours of every allocation row (AllocTRES GPUs x the part of Start..End inside the "
-    "period; a row still running counts up to the period end), split into completed-run (COMPLETED 0:0), in "
-    "progress (no End yet) and retries/failures (every other ended row: failed, cancelled, timed out, requeued, "
-    "node fail). The completed-run term counts the part inside the window, so the terms add up to the capacity; "
-    "the runs' completed_run_gpu_hours counts a run whole in the period its last attempt ended.",
-    "unavailable_gpu_hours": "GPU-hours of nodes down, drained or failed, from slurmdbd's node events (`sacctmgr show "
-    "event`: an open event runs to the period end), overlapping events of a node merged, minus the GPU-hours jobs "
-    "still held on that node meanwhile (a draining node finishes its jobs: those count as allocated).",
-    "idle_gpu_hours": "capacity - allocated - unavailable.",
-    "registered_capacity_gpu_hours": "Cross-check of capacity: the GPUs of slurmdbd's 'Cluster Registered TRES' "
-    "events x their time in the period (it follows node and GRES changes; the capacity uses today's inventory).",
-    "term_cost": "GPU-hour terms are priced like jobs: a job's GPU type (else its partition's) at [gpu_type] "
-    "price_per_gpu_hour, else the partition's price; idle and unavailable at their nodes' GPU types. With [costs] "
-    "compute_per_month, the compute cost of the period (prorated) is spread evenly over the capacity GPU-hours "
-    "instead. network, storage, support and operations are [costs] per month x period hours / 730, split over the "
-    "partitions by their share of capacity GPU-hours.",
-    "accepted_units": "The denominator. denominator = runs (default): completed attempts (COMPLETED 0:0) that ended "
-    "in the period (one per run; het components once). denominator = units: each such attempt's units_label=N in "
-    "its --comment, else its account's units_per_job, else 0 (counted as completed_without_units). Failed "
-    "attempts never count.",
-    "total_cost_per_accepted_unit": "total cost (every term: allocated, idle, unavailable and fixed) / accepted "
-    "units. Not the cost per completed run of the totals, which prices allocated GPU-hours only.",
-    "completed_run_share_of_capacity": "completed-run GPU-hours (the term) / capacity GPU-hours.",
-    "baseline": "gpu_hour: (completed-run + retries/failures GPU-hours) of each GPU type x the baseline's price "
-    "for that type / speed, per accepted unit (rental pays for every allocated hour and no idle, unavailable or "
-    "site fixed cost); unit: its price per unit. Both are cost_per_accepted_unit, beside the cluster's "
-    "cluster_total_cost_per_accepted_unit. break_even_completed_run_share_of_capacity = the completed-run share "
-    "of capacity at which the cluster's total cost per accepted unit equals the baseline's cost per accepted "
-    "unit, with this period's total cost and accepted units per completed-run GPU-hour: total cost per accepted "
-    "unit x completed-run share of capacity / baseline cost per accepted unit (above 1: the cluster cannot "
-    "match it).",
-    "required_gpu_capacity": "target per month / accepted units per capacity GPU-month, where accepted units per "
-    "capacity GPU-month = accepted units / (capacity GPU-hours / 730): measured after failures, idle, retries "
-    "and unavailability.",
-    "node_loss_what_if": "A node lost mid-run costs the work of the run on it since its start (the mean GPU-hours of "
-    "the partition's attempts, halved: lost at a uniformly random moment) plus its restart: the restore time x the "
-    "mean GPUs of an attempt. The restore time is the median checkpoint_read seconds the acceptance storage job "
-    "measured on the partition (results_dir), else the partition's expect_restore_seconds.",
-    "refusals": "Jobs the submit policy rejected: one `gpuclust-policy-reject v1` line each in slurmctld's log "
-    "(rotated files included), counted by rule, account (the job's, else the user's default), user and partition. "
-    "Lines not written by gpuclust are ignored and counted.",
-    "pending_reason_wait": "Queue wait (Start - Eligible) of attempts started in the period, by the pending reason "
-    "sacct keeps: priority, resources, quota (AssocGrp*, AssocMax*, QOSGrp*, QOSMax*), dependency, held, other. "
-    "sacct keeps only the LAST reason of a job, and Slurm 22.05 resets it to None once the job starts: a started "
-    "job then shows as 'none (not kept)'.",
-}
+DEFINITIONS: dict[str, str] = catalog.definitions(catalog.ECONOMICS)  # (report.json: economics.<key>)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Use, not only allocation: how much of the allocated GPU time did work (report.json `gpu_use` and the
 `gpu_use_*` tables; output/gpuuse_render.py draws them for the page and the textfile).
 
-Names follow shared/gpu-hours-glossary.md, and each is defined once, in DEFINITIONS (the report's
-definitions table is made from it):
+Names follow shared/gpu-hours-glossary.md, and each is defined once, in figures.catalog (DEFINITIONS here, the
+report's definitions table, is made from it):
 
 * allocated: GPUs allocated to a job x its Elapsed, per job that ended in the period (as the rest of the
   report counts it);
@@ -31,6 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.jsonrecords import records
 from gpuclust.slurm import hostlist
 
@@ -43,33 +44,7 @@ WORST_JOBS = 20
 WORST_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "allocated_gpu_hours", "held_idle_gpu_hours",
                  "util_mean_pct", "telemetry")
 DIMENSIONS = ("user", "account", "partition")
-DEFINITIONS: dict[str, str] = {
-    "allocated_gpu_hours": "GPUs allocated to a job x its elapsed time, summed over jobs that ended in the period.",
-    "covered_gpu_hours": "Allocated GPU-hours of the jobs that have utilisation telemetry (Prometheus series, "
-                         "else Slurm's usage TRES gres/gpuutil).",
-    "coverage": "covered / allocated GPU-hours (0..1); every busy and held-idle figure carries it.",
-    "busy_gpu_hours": "Covered GPU-hours x measured mean per-GPU utilisation (0-100%). From Prometheus a time "
-                      "average; from usage TRES (telemetry = usage_tres) an upper bound, because Slurm records each "
-                      "task's PEAK sample of gres/gpuutil, not its average.",
-    "held_idle_gpu_hours": "Covered GPU-hours during which a GPU ran under the idle threshold for at least the "
-                           "minimum time (Prometheus: per GPU series; usage TRES: the whole covered time of a job "
-                           "whose mean is under the threshold).",
-    "util_mean_pct": "busy / covered GPU-hours x 100: mean per-GPU utilisation over the covered part.",
-    "unknown_jobs": "Jobs with GPUs and no utilisation telemetry: their busy and held-idle are unknown, never 0.",
-    "gpu_util_rule": "How Slurm's gres/gpuutil became per-GPU utilisation: summed (23.02.x and 24.05.1 on: the "
-                     "step's Tot, summed over its GPUs, divided by its GPUs) or last-gpu (23.11.0 to 24.05.0 "
-                     "recorded only the node's last GPU: utilisation unknown, counted in usage_warnings).",
-    "energy_kwh": "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded.",
-    "cpu_efficiency": "CPU time of the job's steps / (Elapsed x allocated CPUs).",
-    "mem_efficiency": "Peak task RSS (TRESUsageInMax mem) / allocated memory.",
-    "telemetry_nodes": "Per node over the period, from node_exporter: disk read/write latency (ms per completed "
-                       "I/O) and network receive/transmit errors and drops (increase of the counters).",
-    "completed": "The job is a completed run (COMPLETED, exit 0:0): the economics' completed-run term.",
-    "completed_run_busy_gpu_hours": "With [telemetry] weigh_useful = yes: an economics row's completed-run "
-                                    "GPU-hours x the measured mean per-GPU utilisation of its completed jobs that "
-                                    "have telemetry (their coverage beside it); "
-                                    "total_cost_per_completed_run_busy_gpu_hour = the row's total cost / it.",
-}
+DEFINITIONS: dict[str, str] = catalog.definitions(catalog.GPU_USE)  # (report.json: gpu_use.<key>)
 
 
 def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:

@@ -48,15 +48,13 @@ import pandas as pd
 import pyarrow as pa
 
 import gpuclust
-from gpuclust.accounting.figures import metrics
+from gpuclust.accounting.figures import catalog, metrics
 from gpuclust.accounting.history import store, storeread
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import SiteConfig
 
 TREND_DAYS = (30, 90)
-DEFINITION = ("Daily trend (site time zone), from the stored history: a run counts on the day its last attempt "
-              "ended (runs, completed, GPU-hours, cost, cost per completed run); p90 wait is over the attempts "
-              "started that day.")
+DEFINITION = catalog.definitions(catalog.TREND)["trend"]
 COLUMNS = ("day", "runs", "completed", "gpu_hours", "cost", "cost_per_completed_run", "started_attempts", "p90_wait_s")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.economics import HOUR_TERMS, TERMS
 from gpuclust.accounting.output.prom import PromContext
 
@@ -19,6 +20,12 @@ COLORS = {"completed_run": "#2e7d32", "retries_failures": "#c62828", "in_progres
 LABELS = {"completed_run": "completed-run", "retries_failures": "retries and failures", "in_progress": "in progress",
           "unavailable": "unavailable (down/drained)", "idle": "idle", "network": "network", "storage": "storage",
           "support": "support", "operations": "operations"}
+
+# Figures the section names by their glossary names (figures.catalog).
+_ROW_PER_UNIT = catalog.figure(catalog.ECONOMICS, "total_cost_per_accepted_unit")
+_ROW_SHARE = catalog.figure(catalog.ECONOMICS, "completed_run_share_of_capacity")
+_BREAK_EVEN = catalog.figure(catalog.ECONOMICS_BASELINES, "break_even_completed_run_share_of_capacity")
+_PER_GPU_MONTH = catalog.figure(catalog.ECONOMICS_SIZING, "accepted_units_per_capacity_gpu_month")
 
 
 def _fmt(v: Any, nd: int = 3) -> str:
@@ -74,7 +81,8 @@ def economics_html(data: dict[str, Any]) -> str:
         parts.append(f"<p class='note'>{e(note)}</p>")
     if econ["capacity"] == "unknown":
         parts.append("<p class='note'><b>Capacity unknown</b>: idle and unavailable GPU-hours are not known (not 0).</p>")
-    denominator = "completed runs" if econ["denominator"] == "runs" else f"accepted units ({econ['units_label']}=N)"
+    denominator = (str(catalog.figure(catalog.RUNS, "completed").glossary) if econ["denominator"] == "runs"
+                   else f"accepted units ({econ['units_label']}=N)")
     parts.append(f"<p>Denominator: <b>{e(denominator)}</b>. Window: {e(econ['window']['start'])}, "
                  f"{econ['window']['hours']:.3f} h. Currency: {e(cur or 'none set')}.</p>")
     if econ["capacity"] == "known":  # (unknown capacity: no bar, since its idle part is not known)
@@ -95,26 +103,26 @@ def economics_html(data: dict[str, Any]) -> str:
                                                          if t in HOUR_TERMS else "") for r in rows])
     line("total cost", [_fmt(r["total_cost"], 2) for r in rows])
     line("accepted units", [_fmt(r["accepted_units"]) for r in rows])
-    line("total cost per accepted unit", [_fmt(r["total_cost_per_accepted_unit"], 4) for r in rows])
-    line("completed-run share of capacity", [_fmt(r["completed_run_share_of_capacity"], 4) for r in rows])
+    for f in (_ROW_PER_UNIT, _ROW_SHARE):
+        line(str(f.glossary), [_fmt(r[f.name], 4) for r in rows])
     table.append("</tbody></table></div>")
     parts.append("".join(table))
     if econ["baselines"]:
         parts.append("<h3>Baselines (same denominator)</h3><div class='table-wrap'><table class='t'><tr><th>baseline</th><th>kind</th>"
                      f"<th>cost per accepted unit ({e(cur)})</th><th>cluster total cost per accepted unit</th>"
-                     "<th>cluster / baseline</th><th>break-even completed-run share of capacity</th>"
+                     f"<th>cluster / baseline</th><th>{e(str(_BREAK_EVEN.glossary))}</th>"
                      "<th>note</th></tr>")
         for b in econ["baselines"]:
             parts.append(f"<tr><td>{e(b['baseline'])}</td><td>{e(b['kind'])}</td>"
                          f"<td>{_fmt(b['cost_per_accepted_unit'], 4)}</td>"
                          f"<td>{_fmt(b['cluster_total_cost_per_accepted_unit'], 4)}</td>"
                          f"<td>{_fmt(b['cluster_vs_baseline'], 3)}</td>"
-                         f"<td>{_fmt(b['break_even_completed_run_share_of_capacity'], 4)}</td>"
+                         f"<td>{_fmt(b[_BREAK_EVEN.name], 4)}</td>"
                          f"<td>{e(b['note'] or '')}</td></tr>")
         parts.append("</table></div>")
     s = econ["sizing"]
-    parts.append("<h3>Sizing under failure</h3><p>Accepted units per capacity GPU-month: "
-                 f"{_fmt(s['accepted_units_per_capacity_gpu_month'])}; "
+    parts.append(f"<h3>Sizing under failure</h3><p>{e(_PER_GPU_MONTH.title)}: "
+                 f"{_fmt(s[_PER_GPU_MONTH.name])}; "
                  f"target per month: {_fmt(s['target_per_month'])}; required GPU capacity: "
                  f"<b>{_fmt(s['required_gpu_capacity'])}</b> GPUs.</p>")
     ref = econ["refusals"]
@@ -136,12 +144,13 @@ def economics_families(ctx: PromContext) -> list[Metric]:
     total, parts = econ["total"], econ["by_partition"]
     out: list[Metric] = []
 
-    def pair(name: str, doc: str, key: str, *, money: bool = False, scale: float = 1.0) -> None:
-        whole = ctx.gauge(f"economics_{name}", doc, money=money)
-        ctx.add(whole, None if total.get(key) is None else float(total[key]) * scale)
-        each = ctx.gauge(f"partition_economics_{name}", f"{doc} Per partition.", ["partition"], money=money)
+    def pair(f: catalog.Figure) -> None:
+        doc = str(f.prom_help)
+        whole = ctx.gauge(str(f.prom), doc, money=f.money)
+        ctx.add(whole, None if total.get(f.name) is None else float(total[f.name]) * f.prom_scale)
+        each = ctx.gauge(f"partition_{f.prom}", f"{doc} Per partition.", ["partition"], money=f.money)
         for r in parts:
-            ctx.add(each, None if r.get(key) is None else float(r[key]) * scale, r["partition"])
+            ctx.add(each, None if r.get(f.name) is None else float(r[f.name]) * f.prom_scale, r["partition"])
         out.extend((whole, each))
 
     def terms(name: str, doc: str, measure: str, names: tuple[str, ...], *, money: bool, scale: float) -> None:
@@ -159,24 +168,19 @@ def economics_families(ctx: PromContext) -> list[Metric]:
           HOUR_TERMS, money=False, scale=3600.0)
     terms("cost", "Cost of each unit-economics term in the period (total cost = their sum).", "cost", TERMS,
           money=True, scale=1.0)
-    pair("capacity_gpu_seconds", "GPU time the GPUs could deliver in the period.", "capacity_gpu_hours", scale=3600.0)
-    pair("total_cost", "All unit-economics terms summed.", "total_cost", money=True)
-    pair("accepted_units", "The denominator: completed runs or accepted units.", "accepted_units")
-    pair("total_cost_per_accepted_unit", "Total cost (every term) per accepted unit.",
-         "total_cost_per_accepted_unit", money=True)
-    pair("completed_run_share_of_capacity_ratio", "Completed-run GPU time / capacity.",
-         "completed_run_share_of_capacity")
-    unit_cost = ctx.gauge("economics_baseline_cost_per_accepted_unit", "A baseline's cost per accepted unit.",
-                          ["baseline", "kind"], money=True)
-    break_even = ctx.gauge("economics_baseline_break_even_completed_run_share_of_capacity_ratio",
-                           "Completed-run share of capacity at which the cluster's total cost per accepted unit "
-                           "equals the baseline's cost per accepted unit.", ["baseline"])
+    for f in catalog.figures(catalog.ECONOMICS):
+        if f.prom:
+            pair(f)
+    cost_f = catalog.figure(catalog.ECONOMICS_BASELINES, "cost_per_accepted_unit")
+    break_even_f = catalog.figure(catalog.ECONOMICS_BASELINES, "break_even_completed_run_share_of_capacity")
+    unit_cost = ctx.gauge(str(cost_f.prom), str(cost_f.prom_help), ["baseline", "kind"], money=cost_f.money)
+    break_even = ctx.gauge(str(break_even_f.prom), str(break_even_f.prom_help), ["baseline"], money=break_even_f.money)
     for b in econ["baselines"]:
-        ctx.add(unit_cost, b["cost_per_accepted_unit"], b["baseline"], b["kind"])
-        ctx.add(break_even, b["break_even_completed_run_share_of_capacity"], b["baseline"])
-    required = ctx.gauge("economics_required_gpus", "GPUs needed for the target at the measured accepted units "
-                         "per capacity GPU-month.")
-    ctx.add(required, econ["sizing"]["required_gpu_capacity"])
+        ctx.add(unit_cost, b[cost_f.name], b["baseline"], b["kind"])
+        ctx.add(break_even, b[break_even_f.name], b["baseline"])
+    required_f = catalog.figure(catalog.ECONOMICS_SIZING, "required_gpu_capacity")
+    required = ctx.gauge(str(required_f.prom), str(required_f.prom_help))
+    ctx.add(required, econ["sizing"][required_f.name])
     out.extend((unit_cost, break_even, required))
     ref = econ["refusals"]
     if ref.get("known"):

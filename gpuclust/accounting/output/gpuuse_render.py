@@ -6,6 +6,7 @@ import html
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.output import prom, svgplot
 
 if TYPE_CHECKING:
@@ -39,26 +40,22 @@ def html_section(report: Report) -> str | None:
     return "\n".join(parts)
 
 
+# GPU use's families (figures.catalog): each figure's GPU time per breakdown, then its coverage (a ratio: after
+# the GPU time, so that a dashboard reads the GPU-seconds families together).
+PROM_FIGURES: tuple[catalog.Figure, ...] = tuple(sorted((f for f in catalog.figures(catalog.GPU_USE) if f.prom),
+                                                        key=lambda f: f.unit == catalog.RATIO))
+
+
 def prom_families(ctx: prom.PromContext) -> Iterator[Metric]:
     """Gauges per partition and account: allocated, covered, busy and held-idle GPU-seconds, coverage."""
     use = ctx.report.data.get("gpu_use")
     if not use:
         return
-    figures = (("allocated_gpu_hours", "allocated"), ("covered_gpu_hours", "covered"),
-               ("busy_gpu_hours", "busy"), ("held_idle_gpu_hours", "held-idle"))
-    for dim in ("partition", "account"):
-        for key, name in figures:
-            fam = ctx.gauge(f"{dim}_{key.replace('_gpu_hours', '')}_gpu_seconds".replace("-", "_"),
-                            f"GPU time {name} (GPU-hours x 3600), per {dim} of the job; glossary name '{name}'",
-                            (dim,))
+    for dim in catalog.PROM_BREAKDOWNS[catalog.GPU_USE]:
+        for f in PROM_FIGURES:
+            fam = ctx.gauge(f"{dim}_{f.prom}", str(f.prom_help).format(dim=dim), (dim,))
             for row in use.get(f"by_{dim}", []):
-                value = row.get(key)
+                value = row.get(f.name)
                 if value is not None:
-                    ctx.add(fam, float(value) * 3600, row.get(dim))
+                    ctx.add(fam, float(value) * f.prom_scale, row.get(dim))
             yield fam
-        fam = ctx.gauge(f"{dim}_gpu_coverage_ratio", f"Coverage: covered / allocated GPU-hours (0..1), per {dim}",
-                        (dim,))
-        for row in use.get(f"by_{dim}", []):
-            if row.get("coverage") is not None:
-                ctx.add(fam, float(row["coverage"]), row.get(dim))
-        yield fam

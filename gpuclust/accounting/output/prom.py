@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import Report, deprecated
 from gpuclust.errors import InputError, Problem
 
@@ -85,9 +86,10 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _scaled(value: Any, key: str) -> float | None:
+def _scaled(value: Any, figure: catalog.Figure) -> float | None:
+    """A figure's report.json value as its sample (GPU-hours as GPU-seconds)."""
     number = _number(value)
-    return None if number is None else number * SCALE.get(key, 1.0)
+    return None if number is None else number * figure.prom_scale
 
 
 def _epoch(text: Any) -> float | None:
@@ -97,32 +99,14 @@ def _epoch(text: Any) -> float | None:
         return None
 
 
-# The per-group figures of runs (report.json runs.by_*, totals): key -> (metric suffix, help, money).
-# GPU time is in GPU-seconds (Prometheus base unit; promtool refuses "hours"): report.json's GPU-hours x 3600.
-RUN_FIGURES: tuple[tuple[str, str, str, bool], ...] = (
-    ("runs", "runs", "Runs whose last attempt ended in the period", False),
-    ("completed", "completed_runs", "Runs that completed (last attempt COMPLETED 0:0)", False),
-    ("attempts", "attempts", "Attempts of those runs", False),
-    ("retries", "retries", "Retries (attempts - runs)", False),
-    ("gpu_hours", "gpu_seconds", "Allocated GPU time of those runs' attempts (GPU-hours x 3600)", False),
-    ("completed_run_gpu_hours", "completed_run_gpu_seconds",
-     "Completed-run GPU time: the completing attempts of completed runs (GPU-hours x 3600)", False),
-    ("unpriced_gpu_hours", "unpriced_gpu_seconds", "GPU time without any configured price (GPU-hours x 3600)", False),
-    ("cost", "cost", "Cost of all attempts (GPU-hours x price)", True),
-    ("cost_per_completed_run", "cost_per_completed_run", "Cost / completed runs (absent when none completed)", True),
-)
-SCALE = {"gpu_hours": 3600.0, "completed_run_gpu_hours": 3600.0, "unpriced_gpu_hours": 3600.0}
-RUN_DIMENSIONS = ("partition", "account")
-WAIT_DIMENSIONS = ("partition", "account", "qos")
-WAIT_FIGURES = (("median_s", "median"), ("p90_s", "p90"), ("max_s", "max"))
-SIZING_FIGURES: tuple[tuple[str, str, str, bool], ...] = (
-    ("completed_run_share_of_allocated", "completed_run_share_of_allocated_ratio",
-     "Sizing: completed-run / allocated GPU-hours (0..1)", False),
-    ("completed_runs_per_gpu_month", "completed_runs_per_gpu_month", "Sizing: completed runs per GPU-month (730 h)", False),
-    ("target_completed_runs_per_month", "target_completed_runs_per_month", "Sizing: the target it sizes for", False),
-    ("required_gpus", "required_gpus", "Sizing: GPUs needed for the target at this period's rate", False),
-    ("gpus_used_on_average", "gpus_used_on_average", "Sizing: allocated GPU-hours / hours in the period", False),
-)
+# The families of the report's own figures, each declared once in figures.catalog (its prom name, HELP text and
+# scale): the runs' (totals and runs.by_<dim>: GPU time in GPU-seconds, report.json's GPU-hours x 3600), the
+# queue waits' (per dimension only) and the sizing's.
+RUN_FIGURES: tuple[catalog.Figure, ...] = tuple(f for f in catalog.figures(catalog.RUNS) if f.prom)
+RUN_DIMENSIONS = catalog.PROM_BREAKDOWNS[catalog.RUNS]
+WAIT_DIMENSIONS = catalog.PROM_BREAKDOWNS[catalog.QUEUE_WAIT]
+WAIT_FIGURES: tuple[catalog.Figure, ...] = tuple(f for f in catalog.figures(catalog.QUEUE_WAIT) if f.prom)
+SIZING_FIGURES: tuple[catalog.Figure, ...] = tuple(f for f in catalog.figures(catalog.SIZING) if f.prom)
 
 
 def core_families(ctx: PromContext) -> Iterator[Metric]:
@@ -142,36 +126,31 @@ def core_families(ctx: PromContext) -> Iterator[Metric]:
         yield family
 
     totals = d.get("totals") or {}
-    for key, suffix, doc, money in RUN_FIGURES:
-        family = ctx.gauge(suffix, f"{doc}, whole cluster", money=money)
-        ctx.add(family, _scaled(totals.get(key), key))
+    for f in RUN_FIGURES:
+        family = ctx.gauge(str(f.prom), f"{f.prom_help}, whole cluster", money=f.money)
+        ctx.add(family, _scaled(totals.get(f.name), f))
         yield family
     for dim in RUN_DIMENSIONS:
         rows = d["runs"][f"by_{dim}"]
-        for key, suffix, doc, money in RUN_FIGURES:
-            family = ctx.gauge(f"{dim}_{suffix}", f"{doc}, per {dim} (of the run's first attempt)", [dim], money=money)
+        for f in RUN_FIGURES:
+            family = ctx.gauge(f"{dim}_{f.prom}", f"{f.prom_help}, per {dim} (of the run's first attempt)", [dim],
+                               money=f.money)
             for row in rows:
-                ctx.add(family, _scaled(row.get(key), key), row[dim])
+                ctx.add(family, _scaled(row.get(f.name), f), row[dim])
             yield family
 
     for dim in WAIT_DIMENSIONS:
         rows = d["queue_wait"][f"by_{dim}"]
-        family = ctx.gauge(f"{dim}_queue_wait_attempts", f"Attempts started in the period, per {dim}", [dim])
-        for row in rows:
-            ctx.add(family, row.get("jobs"), row[dim])
-        yield family
-        for key, stat in WAIT_FIGURES:
-            family = ctx.gauge(f"{dim}_queue_wait_{stat}_seconds",
-                               f"Queue wait (Start - Eligible) of attempts started in the period, {stat}, per {dim}",
-                               [dim])
+        for f in WAIT_FIGURES:
+            family = ctx.gauge(f"{dim}_{f.prom}", str(f.prom_help).format(dim=dim), [dim])
             for row in rows:
-                ctx.add(family, row.get(key), row[dim])
+                ctx.add(family, _scaled(row.get(f.name), f), row[dim])
             yield family
 
     sizing = d.get("sizing") or {}
-    for key, suffix, doc, money in SIZING_FIGURES:
-        family = ctx.gauge(suffix, doc, money=money)
-        ctx.add(family, sizing.get(key))
+    for f in SIZING_FIGURES:
+        family = ctx.gauge(str(f.prom), str(f.prom_help), money=f.money)
+        ctx.add(family, _scaled(sizing.get(f.name), f))
         yield family
 
     inp = d.get("input") or {}

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import Report, deprecated
 from gpuclust.accounting.output import gpuuse_render, prom, svgplot
 from gpuclust.accounting.output.economics_render import economics_families, economics_html
@@ -212,20 +213,13 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
 
 # ---- HTML ---------------------------------------------------------------------------------------------
 
-# Column headers people read (a column not listed: its name with spaces, first letter capital).
+# Column headers people read: a figure's is its label in figures.catalog; those of the columns that say which
+# group, job or day a row is follow (a column in neither: its name with spaces, first letter capital).
 HEADERS = {
+    **catalog.labels(),
     "job_id": "Job ID", "user": "User", "account": "Account", "partition": "Partition", "qos": "QOS",
-    "wckey": "WCKey", "job_name": "Job name", "state": "State", "exit_code": "Exit code", "gpu_hours": "GPU-hours",
-    "completed_run_gpu_hours": "Completed-run GPU-hours", "unpriced_gpu_hours": "Unpriced GPU-hours", "cost": "Cost",
-    "cost_per_completed_run": "Cost per completed run", "node_list": "NodeList", "start": "Start (UTC)",
-    "runs": "Runs", "completed": "Completed", "attempts": "Attempts", "retries": "Retries", "jobs": "Attempts",
-    "median_s": "Median", "p90_s": "p90", "max_s": "Max",
-    "completed_run_share_of_allocated": "Completed-run share of allocated GPU-hours",
-    "completed_runs_per_gpu_month": "Completed runs per GPU-month",
-    "target_completed_runs_per_month": "Target completed runs per month", "target_source": "Target from",
-    "required_gpus": "Required GPUs", "gpus_used_on_average": "GPUs used on average",
-    "gpu_month_hours": "Hours in a GPU-month", "day": "Day", "started_attempts": "Attempts started",
-    "p90_wait_s": "p90 queue wait",
+    "wckey": "WCKey", "job_name": "Job name", "state": "State", "exit_code": "Exit code", "node_list": "NodeList",
+    "start": "Start (UTC)", "day": "Day",
 }
 TABLE_TITLES = {
     "queue_wait_by_partition": "Queue wait (Start - Eligible) by partition",
@@ -239,8 +233,10 @@ TABLE_TITLES = {
 }
 # Short identifiers: never broken inside (free text such as job names and node lists wraps anywhere instead).
 KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "start", "day", "partition", "qos"})
-MONEY_COLUMNS = frozenset({"cost", "cost_per_completed_run"})
-RATIO_COLUMNS = frozenset({"completed_run_share_of_allocated"})
+# The page's money columns (a currency in the header) and percentages: the runs' and sizing's figures (the tables
+# of the other parts carry neither).
+MONEY_COLUMNS = frozenset(f.name for f in catalog.figures(catalog.RUNS, catalog.SIZING) if f.unit == catalog.MONEY)
+RATIO_COLUMNS = frozenset(f.name for f in catalog.FIGURES if f.percent)
 DASH = "\u2014"
 
 # An extra section another module adds to the page: (report) -> HTML, or None for nothing.
@@ -360,6 +356,12 @@ def kv_table_html(row: Mapping[str, Any], *, currency: str | None = None) -> str
     return "<div class='table-wrap'><table class='t kv'><tbody>" + "".join(body) + "</tbody></table></div>"
 
 
+# The figures the charts show, named by their glossary names.
+_ALLOCATED = catalog.figure(catalog.RUNS, "gpu_hours")
+_COMPLETED_RUN = catalog.figure(catalog.RUNS, "completed_run_gpu_hours")
+_PER_RUN = catalog.figure(catalog.RUNS, "cost_per_completed_run")
+
+
 def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
     """The report's four charts as (title, inline SVG), or (title, None) when the table is empty."""
     plots: list[tuple[str, str | None]] = []
@@ -377,16 +379,15 @@ def _plots(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str | None]]:
     ra = tables["runs_by_account"]
     if len(ra):
         accounts = ra["account"].tolist()
-        hours = [("allocated GPU-hours", ra["gpu_hours"].tolist()),
-                 ("completed-run GPU-hours", ra["completed_run_gpu_hours"].tolist())]
+        hours = [(str(f.glossary), ra[f.name].tolist()) for f in (_ALLOCATED, _COMPLETED_RUN)]
         plots.append(("GPU-hours by account", svgplot.bar_chart(
             "GPU-hours by account", accounts, hours, y_label="GPU-hours")))
-        cost = ra["cost_per_completed_run"].tolist()  # null (no completed run, no price): "no data", not 0
-        plots.append(("Cost per completed run", svgplot.bar_chart(
-            "Cost per completed run by account", accounts, [("cost per completed run", cost)], y_label="cost",
+        cost = ra[_PER_RUN.name].tolist()  # null (no completed run, no price): "no data", not 0
+        plots.append((_PER_RUN.title, svgplot.bar_chart(
+            f"{_PER_RUN.title} by account", accounts, [(str(_PER_RUN.glossary), cost)], y_label="cost",
             subtitle="no data = no completed run or no price")))
     else:
-        plots += [("GPU-hours by account", None), ("Cost per completed run", None)]
+        plots += [("GPU-hours by account", None), (_PER_RUN.title, None)]
 
     tf = tables["top_failures"].head(15)
     if len(tf):
@@ -404,8 +405,8 @@ def trend_plots(frame: pd.DataFrame, days: int) -> list[tuple[str, str]]:
     labels = [str(d)[5:] for d in last["day"]]  # MM-DD
     span = f"last {days} days, {last['day'].iloc[0]} to {last['day'].iloc[-1]}" if len(last) else f"last {days} days"
     charts = (
-        ("GPU-hours per day", "gpu_hours", "GPU-hours", "allocated GPU-hours"),
-        ("Cost per completed run per day", "cost_per_completed_run", "cost", "cost per completed run"),
+        ("GPU-hours per day", _ALLOCATED.name, "GPU-hours", str(_ALLOCATED.glossary)),
+        (f"{_PER_RUN.title} per day", _PER_RUN.name, "cost", str(_PER_RUN.glossary)),
         ("p90 queue wait per day", "p90_wait_s", "wait (log scale)", "p90 queue wait (s)"),
     )
     out = []
@@ -499,20 +500,23 @@ def _row(frame: pd.DataFrame) -> dict[str, Any]:
     return {str(k): v for k, v in frame.iloc[0].items()}
 
 
-# The summary band's headline figures, glossary names: (key, name, where in report.json, kind).
-HEADLINE = (
-    ("runs", "Runs", ("totals", "runs"), "count"),
-    ("completed", "Completed runs", ("totals", "completed"), "count"),
-    ("allocated", "Allocated GPU-hours", ("totals", "gpu_hours"), "hours"),
-    ("completed_run", "Completed-run GPU-hours", ("totals", "completed_run_gpu_hours"), "hours"),
-    ("busy", "Busy GPU-hours", ("gpu_use", "totals", "busy_gpu_hours"), "hours"),
-    ("held_idle", "Held-idle GPU-hours", ("gpu_use", "totals", "held_idle_gpu_hours"), "hours"),
-    ("cost_per_completed_run", "Cost per completed run", ("totals", "cost_per_completed_run"), "money"),
-)
+# The summary band's headline figures: (key, figure in figures.catalog, where in report.json). Each card is
+# named by its figure's glossary name.
+HEADLINE: tuple[tuple[str, catalog.Figure, tuple[str, ...]], ...] = tuple(
+    (key, catalog.figure(place, name), path) for key, place, name, path in (
+        ("runs", catalog.RUNS, "runs", ("totals", "runs")),
+        ("completed", catalog.RUNS, "completed", ("totals", "completed")),
+        ("allocated", catalog.RUNS, "gpu_hours", ("totals", "gpu_hours")),
+        ("completed_run", catalog.RUNS, "completed_run_gpu_hours", ("totals", "completed_run_gpu_hours")),
+        ("busy", catalog.GPU_USE, "busy_gpu_hours", ("gpu_use", "totals", "busy_gpu_hours")),
+        ("held_idle", catalog.GPU_USE, "held_idle_gpu_hours", ("gpu_use", "totals", "held_idle_gpu_hours")),
+        ("cost_per_completed_run", catalog.RUNS, "cost_per_completed_run", ("totals", "cost_per_completed_run")),
+    ))
 
 
-# A figure's key in a previous report.json written before it was renamed (metrics.deprecated).
-OLD_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {("totals", "completed_run_gpu_hours"): ("totals", "useful_gpu_hours")}
+# A figure's key in a previous report.json written before it was renamed (its old names in figures.catalog).
+OLD_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("totals", f.name): ("totals", old) for f in catalog.figures(catalog.RUNS) for old in f.old_names}
 
 
 def _dig(data: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
@@ -528,7 +532,7 @@ def _dig_previous(previous: Mapping[str, Any] | None, path: tuple[str, ...]) -> 
     return _dig(previous, old) if value is None and old is not None else value
 
 
-def _change(now: float | None, before: Any, kind: str) -> tuple[str, str]:
+def _change(now: float | None, before: Any) -> tuple[str, str]:
     """(text, css class) of a figure's change since the previous report."""
     was = svgplot.to_float(before)
     if now is None or was is None:
@@ -563,14 +567,15 @@ def summary_band(data: Mapping[str, Any], previous: Mapping[str, Any] | None) ->
         p = previous.get("period") or {}
         since = f"Change since the previous report, {_when(p.get('start'))} to {_when(p.get('end'))}."
     cards = []
-    for key, name, path, kind in HEADLINE:
+    for key, figure, path in HEADLINE:
         if key in ("busy", "held_idle") and "gpu_use" not in data:
             continue
         raw = _dig(data, path)
         value = svgplot.to_float(raw)
-        label = f"{name} ({currency})" if kind == "money" and currency else name
+        money = figure.unit == catalog.MONEY
+        label = f"{figure.title} ({currency})" if money and currency else figure.title
         if value is None:
-            why = "no price configured" if kind == "money" and _dig(data, ("totals", "cost")) is None else "unknown"
+            why = "no price configured" if money and _dig(data, ("totals", "cost")) is None else "unknown"
             shown = f"<span class='unknown'>{e(why)}</span>"
         else:
             shown = e(number(value))
@@ -578,7 +583,7 @@ def summary_band(data: Mapping[str, Any], previous: Mapping[str, Any] | None) ->
         if key in ("busy", "held_idle"):
             extra = f"<div class='d'>coverage {'unknown' if coverage is None else f'{coverage:.1%}'}</div>"
         if previous is not None:
-            text, cls = _change(value, _dig_previous(previous, path), kind)
+            text, cls = _change(value, _dig_previous(previous, path))
             extra += f"<div class='d {cls}'>{e(text)}</div>"
         cards.append(f"<div class='fig' data-figure='{key}'><div class='name'>{e(label)}</div>"
                      f"<div class='v'>{shown}</div>{extra}</div>")

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import Report, deprecated
 from gpuclust.accounting.figures.metrics.assembly import records
 from gpuclust.errors import InputError
@@ -25,27 +26,25 @@ ROWS = ("jobs", "runs", "findings")
 UNKNOWN = "unknown"
 NOT_HELD = "n/a"
 
-# Per-group columns: (key in the summary row, glossary name on screen). Keys are report.json's: runs.by_<dim>
-# (runs, completed, gpu_hours, completed_run_gpu_hours, cost, cost_per_completed_run) and gpu_use.by_<dim> (the rest).
-GROUP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("runs", "runs"),
-    ("completed", "completed"),
-    ("gpu_hours", "allocated GPU-h"),
-    ("completed_run_gpu_hours", "completed-run GPU-h"),
-    ("busy_gpu_hours", "busy GPU-h"),
-    ("coverage", "coverage"),
-    ("held_idle_gpu_hours", "held-idle GPU-h"),
-    ("cost", "cost"),
-    ("cost_per_completed_run", "cost per completed run"),
-    ("unknown_jobs", "unknown jobs"),
-)
-RUN_KEYS = ("runs", "completed", "gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run")
+# Per-group columns: (key in the summary row, glossary name on screen), the figures' `show` in figures.catalog.
+# Keys are report.json's: runs.by_<dim> (RUN_KEYS: the runs' figures it shows) and gpu_use.by_<dim> (USE_KEYS: the
+# use figures a row carries, in this order, in --format json).
+GROUP_COLUMNS: tuple[tuple[str, str], ...] = tuple((f.name, str(f.show)) for f in catalog.show_columns())
+RUN_KEYS = tuple(f.name for f in catalog.figures(catalog.RUNS) if f.show is not None)
 USE_KEYS = ("allocated_gpu_hours", "covered_gpu_hours", "coverage", "busy_gpu_hours", "held_idle_gpu_hours",
             "util_mean_pct", "unknown_jobs")
 FAILURE_KEYS = ("job_id", "user", "account", "partition", "job_name", "state", "exit_code", "gpu_hours", "cost")
 # Figures made of AllocTRES GPUs: unknown (None) when the dump has no AllocTRES column at all, where the report
 # sums them to 0 and names the gap in input.unknown.
-GPU_KEYS = ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run")
+GPU_KEYS = tuple(key for key in RUN_KEYS if catalog.figure(catalog.RUNS, key).unit in (catalog.GPU_HOURS,
+                                                                                        catalog.MONEY))
+MONEY_KEYS = frozenset(f.name for f in catalog.figures(catalog.RUNS) if f.unit == catalog.MONEY)
+COUNT_KEYS = frozenset(f.name for f in catalog.show_columns() if f.unit == catalog.COUNT)
+RATIO_KEYS = frozenset(f.name for f in catalog.show_columns() if f.unit == catalog.RATIO)
+_PER_RUN = catalog.figure(catalog.RUNS, "cost_per_completed_run")
+_SHARE = catalog.figure(catalog.SIZING, "completed_run_share_of_allocated")
+_COVERAGE = catalog.figure(catalog.GPU_USE, "coverage")
+_HELD_IDLE = catalog.figure(catalog.GPU_USE, "held_idle_gpu_hours")
 
 
 @dataclass(frozen=True)
@@ -137,20 +136,20 @@ def summarize(report: Report, by: str = "partition", top: int = 5) -> Summary:
     busy = ut.get("busy_gpu_hours")
     held = ut.get("held_idle_gpu_hours")
     summary.headline = [
-        Figure("cost per completed run", "totals.cost_per_completed_run", t["cost_per_completed_run"],
+        Figure(str(_PER_RUN.glossary), "totals.cost_per_completed_run", t["cost_per_completed_run"],
                currency or "", cost_note, UNKNOWN if none_known else NOT_HELD),
-        Figure("completed-run share of allocated GPU-hours", "sizing.completed_run_share_of_allocated",
+        Figure(str(_SHARE.glossary), "sizing.completed_run_share_of_allocated",
                sizing.get("completed_run_share_of_allocated"), "ratio",
                f"completed-run {_num(t['completed_run_gpu_hours'])} of allocated {_num(t['gpu_hours'])} GPU-h"
                + (f"; {some_unknown} attempt(s) without AllocTRES left out" if some_unknown and not none_known else "")),
         Figure("busy share of covered GPU-hours", "gpu_use.totals.util_mean_pct",
                None if ut.get("util_mean_pct") is None else ut["util_mean_pct"] / 100, "ratio",
                f"busy {_num(busy)} GPU-h" if busy is not None else f"busy unknown: {why_unknown}"),
-        Figure("coverage", "gpu_use.totals.coverage", coverage, "ratio",
+        Figure(str(_COVERAGE.glossary), "gpu_use.totals.coverage", coverage, "ratio",
                f"covered {_num(ut.get('covered_gpu_hours'))} of allocated {_num(ut.get('allocated_gpu_hours'))} "
                f"GPU-h" + (f"; {why_unknown}" if unknown_jobs else "") if ut else
                "unknown: the input has no AllocTRES (GPUs)" if none_known else "no GPU job in the period"),
-        Figure("held-idle GPU-hours", "gpu_use.totals.held_idle_gpu_hours", held, "GPU-h",
+        Figure(str(_HELD_IDLE.glossary), "gpu_use.totals.held_idle_gpu_hours", held, "GPU-h",
                f"under {use.get('idle_threshold_pct', 10):g}% for at least {use.get('idle_min_s', 0):g} s, "
                f"over the covered part (coverage {_pct(coverage)})" if held is not None else
                f"unknown: {why_unknown}"),
@@ -184,7 +183,7 @@ def group_rows(report: Report, by: str) -> list[dict[str, Any]]:
             elif r is not None:
                 row[key] = r.get(key)
             else:  # a group whose jobs belong to no run attributed to the period: no runs, nothing completed
-                row[key] = None if key.startswith("cost") else 0
+                row[key] = None if key in MONEY_KEYS else 0
         for key in USE_KEYS:
             # a group without GPU jobs: nothing allocated, nothing to cover (unknown_jobs 0)
             row[key] = u.get(key) if u is not None else (0 if key in ("allocated_gpu_hours", "unknown_jobs") else None)
@@ -252,12 +251,12 @@ def _cell(key: str, value: Any, by: str, gpus_unknown: bool) -> str:
     if value is None:
         if by == "user" and key in RUN_KEYS:
             return NOT_HELD
-        if key.startswith("cost") and not gpus_unknown:
+        if key in MONEY_KEYS and not gpus_unknown:
             return NOT_HELD  # no price configured, or no completed run: not an input gap
         return UNKNOWN
-    if key == "coverage":
+    if key in RATIO_KEYS:
         return _pct(value)
-    if key in ("runs", "completed", "unknown_jobs"):
+    if key in COUNT_KEYS:
         return str(int(value))
     return _num(value)
 

@@ -5,7 +5,8 @@ report.json keys, CSV columns and Prometheus metric names are a contract for scr
 still written, with exactly the value of its new name, until the next release (CHANGELOG, Deprecated). They are
 added at the edge (report.json by reportdoc.stamp, CSV/Parquet by render.write_report, gpuclust.prom by the
 collector, `report show --format json`), so nothing in gpuclust reads them and no page or terminal shows them.
-Removing them is deleting this module's entries.
+Each is declared with its figure in figures.catalog (old_names, old_places, old_prom); this module says where
+they are written. Removing them is deleting those declarations (and reportdoc's typed fields of them).
 
 Two old figures had the same name and different definitions: sizing.effective_unit_cost (cost / completed runs:
 the same figure as totals.cost_per_completed_run, which it now repeats) and economics effective_unit_cost
@@ -19,26 +20,22 @@ from typing import Any
 
 import pandas as pd
 
-# ---- report.json and CSV: old key -> new key, per place -----------------------------------------------------
+from gpuclust.accounting.figures import catalog
 
-RUN_KEYS = {"useful_gpu_hours": "completed_run_gpu_hours"}  # totals, runs.by_*, runs_by_* and totals tables
-SIZING_KEYS = {"useful_ratio": "completed_run_share_of_allocated"}
+# ---- report.json and CSV: old key -> new key, per place (the catalogue's old_names) --------------------------
+
+RUN_KEYS = catalog.aliases(catalog.RUNS)  # totals, runs.by_*, runs_by_* and totals tables
+SIZING_KEYS = catalog.aliases(catalog.SIZING)
 # sizing.effective_unit_cost repeats totals.cost_per_completed_run (one figure, defined once, in the totals).
-SIZING_FROM_TOTALS = {"effective_unit_cost": "cost_per_completed_run"}
-ECONOMICS_ROW_KEYS = {"effective_unit_cost": "total_cost_per_accepted_unit",
-                      "useful_share": "completed_run_share_of_capacity"}
+SIZING_FROM_TOTALS = {old: f.name for old, f in catalog.aliases_from(catalog.SIZING)}
+ECONOMICS_ROW_KEYS = catalog.aliases(catalog.ECONOMICS)
 # The economics rows' `terms` key useful is now completed_run with no alias: the terms add up to the capacity
 # and the total cost, and a script summing every term would count an alias twice (CHANGELOG, Changed). Likewise
 # the `term` label of gpuclust_report_economics_gpu_seconds and _cost.
-ECONOMICS_TERMS_COLUMNS = {"useful_gpu_hours": "completed_run_gpu_hours", "useful_cost": "completed_run_cost",
-                           **ECONOMICS_ROW_KEYS}  # economics_terms.csv
-BASELINE_KEYS = {"unit_cost": "cost_per_accepted_unit",
-                 "cluster_unit_cost": "cluster_total_cost_per_accepted_unit",
-                 "break_even_useful_share": "break_even_completed_run_share_of_capacity"}
-ECONOMICS_SIZING_KEYS = {"useful_work_per_gpu_month": "accepted_units_per_capacity_gpu_month"}
-WEIGHTED_KEYS = {"useful_gpu_hours": "completed_run_gpu_hours",  # economics rows' utilisation_weighted
-                 "useful_busy_gpu_hours": "completed_run_busy_gpu_hours",
-                 "cost_per_useful_busy_gpu_hour": "total_cost_per_completed_run_busy_gpu_hour"}
+ECONOMICS_TERMS_COLUMNS = catalog.aliases(catalog.ECONOMICS_TERMS, catalog.ECONOMICS)  # economics_terms.csv
+BASELINE_KEYS = catalog.aliases(catalog.ECONOMICS_BASELINES)
+ECONOMICS_SIZING_KEYS = catalog.aliases(catalog.ECONOMICS_SIZING)
+WEIGHTED_KEYS = catalog.aliases(catalog.ECONOMICS_WEIGHTED)  # economics rows' utilisation_weighted
 
 # CSV/Parquet tables: table name (or prefix ending in "_") -> its column aliases
 TABLE_COLUMNS: dict[str, Mapping[str, str]] = {
@@ -48,19 +45,7 @@ TABLE_COLUMNS: dict[str, Mapping[str, str]] = {
 
 # ---- gpuclust.prom: old family suffix (after gpuclust_report_) -> new ---------------------------------------
 
-PROM: dict[str, str] = {
-    "useful_gpu_seconds": "completed_run_gpu_seconds",
-    "partition_useful_gpu_seconds": "partition_completed_run_gpu_seconds",
-    "account_useful_gpu_seconds": "account_completed_run_gpu_seconds",
-    "effective_unit_cost": "cost_per_completed_run",
-    "useful_ratio": "completed_run_share_of_allocated_ratio",
-    "economics_effective_unit_cost": "economics_total_cost_per_accepted_unit",
-    "partition_economics_effective_unit_cost": "partition_economics_total_cost_per_accepted_unit",
-    "economics_useful_ratio": "economics_completed_run_share_of_capacity_ratio",
-    "partition_economics_useful_ratio": "partition_economics_completed_run_share_of_capacity_ratio",
-    "economics_baseline_unit_cost": "economics_baseline_cost_per_accepted_unit",
-    "economics_baseline_break_even_useful_ratio": "economics_baseline_break_even_completed_run_share_of_capacity_ratio",
-}
+PROM: dict[str, str] = catalog.prom_aliases()
 PROM_ALIASES: dict[str, str] = {new: old for old, new in PROM.items()}  # new -> old
 
 # Every old name, for the tests that keep "useful" and "effective unit cost" out of everything else.

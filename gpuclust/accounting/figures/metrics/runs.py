@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics.attempts import Attempts, Coded
 from gpuclust.accounting.figures.metrics.definitions import GROUP_COLUMNS, NONE_LABEL
 from gpuclust.accounting.ingest.fast import sorting
@@ -221,6 +222,8 @@ def _groups(codes: np.ndarray, names: Sequence[str]) -> tuple[list[str], np.ndar
     return distinct, remap[codes] if len(codes) else np.zeros(0, dtype=np.int64)
 
 
+# The group table's figures report.json rounds (figures.catalog: their decimals).
+ROUNDED = tuple(f for f in catalog.figures(catalog.RUNS) if f.decimals is not None)
 SUM_FIELDS = ("runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "unpriced_gpu_hours", "cost", "priced")
 
 
@@ -263,8 +266,8 @@ def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[
         "cost_per_completed_run": per_run[present],
         "unpriced_gpu_hours": total["unpriced_gpu_hours"][present],
     })
-    for col in ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
-        out[col] = out[col].astype(float).round(9)
+    for f in ROUNDED:
+        out[f.name] = out[f.name].astype(float).round(f.decimals or 0)
     return out
 
 
