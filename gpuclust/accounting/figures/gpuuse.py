@@ -45,8 +45,10 @@ WORST_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "allocated_gp
 DIMENSIONS = ("user", "account", "partition")
 DEFINITIONS: dict[str, str] = {
     "allocated_gpu_hours": "GPUs allocated to a job x its elapsed time, summed over jobs that ended in the period.",
-    "covered_gpu_hours": "Allocated GPU-hours of the jobs that have utilisation telemetry (Prometheus series, "
-                         "else Slurm's usage TRES gres/gpuutil).",
+    "covered_gpu_hours": "Allocated GPU-hours that have utilisation samples: from Prometheus, each GPU series' "
+                         "sampled time (a gap of more than gap_factor x step, or the time before a series starts or "
+                         "after it stops, has none); else a job's allocation where Slurm's usage TRES has "
+                         "gres/gpuutil.",
     "coverage": "covered / allocated GPU-hours (0..1); every busy and held-idle figure carries it.",
     "busy_gpu_hours": "Covered GPU-hours x measured mean per-GPU utilisation (0-100%). From Prometheus a time "
                       "average; from usage TRES (telemetry = usage_tres) an upper bound, because Slurm records each "
