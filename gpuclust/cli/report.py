@@ -128,6 +128,10 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         click.echo(f"warning: {problem}", err=True)
     for problem in summary.economics.get("problems", [])[:50]:
         click.echo(f"warning: {problem}", err=True)
+    usage = sum(int(d.get("usage_warnings") or 0) for d in summary.days)
+    if usage:  # (counted, not one line per row: `report build` lists the first ones)
+        click.echo(f"warning: usage TRES: {usage} warning(s) in the fetched days: those jobs' utilisation is "
+                   "unknown, not 0 (report build lists them in report.json gpu_use.usage_problems)", err=True)
     if as_json:
         echo_json(summary.as_dict())
     else:
