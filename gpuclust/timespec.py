@@ -60,7 +60,9 @@ class TimeSpec:
             value = self.absolute if self.absolute.tzinfo else self.absolute.replace(tzinfo=zone)
             return value
         if self.anchor == "now":
-            base = current.replace(microsecond=0)
+            # an elapsed time (7d, now-24h): counted in real seconds, so it spans a DST change truly
+            base = current.replace(microsecond=0).astimezone(timezone.utc)
+            return (base + timedelta(seconds=self.offset_s)).astimezone(zone)
         else:
             days = {"today": 0, "yesterday": -1, "tomorrow": 1}[self.anchor or "today"]
             # calendar arithmetic in the zone, so a DST change still gives midnight

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -128,6 +128,10 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         click.echo(f"warning: {problem}", err=True)
     for problem in summary.economics.get("problems", [])[:50]:
         click.echo(f"warning: {problem}", err=True)
+    usage = sum(int(d.get("usage_warnings") or 0) for d in summary.days)
+    if usage:  # (counted, not one line per row: `report build` lists the first ones)
+        click.echo(f"warning: usage TRES: {usage} warning(s) in the fetched days: those jobs' utilisation is "
+                   "unknown, not 0 (report build lists them in report.json gpu_use.usage_problems)", err=True)
     if as_json:
         echo_json(summary.as_dict())
     else:
@@ -227,6 +231,7 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
     info = report.data["input"]
     for problem in info.get("problems", []):
         click.echo(f"warning: {problem}", err=True)
+    said = _say_source_warnings(report.data)
     left = info.get("left_out") or {}
     if left.get("rows"):
         app.note(f"note: {left['rows']} row(s) are no attempt and count nowhere: {left['running']} running "
@@ -253,6 +258,8 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
                        f"{hours}, cost {cost}")
         for path in written:
             click.echo(f"wrote {path}")
+    if said:
+        click.echo(said, err=True)
     if not report.data["totals"]["runs"]:
         click.echo(f"no job attempts in the period {report.data['period']['start']} .. "
                    f"{report.data['period']['end']} (an empty report was written)", err=True)
@@ -260,6 +267,17 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
             # From the store an empty period is an answer, but not the one a nightly job expects: exit 1. A
             # dump's empty period is simply its report (exit 0).
             raise SystemExit(EXIT_NEGATIVE)
+
+
+def _say_source_warnings(data: dict[str, Any]) -> str | None:
+    """The use sources' failures on stderr (a failed Prometheus, usage TRES it could not read); returns the
+    summary line that ends the run."""
+    from gpuclust.accounting.figures.gpuuse import source_warnings
+
+    lines, summary = source_warnings(data)
+    for line in lines:
+        click.echo(line, err=True)
+    return summary
 
 
 SHOW_BY = ("partition", "account", "user")
@@ -315,6 +333,9 @@ def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, pe
                                slurm_version=slurm_version)
     for problem in (report.data.get("input") or {}).get("problems", []):
         click.echo(f"warning: {problem}", err=True)
+    said = _say_source_warnings(report.data)
+    if said:  # (stderr: it ends the run there, whatever stdout carries)
+        click.echo(said, err=True)
     if fmt == "jsonl":
         click.echo(show.jsonl(show.row_records(report, rows, by)), nl=False)
         if not report.data["totals"]["runs"]:

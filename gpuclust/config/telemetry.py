@@ -7,6 +7,7 @@ once; `TelemetryConfig` is re-exported there. The reader is gpuclust.accounting.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -61,6 +62,64 @@ def parse_percent(text: str) -> float:
     return value
 
 
+# Bounds that keep the number of queries of a report finite and sane (query_count below): one point a second per
+# series is finer than any exporter scrapes, and a window under 6 minutes would ask more than it receives.
+MIN_STEP_S = 1.0
+MIN_CHUNK_HOURS = 0.1
+MAX_STEPS_PER_QUERY = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
+DCGM_QUERIES_PER_WINDOW = 7  # util, fb_used, fb_used + fb_free, power, temp, xid, ecc_dbe
+NODE_QUERIES = 6  # the node_exporter figures: instant queries, once per report
+MAX_GAP_FACTOR = 1000.0
+MAX_RESPONSE_MIB = 4096
+
+
+def parse_step(text: str) -> float:
+    value = v.parse_positive_seconds(text)
+    if value < MIN_STEP_S:
+        raise ValueError(f"must be at least {MIN_STEP_S:g} s (one point a second per series is already finer than "
+                         f"exporters scrape), got {text!r}")
+    return value
+
+
+def parse_chunk_hours(text: str) -> float:
+    value = v.parse_positive_float(text)
+    if value < MIN_CHUNK_HOURS:
+        raise ValueError(f"must be at least {MIN_CHUNK_HOURS:g} (6 minutes; smaller windows multiply the queries), "
+                         f"got {text!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number of hours, got {text!r}")
+    return value
+
+
+def parse_gap_factor(text: str) -> float:
+    value = v.parse_positive_float(text)
+    if not 1.0 <= value <= MAX_GAP_FACTOR:
+        raise ValueError(f"must be between 1 and {MAX_GAP_FACTOR:g} (steps), got {text!r}")
+    return value
+
+
+def parse_response_mib(text: str) -> int:
+    value = v.parse_positive_int(text)
+    if value > MAX_RESPONSE_MIB:
+        raise ValueError(f"must be at most {MAX_RESPONSE_MIB} (MiB), got {text!r}")
+    return value
+
+
+def query_windows(seconds: float, step_s: float, chunk_hours: float) -> int:
+    """How many query_range windows cover `seconds` (the grid start + i*step, chunk_hours a window, at most
+    MAX_STEPS_PER_QUERY steps each): gpuclust.accounting.figures.telemetry._grid_windows counts the same."""
+    if seconds <= 0:
+        return 0
+    points = math.ceil(seconds / step_s)
+    per_window = max(1, min(int(chunk_hours * 3600 / step_s), MAX_STEPS_PER_QUERY))
+    return math.ceil(points / per_window)
+
+
+def query_count(seconds: float, step_s: float, chunk_hours: float) -> int:
+    """HTTP requests a report over `seconds` makes at most (whatever the number of jobs)."""
+    return DCGM_QUERIES_PER_WINDOW * query_windows(seconds, step_s, chunk_hours) + NODE_QUERIES
+
+
 # key -> TelemetryConfig field, where they differ (the unit suffix goes on the field, not the key)
 FIELD_OF_KEY = {
     "timeout": "timeout_s",
@@ -76,11 +135,16 @@ TELEMETRY = SectionSpec(
     (
         Key("prometheus_url", parse_prometheus_url, "Base URL of the Prometheus HTTP API, http(s)://host[:port][/path]; "
             "absent: the Prometheus source is off."),
-        Key("timeout", v.parse_positive_seconds, "Limit of each HTTP request (seconds or 30s, 2m).", default=30.0),
-        Key("step", v.parse_positive_seconds, "query_range resolution: one point per series every STEP seconds.",
+        Key("timeout", v.parse_positive_seconds, "Limit of each HTTP request as a whole, from connect through the "
+            "last byte and the JSON parse (seconds or 30s, 2m).", default=30.0),
+        Key("step", parse_step, "query_range resolution: one point per series every STEP seconds (at least 1).",
             default=30.0),
-        Key("chunk_hours", v.parse_positive_float, "The period is queried in windows of this many hours (bounds each "
-            "response; a window never exceeds 10,000 steps).", default=6.0),
+        Key("chunk_hours", parse_chunk_hours, "The period is queried in windows of this many hours (bounds each "
+            "response; a window never exceeds 10,000 steps; at least 0.1).", default=6.0),
+        Key("gap_factor", parse_gap_factor, "coverage: a series' points more than GAP_FACTOR x step apart (or a "
+            "series that starts late or stops early by that much) leave no data in between; 1-1000.", default=3.0),
+        Key("max_response_mib", parse_response_mib, "Largest answer read from Prometheus, MiB (a larger one is a "
+            "failed query, named).", default=256),
         Key("job_label", parse_label_name, "dcgm-exporter's HPC job mapping label (value: the Slurm job id).",
             default="hpc_job"),
         Key("node_label", parse_label_name, "Label with the node name on the DCGM series.", default="Hostname"),
@@ -115,6 +179,8 @@ class TelemetryConfig:
     timeout_s: float = TELEMETRY.default("timeout")  # per HTTP request
     step_s: float = TELEMETRY.default("step")  # query_range resolution (the lab uses 1)
     chunk_hours: float = TELEMETRY.default("chunk_hours")  # the period is queried in windows of this length
+    gap_factor: float = TELEMETRY.default("gap_factor")  # points further apart than this x step: no data between
+    max_response_mib: int = TELEMETRY.default("max_response_mib")  # a larger answer is a failed query
     job_label: str = TELEMETRY.default("job_label")  # dcgm-exporter HPC job mapping label (value = JobIDRaw)
     node_label: str = TELEMETRY.default("node_label")  # the node name on DCGM series
     gpu_label: str = TELEMETRY.default("gpu_label")

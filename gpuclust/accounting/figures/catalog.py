@@ -261,8 +261,9 @@ ENTRIES: tuple[Figure | Concept, ...] = (
            prom_help=f"GPU time allocated {_GPU_TIME}, per {{dim}} of the job; glossary name 'allocated'",
            prom_scale=PROM_SCALE_GPU_SECONDS),
     Figure("covered_gpu_hours", GPU_USE, GPU_HOURS,
-           "Allocated GPU-hours of the jobs that have utilisation telemetry (Prometheus series, else Slurm's usage "
-           "TRES gres/gpuutil).",
+           "Allocated GPU-hours that have utilisation samples: from Prometheus, each GPU series' sampled time (a gap "
+           "of more than gap_factor x step, or the time before a series starts or after it stops, has none); else "
+           "a job's allocation where Slurm's usage TRES has gres/gpuutil.",
            prom="covered_gpu_seconds",
            prom_help=f"GPU time covered {_GPU_TIME}, per {{dim}} of the job; glossary name 'covered'",
            prom_scale=PROM_SCALE_GPU_SECONDS),

@@ -132,6 +132,13 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
             if np.isnan(energy_j[i]) and got.energy_j is not None:
                 energy_j[i] = got.energy_j
             source[i] = "prometheus"
+    clamped = hold_invariants(alloc_s, covered, busy, held)
+    if clamped and info["prometheus"] is not None:
+        info["prometheus"]["warnings"] += 1
+        info["prometheus"]["warning_list"] = (info["prometheus"]["warning_list"] + [
+            f"telemetry: {clamped} job(s) had more covered, busy or held-idle GPU-seconds than allocated (Elapsed "
+            "shorter than End - Start: a suspended job?): held to held-idle <= covered <= allocated, busy <= "
+            "covered"])[:50]
 
     cpus = _cpus(jobs["alloc_tres"])
     cpu_eff = jobs["cpu_used_s"].to_numpy(dtype=float) / (elapsed * cpus)
@@ -152,6 +159,21 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
                       & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
     })
     return out, info
+
+
+def hold_invariants(allocated: np.ndarray, covered: np.ndarray, busy: np.ndarray, held: np.ndarray) -> int:
+    """Per job, in place: held-idle <= covered <= allocated and busy <= covered (so coverage <= 1), the
+    glossary's definitions, whatever a source gave; unknown (NaN) stays unknown. Returns the jobs changed."""
+    before = np.stack([covered, busy, held])
+    with np.errstate(invalid="ignore"):
+        np.minimum(covered, allocated, out=covered, where=~np.isnan(covered))
+        for figure in (busy, held):
+            np.minimum(figure, covered, out=figure, where=~np.isnan(figure) & ~np.isnan(covered))
+            np.maximum(figure, 0.0, out=figure, where=~np.isnan(figure))
+        np.maximum(covered, 0.0, out=covered, where=~np.isnan(covered))
+    after = np.stack([covered, busy, held])
+    changed = ~((before == after) | (np.isnan(before) & np.isnan(after)))
+    return int(changed.any(axis=0).sum())
 
 
 def _utc(value: Any) -> datetime:
@@ -368,3 +390,30 @@ def attach_sums(report: Report, sums: UseSums, config: SiteConfig, *, usage_warn
     }
     report.data["definitions"] = {**report.data.get("definitions", {}),
                                   **{f"gpu_use.{k}": v for k, v in DEFINITIONS.items()}}
+
+
+SOURCE_WARNINGS_SHOWN = 10
+
+
+def source_warnings(data: dict[str, Any]) -> tuple[list[str], str | None]:
+    """What report.json's `gpu_use` says went wrong with the use sources, for stderr: the telemetry warnings
+    (the first SOURCE_WARNINGS_SHOWN, then how many more), the usage-TRES warnings as one counted line, and
+    the summary line that ends the run (None when there is nothing to say)."""
+    use = data.get("gpu_use") or {}
+    prom = use.get("prometheus") or {}
+    lines: list[str] = []
+    listed = list(prom.get("warning_list") or [])
+    total = int(prom.get("warnings") or 0)
+    lines += [f"warning: {w}" for w in listed[:SOURCE_WARNINGS_SHOWN]]
+    if total > min(len(listed), SOURCE_WARNINGS_SHOWN):
+        lines.append(f"warning: telemetry: {total - min(len(listed), SOURCE_WARNINGS_SHOWN)} more warning(s) "
+                     "(report.json gpu_use.prometheus.warning_list)")
+    usage = int(use.get("usage_warnings") or 0)
+    if usage:
+        problems = list(use.get("usage_problems") or [])
+        example = f", e.g. {problems[0]}" if problems else ""
+        lines.append(f"warning: usage TRES: {usage} warning(s): those jobs' utilisation is unknown, not 0{example} "
+                     "(report.json gpu_use.usage_problems)")
+    parts = [f"{n} {what} warning(s)" for n, what in ((total, "telemetry"), (usage, "usage TRES")) if n]
+    summary = f"summary: {', '.join(parts)} (report.json gpu_use)" if parts else None
+    return lines, summary

@@ -28,18 +28,29 @@ Attribution
     end (so a requeued job's executions, which share J, each take their own points). Points are Prometheus's
     evaluations on the grid: the latest raw sample within its lookback (5 min by default).
 
-Held durations
-    In a window [s, e) with points t1 < t2 < ... < tn, point k holds its value from tk to t(k+1); the first
-    point holds back to s and the last until e. The durations add up to e - s exactly.
+Points are sorted by time and deduplicated (the larger value winning) before use, whatever order the answer
+gave them in; a point whose time is not a finite number is dropped and counted like an impossible value.
+
+Held durations and coverage (shared/gpu-hours-glossary.md: coverage counts only time that has samples)
+    In a window [s, e) with points t1 < t2 < ... < tn and G = gap_factor x step ([telemetry], default 3 x
+    step): point k holds its value from tk to t(k+1) when that is at most G away, else for one step only, and
+    the time up to t(k+1) has no data (a series that pauses). The last point holds until e when e - tn <= G,
+    else one step (a series that stops early); the first holds back to s when t1 - s <= G, else the time
+    before it has no data (a series that starts late). On clean data (a point every step) the durations add
+    up to e - s exactly; otherwise their sum is the GPU's covered seconds.
 
 Job figures (``JobTelemetry``; a job whose windows have no utilisation point is ABSENT: unknown, never 0)
     gpus_seen         distinct (node, gpu) with utilisation points in the window
-    util_mean_pct     per GPU: sum(value x duration) / (e - s); then the mean over the seen GPUs
+    covered_gpu_s     the held durations summed over the seen GPUs, x w, where w = min(1, gpus / gpus_seen):
+                      more series than GPUs allocated (a named warning) never make extra GPU-hours
+    busy_gpu_s        sum(value x duration) / 100 summed over the seen GPUs, x w: the covered part only
+    util_mean_pct     busy / covered x 100 (the time-weighted mean per GPU over the covered part)
     util_max_pct      the largest utilisation point
-    held_idle_gpu_s   per GPU: maximal runs of consecutive points under ``idle_threshold_pct``; a run whose
-                      summed duration is >= ``idle_min_s`` counts in full; summed over the seen GPUs (GPU-s)
-    covered_gpu_s     (e - s) x min(gpus_seen, gpus)
-    busy_gpu_s        covered_gpu_s x util_mean_pct / 100
+    held_idle_gpu_s   per GPU: maximal runs of consecutive points under ``idle_threshold_pct``, a run ending
+                      at a gap (no data); a run whose summed duration is >= ``idle_min_s`` counts in full;
+                      summed over the seen GPUs, x w (GPU-s)
+    So held_idle <= covered <= gpus x (e - s) and busy <= covered for every job, by construction (and held so
+    by _job_figures); a job whose coverage is under 1 is named in one counted warning.
     fb_used_max_mib   the largest memory-used point; fb_total_mib: the largest (used + free) point
     power_mean_w      per GPU as util_mean_pct, then the mean over GPUs; energy_j: sum(value x duration)
                       summed over GPUs
@@ -58,6 +69,13 @@ Node figures (``nodes``, one dict per node; a figure without data is None)
     node_disk_reads_completed_total) (writes alike; None when nothing was read), net_{receive,transmit}_
     {errs,drop} = increase(node_network_..._total). increase() is Prometheus's (extrapolated to the edges).
 
+Network reads are bounded: ``timeout_s`` is a deadline for the WHOLE request, from connect through the last
+byte and the JSON parse (every send and receive waits only for the time left: a server that trickles bytes is
+cut off at the deadline); an answer over ``max_response_mib`` is a failed query; JSON nested deeper than the
+parser's recursion limit (about 1,000 levels; Prometheus's answers are 6 deep), bare NaN/Infinity tokens,
+wrong types and numbers out of float range are a malformed answer. Text from the server is escaped before it
+goes into a warning.
+
 Errors never raise: connection refused, timeout (``timeout_s`` for a whole request), HTTP 4xx/5xx, JSON with
 status "error", a malformed body, an empty result -> a warning naming the URL and the metric; the figures
 that query would have given stay unknown (a window overlapping a failed utilisation query is absent; other
@@ -68,9 +86,12 @@ one warning) rather than each waiting for its own timeout. A point that cannot b
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import json
 import math
+import socket
 import sys
 import time
 import urllib.error
@@ -83,10 +104,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
-from gpuclust.config.telemetry import TelemetryConfig, parse_prometheus_url
+from gpuclust.config.telemetry import (
+    MAX_STEPS_PER_QUERY,
+    MIN_CHUNK_HOURS,
+    MIN_STEP_S,
+    TelemetryConfig,
+    parse_prometheus_url,
+)
 
-MAX_STEPS_PER_QUERY = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
 _READ_CHUNK = 1 << 20
+MIB = 1 << 20
+DEFAULT_MAX_RESPONSE_BYTES = 256 * MIB
 _FINITE = sys.float_info.max
 _NODE_LABEL = "gpuclust_node"  # the label label_replace() writes: the node label without its :port
 
@@ -148,16 +176,129 @@ class _QueryFailed(Exception):
         self.skipped = skipped  # not asked: an earlier query found the server unreachable
 
 
+class _Deadline:
+    """One request's deadline, shared by the socket wrapper below: every send and every receive waits at most
+    until it, so a server that trickles bytes cannot stretch a request past `timeout` (connect, headers,
+    chunked framing and body alike)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def left(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"timed out after {self.seconds:g} s")
+        return left
+
+
+class _DeadlineRaw(io.RawIOBase):
+    def __init__(self, owner: _DeadlineSocket) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._owner.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            super().close()
+            self._owner.reader_closed()
+
+
+class _DeadlineSocket:
+    """A connected socket (plain or TLS) whose receives and sends each wait only for the time left before the
+    deadline. http.client reads a response through `makefile`; urllib closes the connection's socket while
+    the response is still read, so the real socket closes when both are done (as socket.makefile does)."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._readers = 0
+        self._closed = False
+
+    def recv_into(self, buffer: Any) -> int:
+        self._sock.settimeout(self._deadline.left())
+        return self._sock.recv_into(buffer)
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self._sock.settimeout(self._deadline.left())  # (sendall's timeout bounds the whole send)
+        self._sock.sendall(data, *args)
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        self._readers += 1
+        return io.BufferedReader(_DeadlineRaw(self))
+
+    def reader_closed(self) -> None:
+        self._readers -= 1
+        if self._closed and self._readers <= 0:
+            self._sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._readers <= 0:
+            self._sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _DeadlineHTTP(http.client.HTTPConnection):
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        self.timeout = self._deadline.left()  # (create_connection's, and a TLS handshake's, per operation)
+        super().connect()
+        self.sock = _DeadlineSocket(self.sock, self._deadline)
+
+
+class _DeadlineHTTPS(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        self.timeout = self._deadline.left()
+        super().connect()
+        self.sock = _DeadlineSocket(self.sock, self._deadline)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_DeadlineHTTP, deadline=self._deadline), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_DeadlineHTTPS, deadline=self._deadline), req,
+                            context=self._context)  # type: ignore[attr-defined]
+
+
 class _Client:
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
         self.queries = 0
         self.dead: str | None = None  # why the remaining queries are skipped
         self.skipped = 0
 
     def call(self, path: str, params: dict[str, str]) -> Any:
-        """The `data` of a successful API answer; raises _QueryFailed saying why not."""
+        """The `data` of a successful API answer; raises _QueryFailed saying why not. The whole request, from
+        connect through the last byte and the JSON parse, ends by `timeout_s` (_Deadline)."""
         if self.dead is not None:
             self.skipped += 1
             raise _QueryFailed(f"skipped ({self.dead})", skipped=True)
@@ -167,29 +308,39 @@ class _Client:
             self.url + path, data=body, method="POST",
             headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
         )
-        deadline = time.monotonic() + self.timeout_s
+        deadline = _Deadline(self.timeout_s)
+        timed_out = f"timed out after {self.timeout_s:g} s (the whole request)"
+        # (build_opener keeps urllib's proxy and redirect handling; only the connection classes change)
+        opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = self._read(response, deadline)
+            with opener.open(request, timeout=self.timeout_s) as response:
+                raw = self._read(response)
         except urllib.error.HTTPError as exc:
             detail = _error_detail(exc)
-            raise _QueryFailed(f"HTTP {exc.code} {exc.reason}{detail}") from None
+            raise _QueryFailed(f"HTTP {exc.code} {_printable(str(exc.reason))}{detail}") from None
         except urllib.error.URLError as exc:
             reason = exc.reason
-            why = "timed out" if isinstance(reason, TimeoutError) else f"unreachable ({reason})"
+            why = timed_out if isinstance(reason, TimeoutError) else f"unreachable ({_printable(str(reason))})"
             self._die(why)
         except TimeoutError:
-            self._die(f"timed out after {self.timeout_s:g} s")
+            self._die(timed_out)
         except (http.client.HTTPException, OSError) as exc:
-            self._die(f"connection failed ({type(exc).__name__}: {exc})")
+            self._die(f"connection failed ({type(exc).__name__}: {_printable(str(exc))})")
         try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise _QueryFailed(f"bad JSON ({exc})") from None
+            doc = json.loads(raw, parse_constant=_no_constant)
+        except RecursionError:
+            raise _QueryFailed("bad JSON (nested deeper than the parser's limit)") from None
+        except (ValueError, MemoryError) as exc:
+            raise _QueryFailed(f"bad JSON ({_printable(str(exc))[:200]})") from None
+        finally:
+            del raw
+        if time.monotonic() > deadline.at:  # the parse counts too
+            self._die(timed_out)
         if not isinstance(doc, dict):
             raise _QueryFailed("malformed answer (not a JSON object)")
         if doc.get("status") != "success":
-            raise _QueryFailed(f"Prometheus error {doc.get('errorType', '?')}: {doc.get('error', '?')}")
+            raise _QueryFailed(f"Prometheus error {_printable(str(doc.get('errorType', '?')))[:200]}: "
+                               f"{_printable(str(doc.get('error', '?')))[:500]}")
         if not isinstance(doc.get("data"), dict):
             raise _QueryFailed("malformed answer (no data)")
         return doc
@@ -198,23 +349,41 @@ class _Client:
         self.dead = f"{self.url} {why}"
         raise _QueryFailed(why)
 
-    def _read(self, response: Any, deadline: float) -> bytes:
-        # urlopen's timeout bounds each socket operation; the deadline bounds the whole request
+    def _read(self, response: Any) -> bytes:
+        """The body, at most max_bytes (each read waits only for the deadline's time left)."""
+        too_big = (f"answer larger than {self.max_bytes / MIB:g} MiB ([telemetry] max_response_mib): query a "
+                   "shorter chunk_hours or raise the limit")
+        length = response.headers.get("Content-Length", "")
+        if length.strip().isdigit() and int(length) > self.max_bytes:
+            raise _QueryFailed(too_big)
         parts: list[bytes] = []
+        total = 0
         while True:
             part = response.read(_READ_CHUNK)
             if not part:
                 return b"".join(parts)
+            total += len(part)
+            if total > self.max_bytes:
+                raise _QueryFailed(too_big)
             parts.append(part)
-            if time.monotonic() > deadline:
-                raise TimeoutError
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"bare {name} is not JSON")
+
+
+def _printable(text: str) -> str:
+    """Text from the server, safe for a terminal: control characters escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
     """Prometheus's own error text from an HTTP error's JSON body (400/422/503 carry one), if any."""
     try:
-        doc = json.loads(exc.read(64 * 1024))
-        return f": {doc['errorType']}: {doc['error']}"
+        doc = json.loads(exc.read(64 * 1024), parse_constant=_no_constant)
+        return f": {_printable(str(doc['errorType']))[:200]}: {_printable(str(doc['error']))[:500]}"
     except Exception:  # any body that is not Prometheus's error JSON: the status line says enough
         return ""
 
@@ -231,11 +400,14 @@ class _Series:
         self.ordered = True
 
     def extend(self, times: list[float], values: list[float]) -> None:
-        """Points of one answer (Prometheus returns a series' points in time order)."""
+        """Points of one answer. Prometheus returns a series' points in time order; any other order (within
+        the answer, or against the points before it) is settled before use."""
         if not times:
             return
         if self.times and times[0] <= self.times[-1]:
             self.ordered = False  # merged series, or a repeated window edge
+        elif self.ordered and any(b <= a for a, b in zip(times, times[1:], strict=False)):
+            self.ordered = False  # out of order or repeated within the answer
         self.times.extend(times)
         self.values.extend(values)
 
@@ -252,18 +424,29 @@ class _Series:
         self.values = array("d", (merged[t] for t in keys))
         self.ordered = True
 
-    def window(self, s: float, e: float) -> tuple[Sequence[float], Sequence[float], list[float]] | None:
-        """The points in [s, e) with their held durations (summing to e - s), or None."""
+    def window(self, s: float, e: float, step: float,
+               gap: float) -> tuple[Sequence[float], list[float], list[bool]] | None:
+        """The points in [s, e) with their held durations and gap marks (module docstring, Held durations),
+        or None when there is none."""
         i = bisect_left(self.times, s)
         j = bisect_left(self.times, e)
         if i >= j:
             return None
         ts = self.times[i:j]
         vs = self.values[i:j]
-        durations = [ts[k + 1] - ts[k] for k in range(len(ts) - 1)]
-        durations.append(e - ts[-1])
-        durations[0] += ts[0] - s
-        return ts, vs, durations
+        durations: list[float] = []
+        gaps: list[bool] = []
+        for k in range(len(ts)):
+            following = (ts[k + 1] if k + 1 < len(ts) else e) - ts[k]
+            if following <= gap:
+                durations.append(following)
+                gaps.append(False)
+            else:  # a series that stops or pauses: its point holds one step, then there is no data
+                durations.append(min(step, following))
+                gaps.append(True)
+        if ts[0] - s <= gap:
+            durations[0] += ts[0] - s
+        return vs, durations, gaps
 
 
 @dataclass
@@ -304,6 +487,7 @@ def _metrics(cfg: TelemetryConfig) -> list[_Metric]:
 
 
 def _grid_windows(start: float, end: float, step: float, chunk_hours: float) -> list[tuple[float, float]]:
+    # (as many as gpuclust.config.telemetry.query_windows counts)
     """(first point, last point) of each query window of the grid start + i*step < end."""
     points = math.ceil((end - start) / step)  # the number of grid points in [start, end)
     per_window = max(1, min(int(chunk_hours * 3600 / step), MAX_STEPS_PER_QUERY))
@@ -315,6 +499,14 @@ def _fmt(ts: float) -> str:
 
 
 # ---- per window figures ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _UtilGpu:
+    integral: float  # sum(value x held duration): percent-seconds
+    covered: float  # seconds with samples
+    max: float
+    idle: float  # held-idle seconds
 
 
 @dataclass
@@ -339,34 +531,38 @@ def _aggregate(metric: _Metric, wins_by_job: dict[str, list[_Win]], cfg: Telemet
     for (job, node, gpu), series in metric.series.items():
         series.settle()
         for win in wins_by_job.get(job, ()):
-            got = series.window(win.s, win.e)
+            got = series.window(win.s, win.e, cfg.step_s, cfg.gap_factor * cfg.step_s)
             if got is None:
                 continue
-            ts, vs, ds = got
+            vs, ds, gaps = got
             acc = out.setdefault(win.index, {})
             per = acc.setdefault(metric.name, {})
-            per[(node, gpu)] = _per_gpu(metric.name, vs, ds, cfg)
+            per[(node, gpu)] = _per_gpu(metric.name, vs, ds, gaps, cfg)
     metric.series.clear()  # the points are no longer needed: free them before the next metric
 
 
-def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], cfg: TelemetryConfig) -> Any:
-    total = sum(ds)
+def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], gaps: Sequence[bool],
+             cfg: TelemetryConfig) -> Any:
+    total = sum(ds)  # the covered seconds of this GPU
     if name in ("util", "power"):
         integral = sum(v * d for v, d in zip(vs, ds, strict=True))
-        mean = integral / total if total > 0 else sum(vs) / len(vs)
         if name == "power":
-            return (mean, integral)
+            return (integral / total if total > 0 else sum(vs) / len(vs), integral)
         idle = run = 0.0
-        for v, d in zip(vs, ds, strict=True):
+        for v, d, gap in zip(vs, ds, gaps, strict=True):
             if v < cfg.idle_threshold_pct:
                 run += d
-                continue
-            if run >= cfg.idle_min_s:
-                idle += run
-            run = 0.0
+            else:
+                if run >= cfg.idle_min_s:
+                    idle += run
+                run = 0.0
+            if gap:  # an idle stretch ends where the data does: what came after is unseen
+                if run >= cfg.idle_min_s:
+                    idle += run
+                run = 0.0
         if run >= cfg.idle_min_s:
             idle += run
-        return (mean, max(vs), idle)
+        return _UtilGpu(integral, total, max(vs), idle)
     if name == "xid":
         events, previous = 0, 0.0
         for v in vs:
@@ -383,10 +579,18 @@ def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], cfg: Telemetry
 
 
 def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
-    util: dict[tuple[str, str], tuple[float, float, float]] = acc["util"]
+    util: dict[tuple[str, str], _UtilGpu] = acc["util"]
     seen = len(util)
-    mean = sum(u[0] for u in util.values()) / seen
-    covered = (win.e - win.s) * min(seen, win.gpus)
+    integral = sum(u.integral for u in util.values())
+    covered_raw = sum(u.covered for u in util.values())
+    mean = integral / covered_raw if covered_raw > 0 else sum(u.max for u in util.values()) / seen
+    # More GPU series than GPUs allocated (a stale label, a foreign series): the job's figures are those of
+    # its GPUs, each series weighing gpus / seen, never extra GPU-hours (a warning names it).
+    scale = min(1.0, max(win.gpus, 0) / seen)
+    span = (win.e - win.s) * max(win.gpus, 0)
+    covered = min(covered_raw * scale, span)
+    busy = min(integral * scale / 100.0, covered)
+    held = min(sum(u.idle for u in util.values()) * scale, covered)
     power = acc.get("power")
 
     def largest(name: str) -> float | None:
@@ -398,7 +602,7 @@ def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
     return JobTelemetry(
         gpus_seen=seen,
         util_mean_pct=mean,
-        util_max_pct=max(u[1] for u in util.values()),
+        util_max_pct=max(u.max for u in util.values()),
         fb_used_max_mib=largest("fb_used"),
         fb_total_mib=largest("fb_total"),
         power_mean_w=sum(p[0] for p in power.values()) / len(power) if power else None,
@@ -406,9 +610,9 @@ def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
         temp_max_c=largest("temp"),
         xid_errors=summed("xid"),
         ecc_dbe=summed("ecc_dbe"),
-        held_idle_gpu_s=sum(u[2] for u in util.values()),
+        held_idle_gpu_s=held,
         covered_gpu_s=covered,
-        busy_gpu_s=covered * mean / 100.0,
+        busy_gpu_s=busy,
     )
 
 
@@ -478,30 +682,40 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
     try:
         for item in result:
             labels = item["metric"]
+            if not isinstance(labels, dict):
+                raise TypeError("a series' metric is not an object")
             metric.returned += 1
             # join = node: the series is keyed by its node, and the windows of that node's whole-node jobs take it
             job = labels.get(cfg.node_label if cfg.join == "node" else cfg.job_label)
-            if job not in jobs:
+            if not isinstance(job, str) or job not in jobs:
                 continue
             node = labels.get(cfg.node_label, "")
             gpu = labels.get(cfg.gpu_label, "")
+            if not isinstance(node, str) or not isinstance(gpu, str):
+                raise TypeError(f"label {cfg.node_label} or {cfg.gpu_label} is not a string")
+            points = item["values"]
+            if not isinstance(points, list):
+                raise TypeError("a series' values is not a list")
+            times = [float(t) for t, _ in points]
+            values = [float(raw) for _, raw in points]
+            # A time that is no number (NaN, Inf) and a value that cannot be are dropped, counted.
+            if values and not (_all_within(values, metric.low, metric.high) and _all_within(times, 0.0, _FINITE)):
+                keep = [k for k, value in enumerate(values) if metric.low <= value <= metric.high
+                        and 0.0 <= times[k] <= _FINITE]
+                kept = set(keep)
+                bad = next(points[k] for k in range(len(values)) if k not in kept)
+                metric.dropped += len(values) - len(keep)
+                what = bad[1] if not metric.low <= float(bad[1]) <= metric.high else f"time {bad[0]}"
+                metric.dropped_example = metric.dropped_example or _printable(
+                    f"{what} for job {job} on {node} gpu {gpu}"[:200])
+                times = [times[k] for k in keep]
+                values = [values[k] for k in keep]
             series = metric.series.get((job, node, gpu))
             if series is None:
                 series = metric.series[(job, node, gpu)] = _Series()
-            points = item["values"]
-            times = [float(t) for t, _ in points]
-            values = [float(raw) for _, raw in points]
-            if values and not _all_within(values, metric.low, metric.high):
-                keep = [k for k, value in enumerate(values) if metric.low <= value <= metric.high]
-                kept = set(keep)
-                bad = next(points[k][1] for k in range(len(values)) if k not in kept)
-                metric.dropped += len(values) - len(keep)
-                metric.dropped_example = metric.dropped_example or f"{bad} for job {job} on {node} gpu {gpu}"
-                times = [times[k] for k in keep]
-                values = [values[k] for k in keep]
             series.extend(times, values)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {exc})") from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as exc:
+        raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {_printable(str(exc))[:200]})") from None
 
 
 def _node_queries(cfg: TelemetryConfig, range_s: int) -> dict[str, str]:
@@ -539,13 +753,16 @@ def _fetch_nodes(client: _Client, cfg: TelemetryConfig, start: float, end: float
                 for item in result:
                     node = item["metric"].get(_NODE_LABEL, "")
                     value = float(item["value"][1])
+                    if not isinstance(node, str):
+                        raise TypeError(f"label {_NODE_LABEL} is not a string")
+                    node = _printable(node)
                     if not node:
                         continue
                     row = nodes.setdefault(node, {"node": node, **dict.fromkeys(NODE_FIGURES)})
                     # NaN / Inf: nothing read or written (0/0, x/0), and a negative increase cannot be
                     row[figure] = value if 0 <= value < math.inf else None
-            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-                raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {exc})") from None
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+                raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {_printable(str(exc))[:200]})") from None
         except _QueryFailed as exc:
             if not exc.skipped:
                 warnings.append(f"{client.url}: query {query}: {exc}; {figure} is unknown for every node")
@@ -568,14 +785,18 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
     except ValueError as exc:
         result.warnings.append(f"telemetry: [telemetry] prometheus_url: {exc}; every telemetry figure is unknown")
         return result
-    if not (cfg.step_s > 0 and cfg.chunk_hours > 0 and cfg.timeout_s > 0):
-        result.warnings.append(f"{url}: step, chunk_hours and timeout must be > 0; every telemetry figure is unknown")
+    if not (cfg.step_s >= MIN_STEP_S and cfg.chunk_hours >= MIN_CHUNK_HOURS and cfg.timeout_s > 0
+            and cfg.gap_factor >= 1 and cfg.max_response_mib >= 1
+            and all(math.isfinite(x) for x in (cfg.step_s, cfg.chunk_hours, cfg.timeout_s, cfg.gap_factor))):
+        result.warnings.append(f"{url}: step must be >= {MIN_STEP_S:g} s, chunk_hours >= {MIN_CHUNK_HOURS:g}, "
+                               "gap_factor >= 1 and timeout and max_response_mib > 0 (`gpuclust config check`); "
+                               "every telemetry figure is unknown")
         return result
     t0, t1 = start.timestamp(), end.timestamp()
     if not t1 > t0:
         result.warnings.append(f"{url}: empty period [{start.isoformat()}, {end.isoformat()}); nothing queried")
         return result
-    client = _Client(url, cfg.timeout_s)
+    client = _Client(url, cfg.timeout_s, int(cfg.max_response_mib) * MIB)
     warnings = result.warnings
 
     wins: list[_Win] = []
@@ -608,6 +829,7 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
 
     util_failed = metrics[0].failed
     missing: list[str] = []
+    partial: list[str] = []
     for win in wins:
         figures = acc.get(win.index, {})
         if "util" not in figures or _overlaps(win, util_failed, cfg.step_s):
@@ -619,7 +841,11 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
         tel = _job_figures(win, figures)
         if tel.gpus_seen > win.gpus:
             warnings.append(f"{url}: job {win.job}: {tel.gpus_seen} GPUs have series, {win.gpus} allocated; "
-                            f"covered counts {win.gpus}")
+                            f"covered counts {win.gpus} (each series weighs {win.gpus}/{tel.gpus_seen}: never extra "
+                            "GPU-hours)")
+        whole = (win.e - win.s) * win.gpus
+        if whole > 0 and tel.covered_gpu_s < whole * (1 - 1e-9):
+            partial.append(f"{win.job} ({tel.covered_gpu_s / whole:.2f})")
         if win.key in result.jobs:
             warnings.append(f"telemetry: two job windows share the key {win.key!r}; the later one is kept")
         result.jobs[win.key] = tel
@@ -627,6 +853,12 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
         shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
         warnings.append(f"{url}: {len(missing)} of {len(wins)} job window(s) have no {cfg.metric_util} points "
                         f"(unknown, not 0): {shown}")
+    if partial:
+        shown = ", ".join(partial[:10]) + (", ..." if len(partial) > 10 else "")
+        warnings.append(f"{url}: {len(partial)} of {len(wins)} job window(s) have {cfg.metric_util} samples for "
+                        f"only part of their GPU time (a series that starts late, stops early or pauses for more "
+                        f"than gap_factor x step = {cfg.gap_factor * cfg.step_s:g} s, or a GPU without a series: "
+                        f"no data there, in neither busy nor held-idle): job (coverage) {shown}")
 
     result.nodes = _fetch_nodes(client, cfg, t0, t1, warnings)
     if client.dead is not None:

@@ -4,6 +4,11 @@ A period is half-open, [start, end). Times are read by the one time grammar (gpu
 `now-7days`, `yesterday`, `2026-12-01`, ISO date-times). A bare date means midnight of that day in the site time
 zone, so `--since 2026-12-01 --until 2026-12-02` is the one day of December 1st. An open-ended `--since` runs to
 now, as `sacct -S` does.
+
+Lengths and order are those of the instants, never of the wall clocks: Python compares and subtracts two
+datetimes of the same zone by their wall times, so a 25-hour DST day would read 24 h and a period from 02:30
+to 03:00 on a spring-forward night (02:30 does not exist: it is read as 02:30 before the change, 01:30 UTC,
+after 03:00's 01:00 UTC) would look non-empty. `Period.seconds` and `resolve_period` go through UTC.
 """
 
 from __future__ import annotations
@@ -33,10 +38,15 @@ class Period:
     def end_epoch(self) -> int:
         return int(self.end.timestamp())
 
+    @property
+    def seconds(self) -> float:
+        """The true length: a 23- or 25-hour DST day has its 23 or 25 hours."""
+        return self.end.timestamp() - self.start.timestamp()
+
     def utc_days(self) -> list[date]:
         """Every UTC calendar day the period touches (the store's partitions)."""
         first = self.start.astimezone(timezone.utc).date()
-        last = (self.end - timedelta(seconds=1)).astimezone(timezone.utc).date()
+        last = (self.end.astimezone(timezone.utc) - timedelta(seconds=1)).date()
         return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
     def as_dict(self) -> dict[str, str]:
@@ -89,11 +99,20 @@ def resolve_period(
         if not EARLIEST <= when <= LATEST:  # (the store's lookback reaches a century before the start)
             raise InputError(Problem(flag, None, f"{value} is outside {EARLIEST.year}-{LATEST.year}: "
                                                  "Slurm records none there; give a later date"))
-    if end <= start:
+    if end.timestamp() <= start.timestamp():  # (instants: a same-zone comparison reads the wall clocks)
+        gaps = [f"{value} does not exist in {tz} (a DST change skips it; read as {when.isoformat()})"
+                for value, when in ((since, start), (until, end)) if value and not _exists(when)]
         raise InputError(Problem("--until" if until else "--since",
                                  None, f"the period is empty: {end.isoformat()} ({until or 'now'}) is not after "
-                                       f"{start.isoformat()} ({since}); give an --until after --since"))
+                                       f"{start.isoformat()} ({since})" + "".join(f"; {g}" for g in gaps)
+                                       + "; give an --until after --since"))
     return Period(start, end)
+
+
+def _exists(when: datetime) -> bool:
+    """Whether a zone's wall time exists (not skipped by a DST change): it survives a round trip via UTC."""
+    back = when.astimezone(timezone.utc).astimezone(when.tzinfo)
+    return back.replace(tzinfo=None) == when.replace(tzinfo=None)
 
 
 def _day(today: datetime, offset: int, zone: ZoneInfo) -> datetime:

@@ -51,7 +51,7 @@ sacct before 23.11.7 prints gpuutil (and always energy) through its unit convers
 1536 as `1.50K`; those suffixes are read as x1024.
 
 Bad values (an entry that is not `name=value`, a value that is not a number, a utilisation below 0 or above
-100 per GPU, a negative memory) make that job's figure unknown and are counted as warnings with the line;
+100 per GPU, gres/gpuutil on a step without gres/gpu, a negative memory) make that job's figure unknown and are counted as warnings with the line;
 the row itself and its allocation figures are kept.
 """
 
@@ -536,7 +536,14 @@ def attach(
         warnings.add(source, int(lines[i]), "gres/gpuutil from Slurm 23.11.0-24.05.0, which recorded only the "
                                             "node's last GPU (fixed in 24.05.1): utilisation unknown")
     warnings.count += max(0, int(last_gpu.sum()) - MAX_WARNINGS_LISTED)
-    spoiled = absurd | ambiguous | last_gpu
+    # gres/gpuutil on a step whose AllocTRES has no gres/gpu: over how many GPUs is unknown, so its utilisation
+    # is too (read as is it would be 0% busy on 0 GPUs, and its job held idle).
+    gpuless = has_util & ~last_gpu & ~absurd & (gpus <= 0)
+    for i in np.flatnonzero(gpuless)[: MAX_WARNINGS_LISTED]:
+        warnings.add(source, int(lines[i]), "gres/gpuutil on a step with no gres/gpu in its AllocTRES: its GPUs, "
+                                            "so its utilisation, unknown")
+    warnings.count += max(0, int(gpuless.sum()) - MAX_WARNINGS_LISTED)
+    spoiled = absurd | ambiguous | last_gpu | gpuless
     negative_mem = np.nan_to_num(gmem_max) < 0
     gmem_max = np.where(negative_mem, np.nan, gmem_max)
 

@@ -295,7 +295,7 @@ def sizing(tot: dict[str, Any], period: Period, target: float | None, target_sou
     gpu_hours = tot["gpu_hours"]
     per_gpu_month = completed / (gpu_hours / GPU_MONTH_HOURS) if gpu_hours > 0 else None
     required = target / per_gpu_month if target is not None and per_gpu_month else None
-    days = (period.end - period.start).total_seconds() / 86400
+    days = period.seconds / 86400  # (the true length: a 25-hour DST day is 25 hours)
     return {
         "completed_run_share_of_allocated": round(tot["completed_run_gpu_hours"] / gpu_hours, 9)
         if gpu_hours > 0 else None,
