@@ -11,7 +11,9 @@ reviewer times with a stopwatch:
 * build: `gpuclust report build --input DUMP --format json --out DIR` (the console script next to this
   interpreter, PYTHONPATH set to the checkout timed);
 * floor: a fresh `python -c` reading the clean copy with pyarrow.csv.read_csv (`|`, types inferred);
-* small: the same build of a 1,000-line dump (the fixed cost: interpreter, imports, set-up, output).
+* small: the same build of a 1,000-line dump (the fixed cost: interpreter, imports, set-up, output);
+* imports only: a fresh `python -c` importing numpy, pyarrow (compute, csv) and pandas, which every build
+  imports: the part of the small build that gpuclust's own code cannot cut.
 
 The dump is made by accounting_bench.generate (`--messy`: step rows, newlines and pipes in names and comments;
 `--usage`: usage TRES on the steps). The clean copy holds the same records, one per line, only the columns the
@@ -50,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DELIMITERS = {"fetch": "\x1f|\x1e", "pipe-hash": "|#|"}
 
+# The libraries every build imports, alone: the part of the small build's time gpuclust cannot cut.
+IMPORTS = "import numpy, pyarrow, pyarrow.compute, pyarrow.csv, pandas"
 FLOOR = ("import sys, pyarrow.csv as c; "
          "t = c.read_csv(sys.argv[1], parse_options=c.ParseOptions(delimiter='|')); print(t.num_rows)")
 
@@ -256,6 +260,7 @@ def main() -> None:
         timings.append(Timing(f"small{name}", [args.gpuclust, "report", "build", "--input", str(small), "--format",
                                                "json", "--out", str(out / f"small{tag}")], env))
     timings.insert(1, Timing("floor", [python, "-c", FLOOR, str(clean)], env_for(REPO)))
+    timings.append(Timing("imports only", [python, "-c", IMPORTS], env_for(REPO)))
 
     rounds = 0
     try:

@@ -93,8 +93,9 @@ def test_audit_partition_imports_no_heavy_library(scenario: str, tmp_path: Path)
 
 
 # What `report build --format json` of a dump does not need: the other commands' code, the Prometheus writer
-# (prometheus_client: only for --format prom) and the store's partitioned build.
-NOT_FOR_A_JSON_BUILD = ("prometheus_client", "gpuclust.accounting.output.prom", "gpuclust.cli.accept",
+# (prometheus_client: only for --format prom), the store's partitioned build, and ClusterShell (no --events: no
+# hostlist to expand).
+NOT_FOR_A_JSON_BUILD = ("prometheus_client", "ClusterShell", "gpuclust.accounting.output.prom", "gpuclust.cli.accept",
                         "gpuclust.cli.audit", "gpuclust.cli.policy", "gpuclust.cli.config", "gpuclust.cli.docs",
                         "gpuclust.audit", "gpuclust.policy", "gpuclust.accounting.figures.partitioned")
 
