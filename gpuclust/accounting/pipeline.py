@@ -15,7 +15,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accounting.figures import economics, gpuuse, partitioned, trend
+from gpuclust.accounting.figures import economics, gpuuse, trend
 from gpuclust.accounting.figures.economics import (
     attach as attach_economics,  # (one of two stages named attach)
 )
@@ -181,6 +181,8 @@ def build(
         days = Period(period.start - lookback, period.end).utc_days()
         with store.reading(root):
             rows_stored = storeread.stored_rows(storeread.day_files(root, days, config.cluster_name))
+        from gpuclust.accounting.figures import partitioned  # (the store's build only: not --input's)
+
         if rows_stored > (partitioned.ROWS_IN_MEMORY if rows_in_memory is None else rows_in_memory):
             report = partitioned.build_report(root, days, config, period, only=only, target=target, top=top,
                                               rows_per_bucket=rows_per_bucket or partitioned.ROWS_PER_BUCKET)

@@ -7,6 +7,7 @@ failing, 70 a bug. `audit` and `accept report` are Nagios checks: anything that 
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 from typing import Any
@@ -83,7 +84,64 @@ def internal_error_message(exc: BaseException) -> str:
             f"{_bug_report_hint()} with the command line ({DEBUG_ENV}=1 shows the traceback)")
 
 
+# The subcommands: name -> (module under gpuclust.cli, attribute), in the order they were always registered
+# (`commands` keeps it). Each module is imported when its command is looked up, so that `gpuclust report build`
+# does not import the audit, acceptance and policy code (BENCHMARKS.md "Whole-process `report build`").
+LAZY_COMMANDS = {"config": ("config", "group"), "report": ("report", "group"), "policy": ("policy", "group"),
+                 "accept": ("accept", "group"), "audit": ("audit", "group"), "man": ("docs", "man")}
+
+
 class GpuclustGroup(click.Group):
+    """The root group. Its subcommands load when looked up (get_command: the one a command line names; `commands`
+    and list_commands: all of them, as --help, the man pages and completion need)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._lazy = list(LAZY_COMMANDS)
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, click.Command]:
+        if self._lazy:
+            for name in list(self._lazy):
+                self._load(name)
+            order = [*LAZY_COMMANDS, *(name for name in self._commands if name not in LAZY_COMMANDS)]
+            loaded = {name: self._commands[name] for name in order if name in self._commands}
+            self._commands.clear()
+            self._commands.update(loaded)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        self._commands = value
+
+    def _load(self, name: str) -> None:
+        if name not in self._lazy:
+            return
+        self._lazy.remove(name)
+        module, attribute = LAZY_COMMANDS[name]
+        command = getattr(importlib.import_module(f"gpuclust.cli.{module}"), attribute)
+        if name == "config":
+            from gpuclust.cli import docs
+
+            command.add_command(docs.config_example)
+        add_common_options(command)
+        self._commands[name] = command
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        name = name or cmd.name
+        if name is None:
+            raise TypeError("Command has no name.")
+        if name in self._lazy:
+            self._lazy.remove(name)
+        self._commands[name] = cmd
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._load(cmd_name)
+        return self._commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self._commands, *self._lazy})
+
     def invoke(self, ctx: click.Context) -> Any:
         app = ctx.ensure_object(AppContext)
         try:
@@ -182,20 +240,6 @@ def cli(ctx: click.Context, slurm_timeout: float, backend: str | None) -> None:
 
 cli.params.insert(0, config_option(envvar=True))
 cli.params.insert(1, quiet_option())
-
-
-def _register() -> None:
-    from gpuclust.cli import accept, audit, config, docs, policy, report
-
-    config.group.add_command(docs.config_example)
-    for module in (config, report, policy, accept, audit):
-        cli.add_command(module.group)
-        add_common_options(module.group)
-    cli.add_command(docs.man)
-    add_common_options(docs.man)
-
-
-_register()
 
 
 def main() -> None:

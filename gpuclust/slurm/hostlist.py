@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
 from gpuclust.errors import SlurmOutputError
+
+# (ClusterShell is imported by the functions: a report build that expands no hostlist does not load it.)
 
 
 def expand(hostlist: str) -> list[str]:
@@ -14,6 +14,8 @@ def expand(hostlist: str) -> list[str]:
     text = hostlist.strip()
     if not text or text in ("(null)", "None", "None assigned", "Unknown"):
         return []
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
     try:
         return list(NodeSet(text))
     except NodeSetParseError as exc:
@@ -22,4 +24,6 @@ def expand(hostlist: str) -> list[str]:
 
 def fold(nodes: Iterable[str]) -> str:
     """['node1', 'node2', 'node3', 'node5'] -> 'node[1-3,5]'."""
+    from ClusterShell.NodeSet import NodeSet
+
     return str(NodeSet.fromlist(list(nodes)))

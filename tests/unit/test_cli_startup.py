@@ -45,8 +45,8 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], scenario: str = "") -> dict[str, object]:
-    cp = subprocess.run([sys.executable, "-c", _RUN, json.dumps(HEAVY), scenario, *argv], capture_output=True,
+def _run(argv: list[str], scenario: str = "", modules: tuple[str, ...] = HEAVY) -> dict[str, object]:
+    cp = subprocess.run([sys.executable, "-c", _RUN, json.dumps(modules), scenario, *argv], capture_output=True,
                         text=True, cwd=REPO, env=_env(), timeout=120)
     assert cp.stderr.strip(), cp.stdout
     result: dict[str, object] = json.loads(cp.stderr.strip().splitlines()[-1])
@@ -90,6 +90,43 @@ def test_audit_partition_imports_no_heavy_library(scenario: str, tmp_path: Path)
                    str(tmp_path)], scenario)
     assert result["heavy"] == [], result["output"]
     assert json.loads(str(result["output"]))["partition"] == "gpu"
+
+
+# What `report build --format json` of a dump does not need: the other commands' code, the Prometheus writer
+# (prometheus_client: only for --format prom), the store's partitioned build, and ClusterShell (no --events: no
+# hostlist to expand).
+NOT_FOR_A_JSON_BUILD = ("prometheus_client", "ClusterShell", "gpuclust.accounting.output.prom", "gpuclust.cli.accept",
+                        "gpuclust.cli.audit", "gpuclust.cli.policy", "gpuclust.cli.config", "gpuclust.cli.docs",
+                        "gpuclust.audit", "gpuclust.policy", "gpuclust.accounting.figures.partitioned")
+
+
+def test_report_build_json_imports_only_what_it_needs(tmp_path: Path) -> None:
+    dump = REPO / "tests" / "data" / "accounting" / "lab-parsable.txt"
+    result = _run(["report", "build", "--input", str(dump), "--format", "json", "--out", str(tmp_path)],
+                  modules=NOT_FOR_A_JSON_BUILD)
+    assert (result["exit"], result["heavy"]) == (0, []), result["output"]
+    assert (tmp_path / "report.json").is_file() and not (tmp_path / "gpuclust.prom").exists()
+
+
+def test_report_build_prom_still_writes_the_textfile(tmp_path: Path) -> None:
+    dump = REPO / "tests" / "data" / "accounting" / "lab-parsable.txt"
+    result = _run(["report", "build", "--input", str(dump), "--format", "prom", "--out", str(tmp_path)],
+                  modules=("prometheus_client",))
+    assert (result["exit"], result["heavy"]) == (0, ["prometheus_client"]), result["output"]
+    assert (tmp_path / "gpuclust.prom").read_text().startswith("# HELP")
+
+
+def test_the_commands_load_when_looked_up_in_their_order() -> None:
+    """The root group imports a command's module when the command line names it; `commands` (man pages,
+    completion, --help) holds them all, in the order they were always registered."""
+    code = ("import sys\nfrom gpuclust.cli.main import cli\n"
+            "before = 'gpuclust.cli.audit' in sys.modules\n"
+            "print(before, list(cli.commands), 'gpuclust.cli.audit' in sys.modules)")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=_env(),
+                        timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.split() == ["False", "['config',", "'report',", "'policy',", "'accept',", "'audit',", "'man']",
+                                 "True"]
 
 
 def test_report_via_choices_are_the_fetchers() -> None:

@@ -6,13 +6,15 @@ wait_by_pending_reason), written with the report's other tables."""
 from __future__ import annotations
 
 import html
-from typing import Any
-
-from prometheus_client.metrics_core import Metric
+from typing import TYPE_CHECKING, Any
 
 from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.economics import HOUR_TERMS, TERMS
-from gpuclust.accounting.output.prom import PromContext
+
+if TYPE_CHECKING:  # (prometheus_client loads only when gpuclust.prom is written)
+    from prometheus_client.metrics_core import Metric
+
+    from gpuclust.accounting.output.prom import PromContext
 
 COLORS = {"completed_run": "#2e7d32", "retries_failures": "#c62828", "in_progress": "#1565c0", "unavailable": "#6d4c41",
           "idle": "#bdbdbd", "network": "#8e24aa", "storage": "#f9a825", "support": "#00838f",

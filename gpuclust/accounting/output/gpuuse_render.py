@@ -7,12 +7,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from gpuclust.accounting.figures import catalog
-from gpuclust.accounting.output import prom, svgplot
+from gpuclust.accounting.output import svgplot
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (prometheus_client loads only when gpuclust.prom is written)
     from prometheus_client.core import Metric
 
     from gpuclust.accounting.figures.metrics import Report
+    from gpuclust.accounting.output import prom
 
 # Per-job rows go to CSV, Parquet and report.json only (too wide for the page, which shows the worst jobs).
 NOT_ON_PAGE = frozenset({"gpu_use_jobs", "telemetry_nodes"})

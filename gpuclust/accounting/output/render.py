@@ -17,17 +17,20 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import Report, deprecated
-from gpuclust.accounting.output import gpuuse_render, prom, svgplot
+from gpuclust.accounting.output import gpuuse_render, svgplot
 from gpuclust.accounting.output.economics_render import economics_families, economics_html
 from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
 from gpuclust.output import to_json
+
+if TYPE_CHECKING:  # (prom, and prometheus_client with it, loads only when gpuclust.prom is written)
+    from gpuclust.accounting.output import prom
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
 # Families other parts of the report add to gpuclust.prom, besides the accounting ones prom.py writes itself.
@@ -205,6 +208,8 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
             write_atomic(path, render_html(report, previous), make_parents=True, input_error=True)
             written.append(path)
         elif fmt == "prom":
+            from gpuclust.accounting.output import prom
+
             path = out_dir / prom.FILENAME
             prom.write_textfile(report, path, PROM_CONTRIBUTORS)
             written.append(path)
