@@ -8,7 +8,9 @@ the usual shape of three kinds of field: `fixed_times` (Submit, Eligible, Start,
 variant below turns one kernel off (it answers "not my shape" for every row, so every row takes the vectorised
 parser) and times the whole `report build --input` work as accounting_bench.py's `full` child does (read, parse,
 metrics, write), each run in a fresh process, variants interleaved. A kernel stays if turning it off costs at least
-10% of the whole build. Prints JSON: per variant the median seconds and peak RSS, and the cost of its absence.
+10% of the whole build. Prints JSON: per variant the median seconds (with min-max, every run, and each repeat
+against the shipped run of the same repeat), the median CPU seconds of the same work (every thread), peak RSS,
+and the cost of its absence.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -64,7 +67,10 @@ def child(variant: str, path: str, delimiter: str) -> dict:
 
     apply(variant)
     with tempfile.TemporaryDirectory() as out:
-        return accounting_bench.child_full(path, out, delimiter)
+        cpu = time.process_time()
+        got = accounting_bench.child_full(path, out, delimiter)
+        # CPU seconds of the same work, every thread: on a loaded machine they move less than the wall time.
+        return {**got, "cpu_s": time.process_time() - cpu}
 
 
 def main() -> None:
@@ -88,7 +94,18 @@ def main() -> None:
     out = {}
     for variant, got in runs.items():
         seconds = statistics.median(r["seconds"] for r in got)
-        out[variant] = {"seconds_median": round(seconds, 3), "parse_s_median": round(statistics.median(
+        out[variant] = {"seconds_median": round(seconds, 3),
+                        "seconds_min_max": [round(min(r["seconds"] for r in got), 3),
+                                            round(max(r["seconds"] for r in got), 3)],
+                        "seconds_all": [round(r["seconds"], 3) for r in got],
+                        # (each repeat against the shipped run of the same repeat: load drifts between repeats)
+                        "vs_shipped_per_repeat": [round(r["seconds"] / s["seconds"], 3)
+                                                  for r, s in zip(got, runs["shipped"], strict=True)],
+                        "cpu_s_median": round(statistics.median(r["cpu_s"] for r in got), 3),
+                        "cpu_s_min_max": [round(min(r["cpu_s"] for r in got), 3), round(max(r["cpu_s"] for r in got), 3)],
+                        "cpu_vs_shipped": round(statistics.median(r["cpu_s"] for r in got) / statistics.median(
+                            r["cpu_s"] for r in runs["shipped"]), 3),
+                        "parse_s_median": round(statistics.median(
             r["parse_s"] for r in got), 3), "peak_rss_mb_median": round(statistics.median(
                 r["peak_rss_mb"] for r in got)), "whole_build_vs_shipped": round(seconds / base, 3),
             "rows": got[0]["rows"], "runs": got[0]["runs"]}

@@ -287,34 +287,94 @@ def economics_from(
     restore_measured: dict[str, float] | None = None,
 ) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
     """report.json's `economics` block and its tables (economics_terms, economics_baselines, refusals_by_*,
-    wait_by_pending_reason), from the rows' RowSums."""
+    wait_by_pending_reason), from the rows' RowSums.
+
+    The steps, in order: `_input_notes` (what the events and inventory leave unknown), `_pricing` (the GPU-hour
+    price, the compute cost spread over capacity), `_allocated_terms` and `_add_units` (the rows' sums per
+    partition and in total), with node events `_unavailable_per_node`, `_capacity_and_unavailable` and `_idle`
+    (else `_unknown_idle`), `_fixed_costs`, `_finish` of each row, the cross-checks, baselines and sizing on
+    the finished total, `_refusals_block`, `_tables`."""
     econ = config.economics
     win = _window(period, events)
-    notes: list[str] = []
     nodes = events.nodes if events is not None else None
     have_events = events is not None and events.events is not None
     capacity_known = have_events and nodes is not None
+    notes = _input_notes(events, nodes is not None)
+    waits, wait_note = _pending_waits_of(sums.waits, sums.reason_known,
+                                         events.reasons if events is not None else None)
+    node_list = nodes or []
+    cap_total_h: float | None = sum(nd.gpus for nd in node_list) * win.hours if capacity_known else None
+    pricing = _pricing(config, win, cap_total_h, notes)
+
+    parts = sorted(sums.partitions | {p for nd in node_list for p in nd.partitions})
+    rows: dict[str, dict[str, Any]] = {p: _empty_row() for p in [*parts, TOTAL]}
+    by_type_hours = _allocated_terms(rows, sums, pricing, config)
+    _add_units(rows, sums)
+    if capacity_known and events is not None and events.events is not None:
+        unavailable_node = _unavailable_per_node(events, win, node_list, sums.held, notes)
+        total_share = _capacity_and_unavailable(rows, parts, node_list, unavailable_node, pricing, cap_total_h, win)
+        _idle(rows, parts, node_list, pricing, win, notes)
+    else:
+        total_share = 0.0
+        _unknown_idle(rows)
+    _fixed_costs(rows, parts, total_share, econ.costs.monthly(), win, notes)
+
+    out_rows = [_finish(name, row, econ.currency) for name, row in rows.items()]
+    total_row = out_rows[-1]
+    cross = _cross_check(events, total_row, period) if capacity_known and events is not None else None
+    registered = _registered_capacity(events, win)
+    baselines = _baselines(config, total_row, by_type_hours)
+    sizing = _sizing(config, total_row, target, out_rows, restore_measured)
+    for r in out_rows:
+        for k in ("attempts", "attempt_gpus", "_price"):
+            r.pop(k)
+    refusals_block = _refusals_block(refusal_source)
+    if wait_note:
+        notes.append(wait_note)
+    data = {
+        "currency": econ.currency,
+        "denominator": econ.denominator,
+        "units_label": econ.units_label if econ.denominator == "units" else None,
+        "completed_without_units": sums.without_units if econ.denominator == "units" else None,
+        "capacity": "known" if capacity_known else "unknown",
+        "window": {"start": period.start.isoformat(), "hours": round(win.hours, 6)},
+        "by_partition": out_rows[:-1],
+        "total": total_row,
+        "baselines": baselines,
+        "sizing": sizing,
+        "sreport_cross_check": cross,
+        "registered_capacity_gpu_hours": _r(registered),
+        "refusals": refusals_block,
+        "pending_reason_wait": waits,
+        "notes": notes,
+    }
+    return data, _tables(out_rows, baselines, waits, refusals_block)
+
+
+def _input_notes(events: EventSource | None, have_nodes: bool) -> list[str]:
+    """The notes on what the node events and inventory leave unknown or low (the first of the block's notes)."""
+    notes: list[str] = []
     if events is None or events.events is None:
         notes.append("No node events (sacctmgr show event) for the period: capacity, idle and unavailable GPU-hours "
                      "are unknown. `report fetch` stores them when the site config has [costs], a [baseline NAME] "
                      "or slurmctld_log; with --input give --events and --nodes.")
-    elif nodes is None:
+    elif not have_nodes:
         notes.append("No node inventory (scontrol show node): capacity and idle are unknown.")
-    if events is not None and events.missing and have_events:
+    if events is not None and events.missing and events.events is not None:
         notes.append(f"Node events missing for day(s) {', '.join(events.missing)}: unavailable GPU-hours may be low.")
     if events is not None and events.events is not None and events.events.problems:
         bad = events.events.problems
         notes.append(f"{len(bad)} node event row(s) could not be read and are left out, so unavailable GPU-hours may "
                      f"be low: {'; '.join(str(p) for p in bad[:3])}{' ...' if len(bad) > 3 else ''} (fix the file, "
                      "or record it again with `sacctmgr show event -P`)")
-    waits, wait_note = _pending_waits_of(sums.waits, sums.reason_known,
-                                         events.reasons if events is not None else None)
+    return notes
 
+
+def _pricing(config: SiteConfig, win: Window, cap_total_h: float | None, notes: list[str]) -> Pricing:
+    """The price of a GPU-hour: the site's prices, or with [costs] compute_per_month that cost of the window
+    spread evenly over the capacity GPU-hours (none at all, with a note, where capacity is unknown)."""
+    econ = config.economics
     compute_rate = None
-    cap_total_h: float | None = None
-    node_list = nodes or []
-    if capacity_known:
-        cap_total_h = sum(nd.gpus for nd in node_list) * win.hours
     if econ.costs.compute_per_month is not None:
         if cap_total_h:
             compute_rate = econ.costs.compute_per_month * win.hours / MONTH_HOURS / cap_total_h
@@ -325,9 +385,14 @@ def economics_from(
     pricing = Pricing(config, None if compute_rate is not None and math.isnan(compute_rate) else compute_rate)
     if compute_rate is not None and math.isnan(compute_rate):
         pricing.price = lambda gpu_type, partition: None  # type: ignore[method-assign]
+    return pricing
 
-    parts = sorted(sums.partitions | {p for nd in node_list for p in nd.partitions})
-    rows: dict[str, dict[str, Any]] = {p: _empty_row() for p in [*parts, TOTAL]}
+
+def _allocated_terms(rows: dict[str, dict[str, Any]], sums: RowSums, pricing: Pricing,
+                     config: SiteConfig) -> dict[str, float]:
+    """The allocated GPU-hour terms, their cost (else unpriced hours) and the attempts, into each partition's
+    row and the total's; returns the ended attempts' GPU-hours per GPU type (a mix split by its shares), which
+    the baselines price."""
     by_type_hours: dict[str, float] = {}
     for (p_name, g_name, term_index), (h, g, cnt) in sums.hours.items():
         price = pricing.price(g_name, "" if p_name == "(none)" else p_name)
@@ -346,9 +411,11 @@ def economics_from(
             for t, share in _mix(g_name or fallback).items():
                 t = t or fallback
                 by_type_hours[t] = by_type_hours.get(t, 0.0) + h * share
+    return by_type_hours
 
-    # ---- units ----
-    without_units = sums.without_units
+
+def _add_units(rows: dict[str, dict[str, Any]], sums: RowSums) -> None:
+    """The accepted units and completed attempts into each partition's row and the total's."""
     for p_name, (unit_sum, unit_count) in sums.units.items():
         row = rows.setdefault(p_name, _empty_row())
         row["units"] += unit_sum
@@ -356,70 +423,94 @@ def economics_from(
     rows[TOTAL]["units"] += sums.units_total
     rows[TOTAL]["completed"] += sums.completed_total
 
-    # ---- capacity, unavailable, idle ----
-    cross: dict[str, Any] | None = None
-    if capacity_known and events is not None and events.events is not None:
-        by_node = {nd.name: nd for nd in node_list}
-        ev_by_node = _event_intervals(events, win)
-        unknown_nodes = sorted(set(ev_by_node) - set(by_node))
-        if unknown_nodes:
-            notes.append(f"Node events of node(s) not in the inventory are left out: {', '.join(unknown_nodes)}.")
-        unavailable_node: dict[str, float] = {}
-        for name, ivs in ev_by_node.items():
-            if name not in by_node:
-                continue
-            merged = _merge(ivs)
-            g = by_node[name].gpus
-            total = sum((b - a) for a, b in merged) / 3600.0 * g
-            unavailable_node[name] = max(0.0, total - sums.held.get(name, 0.0))
-        shares: dict[str, float] = {}
-        for p in parts:
-            members = [nd for nd in node_list if p in nd.partitions]
-            cap = sum(nd.gpus for nd in members) * win.hours
-            rows[p]["capacity_gpu_hours"] = cap
-            rows[p]["nodes"] = len(members)
-            shares[p] = cap
-            for nd in members:
-                h = unavailable_node.get(nd.name, 0.0)
-                rows[p]["unavailable"]["gpu_hours"] += h
-                price = pricing.node_price(nd, p)
-                if price is not None:
-                    rows[p]["unavailable"]["cost"] += h * price
-        rows[TOTAL]["capacity_gpu_hours"] = cap_total_h
-        rows[TOTAL]["nodes"] = len(node_list)
-        for nd in node_list:
+
+def _unavailable_per_node(events: EventSource, win: Window, node_list: list[Node], held: dict[str, float],
+                          notes: list[str]) -> dict[str, float]:
+    """Per inventory node: its GPU-hours inside its merged events less the jobs' GPU-hours held there meanwhile
+    (a draining node finishes its jobs: those count as allocated); events of other nodes are noted, left out."""
+    by_node = {nd.name: nd for nd in node_list}
+    ev_by_node = _event_intervals(events, win)
+    unknown_nodes = sorted(set(ev_by_node) - set(by_node))
+    if unknown_nodes:
+        notes.append(f"Node events of node(s) not in the inventory are left out: {', '.join(unknown_nodes)}.")
+    unavailable_node: dict[str, float] = {}
+    for name, ivs in ev_by_node.items():
+        if name not in by_node:
+            continue
+        merged = _merge(ivs)
+        g = by_node[name].gpus
+        total = sum((b - a) for a, b in merged) / 3600.0 * g
+        unavailable_node[name] = max(0.0, total - held.get(name, 0.0))
+    return unavailable_node
+
+
+def _capacity_and_unavailable(rows: dict[str, dict[str, Any]], parts: list[str], node_list: list[Node],
+                              unavailable_node: dict[str, float], pricing: Pricing, cap_total_h: float | None,
+                              win: Window) -> float:
+    """Capacity, nodes and unavailable GPU-hours (priced at each node's price) of each partition (over its
+    nodes) and of the total (over distinct nodes); returns the partitions' capacity summed, the share base of
+    the fixed costs."""
+    shares: dict[str, float] = {}
+    for p in parts:
+        members = [nd for nd in node_list if p in nd.partitions]
+        cap = sum(nd.gpus for nd in members) * win.hours
+        rows[p]["capacity_gpu_hours"] = cap
+        rows[p]["nodes"] = len(members)
+        shares[p] = cap
+        for nd in members:
             h = unavailable_node.get(nd.name, 0.0)
-            rows[TOTAL]["unavailable"]["gpu_hours"] += h
-            price = pricing.node_price(nd, nd.partitions[0] if nd.partitions else "")
+            rows[p]["unavailable"]["gpu_hours"] += h
+            price = pricing.node_price(nd, p)
             if price is not None:
-                rows[TOTAL]["unavailable"]["cost"] += h * price
-        for name, row in rows.items():
-            cap = row["capacity_gpu_hours"]
-            if cap is None:  # a partition the inventory does not have (removed, or no partition): unknown
-                row["idle"] = {"gpu_hours": None, "cost": None}
-                row["unavailable"] = {"gpu_hours": None, "cost": None}
-                continue
-            allocated = sum(row[t]["gpu_hours"] for t in ("completed_run", "retries_failures", "in_progress"))
-            idle = cap - allocated - row["unavailable"]["gpu_hours"]
-            row["idle"]["gpu_hours"] = idle
-            row["idle"]["cost"] = idle * _capacity_price(row, name, node_list, pricing, win)
-        if all(len(nd.partitions) <= 1 for nd in node_list) and not any(
-                rows[p]["capacity_gpu_hours"] is None for p in parts):
-            # disjoint partitions: the total's idle is theirs, each at its own price (the average price of all
-            # nodes would misprice idle GPUs that sit mostly in one partition)
-            rows[TOTAL]["idle"]["cost"] = sum(rows[p]["idle"]["cost"] for p in parts)
-            if idle < -1e-6:
-                notes.append(f"{name}: allocated + unavailable exceed capacity by {-idle:.3f} GPU-hours (the node "
-                             "inventory changed during the period, or partitions overlap).")
-        total_share = sum(shares.values())
-    else:
-        total_share = 0.0
-        for row in rows.values():
+                rows[p]["unavailable"]["cost"] += h * price
+    rows[TOTAL]["capacity_gpu_hours"] = cap_total_h
+    rows[TOTAL]["nodes"] = len(node_list)
+    for nd in node_list:
+        h = unavailable_node.get(nd.name, 0.0)
+        rows[TOTAL]["unavailable"]["gpu_hours"] += h
+        price = pricing.node_price(nd, nd.partitions[0] if nd.partitions else "")
+        if price is not None:
+            rows[TOTAL]["unavailable"]["cost"] += h * price
+    return sum(shares.values())
+
+
+def _idle(rows: dict[str, dict[str, Any]], parts: list[str], node_list: list[Node], pricing: Pricing, win: Window,
+          notes: list[str]) -> None:
+    """Idle = capacity - allocated - unavailable of each row, priced at its nodes' capacity-weighted price (a
+    row without capacity: idle and unavailable unknown); with disjoint partitions the total's idle cost is
+    theirs summed."""
+    for name, row in rows.items():
+        cap = row["capacity_gpu_hours"]
+        if cap is None:  # a partition the inventory does not have (removed, or no partition): unknown
             row["idle"] = {"gpu_hours": None, "cost": None}
             row["unavailable"] = {"gpu_hours": None, "cost": None}
+            continue
+        allocated = sum(row[t]["gpu_hours"] for t in ("completed_run", "retries_failures", "in_progress"))
+        idle = cap - allocated - row["unavailable"]["gpu_hours"]
+        row["idle"]["gpu_hours"] = idle
+        row["idle"]["cost"] = idle * _capacity_price(row, name, node_list, pricing, win)
+    if all(len(nd.partitions) <= 1 for nd in node_list) and not any(
+            rows[p]["capacity_gpu_hours"] is None for p in parts):
+        # disjoint partitions: the total's idle is theirs, each at its own price (the average price of all
+        # nodes would misprice idle GPUs that sit mostly in one partition)
+        rows[TOTAL]["idle"]["cost"] = sum(rows[p]["idle"]["cost"] for p in parts)
+        # (`name` and `idle`: the loop's last row, and the last idle it computed)
+        if idle < -1e-6:
+            notes.append(f"{name}: allocated + unavailable exceed capacity by {-idle:.3f} GPU-hours (the node "
+                         "inventory changed during the period, or partitions overlap).")
 
-    # ---- fixed costs ----
-    monthly = econ.costs.monthly()
+
+def _unknown_idle(rows: dict[str, dict[str, Any]]) -> None:
+    """Without node events or inventory: idle and unavailable unknown in every row (never 0)."""
+    for row in rows.values():
+        row["idle"] = {"gpu_hours": None, "cost": None}
+        row["unavailable"] = {"gpu_hours": None, "cost": None}
+
+
+def _fixed_costs(rows: dict[str, dict[str, Any]], parts: list[str], total_share: float, monthly: dict[str, float],
+                 win: Window, notes: list[str]) -> None:
+    """The fixed cost terms of the window (per month x hours / 730) in the total, split over the partitions by
+    their share of capacity (None in each where capacity is unknown, with a note)."""
     for term in COST_TERMS:
         period_cost = monthly[term] * win.hours / MONTH_HOURS
         rows[TOTAL][term]["cost"] = period_cost
@@ -432,51 +523,36 @@ def economics_from(
         notes.append("Fixed costs are not split over partitions without a known capacity: they appear in the total "
                      "only.")
 
-    out_rows = [_finish(name, row, econ.currency) for name, row in rows.items()]
-    total_row = out_rows[-1]
-    if capacity_known and events is not None:
-        cross = _cross_check(events, total_row, period)
-    registered = None
-    if events is not None and events.events is not None and events.events.cluster:
-        registered = 0.0
-        for ct in events.events.cluster:  # slurmdbd's "Cluster Registered TRES": the GPUs slurmctld registered
-            a, b = max(ct.start, win.start), min(ct.end if ct.end is not None else win.end, win.end)
-            if b > a:
-                registered += ct.gpus * (b - a) / 3600.0
-    baselines = _baselines(config, total_row, by_type_hours)
-    sizing = _sizing(config, total_row, target, out_rows, restore_measured)
-    for r in out_rows:
-        for k in ("attempts", "attempt_gpus", "_price"):
-            r.pop(k)
-    refusals_block: dict[str, Any]
+
+def _registered_capacity(events: EventSource | None, win: Window) -> float | None:
+    """GPU-hours of slurmdbd's 'Cluster Registered TRES' events in the window (the GPUs slurmctld registered),
+    the capacity's cross-check; None without them."""
+    if events is None or events.events is None or not events.events.cluster:
+        return None
+    registered = 0.0
+    for ct in events.events.cluster:
+        a, b = max(ct.start, win.start), min(ct.end if ct.end is not None else win.end, win.end)
+        if b > a:
+            registered += ct.gpus * (b - a) / 3600.0
+    return registered
+
+
+def _refusals_block(refusal_source: RefusalSource | None) -> dict[str, Any]:
+    """The block's `refusals`: the submit policy's rejections counted by rule, account, user and partition,
+    or why they are not known."""
     if refusal_source is None or refusal_source.refusals is None:
-        refusals_block = {"known": False, "why": "no slurmctld log read (site slurmctld_log + `report fetch`, or "
-                          "--slurmctld-log with --input)"}
-    else:
-        refusals_block = {"known": True, "total": len(refusal_source.refusals),
-                          "ignored_log_lines": refusal_source.ignored_lines,
-                          "unreadable_lines": refusal_source.bad_lines,
-                          "missing_days": refusal_source.missing_days,
-                          **counts(refusal_source.refusals)}
-    if wait_note:
-        notes.append(wait_note)
-    data = {
-        "currency": econ.currency,
-        "denominator": econ.denominator,
-        "units_label": econ.units_label if econ.denominator == "units" else None,
-        "completed_without_units": without_units if econ.denominator == "units" else None,
-        "capacity": "known" if capacity_known else "unknown",
-        "window": {"start": period.start.isoformat(), "hours": round(win.hours, 6)},
-        "by_partition": out_rows[:-1],
-        "total": total_row,
-        "baselines": baselines,
-        "sizing": sizing,
-        "sreport_cross_check": cross,
-        "registered_capacity_gpu_hours": _r(registered),
-        "refusals": refusals_block,
-        "pending_reason_wait": waits,
-        "notes": notes,
-    }
+        return {"known": False, "why": "no slurmctld log read (site slurmctld_log + `report fetch`, or "
+                "--slurmctld-log with --input)"}
+    return {"known": True, "total": len(refusal_source.refusals),
+            "ignored_log_lines": refusal_source.ignored_lines,
+            "unreadable_lines": refusal_source.bad_lines,
+            "missing_days": refusal_source.missing_days,
+            **counts(refusal_source.refusals)}
+
+
+def _tables(out_rows: list[dict[str, Any]], baselines: list[dict[str, Any]], waits: list[dict[str, Any]],
+            refusals_block: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """The block's tables: economics_terms, economics_baselines, wait_by_pending_reason, refusals_by_* (known)."""
     tables = {
         "economics_terms": _terms_table(out_rows),
         "economics_baselines": pd.DataFrame(baselines),
@@ -485,7 +561,7 @@ def economics_from(
     if refusals_block["known"]:
         for dim in ("rule", "account", "user", "partition"):
             tables[f"refusals_by_{dim}"] = pd.DataFrame(refusals_block[f"by_{dim}"], columns=[dim, "refusals"])
-    return data, tables
+    return tables
 
 
 def _empty_row() -> dict[str, Any]:

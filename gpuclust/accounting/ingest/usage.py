@@ -60,7 +60,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -372,48 +372,90 @@ def attach(
     the caller keeps (its job rows; None: every row): the COLUMNS are made for those rows alone, in order (a
     dump's step rows are most of its rows: the figures are not written out for every row to be filtered at once).
     Where no row has usage, nothing is added and False returned: the caller adds null COLUMNS to the rows it
-    keeps (a dump's step rows are most of its rows: a million nulls per column cost page faults, not work)."""
+    keeps (a dump's step rows are most of its rows: a million nulls per column cost page faults, not work).
+
+    The steps, in order: `_UsageRows.of` (the rows that print usage), `_read_lists` (the lists' syntax and
+    their keys, read side by side in a pool while the output arrays, parents and energy are set up),
+    `_warn_bad_lists` and `_warn_bad_values`, `_utilisation` and `_warn_utilisation` (per-GPU utilisation by
+    the rule), `_JobMap` (each usage row's job among the rows kept), `_roll_up` and `_roll_up_energy` (sums and
+    peaks per job), `_job_utilisation` (what a job's utilisation figures keep), `_write`."""
     n = len(is_step)
     if not usage_text or n == 0:
         return False
-    text = {name: _string(arr) for name, arr in usage_text.items()}
-    order = _TextOrder(text_rows)
-    has_usage = np.zeros(n, dtype=bool)
-    for arr in text.values():
-        has_usage |= order.rows_of(fields._mask(pc.greater(pc.binary_length(arr), 0)))
-    rows = np.flatnonzero(has_usage)
-    if rows.size == 0:
+    usage = _UsageRows.of(usage_text, text_rows, n, line_values, source, warnings)
+    if usage is None:
         return False
-    t_rows = order.text(rows)  # the usage rows in the text columns
+    reads = _read_lists(usage, columns, is_step, keep)
+    _warn_bad_lists(usage, reads.bad_lists, reads.same_rows, reads.ave_same_rows)
+    _warn_bad_values(usage, reads.got)
+    util = _utilisation(reads.got, reads.gpus, rule)
+    _warn_utilisation(util, line_values[usage.rows], source, warnings)
+    jobs = _JobMap(is_step[usage.rows], reads.parent, usage.rows, reads.out)
+    _roll_up(jobs, reads, util)
+    _roll_up_energy(jobs, reads.out.values["energy_j"], reads.energy, is_step[usage.rows])
+    _job_utilisation(jobs, reads.out, util, reads.job_gpus, reads.job_elapsed)
+    _write(columns, reads.out)
+    return True
 
-    def warn(mask_rows: np.ndarray, message: Any) -> None:
+
+class _UsageRows:
+    """The rows that print usage (`rows`: of the table; `t_rows`: the same in the text columns) and the reads of
+    their text columns, which the pool's threads call side by side (nothing here is written after `of`)."""
+
+    def __init__(self, text: dict[str, pa.Array], order: _TextOrder, rows: np.ndarray, n: int,
+                 line_values: np.ndarray, source: str, warnings: UsageWarnings) -> None:
+        self.text = text
+        self.order = order
+        self.rows = rows
+        self.t_rows = order.text(rows)  # the usage rows in the text columns
+        self.n = n
+        self.line_values = line_values
+        self.source = source
+        self.warnings = warnings
+
+    @classmethod
+    def of(cls, usage_text: Mapping[str, pa.Array], text_rows: np.ndarray | None, n: int, line_values: np.ndarray,
+           source: str, warnings: UsageWarnings) -> _UsageRows | None:
+        """The text columns as strings and the rows where any of them is not empty; None where none is."""
+        text = {name: _string(arr) for name, arr in usage_text.items()}
+        order = _TextOrder(text_rows)
+        has_usage = np.zeros(n, dtype=bool)
+        for arr in text.values():
+            has_usage |= order.rows_of(fields._mask(pc.greater(pc.binary_length(arr), 0)))
+        rows = np.flatnonzero(has_usage)
+        if rows.size == 0:
+            return None
+        return cls(text, order, rows, n, line_values, source, warnings)
+
+    def warn(self, mask_rows: np.ndarray, message: Any) -> None:
         """One warning per row in `mask_rows` (all rows of the table), the first ones listed."""
         for i in mask_rows[:MAX_WARNINGS_LISTED].tolist():
-            warnings.add(source, int(line_values[i]), message(i))
-        warnings.count += max(0, len(mask_rows) - MAX_WARNINGS_LISTED)
+            self.warnings.add(self.source, int(self.line_values[i]), message(i))
+        self.warnings.count += max(0, len(mask_rows) - MAX_WARNINGS_LISTED)
 
-    def to_read(name: str, among: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool, pa.Array]:
+    def to_read(self, name: str, among: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool, pa.Array]:
         """The usage rows `among` picks (None: all): their table rows, their text rows, and what to read of
         column `name`: the whole column (an empty row costs a kernel nothing), or a copy of those rows when
         they are few (`few`)."""
-        at, t_at = (rows, t_rows) if among is None else (rows[among], t_rows[among])
-        few = at.size * 8 < n
-        return at, t_at, few, text[name].take(pa.array(t_at)) if few else text[name]
+        at, t_at = (self.rows, self.t_rows) if among is None else (self.rows[among], self.t_rows[among])
+        few = at.size * 8 < self.n
+        return at, t_at, few, self.text[name].take(pa.array(t_at)) if few else self.text[name]
 
     # A malformed TRES list that a figure is read from is a warning (what can be read of it still is):
-    # TRESUsageOutTot gives none, TRESUsageInAve only where TRESUsageInTot has no gres/gpuutil (below).
-    def malformed(name: str, among: np.ndarray | None = None) -> np.ndarray:
+    # TRESUsageOutTot gives none, TRESUsageInAve only where TRESUsageInTot has no gres/gpuutil (_read_ave).
+    def malformed(self, name: str, among: np.ndarray | None = None) -> np.ndarray:
         """The rows (of the table) whose `name` is not a TRES list; `among`: of these usage rows only."""
-        at, t_at, few, arr = to_read(name, among)
+        at, t_at, few, arr = self.to_read(name, among)
         ok = fields._mask(pc.fill_null(pc.match_substring_regex(arr, _ENTRY_SYNTAX.pattern), True))
         return at[~ok] if few else at[~ok[t_at]]
 
-    def field_values(name: str, key: str, kind: str, among: np.ndarray | None = None) -> Extracted:
+    def field_values(self, name: str, key: str, kind: str, among: np.ndarray | None = None) -> Extracted:
         """`key` of column `name` on the usage rows (NaN where absent); `among`: only on these rows."""
+        rows = self.rows
         out = np.full(rows.size, np.nan)
-        if name not in text:
+        if name not in self.text:
             return Extracted(name, key, out, np.zeros(0, np.int64), pa.array([], pa.string()))
-        at, t_at, few, arr = to_read(name, among)
+        at, t_at, few, arr = self.to_read(name, among)
         where, values = extract(arr, key)
         parse = {"number": numbers, "count": counts, "size": sizes_mib, "clock": clock_seconds}[kind]
         got, bad = parse(values)
@@ -423,11 +465,11 @@ def attach(
             sub[where] = got
             out[slice(None) if among is None else among] = sub
             return Extracted(name, key, out, at[where[bad_at]], values.take(pa.array(bad_at)))
-        full = np.full(n, np.nan)  # by text row
+        full = np.full(self.n, np.nan)  # by text row
         full[where] = got
         out[slice(None) if among is None else among] = full[t_at]
-        bad_rows = order.rows(where[bad_at])
-        if text_rows is not None:  # (rows of the table ascending, as Extracted keeps them)
+        bad_rows = self.order.rows(where[bad_at])
+        if self.order.text_rows is not None:  # (rows of the table ascending, as Extracted keeps them)
             ranked = np.argsort(bad_rows, kind="stable")
             bad_rows, bad_at = bad_rows[ranked], bad_at[ranked]
         if among is not None:  # (the whole column was read)
@@ -435,86 +477,201 @@ def attach(
             bad_rows, bad_at = bad_rows[wanted], bad_at[wanted]
         return Extracted(name, key, out, bad_rows, values.take(pa.array(bad_at)))
 
-    def same_text(a: str, b: str) -> np.ndarray:
+    def same_text(self, a: str, b: str) -> np.ndarray:
         """Which usage rows print the very same list as `a` and as `b`."""
-        if a not in text or b not in text:
-            return np.zeros(rows.size, dtype=bool)
-        return fields._mask(pc.equal(text[a], text[b]))[t_rows]
+        if a not in self.text or b not in self.text:
+            return np.zeros(self.rows.size, dtype=bool)
+        return fields._mask(pc.equal(self.text[a], self.text[b]))[self.t_rows]
 
-    def with_twin(bad_rows: np.ndarray, twin_bad_rows: np.ndarray, same_rows: np.ndarray) -> np.ndarray:
-        """Malformed rows, and those of a twin column on the rows where the two print the same list."""
-        return np.union1d(bad_rows, twin_bad_rows[sorting.in_sorted(twin_bad_rows, same_rows)])
 
-    # The kernels release the GIL: the columns are read side by side, TRESUsageInMax first (the rest of the
-    # rollup is set up here meanwhile).
+@dataclass
+class _Output:
+    """The figures out, one row per table row kept (`kept`; `out_row`: each table row's row out): `values` per
+    float column (NaN: no figure), `rule_code` an index into RULES_OUT (-1: none)."""
+
+    kept: np.ndarray
+    out_row: np.ndarray
+    n_out: int
+    values: dict[str, np.ndarray]
+    rule_code: np.ndarray
+
+
+@dataclass
+class _Reads:
+    """What `_read_lists` leaves: each (column, key) read on the usage rows, the malformed lists per column
+    (table rows), the table rows where Max prints Tot's list and where Ave (read) prints Tot's, and what was set
+    up meanwhile: the output arrays, the jobs' GPUs and Elapsed (per table row, and per usage row), each usage
+    row's parent (table row, -1: none) and its ConsumedEnergyRaw."""
+
+    got: dict[tuple[str, str], Extracted]
+    bad_lists: dict[str, np.ndarray]
+    same_rows: np.ndarray
+    ave_same_rows: np.ndarray
+    out: _Output
+    job_gpus: np.ndarray
+    job_elapsed: np.ndarray
+    gpus: np.ndarray
+    elapsed: np.ndarray
+    parent: np.ndarray
+    energy: np.ndarray
+
+
+_MAX_KEYS = (("gres/gpuutil", "count"), ("gres/gpumem", "size"), ("mem", "size"), ("cpu", "clock"))
+_TOT_KEYS = (("gres/gpuutil", "count"), ("cpu", "clock"))
+_Futures = dict[Any, Future[Any]]
+
+
+def _read_lists(usage: _UsageRows, columns: Mapping[str, Any], is_step: np.ndarray,
+                keep: np.ndarray | None) -> _Reads:
+    """The syntax checks and key reads of the lists, in a pool, with the rest of the rollup set up meanwhile on
+    this thread: the kernels release the GIL, so the columns are read side by side, TRESUsageInMax first."""
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        syntax = {"TRESUsageInMax": pool.submit(malformed, "TRESUsageInMax")} if "TRESUsageInMax" in text else {}
-        read = {("TRESUsageInMax", key): pool.submit(field_values, "TRESUsageInMax", key, kind) for key, kind in (
-            ("gres/gpuutil", "count"), ("gres/gpumem", "size"), ("mem", "size"), ("cpu", "clock"))}
+        syntax, read = _submit_max(pool, usage)
         # A step of one task prints the same list as its Ave, its Max and its Tot (sacct's batch and extern
         # steps always): such a Tot is read as its Max was, and such an Ave as its Tot, not again.
-        same = same_text("TRESUsageInMax", "TRESUsageInTot")
-        same_rows = rows[same]
-        own = ~same
-        if "TRESUsageInTot" in text:
-            syntax["TRESUsageInTot"] = pool.submit(malformed, "TRESUsageInTot", own)
-        read |= {("TRESUsageInTot", key): pool.submit(field_values, "TRESUsageInTot", key, kind, among=own)
-                 for key, kind in (("gres/gpuutil", "count"), ("cpu", "clock"))}
-        kept = np.ones(n, dtype=bool) if keep is None else keep
-        out_row = np.cumsum(kept, dtype=np.int64) - 1  # table row -> its row out
-        n_out = int(out_row[-1]) + 1
-        out = {name: np.full(n_out, np.nan) for name, kind in COLUMNS if kind != pa.string()}
-        rule_code = np.full(n_out, -1, dtype=np.int64)  # index into RULES_OUT, -1: none
-        job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
-        job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
-                                               dtype=float))
-        gpus, elapsed = job_gpus[rows], job_elapsed[rows]
-        parent = _parents(_plain(columns["job_id"]), is_step, rows, line_values, source, warnings)
-        energy = numbers(_empty_to_null(text["ConsumedEnergyRaw"]))[0][t_rows] if "ConsumedEnergyRaw" in text \
-            else np.full(rows.size, np.nan)
-        got = {pair: fut.result() for pair, fut in read.items()}
-        for key in ("gres/gpuutil", "cpu"):
-            got["TRESUsageInTot", key] = got["TRESUsageInTot", key].where_same(
-                got["TRESUsageInMax", key], same, same_rows)
-        # Ave counts only where Tot has no gpuutil (a hand-cut dump, a step without GPUs): read it there alone.
-        ave_rows = np.isnan(got["TRESUsageInTot", "gres/gpuutil"].values)
-        ave_same = ave_rows & same_text("TRESUsageInAve", "TRESUsageInTot")
-        ave_same_rows = rows[ave_same]
-        ave_own = ave_rows & ~ave_same
-        got["TRESUsageInAve", "gres/gpuutil"] = field_values(
-            "TRESUsageInAve", "gres/gpuutil", "count", among=ave_own).where_same(
-            got["TRESUsageInTot", "gres/gpuutil"], ave_same, ave_same_rows)
-        if "TRESUsageInAve" in text:
-            syntax["TRESUsageInAve"] = pool.submit(malformed, "TRESUsageInAve", ave_own)
+        same = usage.same_text("TRESUsageInMax", "TRESUsageInTot")
+        same_rows = usage.rows[same]
+        _submit_tot(pool, usage, ~same, syntax, read)
+        out = _output_arrays(usage.n, keep)
+        job_gpus, job_elapsed = _job_sizes(columns)
+        gpus, elapsed = job_gpus[usage.rows], job_elapsed[usage.rows]
+        parent = _parents(_plain(columns["job_id"]), is_step, usage.rows, usage.line_values, usage.source,
+                          usage.warnings)
+        energy = _energy(usage)
+        got = _tot_as_max(read, same, same_rows)
+        ave_same_rows = _read_ave(pool, usage, got, syntax)
         bad_lists = {name: fut.result() for name, fut in syntax.items()}
+    return _Reads(got, bad_lists, same_rows, ave_same_rows, out, job_gpus, job_elapsed, gpus, elapsed, parent,
+                  energy)
+
+
+def _submit_max(pool: ThreadPoolExecutor, usage: _UsageRows) -> tuple[_Futures, _Futures]:
+    """TRESUsageInMax's syntax check and its four keys, submitted first (every figure but energy reads them)."""
+    syntax = {"TRESUsageInMax": pool.submit(usage.malformed, "TRESUsageInMax")} \
+        if "TRESUsageInMax" in usage.text else {}
+    read = {("TRESUsageInMax", key): pool.submit(usage.field_values, "TRESUsageInMax", key, kind)
+            for key, kind in _MAX_KEYS}
+    return syntax, read
+
+
+def _submit_tot(pool: ThreadPoolExecutor, usage: _UsageRows, own: np.ndarray, syntax: _Futures,
+                read: _Futures) -> None:
+    """TRESUsageInTot's syntax check and its keys, submitted (into `syntax` and `read`) on the usage rows `own`
+    alone: those whose Tot is not their Max's list."""
+    if "TRESUsageInTot" in usage.text:
+        syntax["TRESUsageInTot"] = pool.submit(usage.malformed, "TRESUsageInTot", own)
+    read |= {("TRESUsageInTot", key): pool.submit(usage.field_values, "TRESUsageInTot", key, kind, among=own)
+             for key, kind in _TOT_KEYS}
+
+
+def _output_arrays(n: int, keep: np.ndarray | None) -> _Output:
+    """The output arrays, one row per row kept (every row where `keep` is None), no figure in any yet."""
+    kept = np.ones(n, dtype=bool) if keep is None else keep
+    out_row = np.cumsum(kept, dtype=np.int64) - 1  # table row -> its row out
+    n_out = int(out_row[-1]) + 1
+    values = {name: np.full(n_out, np.nan) for name, kind in COLUMNS if kind != pa.string()}
+    rule_code = np.full(n_out, -1, dtype=np.int64)  # index into RULES_OUT, -1: none
+    return _Output(kept, out_row, n_out, values, rule_code)
+
+
+def _job_sizes(columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Each table row's GPUs and Elapsed seconds (0 where unknown)."""
+    job_gpus = np.nan_to_num(np.asarray(_plain(columns["gpus"]).to_numpy(zero_copy_only=False), dtype=float))
+    job_elapsed = np.nan_to_num(np.asarray(_plain(columns["elapsed_s"]).to_numpy(zero_copy_only=False),
+                                           dtype=float))
+    return job_gpus, job_elapsed
+
+
+def _energy(usage: _UsageRows) -> np.ndarray:
+    """ConsumedEnergyRaw of each usage row (NaN where empty or absent)."""
+    if "ConsumedEnergyRaw" not in usage.text:
+        return np.full(usage.rows.size, np.nan)
+    return numbers(_empty_to_null(usage.text["ConsumedEnergyRaw"]))[0][usage.t_rows]
+
+
+def _tot_as_max(read: _Futures, same: np.ndarray, same_rows: np.ndarray) -> dict[tuple[str, str], Extracted]:
+    """The keys read (waiting for them), Tot's taken from Max's on the usage rows where both print one list."""
+    got = {pair: fut.result() for pair, fut in read.items()}
+    for key in ("gres/gpuutil", "cpu"):
+        got["TRESUsageInTot", key] = got["TRESUsageInTot", key].where_same(
+            got["TRESUsageInMax", key], same, same_rows)
+    return got
+
+
+def _read_ave(pool: ThreadPoolExecutor, usage: _UsageRows, got: dict[tuple[str, str], Extracted],
+              syntax: _Futures) -> np.ndarray:
+    """TRESUsageInAve's gres/gpuutil into `got`, only where Tot has none (a hand-cut dump, a step without GPUs),
+    taken from Tot where both print one list, and its syntax check submitted on the rows read; returns the
+    table rows where Ave was Tot's list."""
+    ave_rows = np.isnan(got["TRESUsageInTot", "gres/gpuutil"].values)
+    ave_same = ave_rows & usage.same_text("TRESUsageInAve", "TRESUsageInTot")
+    ave_same_rows = usage.rows[ave_same]
+    ave_own = ave_rows & ~ave_same
+    got["TRESUsageInAve", "gres/gpuutil"] = usage.field_values(
+        "TRESUsageInAve", "gres/gpuutil", "count", among=ave_own).where_same(
+        got["TRESUsageInTot", "gres/gpuutil"], ave_same, ave_same_rows)
+    if "TRESUsageInAve" in usage.text:
+        syntax["TRESUsageInAve"] = pool.submit(usage.malformed, "TRESUsageInAve", ave_own)
+    return ave_same_rows
+
+
+def _with_twin(bad_rows: np.ndarray, twin_bad_rows: np.ndarray, same_rows: np.ndarray) -> np.ndarray:
+    """Malformed rows, and those of a twin column on the rows where the two print the same list."""
+    return np.union1d(bad_rows, twin_bad_rows[sorting.in_sorted(twin_bad_rows, same_rows)])
+
+
+def _warn_bad_lists(usage: _UsageRows, bad_lists: dict[str, np.ndarray], same_rows: np.ndarray,
+                    ave_same_rows: np.ndarray) -> None:
+    """A warning per malformed list read (a list not checked because its twin was counts as its twin did)."""
     if "TRESUsageInTot" in bad_lists and "TRESUsageInMax" in bad_lists:
-        bad_lists["TRESUsageInTot"] = with_twin(bad_lists["TRESUsageInTot"], bad_lists["TRESUsageInMax"], same_rows)
+        bad_lists["TRESUsageInTot"] = _with_twin(bad_lists["TRESUsageInTot"], bad_lists["TRESUsageInMax"],
+                                                 same_rows)
     if "TRESUsageInAve" in bad_lists and "TRESUsageInTot" in bad_lists:
-        bad_lists["TRESUsageInAve"] = with_twin(bad_lists["TRESUsageInAve"], bad_lists["TRESUsageInTot"],
-                                                ave_same_rows)
+        bad_lists["TRESUsageInAve"] = _with_twin(bad_lists["TRESUsageInAve"], bad_lists["TRESUsageInTot"],
+                                                 ave_same_rows)
+    order = usage.order
     for name, bad_rows in sorted(bad_lists.items()):
-        arr = text[name]
-        warn(bad_rows, lambda i, name=name, arr=arr: f"{name} {arr[order.text_row(i)].as_py()!r:.80} is not a TRES list")
+        arr = usage.text[name]
+        usage.warn(bad_rows,
+                   lambda i, name=name, arr=arr: f"{name} {arr[order.text_row(i)].as_py()!r:.80} is not a TRES list")
+
+
+def _warn_bad_values(usage: _UsageRows, got: dict[tuple[str, str], Extracted]) -> None:
+    """A warning per value read that is not a number of its kind."""
     for name, key in (("TRESUsageInAve", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpuutil"),
                       ("TRESUsageInTot", "gres/gpuutil"), ("TRESUsageInMax", "gres/gpumem"),
                       ("TRESUsageInTot", "cpu"), ("TRESUsageInMax", "mem")):
         ex = got[name, key]
-        warn(ex.bad_rows, lambda i, ex=ex: f"{ex.name} {ex.key}={ex.bad_text[ex.index(i)].as_py()!r} is not a value")
+        usage.warn(ex.bad_rows,
+                   lambda i, ex=ex: f"{ex.name} {ex.key}={ex.bad_text[ex.index(i)].as_py()!r} is not a value")
+
+
+@dataclass(frozen=True)
+class _Utilisation:
+    """Per usage row: whether it has gres/gpuutil, its per-GPU utilisation and peak, and why it is unusable
+    (`absurd`: outside 0-100; `ambiguous`: rule unknown on several GPUs; `last_gpu`: 23.11.0-24.05.0;
+    `gpuless`: a step with no gres/gpu to spread it over)."""
+
+    has_util: np.ndarray
+    per_gpu: np.ndarray
+    peak: np.ndarray
+    absurd: np.ndarray
+    ambiguous: np.ndarray
+    last_gpu: np.ndarray
+    gpuless: np.ndarray
+    spoiled: np.ndarray  # any of the four
+
+
+def _utilisation(got: dict[tuple[str, str], Extracted], gpus: np.ndarray, rule: str | None) -> _Utilisation:
+    """Per-GPU utilisation of each usage row, by the rule of the Slurm that wrote it (RULES above)."""
     util_ave, util_max, util_tot = (got[name, "gres/gpuutil"].values
                                     for name in ("TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot"))
-    gmem_max = got["TRESUsageInMax", "gres/gpumem"].values
-    cpu_tot = got["TRESUsageInTot", "cpu"].values
-    mem_max = got["TRESUsageInMax", "mem"].values
-    lines = line_values[rows]
-
-    step = is_step[rows]
-    # Per-GPU utilisation of each step, by the rule of the Slurm that wrote it.
     has_util = ~np.isnan(util_ave) | ~np.isnan(util_tot)
     multi = gpus > 1
     evidence = np.fmax(np.nan_to_num(util_max, nan=-1), np.nan_to_num(util_tot, nan=-1)) > 100
-    last_gpu = has_util if rule == RULE_LAST_GPU else np.zeros(rows.size, dtype=bool)
+    last_gpu = has_util if rule == RULE_LAST_GPU else np.zeros(gpus.size, dtype=bool)
     # Unknown version: one GPU reads the same under both `summed` releases; several need a value over 100.
-    ambiguous = has_util & multi & ~evidence if rule is None else np.zeros(rows.size, dtype=bool)
+    ambiguous = has_util & multi & ~evidence if rule is None else np.zeros(gpus.size, dtype=bool)
     # Tot is the sum over tasks; a step without Tot (a hand-cut dump) falls back to Ave x tasks = Ave for one.
     total = np.where(np.isnan(util_tot), util_ave, util_tot)
     per_gpu = total / np.maximum(gpus, 1)
@@ -523,6 +680,16 @@ def attach(
     peak = np.fmax(util_max / np.maximum(gpus, 1), per_gpu)
     absurd = has_util & ~last_gpu & ((per_gpu < 0) | (per_gpu > 100) | (np.nan_to_num(peak) > 100)
                                      | (np.nan_to_num(peak) < 0))
+    # gres/gpuutil on a step whose AllocTRES has no gres/gpu: over how many GPUs is unknown, so its utilisation
+    # is too (read as is it would be 0% busy on 0 GPUs, and its job held idle).
+    gpuless = has_util & ~last_gpu & ~absurd & (gpus <= 0)
+    return _Utilisation(has_util, per_gpu, peak, absurd, ambiguous, last_gpu, gpuless,
+                        absurd | ambiguous | last_gpu | gpuless)
+
+
+def _warn_utilisation(util: _Utilisation, lines: np.ndarray, source: str, warnings: UsageWarnings) -> None:
+    """A warning per usage row whose utilisation is unusable (`lines`: each usage row's line)."""
+    absurd, ambiguous, last_gpu, per_gpu = util.absurd, util.ambiguous, util.last_gpu, util.per_gpu
     for i in np.flatnonzero(absurd)[: MAX_WARNINGS_LISTED]:
         warnings.add(source, int(lines[i]), f"gres/gpuutil reads {per_gpu[i]:.6g}% per GPU "
                                             f"(outside 0-100; rule {RULE_SUMMED})")
@@ -536,84 +703,105 @@ def attach(
         warnings.add(source, int(lines[i]), "gres/gpuutil from Slurm 23.11.0-24.05.0, which recorded only the "
                                             "node's last GPU (fixed in 24.05.1): utilisation unknown")
     warnings.count += max(0, int(last_gpu.sum()) - MAX_WARNINGS_LISTED)
-    # gres/gpuutil on a step whose AllocTRES has no gres/gpu: over how many GPUs is unknown, so its utilisation
-    # is too (read as is it would be 0% busy on 0 GPUs, and its job held idle).
-    gpuless = has_util & ~last_gpu & ~absurd & (gpus <= 0)
-    for i in np.flatnonzero(gpuless)[: MAX_WARNINGS_LISTED]:
+    for i in np.flatnonzero(util.gpuless)[: MAX_WARNINGS_LISTED]:
         warnings.add(source, int(lines[i]), "gres/gpuutil on a step with no gres/gpu in its AllocTRES: its GPUs, "
                                             "so its utilisation, unknown")
-    warnings.count += max(0, int(gpuless.sum()) - MAX_WARNINGS_LISTED)
-    spoiled = absurd | ambiguous | last_gpu | gpuless
-    negative_mem = np.nan_to_num(gmem_max) < 0
-    gmem_max = np.where(negative_mem, np.nan, gmem_max)
+    warnings.count += max(0, int(util.gpuless.sum()) - MAX_WARNINGS_LISTED)
 
-    target = np.where(step, parent, rows)
-    valid = (target >= 0) & kept[np.maximum(target, 0)]  # (a job row dropped takes its steps' figures with it)
-    target_v = out_row[target[valid]]  # rows out
 
-    def add(name: str, values: np.ndarray) -> None:
-        """The sum of each job's `values` (NaN: none) into column `name`, which holds no figure yet (NaN where
-        the job gets none). bincount adds in the rows' order, as a loop would."""
-        v = values[valid]
+class _JobMap:
+    """Each usage row's job as a row out (a step's parent row, a job row itself), for the usage rows whose job
+    is kept (`valid`; a job row dropped takes its steps' figures with it), and the per-job sums and peaks."""
+
+    def __init__(self, step: np.ndarray, parent: np.ndarray, rows: np.ndarray, out: _Output) -> None:
+        target = np.where(step, parent, rows)
+        self.valid = (target >= 0) & out.kept[np.maximum(target, 0)]
+        self.target_v = out.out_row[target[self.valid]]  # rows out
+        self.n_out = out.n_out
+
+    def add(self, dest: np.ndarray, values: np.ndarray) -> None:
+        """The sum of each job's `values` (NaN: none) into `dest`, which holds no figure yet (NaN where the job
+        gets none). bincount adds in the rows' order, as a loop would."""
+        v = values[self.valid]
         ok = ~np.isnan(v)
-        idx = target_v[ok]
-        got = np.bincount(idx, minlength=n_out) > 0
-        out[name][got] = np.bincount(idx, weights=v[ok], minlength=n_out)[got]
+        idx = self.target_v[ok]
+        got = np.bincount(idx, minlength=self.n_out) > 0
+        dest[got] = np.bincount(idx, weights=v[ok], minlength=self.n_out)[got]
 
-    def peak_of(name: str, values: np.ndarray) -> None:
-        """The highest of each job's `values` (NaN: none) into column `name`, which holds no figure yet."""
-        v = values[valid]
+    def peak(self, dest: np.ndarray, values: np.ndarray) -> None:
+        """The highest of each job's `values` (NaN: none) into `dest`, which holds no figure yet."""
+        v = values[self.valid]
         ok = ~np.isnan(v)
-        dest = out[name]
-        idx, v = target_v[ok], v[ok]
+        idx, v = self.target_v[ok], v[ok]
         if idx.size and (idx[1:] >= idx[:-1]).all():  # (sacct's order: each job's steps after it, together)
             first = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
             dest[idx[first]] = np.fmax.reduceat(v, first)
         else:
             np.fmax.at(dest, idx, v)
 
-    busy = np.where(has_util & ~spoiled, per_gpu / 100 * gpus * elapsed, np.nan)
-    add("gpu_busy_gpu_s", busy)
-    peak_of("gpu_util_max_pct", np.where(spoiled, np.nan, peak))
-    peak_of("gpu_mem_max_mb", gmem_max)
-    add("cpu_used_s", cpu_tot)
-    peak_of("mem_max_mb", mem_max)
+    def jobs_of(self, step_mask: np.ndarray) -> np.ndarray:
+        """The job rows (as rows out, a mask) of the usage rows in `step_mask`: by a mask, not a sort."""
+        marked = np.zeros(self.n_out, dtype=bool)
+        marked[self.target_v[step_mask[self.valid]]] = True
+        return marked
+
+
+def _roll_up(jobs: _JobMap, reads: _Reads, util: _Utilisation) -> None:
+    """The usage rows' busy GPU-seconds and CPU seconds summed, and their peaks maxed, into their jobs' rows out
+    (an unusable utilisation and a negative GPU memory count as none)."""
+    out, got = reads.out.values, reads.got
+    spoiled = util.spoiled
+    busy = np.where(util.has_util & ~spoiled, util.per_gpu / 100 * reads.gpus * reads.elapsed, np.nan)
+    jobs.add(out["gpu_busy_gpu_s"], busy)
+    jobs.peak(out["gpu_util_max_pct"], np.where(spoiled, np.nan, util.peak))
+    gmem_max = got["TRESUsageInMax", "gres/gpumem"].values
+    gmem_max = np.where(np.nan_to_num(gmem_max) < 0, np.nan, gmem_max)
+    jobs.peak(out["gpu_mem_max_mb"], gmem_max)
+    jobs.add(out["cpu_used_s"], got["TRESUsageInTot", "cpu"].values)
+    jobs.peak(out["mem_max_mb"], got["TRESUsageInMax", "mem"].values)
+
+
+def _roll_up_energy(jobs: _JobMap, dest: np.ndarray, energy: np.ndarray, step: np.ndarray) -> None:
+    """Each job's energy into `dest`: its own row's figure, else its steps' sum (0 J, Slurm's "not gathered",
+    counts as none)."""
     energy = np.where(energy > 0, energy, np.nan)
     step_energy = np.where(step, energy, np.nan)
     own_energy = np.where(step, np.nan, energy)
-    add("energy_j", step_energy)
-    job_energy = own_energy[valid]
+    jobs.add(dest, step_energy)
+    job_energy = own_energy[jobs.valid]
     ok = ~np.isnan(job_energy)
-    out["energy_j"][target_v[ok]] = job_energy[ok]  # the job row's own figure wins over its steps' sum
+    dest[jobs.target_v[ok]] = job_energy[ok]  # the job row's own figure wins over its steps' sum
 
-    # A job with a spoiled step has no utilisation figure at all (part of it would read as idle).
-    def jobs_of(step_mask: np.ndarray) -> np.ndarray:
-        """The job rows (as rows out, a mask) of the usage rows in `step_mask`: by a mask, not a sort."""
-        marked = np.zeros(n_out, dtype=bool)
-        marked[target_v[step_mask[valid]]] = True
-        return marked
 
-    spoiled_at = jobs_of(spoiled)
+def _job_utilisation(jobs: _JobMap, output: _Output, util: _Utilisation, job_gpus: np.ndarray,
+                     job_elapsed: np.ndarray) -> None:
+    """Per job: no utilisation figure where a step's is unusable (part of it would read as idle), else its
+    GPU-seconds with utilisation (busy capped at them) and the rule."""
+    out = output.values
+    spoiled_at = jobs.jobs_of(util.spoiled)
     spoiled_jobs = np.flatnonzero(spoiled_at)
     out["gpu_busy_gpu_s"][spoiled_jobs] = np.nan
     out["gpu_util_max_pct"][spoiled_jobs] = np.nan
-    good_jobs = np.flatnonzero(jobs_of(has_util) & ~spoiled_at)
-    good_rows = np.flatnonzero(kept)[good_jobs]  # (rows of the table)
+    good_jobs = np.flatnonzero(jobs.jobs_of(util.has_util) & ~spoiled_at)
+    good_rows = np.flatnonzero(output.kept)[good_jobs]  # (rows of the table)
     out["gpu_util_gpu_s"][good_jobs] = job_gpus[good_rows] * job_elapsed[good_rows]
     # Busy GPU-seconds never exceed the job's own GPU-seconds (overlapping steps on the same GPUs).
     cap = out["gpu_util_gpu_s"]
     over = ~np.isnan(cap) & (out["gpu_busy_gpu_s"] > cap)
     out["gpu_busy_gpu_s"][over] = cap[over]
-    rule_code[good_jobs] = 0
-    rule_code[jobs_of(last_gpu)] = 1  # says why the figure is unknown
+    output.rule_code[good_jobs] = 0
+    output.rule_code[jobs.jobs_of(util.last_gpu)] = 1  # says why the figure is unknown
 
+
+def _write(columns: dict[str, Any], output: _Output) -> None:
+    """The COLUMNS as Arrow arrays into `columns` (null: no figure)."""
+    out, rule_code = output.values, output.rule_code
     for name, kind in COLUMNS:
         if kind == pa.string():
             columns[name] = pa.array(RULES_OUT, pa.string()).take(
                 pa.array(rule_code, pa.int64(), mask=rule_code < 0))
         else:
             columns[name] = fields.nullable(out[name], ~np.isnan(out[name]), pa.float64())
-    return True
 
 
 def _parents(job_id: pa.Array, is_step: np.ndarray, rows: np.ndarray, line_values: np.ndarray, source: str,
