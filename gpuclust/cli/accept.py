@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from gpuclust.cli.context import AppContext, pass_app
-from gpuclust.cli.output import echo_json
+from gpuclust.cli.output import echo_json, echo_text
 from gpuclust.cli.params import (
     TIME,
     TIME_HELP,
@@ -98,7 +98,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
         jobs.append({"kind": plan.kind, "job_id": S.submit(app.slurm, plan)})
     if drained:
         for note in drain.retest(app.slurm, drained, [str(j["job_id"]) for j in jobs]):
-            click.echo(f"gpuclust: {note}", err=True)
+            echo_text(f"gpuclust: {note}", err=True)
     if as_json:
         echo_json({"partition": partition, "nodes": nodes, "jobs": jobs,
                    **({"container": spec.as_dict()} if spec else {})})
@@ -220,7 +220,7 @@ def _drain(app: AppContext, result: Report, as_json: bool, dry_run: bool, max_dr
             click.echo(detail)
     if plan.errors:
         for error in plan.errors:
-            click.echo(f"gpuclust: scontrol failed: {error}", err=True)
+            echo_text(f"gpuclust: scontrol failed: {error}", err=True)
         raise SystemExit(EXIT_SLURM)
     raise SystemExit(int(result.status))
 

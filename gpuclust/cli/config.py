@@ -7,7 +7,7 @@ import dataclasses
 import click
 
 from gpuclust.cli.context import AppContext, pass_app
-from gpuclust.cli.output import echo_json
+from gpuclust.cli.output import echo_json, echo_text
 from gpuclust.cli.params import HintPath
 from gpuclust.config import check_config, find_config_path, load_config
 from gpuclust.exitcodes import EXIT_INPUT
@@ -35,7 +35,7 @@ def check(app: AppContext, file: str | None, as_json: bool) -> None:
         echo_json(doc if queries is None else {**doc, "telemetry_queries": queries})
     else:
         for problem in problems:
-            click.echo(str(problem), err=True)
+            echo_text(str(problem), err=True)
         if not problems:
             click.echo(f"{path}: OK")
         if queries is not None:

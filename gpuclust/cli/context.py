@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from gpuclust.cli.output import echo_text
 from gpuclust.config import SiteConfig, find_config_path, load_config
 from gpuclust.errors import ConfigError
 from gpuclust.slurm.client import CommandSlurmClient, SlurmClient
@@ -46,7 +47,7 @@ class AppContext:
     def note(self, message: str) -> None:
         """An informational line on stderr; --quiet drops it (warnings and errors are echoed directly)."""
         if not self.quiet:
-            click.echo(message, err=True)
+            echo_text(message, err=True)
 
     def slurm_backend(self) -> tuple[str, str]:
         """(backend, where it was chosen): --backend, else the site config's [slurm] backend, else cli. A missing

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from gpuclust.cli.context import AppContext, pass_app
-from gpuclust.cli.output import echo_json
+from gpuclust.cli.output import echo_json, warn
 from gpuclust.cli.params import HintPath, complete_account, set_quiet
 from gpuclust.errors import InputError, Problem
 from gpuclust.exitcodes import EXIT_NEGATIVE, EXIT_OK
@@ -186,7 +186,7 @@ def quotas() -> None:
 
 def _print_plan_warnings(warnings: list[str]) -> None:
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
 
 
 @quotas.command("plan")

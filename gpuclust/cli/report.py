@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from gpuclust.accounting.ingest.period import PERIODS, resolve_period
 from gpuclust.cli.context import AppContext, pass_app
-from gpuclust.cli.output import echo_json, format_table
+from gpuclust.cli.output import echo_json, echo_text, format_table, warn
 from gpuclust.cli.params import TIME, TIME_HELP, HintChoice, HintIntRange, HintPath
 from gpuclust.errors import InputError
 from gpuclust.exitcodes import EXIT_NEGATIVE
@@ -125,9 +125,9 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
     else:
         summary = pipeline.fetch(app.slurm, config, period, via=via)
     for problem in summary.problems[:50]:
-        click.echo(f"warning: {problem}", err=True)
+        warn(problem)
     for problem in summary.economics.get("problems", [])[:50]:
-        click.echo(f"warning: {problem}", err=True)
+        warn(problem)
     usage = sum(int(d.get("usage_warnings") or 0) for d in summary.days)
     if usage:  # (counted, not one line per row: `report build` lists the first ones)
         click.echo(f"warning: usage TRES: {usage} warning(s) in the fetched days: those jobs' utilisation is "
@@ -230,7 +230,7 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
                                only=pipeline.JobFilter(users, accounts, partitions), slurm_version=slurm_version)
     info = report.data["input"]
     for problem in info.get("problems", []):
-        click.echo(f"warning: {problem}", err=True)
+        warn(problem)
     said = _say_source_warnings(report.data)
     left = info.get("left_out") or {}
     if left.get("rows"):
@@ -276,7 +276,7 @@ def _say_source_warnings(data: dict[str, Any]) -> str | None:
 
     lines, summary = source_warnings(data)
     for line in lines:
-        click.echo(line, err=True)
+        echo_text(line, err=True)
     return summary
 
 
@@ -332,7 +332,7 @@ def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, pe
     report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim, top=top, trend_days=0,
                                slurm_version=slurm_version)
     for problem in (report.data.get("input") or {}).get("problems", []):
-        click.echo(f"warning: {problem}", err=True)
+        warn(problem)
     said = _say_source_warnings(report.data)
     if said:  # (stderr: it ends the run there, whatever stdout carries)
         click.echo(said, err=True)

@@ -227,3 +227,18 @@ def test_help_and_choices() -> None:
 def test_rows_without_jsonl_is_a_usage_error(tmp_path: Path) -> None:
     result = _show(tmp_path, "--rows", "runs")
     assert result.exit_code == 2 and "--rows goes with --format jsonl" in result.output
+
+
+def test_user_text_with_escape_sequences_is_shown_never_obeyed(tmp_path: Path) -> None:
+    """An account and job names carrying terminal escapes (the real recording, with its `physics` account renamed
+    by a hostile sacctmgr entry): the table shows the escape as text, and no raw ESC or BEL reaches the terminal
+    (issue 42, class 7)."""
+    hostile = "phy\x1b[2J\x1b]0;pwned\x07sics"
+    dump = tmp_path / "hostile.txt"
+    dump.write_bytes(DUMP.read_bytes().replace(b"physics", hostile.encode()))
+    result = _show(tmp_path, "--by", "account", dump=dump)
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "phy\\x1b[2J\\x1b]0;pwned\\x07sics" in result.stdout
+    as_json = _summary(tmp_path, "--by", "account", dump=dump)  # JSON keeps the raw value
+    assert hostile in {g["account"] for g in as_json["groups"]}

@@ -20,6 +20,7 @@ from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import Report, deprecated
 from gpuclust.accounting.figures.metrics.assembly import records
 from gpuclust.errors import InputError
+from gpuclust.output import terminal_safe
 
 BY = ("partition", "account", "user")
 ROWS = ("jobs", "runs", "findings")
@@ -269,6 +270,9 @@ def _failure_cost(failure: dict[str, Any]) -> str:
 
 def table(headers: list[str], rows: list[list[str]], right: set[int], style: Any = None) -> list[str]:
     """An aligned plain-text table: numbers right-aligned, the header underlined with dashes."""
+    # cells carry what users wrote (job names, labels): an escape sequence in one is shown, never obeyed
+    headers = [terminal_safe(c) for c in headers]
+    rows = [[terminal_safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
@@ -286,7 +290,8 @@ def render_text(summary: Summary, style: Any = None) -> str:
         return style(text) if style else text
 
     p = summary.period
-    lines = [h(f"{summary.cluster or 'cluster'} {p['start']} .. {p['end']}") + f"  ({summary.source})"]
+    lines = [h(terminal_safe(f"{summary.cluster or 'cluster'} {p['start']} .. {p['end']}"))
+             + f"  ({terminal_safe(summary.source)})"]
     if summary.empty:
         lines.append(f"no job attempts in the period {p['start']} .. {p['end']}")
         return "\n".join(lines)
@@ -317,5 +322,5 @@ def render_text(summary: Summary, style: Any = None) -> str:
     if summary.currency:
         lines.append(f"  (cost in {summary.currency})")
     for note in summary.notes:
-        lines.append(f"note: {note}")
+        lines.append(f"note: {terminal_safe(note)}")
     return "\n".join(lines)
