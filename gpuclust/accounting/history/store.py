@@ -25,10 +25,11 @@ another day's window), a truncated or corrupt day file, a day directory without 
 link): all are bad input (StoreDamaged, exit 2), other days still read, and `report fetch --repair` writes them
 again (unreadable_days).
 
-Only what gpuclust writes is read (scan_days): `day=YYYY-MM-DD` with a real date under a `cluster=<name>` the
-site config could name. Anything else in the tree (`day=2026-11-02.bak` an admin copied, `day=yesterday`, a name
-with a trailing space, a stray file) is named (DayScan.strays: warnings of the report and the fetch) and skipped;
-a fetch carries it into the new snapshot as it is (hard links), never reads or removes it.
+Only what gpuclust writes is read (gpuclust.accounting.history.storetree: one rule, entry_day, for every reader
+and the fetch): `day=YYYY-MM-DD` with a real date under a `cluster=<name>` the site config could name. Anything
+else in the tree (`day=2026-11-02.bak` an admin copied, `day=yesterday`, a name with a trailing space, a stray
+file) is named (store_warnings: warnings of the report and the fetch) and skipped; a fetch carries it into the
+new snapshot as it is (storetree.carry), never reads or removes it.
 
 A fetch builds a new snapshot beside the current one (hard links for the days it does not touch, fresh
 files for the days it fetched), then replaces the `current` symlink with one rename. Readers resolve
@@ -236,12 +237,24 @@ def day_paths(snapshot: Path, days: Sequence[date] | None, cluster: str | None =
     day whose entry cannot be read (DayScan.broken: empty, a dangling link) is StoreDamaged, naming it. A day the
     store does not hold is no error (never fetched)."""
     where = days_dir(snapshot, cluster)
-    scan = scan_days(where)
-    wanted = sorted({*scan.days, *scan.broken}) if days is None else list(days)
+    if days is None:
+        scan = scan_days(where, inside=False)
+        broken, files = scan.broken, scan.days
+        wanted = sorted({*files, *broken})
+    else:  # (only the entries of `days`, named as gpuclust writes them: a year of days is not listed per week)
+        broken, files, wanted = {}, {}, list(days)
+        for day in wanted:
+            entry = where / f"day={day.isoformat()}"
+            if storetree.is_entry(entry):
+                why = storetree.unreadable_day(entry)
+                if why is None:
+                    files[day] = entry / PART_FILE
+                else:
+                    broken[day] = why
     for day in wanted:
-        if day in scan.broken:
-            raise StoreDamaged(broken_message(where, day, scan.broken[day]))
-    return [scan.days[d] for d in wanted if d in scan.days]
+        if day in broken:
+            raise StoreDamaged(broken_message(where, day, broken[day]))
+    return [files[d] for d in wanted if d in files]
 
 
 def stored_days(root: Path, cluster: str | None = None) -> list[date]:
@@ -254,7 +267,7 @@ def stored_days(root: Path, cluster: str | None = None) -> list[date]:
 def snapshot_days(snap: Path, cluster: str | None = None) -> list[date]:
     """The days a snapshot holds for `cluster` (stored_days of one resolved snapshot): its day entries with a
     file (scan_days; a broken one is not among them, a reader that wants it names it)."""
-    return sorted(scan_days(days_dir(snap, cluster)).days)
+    return sorted(scan_days(days_dir(snap, cluster), inside=False).days)
 
 
 def aggregate_path(snapshot: Path, name: str, cluster: str | None = None) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -120,10 +121,12 @@ def as_current(line: str, snapshot: Path, root: Path) -> str:
     return str(root / "current") + line[len(prefix):] if line.startswith(prefix) else line
 
 
-def scan_days(where: Path) -> DayScan:
+def scan_days(where: Path, *, inside: bool = True) -> DayScan:
     """The day entries of a cluster's directory (or of a version-1 snapshot), by the one rule of what gpuclust
     writes: `day=YYYY-MM-DD` (entry_day), a directory holding a regular `part.parquet`. Other names are strays;
-    a day entry without a readable file (empty, a dangling link, not a directory) is broken. Never raises."""
+    a day entry without a readable file (empty, a dangling link, not a directory) is broken. Never raises.
+    `inside` False: the strays inside the days are not looked for (a reader that only wants the days: one stat
+    a day, no listing)."""
     scan = DayScan(where)
     for entry in _entries(where):
         name = entry.name
@@ -133,22 +136,41 @@ def scan_days(where: Path) -> DayScan:
             if name not in (AGGREGATES_DIR, SCHEMA_FILE):
                 scan.strays.append(f"{shown(entry)}: {STRAY}")
             continue
-        try:
-            why = _unreadable_day(entry)
-        except OSError as exc:  # (a directory this user may not look into)
-            why = f"cannot be looked into ({exc.strerror or exc})"
+        why = unreadable_day(entry)
         if why is not None:
             scan.broken[day] = why
         else:
             scan.days[day] = entry / PART_FILE
-        for item in _entries(entry):
-            if item.name not in DAY_FILES:
-                scan.strays.append(f"{shown(item)}: {STRAY}")
+        if inside:
+            for item in _entries(entry):
+                if item.name not in DAY_FILES:
+                    scan.strays.append(f"{shown(item)}: {STRAY}")
     return scan
 
 
-def _unreadable_day(entry: Path) -> str | None:
-    """Why a `day=` entry holds no day file to read (None: it holds one, a regular file)."""
+def unreadable_day(entry: Path) -> str | None:
+    """Why a `day=` entry holds no day file to read (None: it holds one, a regular file). Never raises."""
+    try:
+        if stat.S_ISREG(os.stat(entry / PART_FILE).st_mode):
+            return None  # (the day of nearly every entry: one stat)
+    except OSError:
+        pass
+    try:
+        return _why_unreadable(entry)
+    except OSError as exc:  # (a directory this user may not look into)
+        return f"cannot be looked into ({exc.strerror or exc})"
+
+
+def is_entry(path: Path) -> bool:
+    """Whether anything (a dangling link too) is at `path`."""
+    try:
+        os.lstat(path)
+    except OSError:
+        return False
+    return True
+
+
+def _why_unreadable(entry: Path) -> str | None:
     if not _is_dir(entry):
         dangling = entry.is_symlink() and not entry.exists()
         return f"is {'a dangling link' if dangling else 'not a directory'} (no {PART_FILE})"
