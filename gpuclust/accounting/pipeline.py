@@ -51,15 +51,20 @@ class FetchSummary:
     problems: list[Problem] = field(default_factory=list)
     rejected_rows: int = 0
     economics: dict[str, Any] = field(default_factory=dict)  # node events, refusals (gpuclust.accounting.figures.economics)
+    # `report fetch --repair`: the days fetched again, each with why it could not be read (None: not a repair)
+    repaired: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "economics": self.economics,
             "store": self.store,
             "days": self.days,
             "rejected_rows": self.rejected_rows,
             "problems": [str(p) for p in self.problems[:PROBLEMS_IN_REPORT]],
         }
+        if self.repaired is not None:
+            out["repaired"] = self.repaired
+        return out
 
 
 def fetch(
@@ -70,17 +75,22 @@ def fetch(
     via: str = "parsable",
     progress: Callable[[date], None] | None = None,
     options: ReaderOptions = DEFAULT_OPTIONS,
+    days: list[date] | None = None,
 ) -> FetchSummary:
-    """Fetch every UTC day the period touches, then replace those days in the store in one swap.
+    """Fetch every UTC day the period touches (`days`: those days instead, e.g. repair_days'), then replace those
+    days in the store in one swap.
 
     Day by day: sacct's bytes go straight into the reader, and each day's table is written to the staged
-    snapshot before the next day is fetched, so memory is bounded by one day, not the period."""
+    snapshot before the next day is fetched, so memory is bounded by one day, not the period. What the store
+    holds that gpuclust did not write, and its days that cannot be read, are carried over as they are and come
+    first in the summary's problems (store.staged)."""
     root = store.store_dir(config.state_dir)
     summary = FetchSummary(str(root))
-    days = period.utc_days()
+    days = period.utc_days() if days is None else sorted(set(days))
     if options.slurm_version is None:
         options = dataclasses.replace(options, slurm_version=sacct_version(client))
     with store.staged(root, days, cluster=config.cluster_name) as stage:
+        summary.problems += [Problem("", None, line) for line in stage.warnings]
         for day in days:
             result = fetch_day(client, day, via, options=options)
             summary.days.append({"day": day.isoformat(), "rows": result.table.num_rows,
@@ -100,6 +110,20 @@ def fetch(
     if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
         summary.economics = sources.fetch_sources(client, config, days)
     return summary
+
+
+def repair_days(config: SiteConfig, period: Period | None = None) -> dict[date, str]:
+    """The stored days `report fetch --repair` fetches again, each with why it cannot be read (store.unreadable_days),
+    of the period (None: every stored day). With a `current` link that points nowhere every day of the period is
+    lost (without a period: StoreDamaged, which says to give one)."""
+    root = store.store_dir(config.state_dir)
+    wanted = period.utc_days() if period is not None else None
+    try:
+        return store.unreadable_days(root, config.cluster_name, wanted)
+    except store.StoreDamaged as exc:
+        if wanted is None:
+            raise store.StoreDamaged(f"{exc}; or give --repair a period (--since/--until) to fetch again") from None
+        return {day: str(exc) for day in wanted}
 
 
 def lookback_of(config: SiteConfig) -> timedelta:

@@ -100,30 +100,51 @@ def group() -> None:
               help="Read sacct as --parsable2 text (multi-character delimiter) or as --json (22.05's JSON loses exit codes; "
                    "a JSON shape gpuclust was not proven on is refused, use parsable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fetch summary as JSON.")
+@click.option("--repair", is_flag=True,
+              help="Fetch again only the stored days that cannot be read (a damaged or empty day file, another "
+                   "schema, a day directory without its file, a dangling link): all of them, or those of "
+                   "--since/--until/--period. Nothing to repair: nothing is fetched.")
 @pass_app
 def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None, via: str,
-              as_json: bool) -> None:
+              as_json: bool, repair: bool) -> None:
     """Pull `sacct -a -D -X` in UTC day windows into the Parquet store under STATE_DIR/accounting.
 
-    Re-fetching a window replaces its days in one atomic swap (default period: yesterday).
+    Re-fetching a window replaces its days in one atomic swap (default period: yesterday). With --repair, only
+    the stored days a report could not read are fetched again (they are named; the other days stay as they are).
     """
     from gpuclust.accounting import pipeline
     from gpuclust.accounting.ingest.fast import memory
 
     config = app.config
     memory.keep_freed_memory()
-    period = resolve_period(since, until, period_name, config.timezone) or resolve_period(
-        None, None, "yesterday", config.timezone)
+    given = resolve_period(since, until, period_name, config.timezone)
+    period = given or resolve_period(None, None, "yesterday", config.timezone)
     assert period is not None
     days = period.utc_days()
+    repaired: dict[str, str] | None = None
+    if repair:
+        broken = pipeline.repair_days(config, given)
+        repaired = {day.isoformat(): why for day, why in broken.items()}
+        for why in dict.fromkeys(broken.values()):  # (a dangling `current`: one reason for every day)
+            click.echo(f"repair: {why}", err=True)
+        if not broken:
+            where = "of the period" if given else "stored"
+            if as_json:
+                echo_json({"store": str(Path(config.state_dir) / "accounting"), "days": [], "rejected_rows": 0,
+                           "problems": [], "economics": {}, "repaired": {}})
+            else:
+                click.echo(f"nothing to repair: every day {where} reads")
+            return
+        days = sorted(broken)
     if sys.stderr.isatty() and not as_json:
         with click.progressbar(length=len(days), label="sacct day windows", file=sys.stderr) as bar:
             def tick(_day: date) -> None:
                 bar.update(1)
 
-            summary = pipeline.fetch(app.slurm, config, period, via=via, progress=tick)
+            summary = pipeline.fetch(app.slurm, config, period, via=via, progress=tick, days=days)
     else:
-        summary = pipeline.fetch(app.slurm, config, period, via=via)
+        summary = pipeline.fetch(app.slurm, config, period, via=via, days=days)
+    summary.repaired = repaired
     for problem in summary.problems[:50]:
         warn(problem)
     for problem in summary.economics.get("problems", [])[:50]:

@@ -17,9 +17,19 @@ partition columns `cluster` and `day`); the headline SQL is gpuclust.accounting.
 its layout version in the Parquet key-value metadata (VERSION_KEY). Version 1 (the layout before: no cluster
 level, `snapshots/<id>/day=…/part.parquet`, no version key) has the same columns (or fewer: a column added since
 reads as null, as in any older day): it is read as it is, and the next fetch moves its days under
-`cluster=<ClusterName>/` (hard links, in the same atomic swap). A day file of a newer version, or with a column
-whose type differs from STORE_SCHEMA's, is refused naming the day, the file and the re-fetch command: the store
-never mixes schemas silently. A truncated or corrupt day file is named the same way; other days still read.
+`cluster=<ClusterName>/` (hard links, in the same atomic swap). A day file of a newer version, with a column
+STORE_SCHEMA does not have, without one of REQUIRED_COLUMNS, or with a column whose type differs from
+STORE_SCHEMA's, is refused naming the day, the file and the re-fetch command: the store never mixes schemas
+silently. So is a day whose rows break what gpuclust writes (check_day_values: a negative GPU count, rows of
+another day's window), a truncated or corrupt day file, a day directory without its file (empty, a dangling
+link): all are bad input (StoreDamaged, exit 2), other days still read, and `report fetch --repair` writes them
+again (unreadable_days).
+
+Only what gpuclust writes is read (gpuclust.accounting.history.storetree: one rule, entry_day, for every reader
+and the fetch): `day=YYYY-MM-DD` with a real date under a `cluster=<name>` the site config could name. Anything
+else in the tree (`day=2026-11-02.bak` an admin copied, `day=yesterday`, a name with a trailing space, a stray
+file) is named (store_warnings: warnings of the report and the fetch) and skipped; a fetch carries it into the
+new snapshot as it is (storetree.carry), never reads or removes it.
 
 A fetch builds a new snapshot beside the current one (hard links for the days it does not touch, fresh
 files for the days it fetched), then replaces the `current` symlink with one rename. Readers resolve
@@ -48,9 +58,9 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +69,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gpuclust.accounting.history import storetree
+from gpuclust.accounting.history.storetree import (
+    AGGREGATES_DIR,
+    OLD_PROBLEMS_FILE,
+    PART_FILE,
+    PROBLEMS_FILE,
+    REPAIR_HINT,
+    SCHEMA_FILE,
+    as_current,
+    broken_message,
+    clusters,
+    refetch_hint,
+    scan_days,
+    snapshot_strays,
+)
 from gpuclust.accounting.ingest.fast import sorting
 from gpuclust.accounting.ingest.schema import SCHEMA, STORE_SCHEMA, UTC_SECONDS
 from gpuclust.atomicfile import fsync_path
@@ -69,16 +94,24 @@ class StoreError(GpuclustError):
     """The accounting store is missing, locked or damaged."""
 
 
+class StoreDamaged(InputError, StoreError):
+    """A stored day (or the store's `current` link) that cannot be read as gpuclust wrote it: bad input (exit 2),
+    never a bug; the message names it and the fetch that writes it again."""
+
+
 # Version of the layout and of the day files' columns. 1: `snapshots/<id>/day=…` (no cluster level, no version
 # key); 2: `cluster=<name>/day=…`, the schema file, the version key in every day file. A day file's columns are
 # those of version 1 plus, possibly, columns added since (read as null where missing: STORE_SCHEMA).
 LAYOUT_VERSION = 2
-SCHEMA_FILE = "_gpuclust_store.json"
+# The columns no day file may lack, in any version: an execution's identity and latest state, what its runs are
+# matched on, and its allocated GPU-hours. Without one a day would give other figures, silently: it is refused.
+# Any other STORE_SCHEMA column a day lacks (written before the column existed: reason, the usage columns) reads
+# as null, unknown. A column STORE_SCHEMA does not have is another schema: refused (a new column comes with a new
+# LAYOUT_VERSION, so that an older gpuclust refuses the day by its version instead).
+REQUIRED_COLUMNS = ("job_id", "job_id_raw", "job_base", "array_task", "het_offset", "job_name", "user", "account",
+                    "partition", "state", "exit_code", "submit", "start", "end", "elapsed_s", "alloc_tres", "gpus",
+                    "fetched_at", "window")
 VERSION_KEY = b"gpuclust.store_version"
-# Rows sacct printed that did not parse, beside their day. A leading "_": Hive, Spark, Trino and pyarrow.dataset
-# skip such files (version 1 called it problems.json: renamed when its day is linked into a new snapshot).
-PROBLEMS_FILE = "_problems.json"
-OLD_PROBLEMS_FILE = "problems.json"
 # The cluster a write goes to when the caller names none and the store holds none yet (library callers and
 # tests; `report fetch` always names the site config's cluster_name). Alone in a store, it is read for any
 # name, as a version-1 store is.
@@ -138,22 +171,39 @@ def _remove_unread(root: Path, snapshots: list[Path]) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def refetch_hint(day: date) -> str:
-    """The command that writes `day` again."""
-    return f"gpuclust report fetch --since {day.isoformat()} --until {(day + timedelta(days=1)).isoformat()}"
-
-
 def current_snapshot(root: Path) -> Path | None:
-    """The snapshot directory `current` points to (None before the first fetch)."""
+    """The snapshot directory `current` points to (None before the first fetch). It may not exist (a dangling
+    link): snapshot_to_read names that."""
     link = root / "current"
-    return link.resolve() if link.is_symlink() else None
+    if not link.is_symlink():
+        return None
+    try:
+        return link.resolve()
+    except (OSError, RuntimeError):  # (a link loop: no directory, named by snapshot_to_read)
+        return link
 
 
-def clusters(snapshot: Path) -> list[str]:
-    """The clusters a snapshot holds (none in a version-1 snapshot)."""
-    if not snapshot.is_dir():
-        return []
-    return sorted(e.name[len("cluster="):] for e in snapshot.iterdir() if e.name.startswith("cluster=") and e.is_dir())
+def snapshot_to_read(root: Path, days: Sequence[date] = ()) -> Path:
+    """The snapshot `current` points to (call under `reading`): an InputError before the first fetch, StoreDamaged
+    when `current` is no link to a directory (dangling: its days are not readable; never read as an empty store).
+    `days`: the days the caller wants, for the re-fetch the message names."""
+    link = root / "current"
+    snap = current_snapshot(root)
+    if snap is not None and snap.is_dir():
+        return snap
+    redo = (f"re-fetch the days you need (`{refetch_hint(min(days), max(days))}`)" if days
+            else "re-fetch the days you need (`gpuclust report fetch --since YYYY-MM-DD --until YYYY-MM-DD`)")
+    if snap is not None:
+        try:
+            target = os.readlink(link)
+        except OSError:
+            target = "?"
+        raise StoreDamaged(f"{link}: points to {target}, which is {'not a directory' if snap.exists() else 'gone'}: "
+                           f"the stored days cannot be read; {redo}")
+    if link.exists() or link.is_symlink():
+        raise StoreDamaged(f"{link}: is not the symlink `gpuclust report fetch` writes (a {storetree.kind(link)}): move it "
+                           f"away, then {redo}")
+    raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
 
 
 def days_dir(snapshot: Path, cluster: str | None = None) -> Path:
@@ -172,8 +222,39 @@ def days_dir(snapshot: Path, cluster: str | None = None) -> Path:
     return snapshot / f"cluster={cluster}"
 
 
+def store_warnings(snapshot: Path, cluster: str | None) -> list[str]:
+    """What a reader of `cluster` names and skips: strays at the snapshot's top and in the cluster's directory,
+    and its day entries that cannot be read."""
+    return [*snapshot_strays(snapshot), *scan_days(days_dir(snapshot, cluster)).warnings()]
+
+
 def day_file(snapshot: Path, day: date, cluster: str | None = None) -> Path:
-    return days_dir(snapshot, cluster) / f"day={day.isoformat()}" / "part.parquet"
+    return days_dir(snapshot, cluster) / f"day={day.isoformat()}" / PART_FILE
+
+
+def day_paths(snapshot: Path, days: Sequence[date] | None, cluster: str | None = None) -> list[Path]:
+    """The day files of `days` (None: every day entry) that `snapshot` holds for `cluster`, in day order; a wanted
+    day whose entry cannot be read (DayScan.broken: empty, a dangling link) is StoreDamaged, naming it. A day the
+    store does not hold is no error (never fetched)."""
+    where = days_dir(snapshot, cluster)
+    if days is None:
+        scan = scan_days(where, inside=False)
+        broken, files = scan.broken, scan.days
+        wanted = sorted({*files, *broken})
+    else:  # (only the entries of `days`, named as gpuclust writes them: a year of days is not listed per week)
+        broken, files, wanted = {}, {}, list(days)
+        for day in wanted:
+            entry = where / f"day={day.isoformat()}"
+            if storetree.is_entry(entry):
+                why = storetree.unreadable_day(entry)
+                if why is None:
+                    files[day] = entry / PART_FILE
+                else:
+                    broken[day] = why
+    for day in wanted:
+        if day in broken:
+            raise StoreDamaged(broken_message(where, day, broken[day]))
+    return [files[d] for d in wanted if d in files]
 
 
 def stored_days(root: Path, cluster: str | None = None) -> list[date]:
@@ -184,20 +265,9 @@ def stored_days(root: Path, cluster: str | None = None) -> list[date]:
 
 
 def snapshot_days(snap: Path, cluster: str | None = None) -> list[date]:
-    """The days a snapshot holds for `cluster` (stored_days of one resolved snapshot)."""
-    where = days_dir(snap, cluster)
-    if not where.is_dir():
-        return []
-    days = []
-    for entry in where.iterdir():
-        if entry.name.startswith("day=") and (entry / "part.parquet").exists():
-            days.append(date.fromisoformat(entry.name[4:]))
-    return sorted(days)
-
-
-# Per-day aggregates (a cache of figures computed from the rows; gpuclust.accounting.figures.trend): one JSON file per week
-# of the site time zone's days, beside the cluster's days. A leading "_": engines reading the store skip it.
-AGGREGATES_DIR = "_daily"
+    """The days a snapshot holds for `cluster` (stored_days of one resolved snapshot): its day entries with a
+    file (scan_days; a broken one is not among them, a reader that wants it names it)."""
+    return sorted(scan_days(days_dir(snap, cluster), inside=False).days)
 
 
 def aggregate_path(snapshot: Path, name: str, cluster: str | None = None) -> Path:
@@ -209,7 +279,7 @@ def file_identity(path: Path) -> list[int] | None:
     a fetch did not touch is hard-linked into the new snapshot (the same identity); a re-fetched day is a new file."""
     try:
         st = path.stat()
-    except FileNotFoundError:
+    except OSError:  # (gone; a day entry that is no directory, a link loop: not a day that reads either)
         return None
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
@@ -322,6 +392,9 @@ class Stage:
         self.days = set(days)
         self.fetched = fetched
         self.written: set[date] = set()
+        # Entries of the replaced snapshot gpuclust did not write, and its days that cannot be read: carried over as
+        # they are, named here (`report fetch` warns of them).
+        self.warnings: list[str] = []
 
     def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None) -> None:
         if day not in self.days or day in self.written:
@@ -339,12 +412,6 @@ class Stage:
         self.written.add(day)
 
 
-def _link_day(source: Path, target: Path) -> None:
-    target.mkdir(parents=True)
-    for item in source.iterdir():
-        os.link(item, target / (PROBLEMS_FILE if item.name == OLD_PROBLEMS_FILE else item.name))
-
-
 @contextmanager
 def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
            cluster: str | None = None) -> Iterator[Stage]:
@@ -354,12 +421,21 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
 
     `cluster` None: the one cluster the store holds (DEFAULT_CLUSTER in an empty store). Every other day and
     cluster is linked into the new snapshot unchanged; a version-1 snapshot's days move under this cluster
-    (the migration: the same files, hard-linked, in the same swap)."""
+    (the migration: the same files, hard-linked, in the same swap). What gpuclust did not write, and days that
+    cannot be read, are carried over as they are and named in Stage.warnings (_carry_snapshot)."""
     fetched = fetched_at or datetime.now(timezone.utc).replace(microsecond=0)
     with _locked(root):
         snapshots = root / "snapshots"
         snapshots.mkdir(exist_ok=True)
+        link = root / "current"
+        if link.exists() and not link.is_symlink() and link.is_dir():
+            raise StoreDamaged(f"{link}: is not the symlink `gpuclust report fetch` writes (a directory): move it "
+                               "away (its days are not read), then fetch again")
         current = current_snapshot(root)
+        warnings: list[str] = []
+        if current is not None and not current.is_dir():
+            warnings.append(f"{link}: pointed to {storetree.readlink(link)}, which is gone: the store held no day that could "
+                            "be read; this fetch writes only its own days (re-fetch the others you need)")
         # Staging left by a crashed fetch, and snapshots a reader held when their fetch replaced them.
         _remove_unread(root, [old for old in snapshots.iterdir() if old != current])
         if cluster is None:
@@ -369,18 +445,15 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
             cluster = names[0] if names else DEFAULT_CLUSTER
         new = snapshots / f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{time.monotonic_ns()}"
         new.mkdir()
-        wanted = {f"day={d.isoformat()}" for d in days}
-        if current is not None and current.is_dir():
-            for entry in current.iterdir():
-                if entry.name.startswith("day="):  # version 1: the days of the one (unnamed) cluster
-                    if entry.name not in wanted:
-                        _link_day(entry, new / f"cluster={cluster}" / entry.name)
-                elif entry.name.startswith("cluster=") and entry.is_dir():
-                    for day_dir in entry.iterdir():
-                        if not (entry.name == f"cluster={cluster}" and day_dir.name in wanted):
-                            _link_day(day_dir, new / entry.name / day_dir.name)
-        write_schema_file(new)
+        try:
+            if current is not None and current.is_dir():
+                warnings += [as_current(line, current, root) for line in storetree.carry_snapshot(current, new, cluster, days)]
+            write_schema_file(new)
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
         stage = Stage(new, days, fetched, cluster)
+        stage.warnings = warnings
         try:
             yield stage
         except BaseException:
@@ -389,6 +462,10 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
         for day in days:
             if day not in stage.written:
                 stage.write_day(day, SCHEMA.empty_table())
+        if current is not None and current.is_dir():
+            carried: list[str] = []
+            storetree.carry_replaced_strays(current, new, cluster, days, carried)
+            stage.warnings += [as_current(line, current, root) for line in carried]
         fsync_path(new)
         tmp_link = root / f".current.{os.getpid()}"
         if tmp_link.is_symlink():
@@ -417,19 +494,19 @@ def day_of(path: Path) -> date | None:
         return None
 
 
-def damaged(path: Path, what: str, fix: str = "") -> StoreError:
+def damaged(path: Path, what: str, fix: str = "") -> StoreDamaged:
     """The error for a day file that cannot be read as it is: the file, its day, why, and the fetch that
-    writes the day again (`fix`: a remedy to name first)."""
+    writes the day again (`fix`: a remedy to name first). Bad input (exit 2), never a bug."""
     day = day_of(path)
     redo = f"re-fetch that day: `{refetch_hint(day)}`" if day else "re-fetch its day"
-    return StoreError(f"{path}: stored day {day.isoformat() if day else '?'} {what}; {fix}{redo} (the other days "
-                      "are not affected)")
+    return StoreDamaged(f"{path}: stored day {day.isoformat() if day else '?'} {what}; {fix}{redo} (the other days "
+                        f"are not affected; {REPAIR_HINT})")
 
 
 def check_day_schema(path: Path, schema: pa.Schema) -> None:
-    """Refuse a day file this gpuclust cannot read exactly: written by a newer layout version, or with a column
-    whose type is not the stored one's (another schema). Version 1 (no key) has today's columns or fewer: it is
-    read as it is, a missing column null (as STORE_SCHEMA documents)."""
+    """Refuse a day file this gpuclust cannot read exactly: written by a newer layout version, with a column
+    STORE_SCHEMA does not have, without one of REQUIRED_COLUMNS, or with a column whose type is not the stored
+    one's (another schema). A day may lack any other column (written before it existed): it reads as null."""
     meta = schema.metadata or {}
     raw = meta.get(VERSION_KEY)
     try:
@@ -439,13 +516,65 @@ def check_day_schema(path: Path, schema: pa.Schema) -> None:
     if version > LAYOUT_VERSION:
         raise damaged(path, f"was written by a newer gpuclust (store version {version}, this one reads up to "
                              f"{LAYOUT_VERSION})", "upgrade gpuclust, or ")
-    for field in schema:
-        if field.name in STORE_SCHEMA.names:
-            want = STORE_SCHEMA.field(field.name).type
-            have = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
-            if not _same_kind(have, want):
-                raise damaged(path, f"has column {field.name} as {have}, not {want} (store version {version}: "
-                                     "another schema, not mixed in)")
+    if version < 1:
+        raise damaged(path, f"has {VERSION_KEY.decode()} {version}: no store version gpuclust wrote")
+    names = list(schema.names)
+    other = [n for n in dict.fromkeys(names) if n not in STORE_SCHEMA.names]
+    twice = [n for n in dict.fromkeys(names) if names.count(n) > 1]
+    lacking = [n for n in REQUIRED_COLUMNS if n not in names]
+    if other or twice or lacking:
+        what = [f"column{'s' if len(other) > 1 else ''} {', '.join(map(repr, other))} that no store version has"] \
+            if other else []
+        what += [f"column{'s' if len(twice) > 1 else ''} {', '.join(map(repr, twice))} twice"] if twice else []
+        if lacking:
+            what.append(f"no column{'s' if len(lacking) > 1 else ''} {', '.join(lacking)}")
+        raise damaged(path, f"has {' and '.join(what)} (store version {version}: another schema, not mixed in)")
+    for field_ in schema:
+        want = STORE_SCHEMA.field(field_.name).type
+        have = field_.type.value_type if pa.types.is_dictionary(field_.type) else field_.type
+        if not _same_kind(have, want):
+            raise damaged(path, f"has column {field_.name} as {have}, not {want} (store version {version}: "
+                                 "another schema, not mixed in)")
+
+
+# What every row gpuclust writes holds (check_day_values): these are never null, and these never negative.
+NOT_NULL = ("job_id_raw", "elapsed_s", "gpus", "fetched_at", "window")
+NOT_NEGATIVE = ("elapsed_s", "gpus", "nnodes")
+
+
+def check_day_values(path: Path, table: pa.Table) -> None:
+    """Refuse a day whose rows (the columns of `table`, those a reader read) break what gpuclust writes: a null
+    where NOT_NULL, a negative value where NOT_NEGATIVE (a negative GPU count would be summed into the GPU-hours),
+    a row of another window than the day of its directory (a day copied under another day's name). Such a file is
+    not the one gpuclust wrote: the day is refused as a damaged one, never read in part (its re-fetch is exact)."""
+    names = table.column_names
+    for name in NOT_NULL:
+        if name in names and table.column(name).null_count:
+            raise damaged(path, f"has {table.column(name).null_count} row(s) without {name}, which gpuclust always "
+                                "writes (not the file gpuclust wrote)")
+    for name in NOT_NEGATIVE:
+        if name in names and table.num_rows:
+            col = table.column(name)
+            if pa.types.is_dictionary(col.type):
+                continue  # (not a numeric column: check_day_schema refused it)
+            low = pc.min(col).as_py()
+            if low is not None and low < 0:
+                count = pc.sum(pc.less(col, 0)).as_py()
+                raise damaged(path, f"has {count} row(s) with a negative {name} (as low as {low}): not what gpuclust "
+                                    "writes, so not read in part")
+    day = day_of(path)
+    if day is not None and "window" in names and table.num_rows:
+        col = table.column("window")
+        seen: set[Any] = set()
+        for chunk in col.chunks:
+            values = pc.unique(chunk)
+            if isinstance(values, pa.DictionaryArray):
+                values = values.dictionary_decode()
+            seen.update(values.to_pylist())
+        others = sorted(str(v) for v in seen - {day.isoformat()})
+        if others:
+            raise damaged(path, f"holds rows of window {', '.join(others[:3])}, not of its own day (a day copied "
+                                "under another day's name?): not read")
 
 
 def _same_kind(have: pa.DataType, want: pa.DataType) -> bool:
@@ -457,28 +586,66 @@ def _same_kind(have: pa.DataType, want: pa.DataType) -> bool:
     return bool(pa.types.is_large_string(have) and pa.types.is_string(want))
 
 
+# What reading a damaged Parquet file raises (pyarrow's own errors; OSError for a file that vanished or a thrift
+# footer that does not decode; ValueError and friends for metadata that decodes to nonsense).
+READ_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError)
+
+
 def read_schema(path: Path) -> pa.Schema:
-    """A day file's schema, checked (check_day_schema); a truncated or corrupt file is a StoreError that names
+    """A day file's schema, checked (check_day_schema); a truncated or corrupt file is StoreDamaged: it names
     its day and the fetch that writes it again."""
     try:
         schema = pq.read_schema(path)
-    except (pa.ArrowException, OSError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise damaged(path, f"cannot be read ({exc})") from None
+    except READ_ERRORS as exc:
+        raise damaged(path, f"cannot be read ({_reason(exc)})") from None
     check_day_schema(path, schema)
     return schema
 
 
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:300] + "...") if len(text) > 300 else text or type(exc).__name__
+
+
 def read_day_table(path: Path, **kwargs: Any) -> pa.Table:
-    """pq.read_table of one day file, with read_schema's checks and errors."""
+    """pq.read_table of one day file, with read_schema's checks and errors, and its values checked
+    (check_day_values)."""
     read_schema(path)
     try:
-        return pq.read_table(path, **kwargs)
-    except (pa.ArrowException, OSError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise damaged(path, f"cannot be read ({exc})") from None
+        table = pq.read_table(path, **kwargs)
+    except READ_ERRORS as exc:
+        raise damaged(path, f"cannot be read ({_reason(exc)})") from None
+    check_day_values(path, table)
+    return table
+
+
+def unreadable_days(root: Path, cluster: str | None = None, days: Sequence[date] | None = None) -> dict[date, str]:
+    """The stored days of `cluster` (those of `days`; None: all) that a report would refuse, each with why (the
+    message a report gives): a day entry without its file, a file that does not read whole (read_day_table: its
+    schema, every page, its values), a list of rejected rows that does not read. What `report fetch --repair`
+    fetches again. Reads one day file at a time. StoreDamaged when `current` points nowhere."""
+    out: dict[date, str] = {}
+    with reading(root):
+        snap = snapshot_to_read(root, days or ())
+        where = days_dir(snap, cluster)
+        scan = scan_days(where)
+        wanted = set(days) if days is not None else None
+        for day, why in scan.broken.items():
+            if wanted is None or day in wanted:
+                out[day] = broken_message(where, day, why)
+        for day, path in sorted(scan.days.items()):
+            if wanted is not None and day not in wanted:
+                continue
+            try:
+                read_day_table(path)
+            except StoreDamaged as exc:
+                out[day] = str(exc)
+                continue
+            unread: list[str] = []
+            stored_problems(root, [day], cluster, unread)
+            if unread:
+                out[day] = unread[0]
+    return dict(sorted(out.items()))
 
 
 def load(root: Path, days: list[date] | None = None, cluster: str | None = None) -> pa.Table:
@@ -488,27 +655,47 @@ def load(root: Path, days: list[date] | None = None, cluster: str | None = None)
 
 
 def _load(root: Path, days: list[date] | None, cluster: str | None) -> pa.Table:
-    snap = current_snapshot(root)
-    if snap is None:
-        raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
-    wanted = stored_days(root, cluster) if days is None else [d for d in days if day_file(snap, d, cluster).exists()]
-    tables = [read_day_table(day_file(snap, d, cluster), schema=STORE_SCHEMA) for d in wanted]
+    snap = snapshot_to_read(root, days or ())
+    tables = [read_day_table(path, schema=STORE_SCHEMA) for path in day_paths(snap, days, cluster)]
     if not tables:
         return STORE_SCHEMA.empty_table()
     return latest_state(pa.concat_tables(tables))
 
 
-def stored_problems(root: Path, days: list[date], cluster: str | None = None) -> list[str]:
+def stored_problems(root: Path, days: list[date], cluster: str | None = None,
+                    warnings: list[str] | None = None) -> list[str]:
+    """The rows sacct printed that did not parse, kept beside `days`. A problems file that cannot be read (not a
+    list of strings: damaged) is named in `warnings` and its rows are not counted."""
     snap = current_snapshot(root)
     out: list[str] = []
+    if snap is None or not snap.is_dir():
+        return out
+    where = days_dir(snap, cluster)
     for day in days:
-        if snap is None:
-            break
         for name in (PROBLEMS_FILE, OLD_PROBLEMS_FILE):  # (version 1: problems.json)
-            path = day_file(snap, day, cluster).parent / name
-            if path.exists():
-                out += json.loads(path.read_text(encoding="utf-8"))
+            path = where / f"day={day.isoformat()}" / name
+            if not (path.exists() or path.is_symlink()):
+                continue
+            listed = read_problems(path)
+            if listed is None:
+                if warnings is not None:
+                    warnings.append(f"{path}: stored day {day.isoformat()}'s list of rejected rows cannot be read "
+                                    f"(not what gpuclust writes): its rows are not counted; re-fetch that day: "
+                                    f"`{refetch_hint(day)}`")
+                continue
+            out += listed
     return out
+
+
+def read_problems(path: Path) -> list[str] | None:
+    """A day's problems file (a JSON list of strings), or None when it is not one (damaged, not a regular file)."""
+    try:
+        if not path.is_file():
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, list) and all(isinstance(p, str) for p in doc) else None
 
 
 def latest_state(table: pa.Table) -> pa.Table:

@@ -33,7 +33,6 @@ import pyarrow.parquet as pq
 
 from gpuclust.accounting.history import store
 from gpuclust.accounting.ingest.schema import STORE_SCHEMA
-from gpuclust.errors import InputError
 
 # Columns no figure of the report reads (metrics, economics, trend): not in the table. (fetched_at and window
 # order the executions for latest_state: the first pass reads them.)
@@ -149,10 +148,9 @@ def read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
     try:
         with pq.ParquetFile(path, read_dictionary=[c for c in dictionary if c in present]) as parquet:
             table = parquet.read(columns=[c for c in columns if c in present], use_threads=False)
-    except (pa.ArrowException, OSError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise store.damaged(path, f"cannot be read ({exc})") from None
+    except store.READ_ERRORS as exc:
+        raise store.damaged(path, f"cannot be read ({store._reason(exc)})") from None
+    store.check_day_values(path, table)  # (the columns read: a negative GPU count refuses the day)
     out = []
     for name in columns:
         field = STORE_SCHEMA.field(name)
@@ -169,11 +167,12 @@ def read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
 def day_rows(path: Path) -> int:
     store.read_schema(path)
     try:
-        return int(pq.read_metadata(path).num_rows)
-    except (pa.ArrowException, OSError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise store.damaged(path, f"cannot be read ({exc})") from None
+        rows = int(pq.read_metadata(path).num_rows)
+    except store.READ_ERRORS as exc:
+        raise store.damaged(path, f"cannot be read ({store._reason(exc)})") from None
+    if rows < 0:
+        raise store.damaged(path, f"cannot be read (its footer says {rows} rows)")
+    return rows
 
 
 def _keys(day_files: list[Path]) -> tuple[pa.Table, list[int]]:
@@ -210,11 +209,11 @@ def load_for_report(root: Path, days: list[date], cluster: str | None = None, *,
 
 
 def day_files(root: Path, days: list[date], cluster: str | None, snapshot: Path | None = None) -> list[Path]:
-    """The stored day files of `days` in `snapshot` (None: the current one; call under store.reading)."""
-    snap = snapshot or store.current_snapshot(root)
-    if snap is None:
-        raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
-    return [path for path in (store.day_file(snap, d, cluster) for d in days) if path.exists()]
+    """The stored day files of `days` in `snapshot` (None: the current one; call under store.reading). Only the day
+    entries gpuclust wrote (store.scan_days); a day of `days` whose entry cannot be read, or a `current` that points
+    nowhere, is store.StoreDamaged naming it and its re-fetch."""
+    snap = snapshot or store.snapshot_to_read(root, days)
+    return store.day_paths(snap, days, cluster)
 
 
 def stored_rows(files: list[Path]) -> int:
@@ -267,8 +266,10 @@ PROBLEMS_IN_REPORT = 50  # rejected rows named in report.json (the count is whol
 
 
 def store_info(root: Path, days: list[date], cluster: str | None, rows: int, known: bool) -> dict[str, Any]:
-    """The report's input section for a build from the store: `rows` read, exit codes `known` for all."""
-    stored_problems = store.stored_problems(root, days, cluster)
+    """The report's input section for a build from the store: `rows` read, exit codes `known` for all. Its
+    problems begin with what the store holds that was not read (store_warnings), then the rejected rows."""
+    warnings = store_warnings(root, cluster)
+    stored_problems = store.stored_problems(root, days, cluster, warnings)
     stored = set(store.stored_days(root, cluster))
     return {
         "source": str(root),
@@ -276,13 +277,25 @@ def store_info(root: Path, days: list[date], cluster: str | None, rows: int, kno
         "days_read": [d.isoformat() for d in days if d in stored],
         "steps_dropped": 0,
         "rejected_rows": len(stored_problems),
-        "problems": stored_problems[:PROBLEMS_IN_REPORT],
+        "problems": [*warnings, *stored_problems[:PROBLEMS_IN_REPORT]],
         "exit_codes_known": known,
         "notes": [] if known else [
             "Some stored rows came from sacct --json (22.05), which cannot know exit codes: they are "
             "null, and COMPLETED counts as success for them."
         ],
     }
+
+
+def store_warnings(root: Path, cluster: str | None) -> list[str]:
+    """What the current snapshot holds for `cluster` that a report does not read (store.store_warnings: entries
+    gpuclust did not write, day entries that cannot be read), at most PROBLEMS_IN_REPORT lines and a count."""
+    snap = store.current_snapshot(root)
+    if snap is None or not snap.is_dir():
+        return []
+    lines = [store.as_current(line, snap, root) for line in store.store_warnings(snap, cluster)]
+    if len(lines) > PROBLEMS_IN_REPORT:
+        lines = [*lines[:PROBLEMS_IN_REPORT], f"{root}: and {len(lines) - PROBLEMS_IN_REPORT} more entries not read"]
+    return lines
 
 
 def exit_codes_known(table: pa.Table) -> bool:
