@@ -126,7 +126,7 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         broken = pipeline.repair_days(config, given)
         repaired = {day.isoformat(): why for day, why in broken.items()}
         for why in dict.fromkeys(broken.values()):  # (a dangling `current`: one reason for every day)
-            click.echo(f"repair: {why}", err=True)
+            echo_text(f"repair: {why}", err=True)
         if not broken:
             where = "of the period" if given else "stored"
             if as_json:
