@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from gpuclust.accounting.figures.telemetry import JobTelemetry, JobWindow, TelemetryResult, fetch_telemetry
 from gpuclust.config.site import TelemetryConfig
+from tests.unit.local_http import serve
 from tests.unit.test_telemetry_prometheus import P0, T0, UTIL
 
 HOUR = P0 + timedelta(hours=1)
@@ -113,16 +114,8 @@ class _Prom(http.server.BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def fake_prometheus(util_body: bytes = EMPTY_MATRIX, mode: str = "normal") -> Iterator[str]:
-    handler = type("Prom", (_Prom,), {"util_body": util_body, "mode": mode})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(type("Prom", (_Prom,), {"util_body": util_body, "mode": mode})) as url:
+        yield url
 
 
 def _fetch(body: bytes, jobs: list[JobWindow], **kw: Any) -> TelemetryResult:

@@ -23,7 +23,6 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from gpuclust.accounting.figures.telemetry import JobWindow, TelemetryResult, fe
 from gpuclust.config.site import TelemetryConfig, parse_config
 from gpuclust.config.telemetry import TELEMETRY
 from gpuclust.errors import ConfigError
+from tests.unit.local_http import serve
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -395,16 +395,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def _fake_server(mode: str) -> Iterator[str]:
-    handler = type("Handler", (_Handler,), {"mode": mode})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(type("Handler", (_Handler,), {"mode": mode})) as url:
+        yield url
 
 
 def _fetch(url: str, timeout: float = 5.0) -> TelemetryResult:
