@@ -169,6 +169,21 @@ def wait_for_sacct(
         delay = min(delay * 1.5, 1.0)
 
 
+def wait_for_recorded_start(job_id: str, timeout: float = 60.0, *, env: Mapping[str, str] | None = None) -> str:
+    """Poll sacct until the accounting database holds the job's start (a Start time, state RUNNING): slurmctld
+    reports a start to slurmdbd after the job already shows RUNNING, and an action taken in between (a requeue)
+    leaves an execution with no Start in the database. Returns the Start."""
+    deadline = time.monotonic() + timeout
+    row: dict[str, str] | None = None
+    while True:
+        row = _sacct_row(job_id, fields=("JobID", "State", "Start"), env=env)
+        if row and row["State"].split()[0] == "RUNNING" and row["Start"] not in ("", "Unknown", "None"):
+            return row["Start"]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id}: no recorded start in sacct after {timeout}s (last: {row})")
+        time.sleep(0.2)
+
+
 def lab_exec(
     node: str, argv: Sequence[str], *, name: str | None = None, timeout: float = 60.0, check: bool = True
 ) -> subprocess.CompletedProcess[str]:

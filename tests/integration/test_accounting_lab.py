@@ -29,7 +29,14 @@ from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.ingest.schema import RAW_FIELDS
 from gpuclust.config import parse_config
 from gpuclust.slurm.client import CommandSlurmClient
-from tests.integration.labutil import job_state, run_cmd, submit, wait_for_sacct, wait_job_done  # noqa: F401
+from tests.integration.labutil import (  # noqa: F401
+    job_state,
+    run_cmd,
+    submit,
+    wait_for_recorded_start,
+    wait_for_sacct,
+    wait_job_done,
+)
 from tests.reportcompare import assert_same, figures
 
 SITE_CONF = """
@@ -132,6 +139,9 @@ def run_scenario(unique_names: bool = True) -> Scenario:
         time.sleep(0.2)
     scn.held_back_reason = _reason(held_back)
     _wait_state(requeue, {"RUNNING"})
+    # Requeue only once the database holds the first execution's start: requeued before that, the execution
+    # has no Start and is no attempt (seen under load: attempts 13, retries 1, not 14 and 2).
+    wait_for_recorded_start(requeue)
     run_cmd(["scontrol", "requeue", requeue])
     time.sleep(1)
     # A requeued job waits ~2 min (BeginTime) unless its StartTime is moved.
