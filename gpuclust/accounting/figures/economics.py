@@ -204,8 +204,16 @@ def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventS
     end_eff = np.where(running, win.end, end)
     s = np.maximum(start, win.start)
     e = np.minimum(end_eff, win.end)
-    with np.errstate(invalid="ignore"):
-        hours = np.where(alloc & ~np.isnan(s) & (e > s), (e - s) / 3600.0, 0.0) * gpus
+    # An ended attempt's GPU-hours are the report's own (Elapsed x GPUs: Slurm's Elapsed leaves out time
+    # suspended), of which the window holds its share of the attempt's span; so an attempt inside the window
+    # counts here exactly as in the totals. A running one (or one without Elapsed) counts its span in the window.
+    elapsed = _floats(table, "elapsed_s")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        span = end - start
+        in_window = np.where(alloc & ~np.isnan(s) & (e > s), e - s, 0.0)
+        by_elapsed = ~running & ~np.isnan(elapsed) & (span > 0)
+        seconds = np.where(by_elapsed, elapsed * (in_window / np.where(by_elapsed, span, 1.0)), in_window)
+        hours = seconds / 3600.0 * gpus
     state_codes, state_values = _codes(table, "state")
     code = np.nan_to_num(_floats(table, "exit_code"), nan=-1)
     sig = np.nan_to_num(_floats(table, "exit_signal"), nan=-1)
