@@ -56,8 +56,11 @@ def _check_target(value: float | None) -> float | None:
 
 
 def _named(parse):  # type: ignore[no-untyped-def]
-    """A click callback running a library parser, so its error names the option (exit 2, 3 in a Nagios check)."""
-    def callback(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A click callback running a library parser, so its error names the option (exit 2, 3 in a Nagios check).
+    Not run while the shell completes a word (resilient parsing): the parsers load the data libraries."""
+    def callback(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+        if ctx.resilient_parsing:
+            return value
         try:
             parse(value)
         except InputError as exc:
@@ -203,7 +206,7 @@ def _build_config(app: AppContext, input_path: str | None, writes: bool = True) 
               help="Comma-separated outputs: html, csv, json, prom, parquet.")
 @click.option("--out", "out_dir", type=HintPath(file_okay=False),
               help="Output directory (default: site report_dir).")
-@click.option("--target", type=float, callback=lambda _c, _p, value: _check_target(value),
+@click.option("--target", type=float, callback=lambda c, _p, value: value if c.resilient_parsing else _check_target(value),
               help="Completed runs per month to size for, >= 0 (default: site config).")
 @click.option("--top", type=HintIntRange(1, 10000), default=20, show_default=True,
               help="How many top failures to list.")

@@ -45,9 +45,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], scenario: str = "", modules: tuple[str, ...] = HEAVY) -> dict[str, object]:
+def _run(argv: list[str], scenario: str = "", modules: tuple[str, ...] = HEAVY,
+         env: dict[str, str] | None = None) -> dict[str, object]:
     cp = subprocess.run([sys.executable, "-c", _RUN, json.dumps(modules), scenario, *argv], capture_output=True,
-                        text=True, cwd=REPO, env=_env(), timeout=120)
+                        text=True, cwd=REPO, env={**_env(), **(env or {})}, timeout=120)
     assert cp.stderr.strip(), cp.stdout
     result: dict[str, object] = json.loads(cp.stderr.strip().splitlines()[-1])
     result["output"] = cp.stdout
@@ -98,6 +99,22 @@ def test_audit_partition_imports_no_heavy_library(scenario: str, tmp_path: Path)
 NOT_FOR_A_JSON_BUILD = ("prometheus_client", "ClusterShell", "gpuclust.accounting.output.prom", "gpuclust.cli.accept",
                         "gpuclust.cli.audit", "gpuclust.cli.policy", "gpuclust.cli.config", "gpuclust.cli.docs",
                         "gpuclust.audit", "gpuclust.policy", "gpuclust.accounting.figures.partitioned")
+
+
+# A word being completed (TAB) on each command line: the options before it are parsed resiliently, their
+# callbacks (the delimiter, format, target and Slurm-version parsers) must not load the data libraries.
+@pytest.mark.parametrize(("shell", "words", "expected"), [
+    ("bash", "gpuclust report build --f", "--format"),
+    ("bash", "gpuclust report build --format ", ""),
+    ("bash", "gpuclust report build --delimiter | --format csv --target 3 --slurm-version 22.05 --to", "--top"),
+    ("zsh", "gpuclust report show --delimiter | --slurm-version 22.05 --f", "--format"),
+    ("bash", "gpuclust report fetch --", "--via"),
+])
+def test_shell_completion_imports_no_heavy_library(shell: str, words: str, expected: str) -> None:
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    result = _run([], env={"_GPUCLUST_COMPLETE": f"{shell}_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)})
+    assert (result["exit"], result["heavy"]) == (0, []), result["output"]
+    assert expected in str(result["output"])
 
 
 def test_report_build_json_imports_only_what_it_needs(tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ from gpuclust.errors import InputError, Problem
 from gpuclust.output import to_json
 
 if TYPE_CHECKING:  # (prom, and prometheus_client with it, loads only when gpuclust.prom is written)
+    import pyarrow as pa
+
     from gpuclust.accounting.output import prom
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
@@ -94,12 +96,66 @@ def with_context(frame: pd.DataFrame, report: Report | Mapping[str, Any]) -> pd.
 LARGE_CSV_ROWS = 50_000
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]+")
 
+# CSV formula injection (OWASP): a spreadsheet runs a cell that starts with one of these as a formula, and job
+# names, comments' labels, accounts, users and node lists are the users' text. In the CSVs only, a text cell
+# starting with one is written with a leading "'" (the spreadsheet shows the text); numeric columns are never
+# touched (a negative number stays -1.5). report.json, Parquet and gpuclust.prom keep the raw value.
+FORMULA_START = "=+-@\t\r"
+_FORMULA_START_RE = "^[=+\\-@\t\r]"
+
+
+def _formula_like(value: Any) -> bool:
+    return isinstance(value, str) and value != "" and value[0] in FORMULA_START
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """`value` as a CSV text cell may hold it: a str starting with a FORMULA_START character prefixed with "'";
+    anything else (a number, None) unchanged."""
+    return "'" + value if _formula_like(value) else value
+
+
+def _spreadsheet_safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with spreadsheet_safe applied to its text columns (object, string, categorical); the frame
+    itself when no cell needs it."""
+    out = frame
+    for i, (_name, column) in enumerate(frame.items()):
+        if not (column.dtype == object or isinstance(column.dtype, (pd.StringDtype, pd.CategoricalDtype))):
+            continue
+        if not any(_formula_like(v) for v in column.unique()):
+            continue
+        if out is frame:
+            out = frame.copy()
+        out.isetitem(i, column.astype(object).map(spreadsheet_safe).to_numpy())
+    return out
+
+
+def _spreadsheet_safe_table(table: pa.Table) -> pa.Table:
+    """The Arrow table with the same rule as _spreadsheet_safe_frame: its string columns (plain or dictionary
+    encoded) with "'" before a value starting with a FORMULA_START character."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(table.schema):
+        kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            continue
+        column = table.column(i)
+        if pa.types.is_dictionary(field.type):
+            column = column.cast(kind)
+        if not pc.any(pc.match_substring_regex(column, _FORMULA_START_RE)).as_py():
+            continue
+        table = table.set_column(i, field.name, pc.replace_substring_regex(column, _FORMULA_START_RE, "'\\0",
+                                                                           max_replacements=1))
+    return table
+
 
 def csv_bytes(frame: pd.DataFrame, context: Mapping[str, Any] | None = None) -> bytes:
     """The frame as CSV, UTF-8 (a large one as Arrow writes it: never decoded into one str and encoded back),
-    `context` (context_row) appended as with_context appends it."""
+    `context` (context_row) appended as with_context appends it. Every CSV the report writes goes through here,
+    and so through the formula-injection rule (spreadsheet_safe) whichever writer writes it."""
     def by_pandas() -> bytes:
-        return (with_context(frame, context) if context else frame).to_csv(index=False).encode("utf-8")
+        whole = with_context(frame, context) if context else frame
+        return _spreadsheet_safe_frame(whole).to_csv(index=False).encode("utf-8")
 
     names = [*frame.columns, *(key for key in context or {} if key not in frame.columns)]
     if len(frame) <= LARGE_CSV_ROWS or not all(_PLAIN_NAME.fullmatch(str(c)) for c in names):
@@ -125,6 +181,7 @@ def csv_bytes(frame: pd.DataFrame, context: Mapping[str, Any] | None = None) -> 
             if key not in frame.columns:
                 table = table.append_column(key, pa.repeat(pa.scalar(value, pa.string() if value is None else None),
                                                            len(table)))
+        table = _spreadsheet_safe_table(table)
         # In slices side by side (the writer releases the GIL; formatting floats is most of its time).
         k = max(1, min(4, os.cpu_count() or 1, len(table) // LARGE_CSV_ROWS))
         cut = [len(table) * i // k for i in range(k + 1)]
