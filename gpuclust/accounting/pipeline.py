@@ -31,7 +31,13 @@ from gpuclust.accounting.figures.metrics import (
 from gpuclust.accounting.history import sources, store, storeread
 from gpuclust.accounting.history.fetch import fetch_day, sacct_version
 from gpuclust.accounting.ingest.jsonin import parse_input
-from gpuclust.accounting.ingest.normalize import DEFAULT_OPTIONS, ParseResult, ReaderOptions, input_period
+from gpuclust.accounting.ingest.normalize import (
+    DEFAULT_OPTIONS,
+    ParseResult,
+    ReaderOptions,
+    input_period,
+    refuse_unread,
+)
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.output import reportdoc
 from gpuclust.accounting.output.render import write_report
@@ -148,7 +154,8 @@ def read_input(path: str, delimiter: str | None = None, *, options: ReaderOption
                mmap_min_bytes: int = MMAP_MIN_BYTES) -> ParseResult:
     """Parse an input file (sacct --parsable2 text or --json). A file from `mmap_min_bytes` on is
     memory-mapped, not copied: the text reader tokenises it in place. `delimiter` None: detected from the
-    header line (gpuclust's fetch delimiter, else `|`; text.sniff_delimiter)."""
+    header line (gpuclust's fetch delimiter, else `|`; text.sniff_delimiter). A file whose every row is
+    rejected is refused with the likely fix (normalize.refuse_unread), never read as an empty one."""
     import mmap
     import os
 
@@ -165,7 +172,9 @@ def read_input(path: str, delimiter: str | None = None, *, options: ReaderOption
                 data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:
         raise InputError(Problem(path, None, f"cannot read: {exc}")) from None
-    return parse_input(data, delimiter, path, options=options)
+    parsed = parse_input(data, delimiter, path, options=options)
+    refuse_unread(parsed, path)
+    return parsed
 
 
 NO_FILTER = JobFilter()  # build's default: every job

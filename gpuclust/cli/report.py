@@ -255,6 +255,7 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
     info = report.data["input"]
     for problem in info.get("problems", []):
         warn(problem)
+    _say_rejected(info)
     said = _say_source_warnings(report.data)
     left = info.get("left_out") or {}
     if left.get("rows"):
@@ -291,6 +292,21 @@ def build_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
             # From the store an empty period is an answer, but not the one a nightly job expects: exit 1. A
             # dump's empty period is simply its report (exit 0).
             raise SystemExit(EXIT_NEGATIVE)
+
+
+def _say_rejected(info: dict[str, Any]) -> None:
+    """The rejected rows' total and their likely fix, after the warnings that list the first of them."""
+    rejected = int(info.get("rejected_rows") or 0)
+    if not rejected:
+        return
+    from gpuclust.accounting.ingest.normalize import rejection_advice
+
+    problems = info.get("problems") or []
+    read = (info.get("rows_accounted") or {}).get("read")
+    of = f" of {read:,}" if isinstance(read, int) else ""
+    listed = f"the first {len(problems)} listed above" if len(problems) < rejected else "listed above"
+    warn(f"{rejected:,}{of} row(s) rejected, in no figure ({listed}; report build --strict refuses them). "
+         f"Likely fix: {rejection_advice(problems)}")
 
 
 def _say_source_warnings(data: dict[str, Any]) -> str | None:
@@ -357,6 +373,7 @@ def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, pe
                                slurm_version=slurm_version)
     for problem in (report.data.get("input") or {}).get("problems", []):
         warn(problem)
+    _say_rejected(report.data.get("input") or {})
     said = _say_source_warnings(report.data)
     if said:  # (stderr: it ends the run there, whatever stdout carries)
         click.echo(said, err=True)

@@ -143,6 +143,19 @@ def test_cron_line_without_its_path_fails_loudly(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("flock") is None, reason="flock (util-linux) not installed")
+@pytest.mark.parametrize("gpuclust", ["", "/nonexistent/bin/gpuclust"])
+def test_script_names_the_missing_command(tmp_path, gpuclust):
+    """gpuclust not on PATH (or GPUCLUST naming nothing) is said as such, never as a site config that does not
+    load (issue 45 item 11)."""
+    done, logged = _run_cron_line(tmp_path, drop_path=not gpuclust, extra={"GPUCLUST": gpuclust} if gpuclust else None)
+    name = gpuclust or "gpuclust"
+    assert f"FAILED: {name}: command not found" in done.stderr and "(exit 127)" in done.stderr, done.stderr
+    assert "does not load" not in done.stderr, done.stderr
+    if gpuclust:  # (with cron's default PATH the stand-in logger is not found either)
+        assert f"{name}: command not found" in logged.read_text()
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="flock (util-linux) not installed")
 def test_cron_line_skips_a_night_that_overlaps_and_logs_it(tmp_path):
     done, logged = _run_cron_line(tmp_path, hold_lock=True)
     assert not (tmp_path / "reports").exists()  # the script never started

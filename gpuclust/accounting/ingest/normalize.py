@@ -6,9 +6,11 @@ returned as a Problem naming its line and field: never dropped silently.
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,6 +22,7 @@ import pyarrow.compute as pc
 
 from gpuclust.accounting.ingest import usage
 from gpuclust.accounting.ingest.fast import swar
+from gpuclust.accounting.ingest.fields import parse_time_epoch
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.ingest.registry import REGISTRY, Parsed, Registry
 from gpuclust.errors import InputError, Problem
@@ -113,6 +116,44 @@ def input_period(result: ParseResult, source: str = "<input>") -> Period:
                                                "no report window can be inferred; give --since and --until (an "
                                                "empty period is an empty report)"))
     return Period(min(starts), max(ends) + timedelta(seconds=1))
+
+
+_CANNOT_PARSE = re.compile(r"cannot parse ([A-Za-z][A-Za-z0-9]*) ")
+_FIELD_COUNT = re.compile(r"record has [0-9]+ fields, header has|line continues no record")
+
+
+def rejection_advice(problems: Iterable[Problem | str], registry: Registry = REGISTRY) -> str:
+    """The likely fix for rejected rows, told from their problems (or those problems' text, as report.json
+    holds them): the cause most of them share."""
+    times = {fd.name for fd in registry.fields if fd.parse is parse_time_epoch}
+    causes: collections.Counter[str] = collections.Counter()
+    for problem in problems:
+        text = problem.message if isinstance(problem, Problem) else problem
+        if (m := _CANNOT_PARSE.search(text)) is not None:
+            causes["time" if m.group(1) in times else "value"] += 1
+        elif _FIELD_COUNT.search(text):
+            causes["fields"] += 1
+    cause = causes.most_common(1)[0][0] if causes else ""
+    if cause == "time":
+        return ("the times are not sacct's standard form (YYYY-MM-DDTHH:MM:SS, e.g. 2026-12-02T10:58:03): "
+                "sacct wrote them in a site's SLURM_TIME_FORMAT. Write the dump again with "
+                "SLURM_TIME_FORMAT=standard in sacct's environment (`SLURM_TIME_FORMAT=standard sacct ...`; "
+                "`report fetch` sets it itself)")
+    if cause == "fields":
+        return ("the rows do not split into the header's fields: check --delimiter (the dump's own, one that "
+                "no job name or comment holds; gpuclust's fetch delimiter '\\x1f|\\x1e' is safe)")
+    return "fix the values named above, or write the dump again with sacct (`report fetch` writes one that reads)"
+
+
+def refuse_unread(result: ParseResult, source: str = "<input>") -> None:
+    """A dump whose every row was rejected is refused, naming the first cause and its fix: never an empty
+    report (the rows were there, and none was read)."""
+    if result.table.num_rows or not result.rejected:
+        return
+    first = result.problems[0] if result.problems else None
+    said = "" if first is None else f" (the first, line {first.line}: {first.message})"
+    raise InputError(Problem(source, None, f"no row could be read: all {result.rejected} row(s) were rejected"
+                                           f"{said}. Likely fix: {rejection_advice(result.problems)}"))
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:

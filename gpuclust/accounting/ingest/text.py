@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import mmap
 import re
+import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -84,18 +85,44 @@ def header_example(registry: Registry) -> str:
     return f"sacct -a -X --parsable2 --format={','.join(registry.complete)}"
 
 
+def shell_delimiter(delimiter: str) -> str:
+    """`delimiter` as a `--delimiter` value to paste into a shell: the escapes `decode_delimiter` reads
+    (``\\t``, ``\\x1f``), single-quoted, so that the shell hands them on as they are."""
+    return shlex.quote(delimiter.encode("unicode_escape").decode("ascii"))
+
+
+def _header_delimiter(line: str) -> str | None:
+    """The one string between the field names of a header line (None: no such string), whatever it is."""
+    names = list(_FIELD_NAME.finditer(line))
+    between = {line[a.end():b.start()] for a, b in zip(names, names[1:], strict=False)}
+    if len(names) < 2 or len(between) != 1 or line[:names[0].start()] or line[names[-1].end():]:
+        return None
+    found = between.pop()
+    return found if found and not _FIELD_NAME.search(found) else None
+
+
+def _refuse_comma(source: str, registry: Registry) -> InputError:
+    return InputError(Problem(
+        source, 1, "the dump's delimiter is ',', which cannot separate sacct's fields: AllocTRES holds commas "
+        "(billing=1,cpu=1,gres/gpu=4) and so may NodeList (node[1,3]), so no row would split into its fields. "
+        f"Write the dump again with sacct's own | (`{header_example(registry)}`) or another delimiter that no "
+        "value holds (sacct --delimiter=...)"))
+
+
 def _check_header(header: list[str], header_line: bytes, delimiter: str, source: str, registry: Registry) -> None:
     """Refuse a first line that is no header (a dump written with --noheader), or that does not split on the
-    delimiter, naming the fix."""
+    delimiter, naming the fix: the delimiter it does split on, as a --delimiter value that works when pasted."""
     if any(name in registry.raw for name in header):
         return
-    for other in (_FETCH_DELIMITER, "|", "\t", ","):
-        if other != delimiter and any(name in registry.raw for name in
-                                      header_line.decode("utf-8", "replace").strip().split(other)):
-            raise InputError(Problem(
-                source, 1, f"the header does not split on the delimiter {delimiter!r} but does on {other!r}: "
-                f"pass --delimiter {other.encode('unicode_escape').decode()!r} (or leave --delimiter out: "
-                "gpuclust's fetch delimiter and | are detected)"))
+    line = header_line.decode("utf-8", "replace").strip()
+    other = _header_delimiter(line)
+    if other is not None and other != delimiter and any(name in registry.raw for name in line.split(other)):
+        if other == ",":
+            raise _refuse_comma(source, registry)
+        raise InputError(Problem(
+            source, 1, f"the header does not split on the delimiter {delimiter!r} but does on {other!r}: "
+            f"pass --delimiter {shell_delimiter(other)} (or leave --delimiter out: "
+            "gpuclust's fetch delimiter and | are detected)"))
     kind = "is not a header of sacct field names" if not all(_FIELD_NAME.fullmatch(n) for n in header) else \
         "names no sacct field gpuclust reads"
     raise InputError(Problem(
@@ -137,6 +164,8 @@ def parse_parsable(
         raise InputError(Problem(source, 1, "empty input: expected a header line of sacct field names; give a dump written by "
                                            "`sacct --parsable2` (with its header) or `sacct --json`"))
     _check_header(header, header_line, delimiter, source, registry)
+    if delimiter == ",":
+        raise _refuse_comma(source, registry)
     seen: dict[str, int] = {}
     for col, name in enumerate(header, start=1):
         if name in seen:
