@@ -111,6 +111,7 @@ from gpuclust.config.telemetry import (
     TelemetryConfig,
     parse_prometheus_url,
 )
+from gpuclust.output import terminal_safe
 
 _READ_CHUNK = 1 << 20
 MIB = 1 << 20
@@ -317,21 +318,21 @@ class _Client:
                 raw = self._read(response)
         except urllib.error.HTTPError as exc:
             detail = _error_detail(exc)
-            raise _QueryFailed(f"HTTP {exc.code} {_printable(str(exc.reason))}{detail}") from None
+            raise _QueryFailed(f"HTTP {exc.code} {terminal_safe(str(exc.reason))}{detail}") from None
         except urllib.error.URLError as exc:
             reason = exc.reason
-            why = timed_out if isinstance(reason, TimeoutError) else f"unreachable ({_printable(str(reason))})"
+            why = timed_out if isinstance(reason, TimeoutError) else f"unreachable ({terminal_safe(str(reason))})"
             self._die(why)
         except TimeoutError:
             self._die(timed_out)
         except (http.client.HTTPException, OSError) as exc:
-            self._die(f"connection failed ({type(exc).__name__}: {_printable(str(exc))})")
+            self._die(f"connection failed ({type(exc).__name__}: {terminal_safe(str(exc))})")
         try:
             doc = json.loads(raw, parse_constant=_no_constant)
         except RecursionError:
             raise _QueryFailed("bad JSON (nested deeper than the parser's limit)") from None
         except (ValueError, MemoryError) as exc:
-            raise _QueryFailed(f"bad JSON ({_printable(str(exc))[:200]})") from None
+            raise _QueryFailed(f"bad JSON ({terminal_safe(str(exc))[:200]})") from None
         finally:
             del raw
         if time.monotonic() > deadline.at:  # the parse counts too
@@ -339,8 +340,8 @@ class _Client:
         if not isinstance(doc, dict):
             raise _QueryFailed("malformed answer (not a JSON object)")
         if doc.get("status") != "success":
-            raise _QueryFailed(f"Prometheus error {_printable(str(doc.get('errorType', '?')))[:200]}: "
-                               f"{_printable(str(doc.get('error', '?')))[:500]}")
+            raise _QueryFailed(f"Prometheus error {terminal_safe(str(doc.get('errorType', '?')))[:200]}: "
+                               f"{terminal_safe(str(doc.get('error', '?')))[:500]}")
         if not isinstance(doc.get("data"), dict):
             raise _QueryFailed("malformed answer (no data)")
         return doc
@@ -372,18 +373,11 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"bare {name} is not JSON")
 
 
-def _printable(text: str) -> str:
-    """Text from the server, safe for a terminal: control characters escaped."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def _error_detail(exc: urllib.error.HTTPError) -> str:
     """Prometheus's own error text from an HTTP error's JSON body (400/422/503 carry one), if any."""
     try:
         doc = json.loads(exc.read(64 * 1024), parse_constant=_no_constant)
-        return f": {_printable(str(doc['errorType']))[:200]}: {_printable(str(doc['error']))[:500]}"
+        return f": {terminal_safe(str(doc['errorType']))[:200]}: {terminal_safe(str(doc['error']))[:500]}"
     except Exception:  # any body that is not Prometheus's error JSON: the status line says enough
         return ""
 
@@ -706,7 +700,7 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
                 bad = next(points[k] for k in range(len(values)) if k not in kept)
                 metric.dropped += len(values) - len(keep)
                 what = bad[1] if not metric.low <= float(bad[1]) <= metric.high else f"time {bad[0]}"
-                metric.dropped_example = metric.dropped_example or _printable(
+                metric.dropped_example = metric.dropped_example or terminal_safe(
                     f"{what} for job {job} on {node} gpu {gpu}"[:200])
                 times = [times[k] for k in keep]
                 values = [values[k] for k in keep]
@@ -715,7 +709,7 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
                 series = metric.series[(job, node, gpu)] = _Series()
             series.extend(times, values)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as exc:
-        raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {_printable(str(exc))[:200]})") from None
+        raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {terminal_safe(str(exc))[:200]})") from None
 
 
 def _node_queries(cfg: TelemetryConfig, range_s: int) -> dict[str, str]:
@@ -755,14 +749,14 @@ def _fetch_nodes(client: _Client, cfg: TelemetryConfig, start: float, end: float
                     value = float(item["value"][1])
                     if not isinstance(node, str):
                         raise TypeError(f"label {_NODE_LABEL} is not a string")
-                    node = _printable(node)
+                    node = terminal_safe(node)
                     if not node:
                         continue
                     row = nodes.setdefault(node, {"node": node, **dict.fromkeys(NODE_FIGURES)})
                     # NaN / Inf: nothing read or written (0/0, x/0), and a negative increase cannot be
                     row[figure] = value if 0 <= value < math.inf else None
             except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
-                raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {_printable(str(exc))[:200]})") from None
+                raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {terminal_safe(str(exc))[:200]})") from None
         except _QueryFailed as exc:
             if not exc.skipped:
                 warnings.append(f"{client.url}: query {query}: {exc}; {figure} is unknown for every node")
