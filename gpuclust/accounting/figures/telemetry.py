@@ -69,7 +69,7 @@ Node figures (``nodes``, one dict per node; a figure without data is None)
     node_disk_reads_completed_total) (writes alike; None when nothing was read), net_{receive,transmit}_
     {errs,drop} = increase(node_network_..._total). increase() is Prometheus's (extrapolated to the edges).
 
-Network reads are bounded: ``timeout_s`` is a deadline for the WHOLE request, from connect through the last
+Network reads are bounded (gpuclust.prometheus, the client shared with the guard): ``timeout_s`` is a deadline for the WHOLE request, from connect through the last
 byte and the JSON parse (every send and receive waits only for the time left: a server that trickles bytes is
 cut off at the deadline); an answer over ``max_response_mib`` is a failed query; JSON nested deeper than the
 parser's recursion limit (about 1,000 levels; Prometheus's answers are 6 deep), bare NaN/Infinity tokens,
@@ -86,23 +86,14 @@ one warning) rather than each waiting for its own timeout. A point that cannot b
 
 from __future__ import annotations
 
-import functools
-import http.client
-import io
-import json
 import math
-import socket
 import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any
 
 from gpuclust.config.telemetry import (
     MAX_STEPS_PER_QUERY,
@@ -112,10 +103,8 @@ from gpuclust.config.telemetry import (
     parse_prometheus_url,
 )
 from gpuclust.output import terminal_safe
+from gpuclust.prometheus import MIB, PrometheusClient, QueryFailed
 
-_READ_CHUNK = 1 << 20
-MIB = 1 << 20
-DEFAULT_MAX_RESPONSE_BYTES = 256 * MIB
 _FINITE = sys.float_info.max
 _NODE_LABEL = "gpuclust_node"  # the label label_replace() writes: the node label without its :port
 
@@ -169,217 +158,6 @@ NODE_FIGURES = (
 
 
 # ---- HTTP ------------------------------------------------------------------------------------------------
-
-
-class _QueryFailed(Exception):
-    def __init__(self, message: str, skipped: bool = False) -> None:
-        super().__init__(message)
-        self.skipped = skipped  # not asked: an earlier query found the server unreachable
-
-
-class _Deadline:
-    """One request's deadline, shared by the socket wrapper below: every send and every receive waits at most
-    until it, so a server that trickles bytes cannot stretch a request past `timeout` (connect, headers,
-    chunked framing and body alike)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.at = time.monotonic() + seconds
-
-    def left(self) -> float:
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"timed out after {self.seconds:g} s")
-        return left
-
-
-class _DeadlineRaw(io.RawIOBase):
-    def __init__(self, owner: _DeadlineSocket) -> None:
-        super().__init__()
-        self._owner = owner
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        return self._owner.recv_into(buffer)
-
-    def close(self) -> None:
-        if not self.closed:
-            super().close()
-            self._owner.reader_closed()
-
-
-class _DeadlineSocket:
-    """A connected socket (plain or TLS) whose receives and sends each wait only for the time left before the
-    deadline. http.client reads a response through `makefile`; urllib closes the connection's socket while
-    the response is still read, so the real socket closes when both are done (as socket.makefile does)."""
-
-    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
-        self._sock = sock
-        self._deadline = deadline
-        self._readers = 0
-        self._closed = False
-
-    def recv_into(self, buffer: Any) -> int:
-        self._sock.settimeout(self._deadline.left())
-        return self._sock.recv_into(buffer)
-
-    def sendall(self, data: Any, *args: Any) -> None:
-        self._sock.settimeout(self._deadline.left())  # (sendall's timeout bounds the whole send)
-        self._sock.sendall(data, *args)
-
-    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
-        self._readers += 1
-        return io.BufferedReader(_DeadlineRaw(self))
-
-    def reader_closed(self) -> None:
-        self._readers -= 1
-        if self._closed and self._readers <= 0:
-            self._sock.close()
-
-    def close(self) -> None:
-        self._closed = True
-        if self._readers <= 0:
-            self._sock.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class _DeadlineHTTP(http.client.HTTPConnection):
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deadline = deadline
-
-    def connect(self) -> None:
-        self.timeout = self._deadline.left()  # (create_connection's, and a TLS handshake's, per operation)
-        super().connect()
-        self.sock = _DeadlineSocket(self.sock, self._deadline)
-
-
-class _DeadlineHTTPS(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deadline = deadline
-
-    def connect(self) -> None:
-        self.timeout = self._deadline.left()
-        super().connect()
-        self.sock = _DeadlineSocket(self.sock, self._deadline)
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_DeadlineHTTP, deadline=self._deadline), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_DeadlineHTTPS, deadline=self._deadline), req,
-                            context=self._context)  # type: ignore[attr-defined]
-
-
-class _Client:
-    def __init__(self, url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
-        self.url = url
-        self.timeout_s = timeout_s
-        self.max_bytes = max_bytes
-        self.queries = 0
-        self.dead: str | None = None  # why the remaining queries are skipped
-        self.skipped = 0
-
-    def call(self, path: str, params: dict[str, str]) -> Any:
-        """The `data` of a successful API answer; raises _QueryFailed saying why not. The whole request, from
-        connect through the last byte and the JSON parse, ends by `timeout_s` (_Deadline)."""
-        if self.dead is not None:
-            self.skipped += 1
-            raise _QueryFailed(f"skipped ({self.dead})", skipped=True)
-        self.queries += 1
-        body = urllib.parse.urlencode(params).encode()
-        request = urllib.request.Request(
-            self.url + path, data=body, method="POST",
-            headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
-        )
-        deadline = _Deadline(self.timeout_s)
-        timed_out = f"timed out after {self.timeout_s:g} s (the whole request)"
-        # (build_opener keeps urllib's proxy and redirect handling; only the connection classes change)
-        opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
-        try:
-            with opener.open(request, timeout=self.timeout_s) as response:
-                raw = self._read(response)
-        except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
-            raise _QueryFailed(f"HTTP {exc.code} {terminal_safe(str(exc.reason))}{detail}") from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            why = timed_out if isinstance(reason, TimeoutError) else f"unreachable ({terminal_safe(str(reason))})"
-            self._die(why)
-        except TimeoutError:
-            self._die(timed_out)
-        except (http.client.HTTPException, OSError) as exc:
-            self._die(f"connection failed ({type(exc).__name__}: {terminal_safe(str(exc))})")
-        try:
-            doc = json.loads(raw, parse_constant=_no_constant)
-        except RecursionError:
-            raise _QueryFailed("bad JSON (nested deeper than the parser's limit)") from None
-        except (ValueError, MemoryError) as exc:
-            raise _QueryFailed(f"bad JSON ({terminal_safe(str(exc))[:200]})") from None
-        finally:
-            del raw
-        if time.monotonic() > deadline.at:  # the parse counts too
-            self._die(timed_out)
-        if not isinstance(doc, dict):
-            raise _QueryFailed("malformed answer (not a JSON object)")
-        if doc.get("status") != "success":
-            raise _QueryFailed(f"Prometheus error {terminal_safe(str(doc.get('errorType', '?')))[:200]}: "
-                               f"{terminal_safe(str(doc.get('error', '?')))[:500]}")
-        if not isinstance(doc.get("data"), dict):
-            raise _QueryFailed("malformed answer (no data)")
-        return doc
-
-    def _die(self, why: str) -> NoReturn:
-        self.dead = f"{self.url} {why}"
-        raise _QueryFailed(why)
-
-    def _read(self, response: Any) -> bytes:
-        """The body, at most max_bytes (each read waits only for the deadline's time left)."""
-        too_big = (f"answer larger than {self.max_bytes / MIB:g} MiB ([telemetry] max_response_mib): query a "
-                   "shorter chunk_hours or raise the limit")
-        length = response.headers.get("Content-Length", "")
-        if length.strip().isdigit() and int(length) > self.max_bytes:
-            raise _QueryFailed(too_big)
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            part = response.read(_READ_CHUNK)
-            if not part:
-                return b"".join(parts)
-            total += len(part)
-            if total > self.max_bytes:
-                raise _QueryFailed(too_big)
-            parts.append(part)
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise ValueError(f"bare {name} is not JSON")
-
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    """Prometheus's own error text from an HTTP error's JSON body (400/422/503 carry one), if any."""
-    try:
-        doc = json.loads(exc.read(64 * 1024), parse_constant=_no_constant)
-        return f": {terminal_safe(str(doc['errorType']))[:200]}: {terminal_safe(str(doc['error']))[:500]}"
-    except Exception:  # any body that is not Prometheus's error JSON: the status line says enough
-        return ""
 
 
 # ---- series ----------------------------------------------------------------------------------------------
@@ -654,14 +432,14 @@ def _whole_node_only(by_node: dict[str, list[_Win]], util: _Metric, warnings: li
     return {node: [w for w in on_node if w.index not in partial] for node, on_node in by_node.items()}
 
 
-def _collect(client: _Client, metric: _Metric, cfg: TelemetryConfig, jobs: set[str],
+def _collect(client: PrometheusClient, metric: _Metric, cfg: TelemetryConfig, jobs: set[str],
              windows: list[tuple[float, float]], warnings: list[str]) -> None:
     for a, b in windows:
         params = {"query": metric.query, "start": _fmt(a), "end": _fmt(b), "step": f"{cfg.step_s:g}"}
         try:
             doc = client.call("/api/v1/query_range", params)
             _take_matrix(doc, metric, cfg, jobs)
-        except _QueryFailed as exc:
+        except QueryFailed as exc:
             metric.failed.append((a, b))
             if not exc.skipped:
                 warnings.append(f"{client.url}: query_range {metric.query} [{_fmt(a)}, {_fmt(b)}]: {exc}; "
@@ -672,7 +450,7 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
     data = doc["data"]
     result = data.get("result")
     if data.get("resultType") != "matrix" or not isinstance(result, list):
-        raise _QueryFailed(f"malformed answer (resultType {data.get('resultType')!r}, expected matrix)")
+        raise QueryFailed(f"malformed answer (resultType {data.get('resultType')!r}, expected matrix)")
     try:
         for item in result:
             labels = item["metric"]
@@ -709,7 +487,7 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
                 series = metric.series[(job, node, gpu)] = _Series()
             series.extend(times, values)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as exc:
-        raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {terminal_safe(str(exc))[:200]})") from None
+        raise QueryFailed(f"malformed answer ({type(exc).__name__}: {terminal_safe(str(exc))[:200]})") from None
 
 
 def _node_queries(cfg: TelemetryConfig, range_s: int) -> dict[str, str]:
@@ -730,7 +508,7 @@ def _node_queries(cfg: TelemetryConfig, range_s: int) -> dict[str, str]:
     }
 
 
-def _fetch_nodes(client: _Client, cfg: TelemetryConfig, start: float, end: float,
+def _fetch_nodes(client: PrometheusClient, cfg: TelemetryConfig, start: float, end: float,
                  warnings: list[str]) -> list[dict[str, Any]]:
     nodes: dict[str, dict[str, Any]] = {}
     range_s = max(1, math.ceil(end - start))
@@ -740,7 +518,7 @@ def _fetch_nodes(client: _Client, cfg: TelemetryConfig, start: float, end: float
             data = doc["data"]
             result = data.get("result")
             if data.get("resultType") != "vector" or not isinstance(result, list):
-                raise _QueryFailed(f"malformed answer (resultType {data.get('resultType')!r}, expected vector)")
+                raise QueryFailed(f"malformed answer (resultType {data.get('resultType')!r}, expected vector)")
             if not result:
                 warnings.append(f"{client.url}: query {query}: empty result; {figure} is unknown for every node")
             try:
@@ -756,8 +534,8 @@ def _fetch_nodes(client: _Client, cfg: TelemetryConfig, start: float, end: float
                     # NaN / Inf: nothing read or written (0/0, x/0), and a negative increase cannot be
                     row[figure] = value if 0 <= value < math.inf else None
             except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
-                raise _QueryFailed(f"malformed answer ({type(exc).__name__}: {terminal_safe(str(exc))[:200]})") from None
-        except _QueryFailed as exc:
+                raise QueryFailed(f"malformed answer ({type(exc).__name__}: {terminal_safe(str(exc))[:200]})") from None
+        except QueryFailed as exc:
             if not exc.skipped:
                 warnings.append(f"{client.url}: query {query}: {exc}; {figure} is unknown for every node")
     return [nodes[name] for name in sorted(nodes)]
@@ -790,7 +568,7 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
     if not t1 > t0:
         result.warnings.append(f"{url}: empty period [{start.isoformat()}, {end.isoformat()}); nothing queried")
         return result
-    client = _Client(url, cfg.timeout_s, int(cfg.max_response_mib) * MIB)
+    client = PrometheusClient(url, cfg.timeout_s, int(cfg.max_response_mib) * MIB)
     warnings = result.warnings
 
     wins: list[_Win] = []
