@@ -108,7 +108,7 @@ from gpuclust.prometheus import MIB, PrometheusClient, QueryFailed
 _FINITE = sys.float_info.max
 _NODE_LABEL = "gpuclust_node"  # the label label_replace() writes: the node label without its :port
 
-__all__ = ["JobTelemetry", "JobWindow", "TelemetryResult", "fetch_telemetry", "MAX_STEPS_PER_QUERY"]
+__all__ = ["GpuTelemetry", "JobTelemetry", "JobWindow", "PROFILE_BUCKETS", "TelemetryResult", "fetch_telemetry", "MAX_STEPS_PER_QUERY"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,36 @@ class JobWindow:
     gpus: int  # GPUs allocated (from AllocTRES)
     key: object = None  # the caller's row key, returned as is (a requeued job's executions share `job`)
     nodes: tuple[str, ...] = ()  # the job's nodes (NodeList expanded); read only with [telemetry] join = node
+
+
+PROFILE_BUCKETS = 120  # GpuTelemetry.util_profile: enough for a terminal-wide sparkline, small to store
+
+
+@dataclass
+class GpuTelemetry:
+    """One GPU's figures in one job window (the held durations of the module docstring). Unlike the job's,
+    these are not weighed: they are what this GPU's series says."""
+    node: str
+    gpu: str
+    covered_s: float  # seconds with samples
+    busy_s: float  # sum(util x held duration) / 100: busy GPU-seconds
+    util_mean_pct: float | None  # busy / covered x 100
+    util_max_pct: float | None
+    idle_s: float  # held-idle seconds (runs under the threshold lasting >= idle_min_s, as the job's)
+    under_threshold_s: float  # every second under the threshold, however short the run
+    longest_idle_s: float  # the longest run under the threshold (a gap ends a run)
+    longest_idle_start: float | None  # its first point (epoch seconds)
+    trailing_idle_s: float  # the run under the threshold still open at the window's end (0 after a gap)
+    fb_used_max_mib: float | None = None
+    fb_total_mib: float | None = None
+    power_mean_w: float | None = None
+    power_max_w: float | None = None
+    energy_j: float | None = None
+    temp_max_c: float | None = None
+    xid_errors: float | None = None
+    ecc_dbe: float | None = None
+    # Mean utilisation in PROFILE_BUCKETS equal slices of the window (None: no sample held in that slice).
+    util_profile: tuple[float | None, ...] = ()
 
 
 @dataclass
@@ -136,6 +166,7 @@ class JobTelemetry:
     held_idle_gpu_s: float
     covered_gpu_s: float
     busy_gpu_s: float
+    gpus: list[GpuTelemetry] = field(default_factory=list)  # per (node, gpu), sorted
 
 
 @dataclass
@@ -197,7 +228,7 @@ class _Series:
         self.ordered = True
 
     def window(self, s: float, e: float, step: float,
-               gap: float) -> tuple[Sequence[float], list[float], list[bool]] | None:
+               gap: float) -> tuple[Sequence[float], list[float], list[bool], Sequence[float]] | None:
         """The points in [s, e) with their held durations and gap marks (module docstring, Held durations),
         or None when there is none."""
         i = bisect_left(self.times, s)
@@ -218,7 +249,7 @@ class _Series:
                 gaps.append(True)
         if ts[0] - s <= gap:
             durations[0] += ts[0] - s
-        return vs, durations, gaps
+        return vs, durations, gaps, ts
 
 
 @dataclass
@@ -279,6 +310,11 @@ class _UtilGpu:
     covered: float  # seconds with samples
     max: float
     idle: float  # held-idle seconds
+    under: float = 0.0  # every second under the threshold
+    longest: float = 0.0
+    longest_start: float | None = None
+    trailing: float = 0.0
+    profile: tuple[float | None, ...] = ()
 
 
 @dataclass
@@ -306,24 +342,55 @@ def _aggregate(metric: _Metric, wins_by_job: dict[str, list[_Win]], cfg: Telemet
             got = series.window(win.s, win.e, cfg.step_s, cfg.gap_factor * cfg.step_s)
             if got is None:
                 continue
-            vs, ds, gaps = got
+            vs, ds, gaps, ts = got
             acc = out.setdefault(win.index, {})
             per = acc.setdefault(metric.name, {})
-            per[(node, gpu)] = _per_gpu(metric.name, vs, ds, gaps, cfg)
+            per[(node, gpu)] = _per_gpu(metric.name, vs, ds, gaps, cfg, ts, win)
     metric.series.clear()  # the points are no longer needed: free them before the next metric
 
 
+def _profile(vs: Sequence[float], ds: Sequence[float], ts: Sequence[float], win: _Win,
+             gap: float) -> tuple[float | None, ...]:
+    """Time-weighted mean utilisation per slice of the window; a held duration is split across the slices it
+    spans (the first point's reaches back to the window start when _Series.window let it)."""
+    span = win.e - win.s
+    if span <= 0:
+        return ()
+    width = span / PROFILE_BUCKETS
+    weight = [0.0] * PROFILE_BUCKETS
+    total = [0.0] * PROFILE_BUCKETS
+    for k, (v, d, t) in enumerate(zip(vs, ds, ts, strict=True)):
+        a = win.s if k == 0 and t - win.s <= gap else t
+        b = min(a + d, win.e)
+        while a < b:
+            slot = min(int((a - win.s) / width), PROFILE_BUCKETS - 1)
+            edge = min(b, win.s + (slot + 1) * width)
+            if edge <= a:  # (float rounding at a slice edge)
+                edge = b
+            weight[slot] += edge - a
+            total[slot] += v * (edge - a)
+            a = edge
+    return tuple(total[i] / weight[i] if weight[i] > 0 else None for i in range(PROFILE_BUCKETS))
+
+
 def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], gaps: Sequence[bool],
-             cfg: TelemetryConfig) -> Any:
+             cfg: TelemetryConfig, ts: Sequence[float] = (), win: _Win | None = None) -> Any:
     total = sum(ds)  # the covered seconds of this GPU
     if name in ("util", "power"):
         integral = sum(v * d for v, d in zip(vs, ds, strict=True))
         if name == "power":
-            return (integral / total if total > 0 else sum(vs) / len(vs), integral)
-        idle = run = 0.0
-        for v, d, gap in zip(vs, ds, gaps, strict=True):
+            return (integral / total if total > 0 else sum(vs) / len(vs), integral, max(vs))
+        idle = run = under = longest = 0.0
+        run_start: float | None = None
+        longest_start: float | None = None
+        for k, (v, d, gap) in enumerate(zip(vs, ds, gaps, strict=True)):
             if v < cfg.idle_threshold_pct:
+                if run == 0.0:
+                    run_start = ts[k] if ts else None
                 run += d
+                under += d
+                if run > longest:
+                    longest, longest_start = run, run_start
             else:
                 if run >= cfg.idle_min_s:
                     idle += run
@@ -334,7 +401,8 @@ def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], gaps: Sequence
                 run = 0.0
         if run >= cfg.idle_min_s:
             idle += run
-        return _UtilGpu(integral, total, max(vs), idle)
+        profile = _profile(vs, ds, ts, win, cfg.gap_factor * cfg.step_s) if ts and win is not None else ()
+        return _UtilGpu(integral, total, max(vs), idle, under, longest, longest_start, run, profile)
     if name == "xid":
         events, previous = 0, 0.0
         for v in vs:
@@ -348,6 +416,29 @@ def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], gaps: Sequence
             rise += b - a if b >= a else b
         return rise
     return max(vs)  # fb_used, fb_total, temp
+
+
+def _gpu_figures(acc: dict[str, Any]) -> list[GpuTelemetry]:
+    util: dict[tuple[str, str], _UtilGpu] = acc["util"]
+
+    def of(name: str, where: tuple[str, str]) -> Any:
+        return acc.get(name, {}).get(where)
+
+    out: list[GpuTelemetry] = []
+    for where in sorted(util):
+        u = util[where]
+        power = of("power", where)
+        out.append(GpuTelemetry(
+            node=where[0], gpu=where[1], covered_s=u.covered, busy_s=u.integral / 100.0,
+            util_mean_pct=u.integral / u.covered if u.covered > 0 else u.max, util_max_pct=u.max,
+            idle_s=u.idle, under_threshold_s=u.under, longest_idle_s=u.longest,
+            longest_idle_start=u.longest_start, trailing_idle_s=u.trailing,
+            fb_used_max_mib=of("fb_used", where), fb_total_mib=of("fb_total", where),
+            power_mean_w=power[0] if power else None, power_max_w=power[2] if power else None,
+            energy_j=power[1] if power else None, temp_max_c=of("temp", where),
+            xid_errors=of("xid", where), ecc_dbe=of("ecc_dbe", where), util_profile=u.profile,
+        ))
+    return out
 
 
 def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
@@ -385,6 +476,7 @@ def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
         held_idle_gpu_s=held,
         covered_gpu_s=covered,
         busy_gpu_s=busy,
+        gpus=_gpu_figures(acc),
     )
 
 
