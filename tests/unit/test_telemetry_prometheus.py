@@ -525,3 +525,52 @@ def test_join_by_node_attributes_only_whole_node_jobs_alone(prometheus: str, lab
     assert any("share a node" in w and w.count("3 job window") for w in result.warnings), result.warnings
     assert any("part of a node" in w and "1 job window" in w for w in result.warnings), result.warnings
     assert result.queries == lab_result.queries  # the same batched queries as the job-label join
+
+
+# ---- per-GPU figures (JobTelemetry.gpus), by hand ------------------------------------------------------------------
+
+
+def test_per_gpu_figures_of_a_job_idle_for_its_second_half(lab_result: TelemetryResult) -> None:
+    (gpu,) = lab_result.jobs["103"].gpus
+    assert (gpu.node, gpu.gpu) == ("n1", "3")
+    assert gpu.covered_s == pytest.approx(7200) and gpu.busy_s == pytest.approx(3060)
+    assert gpu.util_mean_pct == pytest.approx(42.5) and gpu.util_max_pct == 80
+    assert gpu.idle_s == pytest.approx(3600) and gpu.under_threshold_s == pytest.approx(3600)
+    assert gpu.longest_idle_s == pytest.approx(3600) and gpu.longest_idle_start == T0 + 3600
+    assert gpu.trailing_idle_s == pytest.approx(3600)  # still idle at the window's end
+    assert gpu.xid_errors == 1 and gpu.ecc_dbe == pytest.approx(3)
+    assert len(gpu.util_profile) == 120  # 60 s slices of the 2 h window
+    assert gpu.util_profile[:60] == pytest.approx([80.0] * 60) and gpu.util_profile[60:] == pytest.approx([5.0] * 60)
+
+
+def test_per_gpu_figures_add_up_to_the_job_figures(lab_result: TelemetryResult) -> None:
+    job = lab_result.jobs["102"]
+    assert [(g.node, g.gpu) for g in job.gpus] == [("n1", "1"), ("n1", "2")]
+    assert [g.temp_max_c for g in job.gpus] == [70, 75]
+    assert all(g.power_mean_w == pytest.approx(300) and g.power_max_w == 300 for g in job.gpus)
+    assert sum(g.energy_j or 0 for g in job.gpus) == pytest.approx(job.energy_j)
+    assert sum(g.busy_s for g in job.gpus) == pytest.approx(job.busy_gpu_s)
+    assert sum(g.covered_s for g in job.gpus) == pytest.approx(job.covered_gpu_s)
+    assert all(g.trailing_idle_s == 0 and g.longest_idle_start is None for g in job.gpus)
+
+
+def test_per_gpu_idle_stretch_of_a_requeued_execution(lab_result: TelemetryResult) -> None:
+    (gpu,) = lab_result.jobs["104b"].gpus
+    assert (gpu.node, gpu.gpu) == ("n2", "1")
+    assert gpu.longest_idle_s == pytest.approx(1800) and gpu.longest_idle_start == T0 + 70 * 60
+    assert gpu.idle_s == pytest.approx(1800) and gpu.trailing_idle_s == pytest.approx(1800)
+
+
+def test_a_series_that_stops_early_is_never_trailing_idle(prometheus: str) -> None:
+    # 103's last raw sample is at 119 min; Prometheus's 5 min lookback gives grid points up to 124 min; the window
+    # runs to 150 min: after the last point's one step there is no data, so the GPU is not "still idle" at the end
+    # (the guard must never act on a stale series), and the late slices have no value.
+    result = fetch_telemetry(_cfg(prometheus), [JobWindow("103", _minutes(0), _minutes(150), 1, key="late")],
+                             P0, PERIOD_END)
+    (gpu,) = result.jobs["late"].gpus
+    assert gpu.covered_s == pytest.approx(7500)  # points 0..124 min, each holding 60 s (the last: one step)
+    assert gpu.trailing_idle_s == 0 and gpu.longest_idle_s == pytest.approx(3900)  # 60..124 min
+    width = 150 * 60 / 120
+    first_empty = math.ceil(7500 / width)
+    assert all(v is None for v in gpu.util_profile[first_empty:])
+    assert all(v is not None for v in gpu.util_profile[:first_empty])
