@@ -242,25 +242,71 @@ def test_node_status(results: Path) -> None:
     assert drain.node_status(only22, config, "node1", late).status == "OK"
 
 
-def _nhc(results: Path, tmp_path: Path, node: str) -> subprocess.CompletedProcess[str]:
-    """Source the NHC check in bash with NHC's die/dbg stand-ins and run it for `node`."""
+NHC_DRIVER = REPO / "tests" / "data" / "nhc" / "nhc-driver-standin.bash"
+NHC_CHECK = REPO / "examples" / "nhc" / "gpuclust_accept.nhc"
+
+
+def _nhc(results: Path | None, tmp_path: Path, node: str, *args: str, cmd: str | None = None,
+         config: str | None = None) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run the NHC check for `node` as NHC's driver runs it (tests/data/nhc: a stand-in for the driver with NHC's
+    die/log/dbg semantics); returns the process and what it marked offline ("" when nothing)."""
     conf = tmp_path / "site.conf"
-    conf.write_text(CONFIG.format(rdir=results))
+    if config is not None:
+        conf.write_text(config)
+    elif results is not None:
+        conf.write_text(CONFIG.format(rdir=results))
     wrapper = tmp_path / "gpuclust"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m gpuclust.cli.main \"$@\"\n")
     wrapper.chmod(0o755)
-    script = (f"die() {{ echo \"DIE $1 $2\"; return $1; }}\ndbg() {{ echo \"DBG $*\"; }}\n"
-              f". {REPO / 'examples' / 'nhc' / 'gpuclust_accept.nhc'}\n"
-              f"NHC_NODENAME={node} check_gpuclust_accept --stale-days 3650\n")
-    env = dict(os.environ, GPUCLUST_CONFIG=str(conf), GPUCLUST_NHC_CMD=str(wrapper), PYTHONPATH=str(REPO))
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    offline = tmp_path / "offline"
+    offline.write_text("")
+    env = dict(os.environ, GPUCLUST_CONFIG=str(conf), GPUCLUST_NHC_CMD=cmd or str(wrapper), PYTHONPATH=str(REPO),
+               NHC_NODENAME=node, NHC_STANDIN_OFFLINE=str(offline))
+    check = " ".join(["check_gpuclust_accept", *(shlex.quote(a) for a in args)])
+    proc = subprocess.run(["bash", str(NHC_DRIVER), str(NHC_CHECK), check], capture_output=True, text=True,
+                          env=env, timeout=120)
+    return proc, offline.read_text()
 
 
 def test_nhc_check_passes_and_fails(results: Path, tmp_path: Path) -> None:
-    ok = _nhc(results, tmp_path, "node3")
-    assert ok.returncode == 0 and "DBG check_gpuclust_accept: OK: node3" in ok.stdout, ok.stdout + ok.stderr
+    ok, offline = _nhc(results, tmp_path, "node3", "--stale-days", "3650")
+    assert ok.returncode == 0 and not offline, ok.stdout + ok.stderr
+    assert "DEBUG:  check_gpuclust_accept: OK: node3" in ok.stderr
     (results / "pairwise-24.jsonl").unlink()
-    bad = _nhc(results, tmp_path, "node3")
-    assert bad.returncode == 1 and "DIE 1 check_gpuclust_accept: FAILED: node3: last acceptance failed" in bad.stdout
-    none = _nhc(results, tmp_path, "node9")
-    assert none.returncode == 1 and "NONE: node9" in none.stdout
+    bad, offline = _nhc(results, tmp_path, "node3", "--stale-days", "3650")
+    assert bad.returncode == 1
+    assert "Health check failed:  check_gpuclust_accept: FAILED: node3: last acceptance failed" in offline
+    stale, offline = _nhc(results, tmp_path, "node1", "--stale-days", "1")
+    assert stale.returncode == 1 and "check_gpuclust_accept: STALE: node1" in offline, stale.stdout + stale.stderr
+
+
+def test_nhc_check_passes_a_node_that_never_ran_acceptance_unless_required(results: Path, tmp_path: Path) -> None:
+    # A fresh cluster: enabling the check must not drain every node.
+    none, offline = _nhc(results, tmp_path, "node9")
+    assert none.returncode == 0 and not offline
+    assert "NONE: node9" in none.stdout and "--require-acceptance" in none.stdout
+    required, offline = _nhc(results, tmp_path, "node9", "--require-acceptance")
+    assert required.returncode == 1 and "check_gpuclust_accept: NONE: node9" in offline
+
+
+@pytest.mark.parametrize("broken", ["missing gpuclust", "no site config", "bad site config", "crashing gpuclust"])
+def test_nhc_check_that_cannot_run_says_so_and_never_drains(results: Path, tmp_path: Path, broken: str) -> None:
+    cmd = config = None
+    given: Path | None = results
+    if broken == "missing gpuclust":
+        cmd = str(tmp_path / "no-such-dir" / "gpuclust")
+    elif broken == "no site config":
+        given = None
+    elif broken == "bad site config":
+        config = "[site\n"
+    else:
+        crash = tmp_path / "crash"
+        crash.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\nexit 1\n")
+        crash.chmod(0o755)
+        cmd = str(crash)
+    proc, offline = _nhc(given, tmp_path, "node3", cmd=cmd, config=config)
+    assert proc.returncode == 0 and not offline, proc.stdout + proc.stderr
+    assert "check_gpuclust_accept: cannot run" in proc.stdout
+    assert "SYSLOG: check_gpuclust_accept: cannot run" in proc.stderr
+    if broken == "missing gpuclust":
+        assert "not found" in proc.stdout
