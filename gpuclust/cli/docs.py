@@ -22,15 +22,28 @@ SITE_CONFIG_NAMES = ("site.example.conf", "site.conf")
 
 
 def shipped_files() -> dict[str, Path]:
-    """Name -> path of every file `config example` prints: the site config, the deploy examples, the sbatch
-    templates and job_submit.lua."""
+    """Name -> path of every file `config example` prints: the site config, the deploy examples and their READMEs
+    (named by folder: cron/README.md), the sbatch templates, job_submit.lua and its README."""
     out = {"site.example.conf": resources.example_config()}
     out.update(resources.deploy_examples())
     for folder, pattern in ((resources.TEMPLATES, "*.sbatch"), (resources.JOB_SUBMIT, "*.lua")):
         directory = resources.data_path(folder)
         if directory.is_dir():
             out.update({p.name: p for p in sorted(directory.glob(pattern))})
+    readmes = [resources.data_path(resources.JOB_SUBMIT, "README.md")]
+    examples = resources.data_path(resources.EXAMPLES)
+    if examples.is_dir():
+        readmes += sorted(examples.glob("*/README.md"))
+    out.update({f"{p.parent.name}/{p.name}": p for p in readmes if p.is_file()})
     return out
+
+
+def man_pages(root: click.Group) -> dict[str, Path | None]:
+    """The man pages by file name, with the built file of a wheel, or None where they are built on demand."""
+    built = resources.man_dir()
+    if built is not None:
+        return {p.name: p for p in sorted(built.glob(f"*.{roffgen.SECTION}"))}
+    return dict.fromkeys(roffgen.render_pages(root))
 
 
 @click.command("example")
@@ -41,7 +54,8 @@ def config_example(name: str, list_names: bool, show_path: bool) -> None:
     """Print a shipped example: NAME defaults to the example site config (site.example.conf).
 
     Other NAMEs are the deploy examples (gpuclust-report, gpuclust-report.cron, gpuclust-report.service,
-    gpuclust-report.timer, gpuclust-onfailure@.service, ...), the sbatch templates and job_submit.lua;
+    gpuclust-report.timer, gpuclust-onfailure@.service, ...) and their READMEs (cron/README.md), the sbatch
+    templates, job_submit.lua and job_submit/README.md, and the man pages (gpuclust.1, gpuclust-report.1, ...);
     --list names them all.
 
     \b
@@ -49,9 +63,18 @@ def config_example(name: str, list_names: bool, show_path: bool) -> None:
     gpuclust config example gpuclust-report.timer > /etc/systemd/system/gpuclust-report.timer
     """
     files = shipped_files()
+    pages = man_pages(_root())
     if list_names:
         for key, path in files.items():
             click.echo(f"{key}\t{path}")
+        for key, built in pages.items():  # (a checkout builds them: `gpuclust man --write DIR` installs them)
+            click.echo(f"{key}\t{built if built is not None else '(built by gpuclust man --write DIR)'}")
+        return
+    if name in pages and name not in files:
+        if show_path and pages[name] is None:
+            raise click.ClickException(f"{name} is built on demand in a source checkout: `gpuclust man --write DIR` "
+                                       "writes it (and the other pages) into DIR")
+        click.echo(str(pages[name]) if show_path else roff_pages(_root())[name], nl=False if not show_path else True)
         return
     found = files.get("site.example.conf" if name in SITE_CONFIG_NAMES else name)
     if found is None or not found.is_file():

@@ -42,6 +42,12 @@ def test_config_example_names_and_paths():
     names = dict(line.split("\t") for line in listed.output.splitlines())
     assert {"site.example.conf", "gpuclust-report.cron", "gpuclust-report.service", "gpuclust-report.timer",
             "gpuclust-onfailure@.service", "allreduce.sbatch", "job_submit.lua"} <= set(names)
+    # every shipped file, the READMEs and the man pages included (issue 45 item 14)
+    assert {"cron/README.md", "job_submit/README.md", "gpuclust.1", "gpuclust-report.1"} <= set(names)
+    readme = runner.invoke(cli, ["config", "example", "job_submit/README.md"])
+    assert readme.exit_code == 0 and readme.output == (REPO / "job_submit" / "README.md").read_text()
+    page = runner.invoke(cli, ["config", "example", "gpuclust-report.1"])
+    assert page.exit_code == 0 and page.output.startswith(".\\\" Generated") and ".TH \"GPUCLUST-REPORT\"" in page.output
     timer = runner.invoke(cli, ["config", "example", "gpuclust-report.timer"])
     assert timer.exit_code == 0 and "Persistent=true" in timer.output
     path = runner.invoke(cli, ["config", "example", "--path", "allreduce.sbatch"])

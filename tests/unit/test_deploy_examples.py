@@ -214,14 +214,20 @@ def test_systemd_analyze_security_scores_under_4(unit, tmp_path):
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_units_have_no_unknown_settings(tmp_path):
-    """systemd-analyze verify reads the units as systemd would; only the not-yet-installed scripts may be missing."""
+    """systemd-analyze verify reads the units as systemd would, man pages included (Documentation=man:..., after
+    the README's install step `gpuclust man --write DIR`); only the not-yet-installed scripts may be missing."""
     units = []
     for unit in (SERVICE, TIMER, ONFAILURE):
         copy = tmp_path / unit.name.replace("@.", "@gpuclust-report.service.")
         shutil.copy(unit, copy)
         units.append(str(copy))
-    done = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, SYSTEMD_LOG_LEVEL="warning"))
+    man_root = tmp_path / "man"
+    installed = subprocess.run([sys.executable, "-m", "gpuclust.cli.main", "man", "--write", str(man_root / "man1")],
+                               capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    check_man = "--man=yes" if shutil.which("man") else "--man=no"
+    done = subprocess.run(["systemd-analyze", "verify", check_man, *units], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, SYSTEMD_LOG_LEVEL="warning", MANPATH=str(man_root)))
     problems = [line for line in (done.stdout + done.stderr).splitlines()
                 if line.strip() and "is not executable: No such file or directory" not in line]
     assert problems == [], problems
