@@ -220,3 +220,23 @@ def test_a_fetch_while_a_report_reads_leaves_the_snapshot_it_reads(tmp_path):
     fetch(tmp_path, {D3: out({"JobID": "3", "JobIDRaw": "3", "Start": "2026-01-12T10:00:00"})})
     assert not snap.exists() and len(os.listdir(root / "snapshots")) == 1  # the next fetch removed it
     assert store.stored_days(root, "t") == [D1, D2, D3]
+
+
+def test_store_errors_are_bad_input_never_a_bug(tmp_path):
+    # a locked store and a store holding several clusters (none named) are the caller's to fix: exit 2, not 70
+    from gpuclust.cli.main import exit_code_for
+    from gpuclust.exitcodes import EXIT_INPUT
+
+    root = three_days(tmp_path)
+    table = parse_parsable(out({"JobID": "7", "JobIDRaw": "7"}).encode(), FETCH_DELIMITER, "o").table.cast(SCHEMA)
+    store.replace_days(root, {D1: table}, cluster="other")
+    with pytest.raises(store.StoreError) as err:
+        store.load(root, [D1])
+    assert exit_code_for(err.value) == EXIT_INPUT and "holds clusters other, t" in str(err.value)
+    with open(root / ".lock", "w") as held:
+        import fcntl
+
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(store.StoreError) as locked:
+            store.replace_days(root, {D2: table}, cluster="other")
+    assert exit_code_for(locked.value) == EXIT_INPUT and str(root / ".lock") in str(locked.value)

@@ -87,14 +87,16 @@ from gpuclust.accounting.history.storetree import (
 from gpuclust.accounting.ingest.fast import sorting
 from gpuclust.accounting.ingest.schema import SCHEMA, STORE_SCHEMA, UTC_SECONDS
 from gpuclust.atomicfile import fsync_path
-from gpuclust.errors import GpuclustError, InputError
+from gpuclust.errors import InputError
 
 
-class StoreError(GpuclustError):
-    """The accounting store is missing, locked or damaged."""
+class StoreError(InputError):
+    """The accounting store is missing, locked, damaged or ambiguous (several clusters, none named): the command
+    cannot read what it was given, which is bad input (exit 2) and never a bug (exit 70). The message says what
+    to do."""
 
 
-class StoreDamaged(InputError, StoreError):
+class StoreDamaged(StoreError):
     """A stored day (or the store's `current` link) that cannot be read as gpuclust wrote it: bad input (exit 2),
     never a bug; the message names it and the fetch that writes it again."""
 
