@@ -15,6 +15,7 @@ import http.client
 import io
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -106,10 +107,49 @@ class _DeadlineSocket:
         return getattr(self._sock, name)
 
 
+def _connect_by(deadline: _Deadline) -> Any:
+    """socket.create_connection, with the name lookup under the deadline too: getaddrinfo takes no timeout (a
+    dead resolver waits for its own, often 5 s x attempts x servers), so it runs on a daemon thread that the
+    request stops waiting for at the deadline."""
+    def create_connection(address: tuple[str, int], timeout: Any = None, source_address: Any = None) -> socket.socket:
+        host, port = address
+        found: dict[str, Any] = {}
+
+        def lookup() -> None:
+            try:
+                found["addresses"] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            except OSError as exc:
+                found["error"] = exc
+
+        worker = threading.Thread(target=lookup, name="gpuclust-dns", daemon=True)
+        worker.start()
+        worker.join(deadline.left())
+        if worker.is_alive():
+            raise TimeoutError(f"timed out after {deadline.seconds:g} s (looking up {host})")
+        if "error" in found:
+            raise found["error"]
+        last: OSError | None = None
+        for family, kind, proto, _name, where in found["addresses"]:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(deadline.left())
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(where)
+                return sock
+            except OSError as exc:
+                sock.close()
+                last = exc
+        raise last or OSError(f"no address for {host}")
+
+    return create_connection
+
+
 class _DeadlineHTTP(http.client.HTTPConnection):
     def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline = deadline
+        self._create_connection = _connect_by(deadline)
 
     def connect(self) -> None:
         self.timeout = self._deadline.left()  # (create_connection's, and a TLS handshake's, per operation)
@@ -121,6 +161,7 @@ class _DeadlineHTTPS(http.client.HTTPSConnection):
     def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline = deadline
+        self._create_connection = _connect_by(deadline)
 
     def connect(self) -> None:
         self.timeout = self._deadline.left()
