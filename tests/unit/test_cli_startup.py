@@ -142,7 +142,7 @@ def test_the_commands_load_when_looked_up_in_their_order() -> None:
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=_env(),
                         timeout=120)
     assert cp.returncode == 0, cp.stderr
-    assert cp.stdout.split() == ["False", "['config',", "'report',", "'policy',", "'accept',", "'audit',", "'man']",
+    assert cp.stdout.split() == ["False", "['config',", "'report',", "'policy',", "'accept',", "'audit',", "'man',", "'job']",
                                  "True"]
 
 
@@ -152,3 +152,11 @@ def test_report_via_choices_are_the_fetchers() -> None:
     from gpuclust.cli.report import VIA as CLI_VIA
 
     assert CLI_VIA == VIA
+
+
+def test_job_imports_no_heavy_library():
+    """`gpuclust job` answers one job without pandas, numpy or pyarrow (issue 43 item 1)."""
+    dump = REPO / "tests" / "data" / "accounting" / "usage" / "lab-22.05-steps-pipe.txt"
+    result = _run(["--config", str(LAB_CONF), "job", "--json", "--input", str(dump), "2"])
+    assert (result["exit"], result["heavy"]) == (0, []), result["output"]
+    assert json.loads(str(result["output"]))["jobs"][0]["job_id"] == "2"

@@ -108,7 +108,8 @@ from gpuclust.prometheus import MIB, PrometheusClient, QueryFailed
 _FINITE = sys.float_info.max
 _NODE_LABEL = "gpuclust_node"  # the label label_replace() writes: the node label without its :port
 
-__all__ = ["GpuTelemetry", "JobTelemetry", "JobWindow", "PROFILE_BUCKETS", "TelemetryResult", "fetch_telemetry", "MAX_STEPS_PER_QUERY"]
+__all__ = ["GpuTelemetry", "JobTelemetry", "JobWindow", "PROFILE_BUCKETS", "TelemetryResult", "fetch_telemetry",
+           "node_figures", "MAX_STEPS_PER_QUERY"]
 
 
 @dataclass(frozen=True)
@@ -730,3 +731,23 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
                         f"skipped; their figures are unknown")
     result.queries = client.queries
     return result
+
+
+def node_figures(cfg: TelemetryConfig, node: str, start: datetime, end: datetime) -> tuple[dict[str, Any] | None,
+                                                                                             list[str]]:
+    """One node's NODE_FIGURES over [start, end) (an idle stretch of `gpuclust job`): the same 6 instant queries
+    as the report's node figures (one per figure, all nodes at once), this node's row kept. (None, warnings)
+    when Prometheus is off or has nothing for it; never raises for what the server does."""
+    warnings: list[str] = []
+    if cfg.prometheus_url is None:
+        return None, warnings
+    try:
+        url = parse_prometheus_url(cfg.prometheus_url)
+    except ValueError as exc:
+        return None, [f"telemetry: [telemetry] prometheus_url: {exc}"]
+    t0, t1 = start.timestamp(), end.timestamp()
+    if not t1 > t0:
+        return None, warnings
+    client = PrometheusClient(url, cfg.timeout_s, int(cfg.max_response_mib) * MIB)
+    rows = _fetch_nodes(client, cfg, t0, t1, warnings)
+    return next((row for row in rows if row["node"] == node), None), warnings

@@ -1,0 +1,566 @@
+"""One job's figures (`gpuclust job`): sacct's rows of a few named jobs, their GPU use from the best source there
+is, and what seff and jobstats give. Pure Python, no pandas: it answers one job in a fraction of a second.
+
+Names follow shared/gpu-hours-glossary.md and report.json's `gpu_use` (allocated, covered, busy, held-idle
+GPU-hours, coverage = covered / allocated), computed as figures/gpuuse.py computes them per job:
+
+allocated_gpu_hours   GPUs (AllocTRES gres/gpu) x Elapsed
+cpu_efficiency        TotalCPU / (Elapsed x AllocCPUS)
+mem_efficiency        the peak MaxRSS over the steps / the memory allocated (AllocTRES mem: ReqMem per node x
+                      nodes or per CPU x CPUs, as seff computes it; a dump whose ReqMem says n or c is read so)
+time_limit_efficiency Elapsed / Timelimit (None for UNLIMITED)
+
+Sources of the GPU figures, in order (each job says which, and why an earlier one did not answer):
+prometheus  [telemetry] prometheus_url: one fetch_telemetry call for all the jobs asked, per GPU
+store       the summary `report fetch` stored (figures.storedtelemetry.load_job_telemetry), per GPU
+usage_tres  sacct's own TRESUsageInAve/Max/Tot gres/gpuutil and gres/gpumem of the steps, by the rules of
+            ingest/usage.py (per job only: no GPU or time detail); held-idle: the whole covered time when the
+            mean is under the idle threshold and the job ran at least idle_min
+
+A requeued job (several executions with one id, sacct -D) is shown by its latest execution, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuclust.accounting.figures.storedtelemetry import load_job_telemetry
+from gpuclust.accounting.figures.telemetry import GpuTelemetry, JobTelemetry, JobWindow
+from gpuclust.config.telemetry import TelemetryConfig
+from gpuclust.errors import InputError, SlurmOutputError
+from gpuclust.slurm.parse import (
+    gpu_count,
+    gpu_type,
+    parse_memory_mb,
+    parse_slurm_duration,
+    parse_slurm_time,
+    parse_tres,
+)
+
+# ingest/usage.py's rules, spelled out: importing it loads numpy and pyarrow (a test keeps them equal)
+RULE_SUMMED = "summed"
+RULE_LAST_GPU = "last-gpu"
+LAST_GPU_RELEASES = ((23, 11, 0), (24, 5, 0))
+
+_COUNT_UNIT = {"": 1.0, "K": 1024.0, "M": 1024.0**2, "G": 1024.0**3, "T": 1024.0**4, "P": 1024.0**5}
+_MEM_UNIT_MIB = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
+_SUFFIXED = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)([KMGTP]?)$")
+_CLOCK = re.compile(r"^(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+(?:\.[0-9]+)?)$")
+
+
+def rule_for_version(version: str | None) -> str | None:
+    """ingest.usage.rule_for_version."""
+    if not version:
+        return None
+    m = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", version)
+    if not m:
+        return None
+    release = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    first, last = LAST_GPU_RELEASES
+    return RULE_LAST_GPU if first <= release <= last else RULE_SUMMED
+
+
+def _suffixed(text: str, scale: Mapping[str, float]) -> float:
+    m = _SUFFIXED.match(text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1)) * scale[m.group(2)]
+
+
+def clock_seconds(text: str) -> float:
+    """`[D-][HH:]MM:SS[.mmm]` (TotalCPU, TRES cpu) -> seconds."""
+    m = _CLOCK.match(text.strip())
+    if not m:
+        raise ValueError(text)
+    d, h, mi, s = m.groups()
+    return int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi) * 60 + float(s)
+
+
+def usage_values(text: str) -> dict[str, float]:
+    """A usage TRES list -> {name: value}: cpu in seconds, mem/gres/gpumem in MiB, counts with sacct's K
+    suffixes (ingest.usage.parse_usage, scalar). ValueError names a bad entry."""
+    out: dict[str, float] = {}
+    for entry in filter(None, text.split(",")):
+        name, sep, value = entry.partition("=")
+        if not sep or not name:
+            raise ValueError(f"not a TRES list (name=value,...): {text!r:.80}")
+        try:
+            if name == "cpu":
+                out[name] = clock_seconds(value) if ":" in value else float(value)
+            elif name in ("mem", "vmem", "gres/gpumem"):
+                out[name] = _suffixed(value, _MEM_UNIT_MIB)
+            else:
+                out[name] = _suffixed(value, _COUNT_UNIT)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not a number") from None
+    return out
+
+
+@dataclass
+class UsageFigures:
+    """ingest/usage.py's job columns, for one execution."""
+    gpu_util_gpu_s: float | None = None
+    gpu_busy_gpu_s: float | None = None
+    gpu_util_max_pct: float | None = None
+    gpu_mem_max_mb: float | None = None
+    cpu_used_s: float | None = None
+    mem_max_mb: float | None = None
+    energy_j: float | None = None
+    rule: str | None = None
+    problem: str | None = None  # why the utilisation is unknown although a step recorded some
+
+
+@dataclass
+class JobRecord:
+    job_id: str  # JobID as sacct prints it (123, 123_4, 123+1)
+    job_id_raw: str
+    requested: str  # the id the caller gave that named it
+    user: str
+    account: str
+    partition: str
+    qos: str
+    state: str
+    exit_code: str
+    start: datetime | None
+    end: datetime | None  # None: still running
+    elapsed_s: float
+    timelimit_s: float | None  # None: unknown or UNLIMITED
+    alloc_cpus: int | None
+    gpus: int
+    gpu_type: str | None
+    mem_mb: float | None
+    nodes: tuple[str, ...]
+    nnodes: int
+    total_cpu_s: float | None
+    max_rss_mb: float | None
+    usage: UsageFigures
+    executions: int = 1
+    line: int = 0
+
+    @property
+    def running(self) -> bool:
+        return self.end is None and self.start is not None
+
+
+def _opt(row: Mapping[str, str], name: str) -> str:
+    return (row.get(name) or "").strip()
+
+
+def _step_of(job_id: str, step_id: str) -> bool:
+    return step_id.startswith(job_id + ".")
+
+
+def _executions(rows: Sequence[Mapping[str, str]]) -> list[tuple[Mapping[str, str], list[Mapping[str, str]]]]:
+    """Job rows with their step rows (sacct prints each execution's steps right after it)."""
+    out: list[tuple[Mapping[str, str], list[Mapping[str, str]]]] = []
+    for row in rows:
+        jid = _opt(row, "JobID")
+        if "." in jid:
+            if out and _step_of(_opt(out[-1][0], "JobID"), jid):
+                out[-1][1].append(row)
+            continue
+        out.append((row, []))
+    return out
+
+
+def _matches(requested: str, job_id: str, raw: str) -> bool:
+    if job_id == requested:
+        return True
+    if "_" not in requested and "+" not in requested:
+        return job_id.startswith(requested + "_") or job_id.startswith(requested + "+")
+    return False
+
+
+def _usage(job: Mapping[str, str], steps: Sequence[Mapping[str, str]], gpus: int, elapsed: float, rule: str | None,
+           source: str) -> UsageFigures:
+    """ingest/usage.py's rollup for one execution (its RULES; a bad value makes the figure unknown)."""
+    out = UsageFigures()
+    busy = 0.0
+    has_util = False
+    peaks: list[float] = []
+    energy_steps: list[float] = []
+    for row in [job, *steps]:
+        line = _opt(row, "_line") or "?"
+        lists: dict[str, dict[str, float]] = {}
+        for name in ("TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot"):
+            text = _opt(row, name)
+            try:
+                lists[name] = usage_values(text) if text else {}
+            except ValueError as exc:
+                out.problem = out.problem or f"{source}:{line}: {name}: {exc}"
+                lists[name] = {}
+        mx, tot, ave = lists["TRESUsageInMax"], lists["TRESUsageInTot"], lists["TRESUsageInAve"]
+        if "gres/gpumem" in mx and mx["gres/gpumem"] >= 0:
+            out.gpu_mem_max_mb = max(out.gpu_mem_max_mb or 0.0, mx["gres/gpumem"])
+        if "cpu" in tot:
+            out.cpu_used_s = (out.cpu_used_s or 0.0) + tot["cpu"]
+        if "mem" in mx:
+            out.mem_max_mb = max(out.mem_max_mb or 0.0, mx["mem"])
+        raw_energy = _opt(row, "ConsumedEnergyRaw")
+        try:
+            energy = _suffixed(raw_energy, _COUNT_UNIT) if raw_energy else None
+        except ValueError:
+            energy = None
+        if energy is not None and energy > 0:
+            if row is job:
+                out.energy_j = energy
+            else:
+                energy_steps.append(energy)
+        util_tot, util_ave, util_max = tot.get("gres/gpuutil"), ave.get("gres/gpuutil"), mx.get("gres/gpuutil")
+        if util_tot is None and util_ave is None:
+            continue
+        has_util = True
+        try:
+            step_gpus = gpu_count(parse_tres(_opt(row, "AllocTRES")))
+        except SlurmOutputError:
+            step_gpus = 0
+        total = util_tot if util_tot is not None else util_ave
+        assert total is not None
+        per_gpu = total / max(step_gpus, 1)
+        peak = max(util_max / max(step_gpus, 1) if util_max is not None else -math.inf, per_gpu)
+        if rule == RULE_LAST_GPU:
+            out.problem = out.problem or (f"{source}:{line}: gres/gpuutil from Slurm 23.11.0-24.05.0, which recorded "
+                                          "only the node's last GPU (fixed in 24.05.1): utilisation unknown")
+            continue
+        if rule is None and step_gpus > 1 and not max(util_max or -1, util_tot or -1) > 100:
+            out.problem = out.problem or (f"{source}:{line}: gres/gpuutil of a step on several GPUs, and the Slurm "
+                                          "version that wrote it is not known: pass --slurm-version")
+            continue
+        if not (0 <= per_gpu <= 100 and 0 <= peak <= 100):
+            out.problem = out.problem or f"{source}:{line}: gres/gpuutil reads {per_gpu:.6g}% per GPU (outside 0-100)"
+            continue
+        if step_gpus <= 0:
+            out.problem = out.problem or (f"{source}:{line}: gres/gpuutil on a step with no gres/gpu in its "
+                                          "AllocTRES: its utilisation unknown")
+            continue
+        try:
+            step_elapsed = float(parse_slurm_duration(_opt(row, "Elapsed")) or 0)
+        except SlurmOutputError:
+            step_elapsed = 0.0
+        busy += per_gpu / 100 * step_gpus * step_elapsed
+        peaks.append(peak)
+    if out.energy_j is None and energy_steps:
+        out.energy_j = sum(energy_steps)
+    if has_util and out.problem is None:
+        out.rule = rule or RULE_SUMMED
+        out.gpu_util_gpu_s = gpus * elapsed
+        out.gpu_busy_gpu_s = min(busy, out.gpu_util_gpu_s)
+        out.gpu_util_max_pct = max(peaks) if peaks else None
+    elif out.problem is not None and rule == RULE_LAST_GPU:
+        out.rule = RULE_LAST_GPU
+    return out
+
+
+def _mem_asked(tres: Mapping[str, str], row: Mapping[str, str], cpus: int | None, nnodes: int) -> float | None:
+    if "mem" in tres:
+        return parse_memory_mb(tres["mem"])
+    req = _opt(row, "ReqMem")
+    if not req:
+        return None
+    mb = parse_memory_mb(req)
+    if mb is None:
+        return None
+    if req.endswith("c"):
+        return mb * cpus if cpus else None
+    return mb * max(nnodes, 1)
+
+
+def _record(requested: str, job: Mapping[str, str], steps: Sequence[Mapping[str, str]], executions: int,
+            rule: str | None, source: str, now: datetime) -> JobRecord:
+    line = _opt(job, "_line") or "?"
+
+    def field_error(name: str, exc: Exception) -> InputError:
+        return InputError(f"{source}:{line}: job {_opt(job, 'JobID')}: field {name} {_opt(job, name)!r}: {exc}")
+
+    try:
+        tres = parse_tres(_opt(job, "AllocTRES"))
+        gpus = gpu_count(tres)
+        typ = gpu_type(tres)
+    except SlurmOutputError as exc:
+        raise field_error("AllocTRES", exc) from None
+    try:
+        start = parse_slurm_time(_opt(job, "Start"))
+    except SlurmOutputError as exc:
+        raise field_error("Start", exc) from None
+    try:
+        end = parse_slurm_time(_opt(job, "End"))
+    except SlurmOutputError as exc:
+        raise field_error("End", exc) from None
+    state = _opt(job, "State")
+    try:
+        elapsed = parse_slurm_duration(_opt(job, "Elapsed")) if "Elapsed" in job else None
+    except SlurmOutputError as exc:
+        raise field_error("Elapsed", exc) from None
+    if elapsed is None and start is not None:
+        elapsed = int(((end or now) - start).total_seconds())
+    try:
+        limit = parse_slurm_duration(_opt(job, "Timelimit")) if _opt(job, "Timelimit") else None
+    except SlurmOutputError as exc:
+        raise field_error("Timelimit", exc) from None
+    cpus_text = _opt(job, "AllocCPUS") or tres.get("cpu", "")
+    if cpus_text and not cpus_text.isdigit():
+        raise field_error("AllocCPUS", ValueError("not a whole number"))
+    cpus = int(cpus_text) if cpus_text else None
+    nnodes_text = _opt(job, "NNodes")
+    nnodes = int(nnodes_text) if nnodes_text.isdigit() else 0
+    nodelist = _opt(job, "NodeList")
+    nodes: tuple[str, ...] = ()
+    if nodelist and nodelist not in ("None assigned", "(null)"):
+        from gpuclust.slurm import hostlist
+
+        try:
+            nodes = tuple(hostlist.expand(nodelist))
+        except SlurmOutputError as exc:
+            raise field_error("NodeList", exc) from None
+    try:
+        mem = _mem_asked(tres, job, cpus, nnodes or len(nodes))
+    except SlurmOutputError:
+        mem = None  # (a pending job's ReqMem can read `16?`: unknown, not an error)
+    total_cpu: float | None = None
+    if _opt(job, "TotalCPU"):
+        try:
+            total_cpu = clock_seconds(_opt(job, "TotalCPU"))
+        except ValueError:
+            raise field_error("TotalCPU", ValueError("not [D-][HH:]MM:SS")) from None
+    rss: list[float] = []
+    for row in [job, *steps]:
+        text = _opt(row, "MaxRSS")
+        if text:
+            try:
+                rss.append(_suffixed(text, _MEM_UNIT_MIB))
+            except ValueError:
+                raise InputError(f"{source}:{_opt(row, '_line') or '?'}: step {_opt(row, 'JobID')}: field MaxRSS "
+                                 f"{text!r} is not a size") from None
+    usage = _usage(job, steps, gpus, float(elapsed or 0), rule, source)
+    return JobRecord(
+        job_id=_opt(job, "JobID"), job_id_raw=_opt(job, "JobIDRaw") or _opt(job, "JobID"), requested=requested,
+        user=_opt(job, "User"), account=_opt(job, "Account"), partition=_opt(job, "Partition"), qos=_opt(job, "QOS"),
+        state=state, exit_code=_opt(job, "ExitCode"), start=start,
+        end=end if (end is not None or not state.startswith(("RUNNING", "SUSPENDED", "REQUEUED"))) else None,
+        elapsed_s=float(elapsed or 0), timelimit_s=float(limit) if limit is not None and limit > 0 else None,
+        alloc_cpus=cpus, gpus=gpus, gpu_type=typ, mem_mb=mem, nodes=nodes, nnodes=nnodes or len(nodes),
+        total_cpu_s=total_cpu, max_rss_mb=max(rss) if rss else usage.mem_max_mb, usage=usage,
+        executions=executions, line=int(line) if line.isdigit() else 0)
+
+
+def select_jobs(rows: Sequence[Mapping[str, str]], requested: Sequence[str], *, rule: str | None = None,
+                source: str = "sacct", now: datetime | None = None) -> tuple[list[JobRecord], list[str]]:
+    """The jobs each requested id names (a whole array: each task; a het job: each component; a requeued job:
+    its latest execution), in the order asked; and the ids no row names. A job named twice is shown once."""
+    now = now or datetime.now(timezone.utc)
+    execs = _executions(rows)
+    out: list[JobRecord] = []
+    unknown: list[str] = []
+    seen: set[str] = set()
+    for req in requested:
+        found: dict[str, list[tuple[Mapping[str, str], list[Mapping[str, str]]]]] = {}
+        for job, steps in execs:
+            jid, raw = _opt(job, "JobID"), _opt(job, "JobIDRaw")
+            if _matches(req, jid, raw):
+                found.setdefault(jid, []).append((job, steps))
+        if not found and req.isdigit():  # an array task or het component asked by its own JobIDRaw
+            for job, steps in execs:
+                if _opt(job, "JobIDRaw") == req:
+                    found.setdefault(_opt(job, "JobID"), []).append((job, steps))
+        if not found:
+            unknown.append(req)
+            continue
+        for jid, runs in found.items():
+            if jid in seen or "[" in jid:  # (an array's pending tasks: no execution)
+                continue
+            seen.add(jid)
+            job, steps = runs[-1]
+            out.append(_record(req, job, steps, len(runs), rule, source, now))
+    return out, unknown
+
+
+# ---- GPU figures -------------------------------------------------------------------------------------------
+
+@dataclass
+class JobFigures:
+    """One job's figures: the gpu_use names, its efficiencies, and per GPU where the source has them."""
+    record: JobRecord
+    source: str | None  # prometheus, store, usage_tres, None (unknown)
+    source_notes: list[str] = field(default_factory=list)  # why an earlier source did not answer
+    allocated_gpu_s: float = 0.0
+    covered_gpu_s: float | None = None
+    busy_gpu_s: float | None = None
+    held_idle_gpu_s: float | None = None
+    util_mean_pct: float | None = None
+    util_max_pct: float | None = None
+    gpu_mem_max_mib: float | None = None
+    gpu_mem_total_mib: float | None = None
+    energy_j: float | None = None
+    gpus: list[GpuTelemetry] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float | None:
+        if self.covered_gpu_s is None or self.allocated_gpu_s <= 0:
+            return None
+        return self.covered_gpu_s / self.allocated_gpu_s
+
+    @property
+    def cpu_efficiency(self) -> float | None:
+        r = self.record
+        used = r.total_cpu_s if r.total_cpu_s is not None else r.usage.cpu_used_s
+        if used is None or not r.alloc_cpus or r.elapsed_s <= 0:
+            return None
+        return used / (r.elapsed_s * r.alloc_cpus)
+
+    @property
+    def mem_efficiency(self) -> float | None:
+        r = self.record
+        if r.max_rss_mb is None or not r.mem_mb:
+            return None
+        return r.max_rss_mb / r.mem_mb
+
+    @property
+    def time_limit_efficiency(self) -> float | None:
+        r = self.record
+        if r.timelimit_s is None:
+            return None
+        return r.elapsed_s / r.timelimit_s
+
+
+def window_of(record: JobRecord, key: object, now: datetime, join: str = "hpc_job") -> JobWindow | None:
+    """The job's telemetry window: [Start, End), a running job's up to now."""
+    if record.start is None or record.gpus <= 0:
+        return None
+    end = record.end or now
+    if end <= record.start:
+        return None
+    return JobWindow(record.job_id_raw, record.start, end, record.gpus, key=key,
+                     nodes=record.nodes if join == "node" else ())
+
+
+def _from_telemetry(fig: JobFigures, tel: JobTelemetry, source: str) -> None:
+    # held to the glossary's order (gpuuse.hold_invariants): held-idle <= covered <= allocated, busy <= covered
+    covered = max(0.0, min(tel.covered_gpu_s, fig.allocated_gpu_s)) if fig.allocated_gpu_s > 0 else tel.covered_gpu_s
+    fig.source = source
+    fig.covered_gpu_s = covered
+    fig.busy_gpu_s = max(0.0, min(tel.busy_gpu_s, covered))
+    fig.held_idle_gpu_s = max(0.0, min(tel.held_idle_gpu_s, covered))
+    fig.util_mean_pct = tel.util_mean_pct
+    fig.util_max_pct = tel.util_max_pct
+    fig.gpu_mem_max_mib = tel.fb_used_max_mib
+    fig.gpu_mem_total_mib = tel.fb_total_mib
+    if fig.energy_j is None:
+        fig.energy_j = tel.energy_j
+    fig.gpus = list(tel.gpus)
+
+
+def _from_usage(fig: JobFigures, tel: TelemetryConfig) -> bool:
+    u, r = fig.record.usage, fig.record
+    if u.gpu_util_gpu_s is None or u.gpu_busy_gpu_s is None:
+        return False
+    covered = min(u.gpu_util_gpu_s, fig.allocated_gpu_s)
+    busy = min(u.gpu_busy_gpu_s, covered)
+    mean = busy / covered * 100 if covered > 0 else None
+    fig.source = "usage_tres"
+    fig.covered_gpu_s = covered
+    fig.busy_gpu_s = busy
+    fig.held_idle_gpu_s = covered if (mean is not None and mean < tel.idle_threshold_pct
+                                      and r.elapsed_s >= tel.idle_min_s) else 0.0
+    fig.util_mean_pct = mean
+    fig.util_max_pct = u.gpu_util_max_pct
+    fig.gpu_mem_max_mib = u.gpu_mem_max_mb
+    return True
+
+
+def job_figures(records: Sequence[JobRecord], tel: TelemetryConfig, *, prometheus: Mapping[int, JobTelemetry] | None,
+                prometheus_note: str | None, store_root: Path | None, now: datetime) -> list[JobFigures]:
+    """Each job's figures from the first source that has them (module docstring). `prometheus`: fetch_telemetry's
+    jobs by the record's index (None: not asked, `prometheus_note` says why)."""
+    figs = []
+    for r in records:
+        fig = JobFigures(record=r, source=None, allocated_gpu_s=r.gpus * r.elapsed_s, energy_j=r.usage.energy_j)
+        figs.append(fig)
+    gpu_jobs = [f for f in figs if f.record.gpus > 0]
+    for f in figs:
+        if f.record.gpus <= 0:
+            f.source_notes.append("no GPUs allocated (AllocTRES has no gres/gpu)")
+    missing = []
+    for i, f in enumerate(figs):
+        if f.record.gpus <= 0:
+            continue
+        got = prometheus.get(i) if prometheus is not None else None
+        if got is not None:
+            _from_telemetry(f, got, "prometheus")
+            continue
+        if prometheus is None:
+            f.source_notes.append(f"prometheus: {prometheus_note or 'not asked'}")
+        else:
+            f.source_notes.append("prometheus: no utilisation series for this job in its window (past the "
+                                  "retention, or no job label on its GPUs)")
+        missing.append(f)
+    if missing and store_root is not None:
+        stored = load_job_telemetry(store_root, [f.record.job_id_raw for f in missing])
+        for f in missing:
+            got = stored.get(f.record.job_id_raw)
+            if got is not None:
+                _from_telemetry(f, got, "store")
+            else:
+                f.source_notes.append(f"store: no stored telemetry summary for job {f.record.job_id_raw} under "
+                                      f"{store_root}")
+    elif missing:
+        for f in missing:
+            f.source_notes.append("store: no store configured")
+    for f in gpu_jobs:
+        if f.source is not None:
+            continue
+        if not _from_usage(f, tel):
+            u = f.record.usage
+            f.source_notes.append(f"usage_tres: {u.problem}" if u.problem else
+                                  "usage_tres: no step recorded gres/gpuutil (Slurm before 23.02, or no gpu/nvml "
+                                  "plugin): GPU use unknown, not 0")
+    return figs
+
+
+def whole_window(records: Sequence[JobRecord], now: datetime) -> tuple[datetime, datetime] | None:
+    """The period covering every job's window (for one fetch_telemetry call)."""
+    wins = [(r.start, r.end or now) for r in records if r.start is not None and r.gpus > 0]
+    if not wins:
+        return None
+    return min(s for s, _ in wins), max(e for _, e in wins)
+
+
+def as_utc(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, timezone.utc)
+
+
+def share_of(partition: str, nodes: Sequence[Any]) -> Any:
+    """The partition's CPUs and memory per GPU and its largest GPU node, from NodeRecords (waste.PartitionShare);
+    None when none of its nodes has GPUs."""
+    from gpuclust.accounting.figures.waste import PartitionShare
+
+    cpus = mem = gpus = 0
+    best: tuple[int, int] = (0, 0)
+    mem_known = True
+    for node in nodes:
+        if partition not in node.partitions:
+            continue
+        n_gpus = sum(g.count for g in node.gres if g.name == "gpu") if node.gres else 0
+        if not n_gpus and node.cfg_tres:
+            try:
+                n_gpus = gpu_count(parse_tres(node.cfg_tres))
+            except SlurmOutputError:
+                n_gpus = 0
+        if n_gpus <= 0:
+            continue
+        gpus += n_gpus
+        cpus += node.cpus or 0
+        if node.real_memory_mb:
+            mem += node.real_memory_mb
+        else:
+            mem_known = False
+        best = max(best, (n_gpus, node.cpus or 0))
+    if gpus <= 0:
+        return None
+    return PartitionShare(partition, cpus / gpus if cpus else None, mem / gpus if mem and mem_known else None,
+                          best[0], best[1] or None)
