@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import click
+import ClusterShell
 import pytest
 
 from tests.integration.labutil import REPO, run_cmd, submit, wait_for_sacct, wait_job_done
@@ -52,16 +54,34 @@ def _user_python(user: str) -> str:
     return sys.executable if probe.returncode == 0 else "/usr/bin/python3"
 
 
+_STAGED: dict[str, Path] = {}
+
+
+def _staged_for_users() -> Path:
+    """gpuclust, its dependencies and the fake dcgm-exporter copied where every user can read them: the checkout may sit in
+    a directory only root can enter (a clone under /root), which the unprivileged user's commands cannot read."""
+    if "root" not in _STAGED:
+        d = Path(tempfile.mkdtemp(prefix="gpuclust-job-code-"))
+        os.chmod(d, 0o755)
+        shutil.copytree(REPO / "gpuclust", d / "gpuclust", ignore=shutil.ignore_patterns("__pycache__"))
+        for package in (click, ClusterShell):  # gpuclust job's only dependencies outside the standard library
+            shutil.copytree(Path(package.__file__).parent, d / package.__name__,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(FAKE_DCGM, d / "fake-dcgm")
+        for path in d.rglob("*"):
+            os.chmod(path, 0o755 if path.is_dir() or path.name == "fake-dcgm" else 0o644)
+        _STAGED["root"] = d
+    return _STAGED["root"]
+
+
 def _as_user(user: str, slurm_conf: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """argv as `user` (su), with the lab's SLURM_CONF; the Python is one the user can run (this venv's when it is
-    readable, else /usr/bin/python3 with the worktree and click on its path: `gpuclust job` needs nothing else)."""
+    """argv as `user` (su), with the lab's SLURM_CONF, from a copy of gpuclust and click every user can read
+    (`gpuclust job` needs nothing else), on this venv's Python when the user can run it, else the system's."""
     py = _user_python(user)
-    path = str(REPO) if py == sys.executable else f"{REPO}:{Path(click.__file__).parent.parent}"
-    words = [shlex.quote(a) for a in argv]
     cmd = (f"SLURM_CONF={shlex.quote(slurm_conf)} PATH={shlex.quote(os.environ['PATH'])} "
-           f"PYTHONPATH={shlex.quote(path)} {shlex.quote(py)} -c "
+           f"PYTHONPATH={shlex.quote(str(_staged_for_users()))} {shlex.quote(py)} -c "
            f"{shlex.quote('import sys; from gpuclust.cli.main import main; sys.argv[0] = chr(103); main()')} "
-           + " ".join(words))
+           + " ".join(shlex.quote(a) for a in argv))
     return run_cmd(["su", user, "-s", "/bin/sh", "-c", cmd], check=False, timeout=120)
 
 
@@ -103,7 +123,7 @@ def test_ended_job_figures_match_the_samples_and_find_the_idle_gpu(slurm_lab, pr
 
 def test_running_job_of_the_unprivileged_user_asked_by_that_user(slurm_lab, prometheus, tmp_path):  # noqa: F811
     user = slurm_lab["unprivileged_user"]
-    fd = f"{_user_python(user)} {FAKE_DCGM}"  # (stdlib only)
+    fd = f"{_user_python(user)} {_staged_for_users() / 'fake-dcgm'}"  # (stdlib only)
     sb = _as_user_sbatch(user, slurm_lab.slurm_conf,
                          ["-N1", "--gres=gpu:h100:1", "-A", "physics", "-t", "10", "-o", "/dev/null",
                           "--wrap", f"{fd} set --util 70 && sleep 300"])
@@ -112,6 +132,10 @@ def test_running_job_of_the_unprivileged_user_asked_by_that_user(slurm_lab, prom
         deadline = time.monotonic() + 90
         while True:
             cp = _as_user(user, slurm_lab.slurm_conf, ["--config", str(conf), "job", "--json", sb])
+            if cp.returncode == 2 and "no such job" in cp.stderr:  # slurmdbd has not recorded the start yet
+                assert time.monotonic() < deadline, cp.stderr
+                time.sleep(1)
+                continue
             assert cp.returncode == 0, cp.stderr
             (j,) = json.loads(cp.stdout)["jobs"]
             if j["running"] and j["source"] == "prometheus" and (j["gpu_use"]["util_max_pct"] or 0) >= 70 \
