@@ -323,6 +323,22 @@ def _say_source_warnings(data: dict[str, Any]) -> str | None:
 SHOW_BY = ("partition", "account", "user")
 """gpuclust.accounting.output.show.BY, spelled out (importing show pulls pandas)."""
 SHOW_ROWS = ("jobs", "runs", "findings")
+SHOW_SORT = ("cost", "held-idle", "gpu-hours", "runs", "name")
+"""gpuclust.accounting.output.show.SORT, spelled out."""
+
+
+def terminal_width() -> int | None:
+    """The columns `report show` fits: $COLUMNS where set, else the terminal's when stdout is one; None (any
+    width) when stdout is a pipe or a file and no COLUMNS is set."""
+    import os
+    import shutil
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
 
 
 @group.command("show")
@@ -342,12 +358,19 @@ SHOW_ROWS = ("jobs", "runs", "findings")
 @click.option("--rows", type=HintChoice(SHOW_ROWS), default="jobs", show_default=True,
               help="With --format jsonl: jobs (one per GPU job that ended in the period), runs (the runs table "
                    "per --by group) or findings (the top failures and the jobs that held GPUs idle longest).")
-@click.option("--top", type=HintIntRange(1, 10000), default=5, show_default=True,
-              help="How many top failures to show (and, with --rows findings, to emit).")
+@click.option("--top", type=HintIntRange(1, 10000), default=None,
+              help="How many top failures (default 5; with --rows findings, to emit) and --by groups (default 10; "
+                   "--format json has every group) to show.")
+@click.option("--sort", "sort", type=HintChoice(SHOW_SORT), default="cost", show_default=True,
+              help="Order of the --by groups, the largest first: cost (held-idle GPU-hours where no group has a "
+                   "cost), held-idle, gpu-hours, runs, or name.")
+@click.option("--wide", is_flag=True,
+              help="Every column, whatever the terminal's width (by default the table fits $COLUMNS or the "
+                   "terminal, and the per-group detail is left out there).")
 @pass_app
 def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
              input_path: str | None, delimiter: str | None, slurm_version: str | None, by: str, fmt: str,
-             rows: str, top: int) -> None:
+             rows: str, top: int | None, sort: str, wide: bool) -> None:
     """Print the report for a period in the terminal: the answers first (cost per completed run, completed-run
     share, busy share and coverage, held-idle GPU-hours, top failures), then a table per --by group.
 
@@ -369,7 +392,8 @@ def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, pe
     if period is None and not input_path:
         period = resolve_period(None, None, "yesterday", config.timezone)
     # trend_days=0: the daily trend is an HTML view, the terminal does not show it
-    report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim, top=top, trend_days=0,
+    failures = 5 if top is None else top
+    report, _ = pipeline.build(config, period, input_path=input_path, delimiter=delim, top=failures, trend_days=0,
                                slurm_version=slurm_version)
     for problem in (report.data.get("input") or {}).get("problems", []):
         warn(problem)
@@ -383,9 +407,10 @@ def show_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, pe
             p = report.data["period"]
             click.echo(f"no job attempts in the period {p['start']} .. {p['end']}", err=True)
         return
-    summary = show.summarize(report, by=by, top=top)
+    summary = show.summarize(report, by=by, top=failures, sort=sort)
     if fmt == "json":
         echo_json(summary.as_dict())
         return
     # Bold headings on a terminal; click.echo drops the escapes when stdout is piped.
-    click.echo(show.render_text(summary, style=lambda text: click.style(text, bold=True)))
+    click.echo(show.render_text(summary, style=lambda text: click.style(text, bold=True), width=terminal_width(),
+                                wide=wide, groups_shown=show.GROUPS_SHOWN if top is None else top))

@@ -463,6 +463,7 @@ def build_report(
     tables["runs_by_wckey"] = group_table(runs_p, "wckey", "wckey")
     for key in labels:
         tables[f"runs_by_label_{key}"] = group_table(runs_p, f"label_{key}", key)
+    tables["runs_by_user"] = group_table(runs_p, "user", "user")
     tables["top_failures"] = top_failures(ended_p, top)
 
     return assemble_report(period, config, tables, totals(runs_p), _raw_sums(runs_p), len(ended_p),

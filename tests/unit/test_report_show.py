@@ -132,7 +132,7 @@ def test_no_alloctres_makes_gpu_hours_and_cost_unknown(tmp_path: Path) -> None:
 @pytest.mark.parametrize("by", ["partition", "account"])
 def test_groups_sum_to_the_totals(tmp_path: Path, built: Path, by: str) -> None:
     report = json.loads((built / "report.json").read_text())
-    groups = _summary(tmp_path, "--by", by)["groups"]
+    groups = _summary(tmp_path, "--by", by, "--sort", "name")["groups"]
     assert [g[by] for g in groups] == sorted(r[by] for r in report["runs"][f"by_{by}"])
     totals, use = report["totals"], report["gpu_use"]["totals"]
     for key in ("runs", "completed", "gpu_hours", "completed_run_gpu_hours", "cost"):
@@ -141,16 +141,24 @@ def test_groups_sum_to_the_totals(tmp_path: Path, built: Path, by: str) -> None:
         assert sum(g[key] for g in groups) == pytest.approx(use[key]), key
 
 
-def test_by_user_has_use_figures_and_says_runs_are_not_per_user(tmp_path: Path, built: Path) -> None:
+def test_by_user_carries_runs_and_cost(tmp_path: Path, built: Path) -> None:
+    """Per user the runs' figures are the report's own (runs.by_user, runs_by_user.csv): runs, completed, cost and
+    cost per completed run, never n/a where prices are set (issue 45 item 2)."""
     report = json.loads((built / "report.json").read_text())
     summary = _summary(tmp_path, "--by", "user")
     assert [g["user"] for g in summary["groups"]] == ["root"]
     assert sum(g["allocated_gpu_hours"] for g in summary["groups"]) == pytest.approx(
         report["gpu_use"]["totals"]["allocated_gpu_hours"])
-    assert all(g["runs"] is None and g["cost"] is None for g in summary["groups"])
-    assert any("per user" in n for n in summary["notes"])
+    (root_row,) = summary["groups"]
+    totals = report["totals"]
+    for key in ("runs", "completed", "cost", "cost_per_completed_run", "gpu_hours", "completed_run_gpu_hours"):
+        assert root_row[key] == pytest.approx(totals[key]), key
+    assert [r["user"] for r in report["runs"]["by_user"]] == ["root"]
+    assert not any("per user" in n for n in summary["notes"])
+    with (built / "runs_by_user.csv").open(newline="") as fh:
+        assert [r["user"] for r in csv.DictReader(fh)] == ["root"]
     root = next(line for line in _show(tmp_path, "--by", "user").stdout.splitlines() if line.strip().startswith("root"))
-    assert root.split()[1] == "n/a"
+    assert root.split()[1] == str(totals["runs"]) and "n/a" not in root
 
 
 def test_jsonl_rows_parse_and_count(tmp_path: Path, built: Path) -> None:

@@ -44,6 +44,12 @@ HOURS = "hours"
 TEXT = "text"
 KWH = "kWh"
 FLAG = "flag"
+MIB = "MiB"
+
+# Decimals a figure is written to in the CSVs when it declares none of its own (report.json keeps its own
+# rounding): enough for the figure, none of a float's noise (0.5850000000000001).
+CSV_DECIMALS = {COUNT: 6, GPU_HOURS: 6, MONEY: 6, RATIO: 6, PERCENT: 3, SECONDS: 3, GPUS: 6, HOURS: 6, KWH: 6, MIB: 1}
+CSV_DEFAULT_DECIMALS = 9  # a float column no figure declares
 
 # ---- places and definition sections --------------------------------------------------------------------------
 
@@ -85,7 +91,8 @@ class Figure:
     (None: defined by a Concept or not at all). unit, decimals: what it counts and the decimals report.json
     rounds it to (None: not rounded). label: the page's column header (None: the name, spaced and capitalised);
     glossary: its glossary name in words (the page's summary band, `report show`'s answers); percent: the page
-    shows it x 100 with "%". show, show_rank: `report show`'s column header and its place among the columns.
+    shows it x 100 with "%". show, show_rank: `report show`'s column header and its place among the columns;
+    show_short: its header where the terminal is narrow; show_wide: shown only with --wide (per-group detail).
     prom, prom_help, prom_scale: its Prometheus family suffix (after gpuclust_report_), HELP text and the factor
     from report.json's value to the sample; money: the family carries the currency label. old_names: its
     deprecated report.json keys / CSV columns (same value, one release); old_places: further places an old
@@ -102,6 +109,8 @@ class Figure:
     percent: bool = False
     show: str | None = None
     show_rank: int = 0
+    show_short: str | None = None
+    show_wide: bool = False
     prom: str | None = None
     prom_help: str | None = None
     prom_scale: float = 1.0
@@ -114,6 +123,11 @@ class Figure:
     @property
     def definition_key(self) -> str:
         return definition_key(self.place, self.name)
+
+    @property
+    def csv_decimals(self) -> int:
+        """The decimals its CSV cells are rounded to: its own, else its unit's."""
+        return self.decimals if self.decimals is not None else CSV_DECIMALS.get(self.unit, CSV_DEFAULT_DECIMALS)
 
     @property
     def title(self) -> str:
@@ -183,18 +197,19 @@ ENTRIES: tuple[Figure | Concept, ...] = (
     # runs: totals, runs.by_* (in the order of their Prometheus families: GPU time before money)
     Figure("runs", RUNS, COUNT, label="Runs", glossary="runs", show="runs", show_rank=1,
            prom="runs", prom_help="Runs whose last attempt ended in the period"),
-    Figure("completed", RUNS, COUNT, label="Completed", glossary="completed runs", show="completed", show_rank=2,
+    Figure("completed", RUNS, COUNT, label="Completed", glossary="completed runs", show="completed", show_rank=2, show_short="done",
            prom="completed_runs", prom_help="Runs that completed (last attempt COMPLETED 0:0)"),
     Figure("attempts", RUNS, COUNT, label="Attempts", prom="attempts", prom_help="Attempts of those runs"),
     Figure("retries", RUNS, COUNT, label="Retries", prom="retries", prom_help="Retries (attempts - runs)"),
     Figure("gpu_hours", RUNS, GPU_HOURS, decimals=9, label="GPU-hours", glossary="allocated GPU-hours",
-           show="allocated GPU-h", show_rank=3, prom="gpu_seconds",
+           show="allocated GPU-h", show_rank=3, show_short="GPU-h", prom="gpu_seconds",
            prom_help=f"Allocated GPU time of those runs' attempts {_GPU_TIME}", prom_scale=PROM_SCALE_GPU_SECONDS),
     Figure("completed_run_gpu_hours", RUNS, GPU_HOURS,
            "completed-run GPU-hours: GPU-hours of the completing attempt of each completed run (the work done, after"
            " failures and retries).",
            decimals=9, label="Completed-run GPU-hours", glossary="completed-run GPU-hours",
-           show="completed-run GPU-h", show_rank=4, prom="completed_run_gpu_seconds",
+           show="completed-run GPU-h", show_rank=4, show_short="done GPU-h",
+           show_wide=True, prom="completed_run_gpu_seconds",
            prom_help=f"Completed-run GPU time: the completing attempts of completed runs {_GPU_TIME}",
            prom_scale=PROM_SCALE_GPU_SECONDS, old_names=("useful_gpu_hours",), old_prom="useful_gpu_seconds",
            old_prom_breakdowns=("partition", "account")),
@@ -208,7 +223,7 @@ ENTRIES: tuple[Figure | Concept, ...] = (
            "gpuclust_report_cost_per_completed_run are this figure). It prices allocated GPU-hours only; the unit "
            "economics' total_cost_per_accepted_unit also carries idle, unavailable and fixed costs.",
            decimals=9, label="Cost per completed run", glossary="cost per completed run",
-           show="cost per completed run", show_rank=9, prom="cost_per_completed_run",
+           show="cost per completed run", show_rank=9, show_short="cost/run", prom="cost_per_completed_run",
            prom_help="Cost / completed runs (absent when none completed)", money=True,
            old_places=((SIZING, "effective_unit_cost"),), old_prom="effective_unit_cost"),
     Concept("labels", RUNS,
@@ -240,9 +255,9 @@ ENTRIES: tuple[Figure | Concept, ...] = (
     # queue wait and hold, per partition, account and QOS
     Figure("jobs", QUEUE_WAIT, COUNT, label="Attempts", prom="queue_wait_attempts",
            prom_help="Attempts started in the period, per {dim}"),
-    Figure("median_s", QUEUE_WAIT, SECONDS, label="Median", prom="queue_wait_median_seconds",
+    Figure("median_s", QUEUE_WAIT, SECONDS, label="Median", glossary="median queue wait", prom="queue_wait_median_seconds",
            prom_help="Queue wait (Start - Eligible) of attempts started in the period, median, per {dim}"),
-    Figure("p90_s", QUEUE_WAIT, SECONDS, label="p90", prom="queue_wait_p90_seconds",
+    Figure("p90_s", QUEUE_WAIT, SECONDS, label="p90", glossary="p90 queue wait", prom="queue_wait_p90_seconds",
            prom_help="Queue wait (Start - Eligible) of attempts started in the period, p90, per {dim}"),
     Figure("max_s", QUEUE_WAIT, SECONDS, label="Max", prom="queue_wait_max_seconds",
            prom_help="Queue wait (Start - Eligible) of attempts started in the period, max, per {dim}"),
@@ -257,47 +272,57 @@ ENTRIES: tuple[Figure | Concept, ...] = (
     # (its Prometheus families: GPU time of each figure, then coverage, per breakdown)
     Figure("allocated_gpu_hours", GPU_USE, GPU_HOURS,
            "GPUs allocated to a job x its elapsed time, summed over jobs that ended in the period.",
-           glossary="allocated GPU-hours", prom="allocated_gpu_seconds",
+           label="Allocated GPU-hours", glossary="allocated GPU-hours", prom="allocated_gpu_seconds",
            prom_help=f"GPU time allocated {_GPU_TIME}, per {{dim}} of the job; glossary name 'allocated'",
            prom_scale=PROM_SCALE_GPU_SECONDS),
     Figure("covered_gpu_hours", GPU_USE, GPU_HOURS,
            "Allocated GPU-hours that have utilisation samples: from Prometheus, each GPU series' sampled time (a gap "
            "of more than gap_factor x step, or the time before a series starts or after it stops, has none); else "
            "a job's allocation where Slurm's usage TRES has gres/gpuutil.",
-           prom="covered_gpu_seconds",
+           label="Covered GPU-hours", prom="covered_gpu_seconds",
            prom_help=f"GPU time covered {_GPU_TIME}, per {{dim}} of the job; glossary name 'covered'",
            prom_scale=PROM_SCALE_GPU_SECONDS),
     Figure("coverage", GPU_USE, RATIO,
            "covered / allocated GPU-hours (0..1); every busy and held-idle figure carries it.",
-           glossary="coverage", show="coverage", show_rank=6, prom="gpu_coverage_ratio",
+           label="Coverage", glossary="coverage", show="coverage", show_rank=6, show_short="cov",
+           percent=True, prom="gpu_coverage_ratio",
            prom_help="Coverage: covered / allocated GPU-hours (0..1), per {dim}"),
     Figure("busy_gpu_hours", GPU_USE, GPU_HOURS,
            "Covered GPU-hours x measured mean per-GPU utilisation (0-100%). From Prometheus a time average; from "
            "usage TRES (telemetry = usage_tres) an upper bound, because Slurm records each task's PEAK sample of "
            "gres/gpuutil, not its average.",
-           glossary="busy GPU-hours", show="busy GPU-h", show_rank=5, prom="busy_gpu_seconds",
+           label="Busy GPU-hours", glossary="busy GPU-hours", show="busy GPU-h", show_rank=5, show_short="busy", prom="busy_gpu_seconds",
            prom_help=f"GPU time busy {_GPU_TIME}, per {{dim}} of the job; glossary name 'busy'",
            prom_scale=PROM_SCALE_GPU_SECONDS),
     Figure("held_idle_gpu_hours", GPU_USE, GPU_HOURS,
            "Covered GPU-hours during which a GPU ran under the idle threshold for at least the minimum time "
            "(Prometheus: per GPU series; usage TRES: the whole covered time of a job whose mean is under the "
            "threshold).",
-           glossary="held-idle GPU-hours", show="held-idle GPU-h", show_rank=7, prom="held_idle_gpu_seconds",
+           label="Held-idle GPU-hours", glossary="held-idle GPU-hours", show="held-idle GPU-h", show_rank=7,
+           show_short="held-idle", prom="held_idle_gpu_seconds",
            prom_help=f"GPU time held-idle {_GPU_TIME}, per {{dim}} of the job; glossary name 'held-idle'",
            prom_scale=PROM_SCALE_GPU_SECONDS),
     Figure("util_mean_pct", GPU_USE, PERCENT,
-           "busy / covered GPU-hours x 100: mean per-GPU utilisation over the covered part."),
+           "busy / covered GPU-hours x 100: mean per-GPU utilisation over the covered part.",
+           label="Mean GPU utilisation (%)"),
+    Figure("util_max_pct", GPU_USE, PERCENT, label="Max GPU utilisation (%)"),
+    Figure("gpu_mem_max_mib", GPU_USE, MIB, label="GPU memory peak (MiB)"),
+    Figure("gpu_mem_total_mib", GPU_USE, MIB, label="GPU memory (MiB)"),
     Figure("unknown_jobs", GPU_USE, COUNT,
            "Jobs with GPUs and no utilisation telemetry: their busy and held-idle are unknown, never 0.",
-           show="unknown jobs", show_rank=10),
+           label="Jobs without telemetry", show="unknown jobs", show_rank=10, show_wide=True,
+           show_short="unknown"),
     Figure("gpu_util_rule", GPU_USE, TEXT,
            "How Slurm's gres/gpuutil became per-GPU utilisation: summed (23.02.x and 24.05.1 on: the step's Tot, "
            "summed over its GPUs, divided by its GPUs) or last-gpu (23.11.0 to 24.05.0 recorded only the node's last"
-           " GPU: utilisation unknown, counted in usage_warnings)."),
+           " GPU: utilisation unknown, counted in usage_warnings).", label="Utilisation rule"),
     Figure("energy_kwh", GPU_USE, KWH,
-           "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded."),
-    Figure("cpu_efficiency", GPU_USE, RATIO, "CPU time of the job's steps / (Elapsed x allocated CPUs)."),
-    Figure("mem_efficiency", GPU_USE, RATIO, 'Peak task RSS (TRESUsageInMax mem) / allocated memory.'),
+           "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded.",
+           label="Energy (kWh)"),
+    Figure("cpu_efficiency", GPU_USE, RATIO, "CPU time of the job's steps / (Elapsed x allocated CPUs).",
+           label="CPU efficiency", percent=True),
+    Figure("mem_efficiency", GPU_USE, RATIO, 'Peak task RSS (TRESUsageInMax mem) / allocated memory.',
+           label="Memory efficiency", percent=True),
     Concept("telemetry_nodes", GPU_USE,
             "Per node over the period, from node_exporter: disk read/write latency (ms per completed I/O) and "
             "network receive/transmit errors and drops (increase of the counters)."),

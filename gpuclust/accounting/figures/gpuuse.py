@@ -50,7 +50,8 @@ DEFINITIONS: dict[str, str] = catalog.definitions(catalog.GPU_USE)  # (report.js
 def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     cols = ["job_id", "job_id_raw", "user", "account", "partition", "gpus", "elapsed_s", "start", "end",
             "alloc_tres", "nodelist", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
-            "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "state", "exit_code", "exit_signal"]
+            "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "state", "exit_code", "exit_signal", "job_name",
+            "gpu_type"]
     present = [c for c in cols if c in table.column_names]
     t = table.select(present)
     lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
@@ -62,8 +63,9 @@ def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     frame = t.filter(pc.fill_null(mask, False)).to_pandas()
     for c in cols:
         if c not in frame.columns:
-            frame[c] = None if c == "gpu_util_rule" else np.nan
-    for c in ("user", "account", "partition", "job_id", "gpu_util_rule", "state", "nodelist"):  # (not alloc_tres)
+            frame[c] = None if c in ("gpu_util_rule", "job_name", "gpu_type") else np.nan
+    for c in ("user", "account", "partition", "job_id", "gpu_util_rule", "state", "nodelist", "job_name",
+              "gpu_type"):  # (not alloc_tres)
         if isinstance(frame[c].dtype, pd.CategoricalDtype):
             frame[c] = frame[c].astype(object)
     return frame
@@ -157,8 +159,27 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
         "completed": (jobs["state"].astype(str).str.startswith("COMPLETED")
                       & (pd.to_numeric(jobs["exit_code"], errors="coerce").fillna(0) == 0)
                       & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
+        **job_identity(jobs, config),
     })
     return out, info
+
+
+def job_identity(jobs: pd.DataFrame, config: SiteConfig) -> dict[str, Any]:
+    """Which job held which GPUs, where and when (the jobs table's last columns): its name, NodeList, GPU type
+    (its AllocTRES type, else its partition's configured one) and Start and End in UTC."""
+    def text(column: str) -> pd.Series:
+        values = jobs[column].astype(object)
+        return values.where(values.notna() & (values != ""), None)
+
+    def utc(column: str) -> pd.Series:
+        t = pd.to_datetime(jobs[column], utc=True, errors="coerce")
+        return t.dt.strftime("%Y-%m-%dT%H:%M:%S+00:00").astype(object).where(t.notna(), None)
+
+    configured = {name: part.gpu_type for name, part in config.partitions.items()}
+    kind = text("gpu_type")
+    kind = kind.where(kind.notna(), jobs["partition"].astype(object).map(configured)).astype(object)
+    return {"job_name": text("job_name"), "node_list": text("nodelist"), "gpu_type": kind.where(kind.notna(), None),
+            "start": utc("start"), "end": utc("end")}
 
 
 def hold_invariants(allocated: np.ndarray, covered: np.ndarray, busy: np.ndarray, held: np.ndarray) -> int:

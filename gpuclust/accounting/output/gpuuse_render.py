@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # (prometheus_client loads only when gpuclust.prom is written
     from gpuclust.accounting.figures.metrics import Report
     from gpuclust.accounting.output import prom
 
-# Per-job rows go to CSV, Parquet and report.json only (too wide for the page, which shows the worst jobs).
-NOT_ON_PAGE = frozenset({"gpu_use_jobs", "telemetry_nodes"})
+# Per-node rows go to CSV, Parquet and report.json only (the per-job table is on the page in part: its top
+# jobs, in a few columns, render.PAGE_COLUMNS).
+NOT_ON_PAGE = frozenset({"telemetry_nodes"})
 
 
 def html_section(report: Report) -> str | None:

@@ -192,6 +192,29 @@ def csv_bytes(frame: pd.DataFrame, context: Mapping[str, Any] | None = None) -> 
     return b"".join([(",".join(str(c) for c in names) + "\n").encode("utf-8"), *parts])
 
 
+# The decimals of each figure's CSV cells (figures.catalog; a name two places share: the finer of the two).
+# Its old names (metrics.deprecated) carry the same value, so the same decimals.
+CSV_DECIMALS: dict[str, int] = {}
+for _f in catalog.FIGURES:
+    for _name in (_f.name, *_f.old_names, *(old for _, old in _f.old_places)):
+        CSV_DECIMALS[_name] = max(CSV_DECIMALS.get(_name, 0), _f.csv_decimals)
+
+
+def round_for_csv(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with each float column rounded as its figure declares (catalog csv_decimals; a column no figure
+    declares: catalog.CSV_DEFAULT_DECIMALS), so a cell never carries a float's noise (0.5850000000000001).
+    Other columns, and a frame with no float column, are left as they are."""
+    out = frame
+    for i, (name, column) in enumerate(frame.items()):
+        if not pd.api.types.is_float_dtype(column.dtype):
+            continue
+        decimals = CSV_DECIMALS.get(str(name), catalog.CSV_DEFAULT_DECIMALS)
+        if out is frame:
+            out = frame.copy()
+        out.isetitem(i, column.round(decimals).to_numpy())
+    return out
+
+
 PREVIOUS_DIR = re.compile(r"\d{4}-\d\d-\d\d")  # the dated directories of examples/cron/gpuclust-report
 
 
@@ -254,7 +277,8 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
                 frame = deprecated.add_columns(name, table, report.data.get("totals"))
                 path = out_dir / f"{name}.{fmt}"
                 if fmt == "csv":
-                    write_atomic(path, csv_bytes(frame, context_row(report)), make_parents=True, input_error=True)
+                    write_atomic(path, csv_bytes(round_for_csv(frame), context_row(report)), make_parents=True,
+                                 input_error=True)
                 else:
                     buf = io.BytesIO()
                     with_context(frame, report).to_parquet(buf, index=False)
@@ -281,7 +305,9 @@ HEADERS = {
     **catalog.labels(),
     "job_id": "Job ID", "user": "User", "account": "Account", "partition": "Partition", "qos": "QOS",
     "wckey": "WCKey", "job_name": "Job name", "state": "State", "exit_code": "Exit code", "node_list": "NodeList",
-    "start": "Start (UTC)", "day": "Day",
+    "start": "Start (UTC)", "end": "End (UTC)", "day": "Day", "gpus": "GPUs", "gpu_type": "GPU type",
+    "elapsed_s": "Elapsed", "telemetry": "Telemetry source", "pending_reason": "Pending reason",
+    "wait_s_total": "Total queue wait", "rule": "Rule", "refusals": "Refusals", "node": "Node",
 }
 TABLE_TITLES = {
     "queue_wait_by_partition": "Queue wait (Start - Eligible) by partition",
@@ -291,7 +317,17 @@ TABLE_TITLES = {
     "hold_by_account": "Hold (Eligible - Submit) by account",
     "hold_by_qos": "Hold (Eligible - Submit) by QOS",
     "runs_by_account": "Runs by account", "runs_by_partition": "Runs by partition", "runs_by_wckey": "Runs by WCKey",
+    "runs_by_user": "Runs by user",
     "top_failures": "Top failures (by GPU-hours)", "trend_daily": "Daily trend",
+    "gpu_use_totals": "GPU use: totals", "gpu_use_by_partition": "GPU use by partition",
+    "gpu_use_by_account": "GPU use by account", "gpu_use_by_user": "GPU use by user",
+    "gpu_use_worst_held_idle": "Jobs that held GPUs idle longest", "gpu_use_jobs": "Jobs and their GPUs",
+    "wait_by_pending_reason": "Queue wait by pending reason",
+    "refusals_by_rule": "Submit policy refusals by rule", "refusals_by_account": "Submit policy refusals by account",
+    "refusals_by_user": "Submit policy refusals by user",
+    "refusals_by_partition": "Submit policy refusals by partition",
+    "economics_terms": "Unit economics terms", "economics_baselines": "Unit economics baselines",
+    "telemetry_nodes": "Node telemetry",
 }
 # Short identifiers: never broken inside (free text such as job names and node lists wraps anywhere instead).
 KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "start", "day", "partition", "qos"})
@@ -313,15 +349,25 @@ def register_section(section: Section) -> Section:
     return section
 
 
+def declared_header(column: str) -> str | None:
+    """A column's declared header (a figure's label, or one of HEADERS); None when nothing declares it."""
+    return HEADERS.get(column)
+
+
+def declared_title(name: str) -> str | None:
+    """A table's declared title; None when nothing declares it."""
+    if name.startswith("runs_by_label_"):
+        return f"Runs by label {name.removeprefix('runs_by_label_')}"
+    return TABLE_TITLES.get(name)
+
+
 def header_text(column: str, currency: str | None = None) -> str:
-    text = HEADERS.get(column) or (column.replace("_", " ")[:1].upper() + column.replace("_", " ")[1:])
+    text = declared_header(column) or (column.replace("_", " ")[:1].upper() + column.replace("_", " ")[1:])
     return f"{text} ({currency})" if currency and column in MONEY_COLUMNS else text
 
 
 def table_title(name: str) -> str:
-    if name.startswith("runs_by_label_"):
-        return f"Runs by label {name.removeprefix('runs_by_label_')}"
-    return TABLE_TITLES.get(name) or name.replace("_", " ").capitalize()
+    return declared_title(name) or name.replace("_", " ").capitalize()
 
 
 def duration(seconds: Any) -> str:
@@ -364,30 +410,98 @@ def _is_number_column(column: str, series: pd.Series) -> bool:
         or column.endswith("_s") or column in MONEY_COLUMNS
 
 
-def _cell(column: str, value: Any) -> tuple[str, str | None]:
-    """(text shown, sort key or None) of one cell."""
+# A figure's unit that fixes its decimals on the page (others: column_decimals' rule).
+_UNIT_OF: dict[str, str] = {f.name: f.unit for f in catalog.FIGURES}
+_UNIT_DECIMALS = {catalog.PERCENT: 1, catalog.MIB: 0}
+
+
+def column_decimals(column: str, values: Iterable[Any]) -> int | None:
+    """The decimals of every number in one column, so that a column reads alike (never 3.00 beside 9): none
+    when all are whole; its unit's (a percentage: 1); else 2, or 3 significant digits of the largest value
+    below 1. None: no number in the column."""
+    known = [v for v in (svgplot.to_float(x) for x in values) if v is not None]
+    if not known:
+        return None
+    if all(v.is_integer() for v in known):
+        return 0
+    unit = _UNIT_OF.get(column)
+    if unit in _UNIT_DECIMALS:
+        return _UNIT_DECIMALS[unit]
+    biggest = max(abs(v) for v in known)
+    if biggest >= 1:
+        return 2
+    return min(6, 2 - math.floor(math.log10(biggest)))
+
+
+def _fixed(value: float, decimals: int) -> str:
+    return "0" if value == 0 else f"{value:,.{decimals}f}"
+
+
+def _cell(column: str, value: Any, decimals: int | None = None) -> tuple[str, str | None]:
+    """(text shown, sort key or None) of one cell; `decimals`: its column's (column_decimals), None: its own."""
     if column.endswith("_s"):
         v = svgplot.to_float(value)
         return duration(value), "" if v is None else repr(v)
     if column in RATIO_COLUMNS:
         v = svgplot.to_float(value)
         return (DASH if v is None else f"{v * 100:.1f} %"), "" if v is None else repr(v)
-    if column == "start" and isinstance(value, str) and "T" in value:
+    if column in ("start", "end") and isinstance(value, str) and "T" in value:
         return value.replace("T", " ").removesuffix("+00:00"), value
     if isinstance(value, str):
         return value, None
     v = svgplot.to_float(value)
+    if v is not None and decimals is not None:
+        return _fixed(v, decimals), repr(v)
     if v is not None or value is None or (isinstance(value, float) and math.isnan(value)):
         return number(value), "" if v is None else repr(v)
     return str(value), None
 
 
-def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bool = True) -> str:
-    """A table with human headers, numbers right-aligned and formatted, text left; sortable by its headers."""
+# A long table shows its first PAGE_ROWS rows in this order (the rest are in its CSV, which the page links):
+# (column, descending) keys, the first the table has; a table none of them fits keeps its own order.
+PAGE_ROWS = 25
+PAGE_ORDER: tuple[tuple[str, bool], ...] = (
+    ("cost", True), ("held_idle_gpu_hours", True), ("allocated_gpu_hours", True), ("gpu_hours", True),
+    ("jobs", True), ("refusals", True))
+# Columns of a table the page shows (a per-job table is too wide for a page; its CSV has them all).
+PAGE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gpu_use_jobs": ("job_id", "user", "account", "partition", "job_name", "node_list", "gpu_type", "gpus", "start",
+                     "end", "allocated_gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours", "util_mean_pct"),
+}
+
+
+PAGE_ORDER_OF: dict[str, tuple[tuple[str, bool], ...]] = {"gpu_use_jobs": (("allocated_gpu_hours", True),)}
+
+
+def page_rows(frame: pd.DataFrame, limit: int = PAGE_ROWS, name: str | None = None
+              ) -> tuple[pd.DataFrame, str | None]:
+    """(the rows a long table shows, the column they are ranked by): the whole frame when it is short."""
+    if len(frame) <= limit:
+        return frame, None
+    for column, descending in (*PAGE_ORDER_OF.get(name or "", ()), *PAGE_ORDER):
+        if column in frame.columns and frame[column].notna().any():
+            ranked = frame.sort_values(column, ascending=not descending, na_position="last", kind="stable")
+            return ranked.head(limit), column
+    return frame.head(limit), None
+
+
+def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bool = True,
+               csv_name: str | None = None, limit: int | None = None) -> str:
+    """A table with human headers, numbers right-aligned and formatted alike per column, text left; sortable by
+    its headers. With `limit`, a longer table shows its top `limit` rows (page_rows) and says where the rest
+    are (`csv_name`.csv beside the page)."""
     if frame.empty:
         return "<p><em>no rows</em></p>"
     e = html.escape
+    note = ""
+    if limit is not None and len(frame) > limit:
+        shown, ranked_by = page_rows(frame, limit, csv_name)
+        order = f" by {header_text(ranked_by, currency)}" if ranked_by else ""
+        where = (f"; every row is in <a href='{e(csv_name)}.csv'>{e(csv_name)}.csv</a>" if csv_name else "")
+        note = (f"<p class='more'>The top {len(shown):,} of {len(frame):,} rows{e(order)}{where}.</p>")
+        frame = shown
     numeric = [_is_number_column(str(c), frame[c]) for c in frame.columns]
+    decimals = [column_decimals(str(c), frame[c]) if n else None for c, n in zip(frame.columns, numeric, strict=True)]
     classes = [" class=n" if n else " class=k" if str(c) in KEEP_WHOLE_COLUMNS else ""
                for c, n in zip(frame.columns, numeric, strict=True)]
     head = "".join(f"<th scope='col'{cls}>{e(header_text(str(c), currency))}</th>"
@@ -395,15 +509,15 @@ def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bo
     rows = []
     for record in frame.itertuples(index=False, name=None):
         cells = []
-        for column, value, attrs in zip(frame.columns, record, classes, strict=True):
-            shown, key = _cell(str(column), value)
+        for column, value, attrs, nd in zip(frame.columns, record, classes, decimals, strict=True):
+            shown_text, key = _cell(str(column), value, nd)
             if key is not None:
                 attrs += f" data-v='{e(key)}'"
-            cells.append(f"<td{attrs}>{e(shown)}</td>")
+            cells.append(f"<td{attrs}>{e(shown_text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     cls = "t sortable" if sortable else "t"
     return (f"<div class='table-wrap'><table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table></div>")
+            + "".join(rows) + "</tbody></table></div>" + note)
 
 
 def kv_table_html(row: Mapping[str, Any], *, currency: str | None = None) -> str:
@@ -513,7 +627,7 @@ _CSS = (
     ".fig{background:#fff;border:1px solid #d5dde8;border-radius:4px;padding:.4em .6em;min-width:0}"
     ".fig .name{font-size:.85em;color:#444}.fig .v{font-size:1.35em;font-weight:600;overflow-wrap:anywhere}"
     ".fig .d{font-size:.85em;color:#555;overflow-wrap:anywhere}.fig .up{color:#0b5394}.fig .down{color:#8a4b00}"
-    ".fig .unknown{color:#666;font-style:italic}"
+    ".fig .unknown{color:#666;font-style:italic}p.more{color:#444;font-size:.9em;margin:.3em 0}"
     "@media (max-width:600px){body{padding:0 .6em;margin-top:.6em}h1{font-size:1.4em}"
     "table.t td,table.t th{padding:2px 5px}}"
     # print: everything open, nothing cut (tables wrap and shrink rather than scroll), figures kept whole
@@ -573,7 +687,13 @@ HEADLINE: tuple[tuple[str, catalog.Figure, tuple[str, ...]], ...] = tuple(
         ("busy", catalog.GPU_USE, "busy_gpu_hours", ("gpu_use", "totals", "busy_gpu_hours")),
         ("held_idle", catalog.GPU_USE, "held_idle_gpu_hours", ("gpu_use", "totals", "held_idle_gpu_hours")),
         ("cost_per_completed_run", catalog.RUNS, "cost_per_completed_run", ("totals", "cost_per_completed_run")),
+        ("cost", catalog.RUNS, "cost", ("totals", "cost")),
     ))
+# The band's queue wait: median and p90 of each partition (the most attempts first, up to WAIT_CARDS).
+_MEDIAN_WAIT = catalog.figure(catalog.QUEUE_WAIT, "median_s")
+_P90_WAIT = catalog.figure(catalog.QUEUE_WAIT, "p90_s")
+_WAIT_ATTEMPTS = catalog.figure(catalog.QUEUE_WAIT, "jobs")
+WAIT_CARDS = 4
 
 
 # A figure's key in a previous report.json written before it was renamed (its old names in figures.catalog).
@@ -644,11 +764,14 @@ def summary_band(data: Mapping[str, Any], previous: Mapping[str, Any] | None) ->
         extra = ""
         if key in ("busy", "held_idle"):
             extra = f"<div class='d'>coverage {'unknown' if coverage is None else f'{coverage:.1%}'}</div>"
+        elif key == "cost" and value is not None:
+            extra = "<div class='d'>all attempts of the period's runs, failed and retried included</div>"
         if previous is not None:
             text, cls = _change(value, _dig_previous(previous, path))
             extra += f"<div class='d {cls}'>{e(text)}</div>"
         cards.append(f"<div class='fig' data-figure='{key}'><div class='name'>{e(label)}</div>"
                      f"<div class='v'>{shown}</div>{extra}</div>")
+    cards += wait_cards(data, previous)
     top, before = _top_failure(data), _top_failure(previous)
     shown = "<span class='unknown'>no failed run</span>" if top is None else e(top[0])
     extra = "" if top is None else f"<div class='d'>{e(top[1])}</div>"
@@ -658,6 +781,33 @@ def summary_band(data: Mapping[str, Any], previous: Mapping[str, Any] | None) ->
                  f"<div class='v'>{shown}</div>{extra}</div>")
     return (f"<section class='band' aria-label='Summary'><h2>Summary</h2><p class='since'>{e(since)}</p>"
             f"<div class='figs'>{''.join(cards)}</div></section>")
+
+
+def wait_cards(data: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[str]:
+    """The band's queue wait cards: per partition (most attempts first) its median and p90 queue wait."""
+    e = html.escape
+    rows = [r for r in _dig(data, ("queue_wait", "by_partition")) or [] if isinstance(r, Mapping)]
+    rows.sort(key=lambda r: (-(svgplot.to_float(r.get(_WAIT_ATTEMPTS.name)) or 0), str(r.get("partition"))))
+    before = {str(r.get("partition")): r for r in _dig(previous, ("queue_wait", "by_partition")) or []
+              if isinstance(r, Mapping)}
+    cards = []
+    for r in rows[:WAIT_CARDS]:
+        part = str(r.get("partition"))
+        median, p90 = r.get(_MEDIAN_WAIT.name), r.get(_P90_WAIT.name)
+        attempts = svgplot.to_float(r.get(_WAIT_ATTEMPTS.name))
+        extra = (f"<div class='d'>{e(str(_P90_WAIT.glossary))} {e(duration(p90))}</div>"
+                 f"<div class='d'>{e(number(attempts))} attempts started</div>")
+        if previous is not None:
+            was = before.get(part)
+            extra += (f"<div class='d'>was {e(duration(was.get(_MEDIAN_WAIT.name)))}, p90 "
+                      f"{e(duration(was.get(_P90_WAIT.name)))}</div>" if was else "<div class='d'>was none</div>")
+        cards.append(f"<div class='fig' data-figure='queue_wait' data-partition='{e(part)}'><div class='name'>"
+                     f"{e(_MEDIAN_WAIT.title)}, {e(part)}</div><div class='v'>{e(duration(median))}</div>{extra}</div>")
+    if len(rows) > WAIT_CARDS:
+        cards.append(f"<div class='fig' data-figure='queue_wait_more'><div class='name'>{e(_MEDIAN_WAIT.title)}</div>"
+                     f"<div class='d'>{len(rows) - WAIT_CARDS} more partition(s): "
+                     "<a href='#queue_wait_by_partition'>queue wait by partition</a></div></div>")
+    return cards
 
 
 _LEADING_H2 = re.compile(r"\s*<h2([^>]*)>(.*?)</h2>", flags=re.S)
@@ -742,7 +892,10 @@ def render_html(report: Report, previous: Mapping[str, Any] | None = None) -> st
     for name, frame in report.tables.items():
         if name in ("totals", "sizing") or name in ECONOMICS_SECTION_TABLES or name in gpuuse_render.NOT_ON_PAGE:
             continue
-        tables.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>" + table_html(frame, currency=currency))
+        if name in PAGE_COLUMNS:
+            frame = frame[[c for c in PAGE_COLUMNS[name] if c in frame.columns]]
+        tables.append(f"<h3 id='{e(name)}'>{e(table_title(name))}</h3>"
+                      + table_html(frame, currency=currency, csv_name=name, limit=PAGE_ROWS))
     parts.append(section("Tables", "\n".join(tables), ident="tables"))
     economics = economics_html(d)
     if economics:

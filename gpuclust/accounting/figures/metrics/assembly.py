@@ -104,7 +104,7 @@ def _utc_iso(epoch: float) -> str | None:
 def run_tables(
     att: Attempts, config: SiteConfig, period: Period, runs_assigned: Callable[[], Any] | None = None
 ) -> tuple[dict[str, pd.DataFrame], Runs]:
-    """runs_by_account, _partition, _wckey and _label_<key> over the runs attributed to `period`, and
+    """runs_by_account, _partition, _wckey, _label_<key> and _user over the runs attributed to `period`, and
     those runs. `runs_assigned()`, when given, is called once the runs are assigned, and returns once `att`
     is priced (by another thread)."""
     dims, sums, runs_p = run_group_sums(att, config, period, runs_assigned)
@@ -117,7 +117,7 @@ def run_group_sums(
     att: Attempts, config: SiteConfig, period: Period, runs_assigned: Callable[[], Any] | None = None
 ) -> tuple[dict[str, tuple[np.ndarray, list[str]]], dict[str, np.ndarray], Runs]:
     """The runs attributed to `period`, summed (run_sums) per combination of their groups: per dimension
-    (account, partition, wckey, label_<key>), each combination's code into that dimension's names; the
+    (account, partition, wckey, label_<key>, user), each combination's code into that dimension's names; the
     sums; the runs. group_table makes a dimension's table of them."""
     run = assign_runs(att, float(config.retry_window_s))
     if runs_assigned is not None:
@@ -130,13 +130,16 @@ def run_group_sums(
 
     labels = tuple(config.report_labels)
     first_rows = att.row[first]
-    account, partition, wckey = (att.codes(name, rows=first_rows) for name in ("account", "partition", "wckey"))
+    account, partition, wckey, user = (att.codes(name, rows=first_rows)
+                                       for name in ("account", "partition", "wckey", "user"))
     label_values = label_names(att.codes("comment", rows=first_rows), account, labels, config)
     dims: dict[str, tuple[np.ndarray, list[str]]] = {
         "account": (account.codes, account.names()),
         "partition": (partition.codes, partition.names()),
         "wckey": (wckey.codes, [v or NONE_LABEL for v in [*wckey.values, None]]),
         **{f"label_{key}": label_values[key] for key in labels},
+        # per user (every attempt of a run is its user's): what each user spent, beside their GPU use
+        "user": (user.codes, user.names()),
     }
     # Sum per combination of the grouping codes first (few of them), then per group of each dimension.
     # (The label dimensions share one code array, the (comment, account) pair: it counts once.)
@@ -275,6 +278,7 @@ def assemble_report(
             "by_partition": records(tables["runs_by_partition"]),
             "by_wckey": records(tables["runs_by_wckey"]),
             "by_label": {key: records(tables[f"runs_by_label_{key}"]) for key in labels},
+            "by_user": records(tables["runs_by_user"]),
         },
         "totals": tot,
         "top_failures": records(tables["top_failures"]),
