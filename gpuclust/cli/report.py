@@ -327,18 +327,21 @@ SHOW_SORT = ("cost", "held-idle", "gpu-hours", "runs", "name")
 """gpuclust.accounting.output.show.SORT, spelled out."""
 
 
-def terminal_width() -> int | None:
-    """The columns `report show` fits: $COLUMNS where set, else the terminal's when stdout is one; None (any
-    width) when stdout is a pipe or a file and no COLUMNS is set."""
+def terminal_width() -> int:
+    """The columns `report show` fits: $COLUMNS where set, else the terminal's, else 80 (a pipe or a file: the
+    width a mail, a pager or a terminal that opens it is sure to have; --wide, or --format json for scripts,
+    gives every column)."""
     import os
-    import shutil
 
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    if not sys.stdout.isatty():
-        return None
-    return shutil.get_terminal_size().columns
+    try:  # the stdout this command writes to (not sys.__stdout__, as shutil.get_terminal_size asks)
+        if sys.stdout.isatty():
+            return os.get_terminal_size(sys.stdout.fileno()).columns or 80
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 80
 
 
 @group.command("show")

@@ -58,7 +58,7 @@ def _outputs(runner: CliRunner, base: list[str], source: list[str], extra: list[
     """`report build` (with the build-only options `extra`) and `report show`, text and JSON, of one input."""
     built = runner.invoke(cli, [*base, "build", *source, *extra, "--out", str(out), "--format", "html,csv,json,prom"])
     assert built.exit_code == 0, built.output
-    shown = runner.invoke(cli, [*base, "show", *source])
+    shown = runner.invoke(cli, [*base, "show", *source, "--wide"])
     as_json = runner.invoke(cli, [*base, "show", *source, "--format", "json"])
     assert shown.exit_code == 0 and as_json.exit_code == 0, shown.output
     return {

@@ -90,7 +90,7 @@ def test_unknown_shows_as_unknown_never_zero(tmp_path: Path) -> None:
     for name in ("busy share of covered GPU-hours", "held-idle GPU-hours"):
         assert figures[name]["value"] is None and figures[name]["absent"] == "unknown"
     assert all(g["busy_gpu_hours"] is None and g["held_idle_gpu_hours"] is None for g in summary["groups"])
-    result = _show(tmp_path)
+    result = _show(tmp_path, "--wide")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert any(line.split()[:2] == ["held-idle", "GPU-hours"] and line.split()[2] == "unknown" for line in lines)

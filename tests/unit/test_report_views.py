@@ -155,9 +155,12 @@ def test_show_fits_the_terminal(month: dict[str, Any], columns: int, by: str) ->
     assert all(str(f.show) in head for f in catalog.show_columns())
 
 
-def test_show_without_a_terminal_or_columns_keeps_every_column(month: dict[str, Any]) -> None:
+def test_show_into_a_pipe_fits_80_columns_and_wide_keeps_every_column(month: dict[str, Any]) -> None:
+    # no terminal and no COLUMNS (a cron mail, `| less`): 80 columns, as a terminal would be sure to have
     text = _show(month)
-    head = next(line for line in text.splitlines() if line.startswith("  partition "))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    wide = _show(month, "--wide")
+    head = next(line for line in wide.splitlines() if line.startswith("  partition "))
     assert all(str(f.show) in head for f in catalog.show_columns())
 
 
