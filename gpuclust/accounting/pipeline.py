@@ -11,11 +11,11 @@ import dataclasses
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accounting.figures import economics, gpuuse, trend
+from gpuclust.accounting.figures import economics, gpuuse, storedtelemetry, trend
 from gpuclust.accounting.figures.economics import (
     attach as attach_economics,  # (one of two stages named attach)
 )
@@ -59,6 +59,8 @@ class FetchSummary:
     economics: dict[str, Any] = field(default_factory=dict)  # node events, refusals (gpuclust.accounting.figures.economics)
     # `report fetch --repair`: the days fetched again, each with why it could not be read (None: not a repair)
     repaired: dict[str, str] | None = None
+    # The stored telemetry summaries (storedtelemetry.TelemetryFetch.store_into; None: [telemetry] is off)
+    telemetry: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = {
@@ -70,6 +72,8 @@ class FetchSummary:
         }
         if self.repaired is not None:
             out["repaired"] = self.repaired
+        if self.telemetry is not None:
+            out["telemetry"] = self.telemetry
         return out
 
 
@@ -82,6 +86,7 @@ def fetch(
     progress: Callable[[date], None] | None = None,
     options: ReaderOptions = DEFAULT_OPTIONS,
     days: list[date] | None = None,
+    now: datetime | None = None,
 ) -> FetchSummary:
     """Fetch every UTC day the period touches (`days`: those days instead, e.g. repair_days'), then replace those
     days in the store in one swap.
@@ -89,16 +94,23 @@ def fetch(
     Day by day: sacct's bytes go straight into the reader, and each day's table is written to the staged
     snapshot before the next day is fetched, so memory is bounded by one day, not the period. What the store
     holds that gpuclust did not write, and its days that cannot be read, are carried over as they are and come
-    first in the summary's problems (store.staged)."""
+    first in the summary's problems (store.staged).
+
+    With [telemetry] prometheus_url set, the GPU jobs of the fetched days then get their telemetry summaries,
+    written with their days in the same swap (storedtelemetry: what fails there is a warning, never the fetch's
+    failure; `now`: the time a running job's summary reaches, the clock's by default)."""
     root = store.store_dir(config.state_dir)
     summary = FetchSummary(str(root))
     days = period.utc_days() if days is None else sorted(set(days))
     if options.slurm_version is None:
         options = dataclasses.replace(options, slurm_version=sacct_version(client))
+    telemetry = storedtelemetry.TelemetryFetch(config.telemetry) if config.telemetry.prometheus_url else None
     with store.staged(root, days, cluster=config.cluster_name) as stage:
         summary.problems += [Problem("", None, line) for line in stage.warnings]
         for day in days:
             result = fetch_day(client, day, via, options=options)
+            if telemetry is not None:
+                telemetry.add_day(day, result.table)
             summary.days.append({"day": day.isoformat(), "rows": result.table.num_rows,
                                  "rejected_rows": result.rejected, "steps_dropped": result.steps_dropped,
                                  "usage_warnings": result.usage_warnings})
@@ -111,11 +123,25 @@ def fetch(
             del result
             if progress:
                 progress(day)
+        if telemetry is not None:
+            summary.telemetry = telemetry.store_into(stage, _previous_days_dir(root, config.cluster_name),
+                                                     now or datetime.now(timezone.utc))
     # The daily trend's per-day aggregates of the weeks these days change (trend.refresh: a cache, issue 31 item 5).
     trend.refresh(root, config, lookback_of(config))
     if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
         summary.economics = sources.fetch_sources(client, config, days)
     return summary
+
+
+def _previous_days_dir(root: Path, cluster: str) -> Path | None:
+    """The cluster directory of the snapshot a fetch replaces (under its lock), or None."""
+    snap = store.current_snapshot(root)
+    if snap is None or not snap.is_dir():
+        return None
+    try:
+        return store.days_dir(snap, cluster)
+    except store.StoreError:
+        return None
 
 
 def repair_days(config: SiteConfig, period: Period | None = None) -> dict[date, str]:
@@ -271,7 +297,8 @@ def build(
     # The GPU use figures (and their Prometheus queries) read only the table: computed beside the report, on
     # the core the report's pandas steps leave idle.
     with ThreadPoolExecutor(max_workers=1) as beside:
-        use = beside.submit(gpuuse.use_sums, table, config, period)
+        use = beside.submit(gpuuse.use_sums, table, config, period,
+                            store_root=None if input_path else store.store_dir(config.state_dir))
         report = build_report(table, config, period, target=target, top=top, input_info=info)
         if parsed is not None:
             report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])

@@ -97,6 +97,9 @@ def group() -> None:
     before_pyarrow_loads()  # (before any subcommand or its options load pyarrow)
 
 
+TELEMETRY_WARNINGS_SHOWN = 10
+
+
 @group.command("fetch")
 @_period_options
 @click.option("--via", type=HintChoice(VIA), default="parsable", show_default=True,
@@ -152,6 +155,14 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         warn(problem)
     for problem in summary.economics.get("problems", [])[:50]:
         warn(problem)
+    tel = summary.telemetry
+    if tel is not None:
+        listed = list(tel.get("warning_list") or [])
+        for line in listed[:TELEMETRY_WARNINGS_SHOWN]:
+            click.echo(f"warning: {line}", err=True)
+        if tel["warnings"] > TELEMETRY_WARNINGS_SHOWN:
+            click.echo(f"warning: telemetry: {tel['warnings'] - TELEMETRY_WARNINGS_SHOWN} more warning(s)"
+                       + (" (--json: telemetry.warning_list)" if not as_json else ""), err=True)
     usage = sum(int(d.get("usage_warnings") or 0) for d in summary.days)
     if usage:  # (counted, not one line per row: `report build` lists the first ones)
         click.echo(f"warning: usage TRES: {usage} warning(s) in the fetched days: those jobs' utilisation is "
@@ -162,6 +173,10 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
         click.echo(format_table(["day", "rows", "rejected_rows", "steps_dropped"],
                                 [[d["day"], d["rows"], d["rejected_rows"], d["steps_dropped"]] for d in summary.days]))
         click.echo(f"store: {summary.store}")
+        if tel is not None:
+            click.echo(f"telemetry: {tel['summaries']} of {tel['gpu_jobs']} GPU job(s) got a stored summary "
+                       f"({tel['partial']} still running: partial), {tel['kept']} stored before kept; "
+                       f"{tel['unknown']} without one (from {tel['source']})")
 
 
 def _build_config(app: AppContext, input_path: str | None, writes: bool = True) -> SiteConfig:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,8 +85,11 @@ def _cpus(alloc_tres: pd.Series) -> np.ndarray:
     return cpus[np.asarray(codes)]  # (code -1, no AllocTRES: the NaN last)
 
 
-def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """One row per job that ended in the period and holds GPUs, with its use figures; and the source info."""
+def job_use(table: pa.Table, config: SiteConfig, period: Period, *,
+            store_root: Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One row per job that ended in the period and holds GPUs, with its use figures; and the source info.
+    `store_root`: the store the rows came from, whose telemetry summaries (storedtelemetry.for_report) give the
+    jobs Prometheus no longer has their figures."""
     jobs = _ended_jobs(table, period)
     jobs = jobs[pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0) > 0].reset_index(drop=True)
     tel = config.telemetry
@@ -117,9 +121,19 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period) -> tuple[pd.Dat
             nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
             windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i, nodes=nodes))
         result = fetch_telemetry(tel, windows, period.start, period.end)
-        info["prometheus"] = {"url": result.source, "queries": result.queries, "jobs_with_series": len(result.jobs),
-                              "warnings": len(result.warnings), "warning_list": result.warnings[:50],
-                              "nodes": result.nodes}
+        with_series = len(result.jobs)
+        stored: dict[object, Any] = {}
+        if store_root is not None:
+            from gpuclust.accounting.figures.storedtelemetry import for_report
+
+            absent = [w for w in windows if w.key not in result.jobs]
+            if absent:
+                stored, notes = for_report(store_root, config.cluster_name, absent, tel, period.start, period.end)
+                result.jobs.update(stored)
+                result.warnings += notes
+        info["prometheus"] = {"url": result.source, "queries": result.queries, "jobs_with_series": with_series,
+                              "jobs_from_store": len(stored), "warnings": len(result.warnings),
+                              "warning_list": result.warnings[:50], "nodes": result.nodes}
         for key, got in result.jobs.items():
             i = int(key)  # type: ignore[call-overload]
             covered[i] = got.covered_gpu_s
@@ -318,8 +332,9 @@ class UseSums:
     jobs: pd.DataFrame | None = None  # the per-job table (gpu_use_jobs): a one-table build's only
 
 
-def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: bool = True) -> UseSums:
-    jobs, info = job_use(table, config, period)
+def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: bool = True,
+             store_root: Path | None = None) -> UseSums:
+    jobs, info = job_use(table, config, period, store_root=store_root)
     histogram = {}
     for part, sub in jobs.groupby("partition", sort=True):
         known = sub["util_mean_pct"].dropna().clip(0, 100)
@@ -353,7 +368,8 @@ def merge_use_sums(a: UseSums, b: UseSums) -> UseSums:
     prometheus = a.prometheus
     if a.prometheus is not None and b.prometheus is not None:
         prometheus = {**a.prometheus,
-                      **{k: a.prometheus[k] + b.prometheus[k] for k in ("queries", "jobs_with_series", "warnings")},
+                      **{k: a.prometheus[k] + b.prometheus[k] for k in ("queries", "jobs_with_series", "warnings",
+                                                                        "jobs_from_store")},
                       "warning_list": (a.prometheus["warning_list"] + b.prometheus["warning_list"])[:50]}
     elif a.prometheus is None:
         prometheus = b.prometheus

@@ -248,7 +248,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
         if stored is not None:
             sums = economics.row_sums(table, config, period, stored[0])
             econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
-        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False)
+        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False, store_root=root)
         use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
         del table, order
         memory.release_freed()

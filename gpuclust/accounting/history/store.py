@@ -7,6 +7,8 @@ Layout (version LAYOUT_VERSION; README.md, "The store")::
       snapshots/<id>/_gpuclust_store.json                       (SCHEMA_FILE: version, columns, meanings)
       snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/part.parquet
       snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/_problems.json  (rows sacct printed that did not parse)
+      snapshots/<id>/cluster=<ClusterName>/day=YYYY-MM-DD/_telemetry_{jobs,gpus}.parquet  (per-job and per-GPU
+                                          telemetry summaries: gpuclust.accounting.figures.storedtelemetry)
       snapshots/<id>/cluster=<ClusterName>/_daily/week=YYYY-MM-DD.json   (AGGREGATES_DIR: the daily trend's
                                           per-day figures of one week, a cache: gpuclust.accounting.figures.trend)
       .lock                               (held by a fetch: one at a time)
@@ -357,6 +359,9 @@ def schema_document() -> dict[str, Any]:
         "aggregates": f"cluster=<ClusterName>/{AGGREGATES_DIR}/week=<YYYY-MM-DD>.json: the daily trend's figures per "
                       "site-time-zone day of one week (Monday first), a cache gpuclust keeps in step with the day "
                       "files it names (gpuclust/accounting/figures/trend.py); not needed to read the store",
+        "telemetry": f"cluster=<ClusterName>/day=<YYYY-MM-DD>/{storetree.TELEMETRY_JOBS_FILE} and "
+                     f"{storetree.TELEMETRY_GPUS_FILE}: per job execution and per GPU, the Prometheus telemetry "
+                     "figures `report fetch` stored with the day (gpuclust/accounting/figures/storedtelemetry.py)",
     }
 
 
@@ -398,10 +403,14 @@ class Stage:
         # they are, named here (`report fetch` warns of them).
         self.warnings: list[str] = []
 
+    def day_dir(self, day: date) -> Path:
+        """Where this snapshot holds `day` (write_day makes it; what else belongs to the day goes in it after)."""
+        return self.snapshot / f"cluster={self.cluster}" / f"day={day.isoformat()}"
+
     def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None) -> None:
         if day not in self.days or day in self.written:
             raise ValueError(f"day {day} is not one this stage replaces, or is written twice")
-        path = self.snapshot / f"cluster={self.cluster}" / f"day={day.isoformat()}" / "part.parquet"
+        path = self.day_dir(day) / PART_FILE
         path.parent.mkdir(parents=True)
         stamped = _stamp(table, self.fetched, day)
         stamped = stamped.replace_schema_metadata({**(stamped.schema.metadata or {}),

@@ -3,7 +3,8 @@ tell it from anything else there, and how a fetch carries the rest into its new 
 
 gpuclust reads only what it wrote: `cluster=<name>` (a name the site config accepts as cluster_name) holding
 `day=YYYY-MM-DD` directories (a real date, nothing before or after it) that hold a regular `part.parquet`, and
-`_problems.json` (version 1: `problems.json`); beside them `_daily/` (the trend's cache) and, at the top,
+`_problems.json` (version 1: `problems.json`) and the telemetry summaries (`_telemetry_jobs.parquet`,
+`_telemetry_gpus.parquet`); beside them `_daily/` (the trend's cache) and, at the top,
 `_gpuclust_store.json`. Anything else (`day=2026-11-02.bak` an admin copied, `day=yesterday`, `day=2026-13-45`,
 a name with a trailing space, a stray file) is a stray: named (report.json input.problems, stderr), never read,
 and never removed: a fetch carries it into the new snapshot as it is. A day entry without a readable file (an
@@ -29,6 +30,10 @@ OLD_PROBLEMS_FILE = "problems.json"
 # Per-day aggregates (a cache of figures computed from the rows; gpuclust.accounting.figures.trend): one JSON file per week
 # of the site time zone's days, beside the cluster's days. A leading "_": engines reading the store skip it.
 AGGREGATES_DIR = "_daily"
+# The day's per-job and per-GPU telemetry summaries (gpuclust.accounting.figures.storedtelemetry: `report fetch` with
+# [telemetry] prometheus_url), replaced with the day. A leading "_": engines reading the day files skip them.
+TELEMETRY_JOBS_FILE = "_telemetry_jobs.parquet"
+TELEMETRY_GPUS_FILE = "_telemetry_gpus.parquet"
 
 
 def refetch_hint(day: date, last: date | None = None) -> str:
@@ -110,7 +115,7 @@ class DayScan:
         return [*self.strays, *(broken_message(self.where, d, why) for d, why in sorted(self.broken.items()))]
 
 
-DAY_FILES = frozenset({PART_FILE, PROBLEMS_FILE, OLD_PROBLEMS_FILE})
+DAY_FILES = frozenset({PART_FILE, PROBLEMS_FILE, OLD_PROBLEMS_FILE, TELEMETRY_JOBS_FILE, TELEMETRY_GPUS_FILE})
 STRAY = "not an entry gpuclust writes: not read, left as it is"
 
 
