@@ -132,7 +132,8 @@ def show_jobs(config: SiteConfig, job_ids: Sequence[str], *, client: SlurmClient
         else:
             note = "no job with GPUs and a start time"
     store_root = Path(config.state_dir) / "accounting"
-    figs = jv.job_figures(records, tel, prometheus=prometheus, prometheus_note=note, store_root=store_root, now=now)
+    figs = jv.job_figures(records, tel, prometheus=prometheus, prometheus_note=note, store_root=store_root, now=now,
+                          cluster=config.cluster_name)
     node_records = _node_records(client if input_text is None else None, nodes_text, answer.warnings) \
         if any(f.record.gpus for f in figs) else []
     shares: dict[str, Any] = {}

@@ -154,9 +154,25 @@ def test_report_via_choices_are_the_fetchers() -> None:
     assert CLI_VIA == VIA
 
 
-def test_job_imports_no_heavy_library():
-    """`gpuclust job` answers one job without pandas, numpy or pyarrow (issue 43 item 1)."""
+def test_job_imports_no_heavy_library(tmp_path):
+    """`gpuclust job` answers one job without pandas, numpy or pyarrow when no store is there to read (issue 43
+    item 1)."""
     dump = REPO / "tests" / "data" / "accounting" / "usage" / "lab-22.05-steps-pipe.txt"
-    result = _run(["--config", str(LAB_CONF), "job", "--json", "--input", str(dump), "2"])
+    conf = tmp_path / "site.conf"
+    conf.write_text(f"[site]\ncluster_name = lab\nstate_dir = {tmp_path / 'state'}\n")
+    result = _run(["--config", str(conf), "job", "--json", "--input", str(dump), "2"])
     assert (result["exit"], result["heavy"]) == (0, []), result["output"]
     assert json.loads(str(result["output"]))["jobs"][0]["job_id"] == "2"
+
+
+def test_job_answered_from_the_store_imports_no_pandas(tmp_path):
+    """From the store, the Parquet reader (pyarrow) loads, never pandas."""
+    from benchmarks.job_view import DUMP, JOB, write_store
+
+    write_store(tmp_path, 2, 3)
+    conf = tmp_path / "site.conf"
+    conf.write_text(f"[site]\ncluster_name = lab\nstate_dir = {tmp_path}\n")
+    result = _run(["--config", str(conf), "job", "--json", "--input", str(DUMP), JOB])
+    assert result["exit"] == 0 and "pandas" not in result["heavy"], result
+    (job,) = json.loads(str(result["output"]))["jobs"]
+    assert job["source"] == "store" and job["gpu_use"]["util_mean_pct"] == 50.0, job

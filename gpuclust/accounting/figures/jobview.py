@@ -26,11 +26,10 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accounting.figures.storedtelemetry import load_job_telemetry
 from gpuclust.accounting.figures.telemetry import GpuTelemetry, JobTelemetry, JobWindow
 from gpuclust.config.telemetry import TelemetryConfig
 from gpuclust.errors import InputError, SlurmOutputError
@@ -473,8 +472,21 @@ def _from_usage(fig: JobFigures, tel: TelemetryConfig) -> bool:
     return True
 
 
+def _days_of(record: JobRecord, now: datetime) -> list[date]:
+    """The UTC days whose stored rows can hold this job's summary: `report fetch` stores it under a day its rows
+    were fetched for, from its start through its end (or now)."""
+    if record.start is None:
+        return []
+    first = record.start.astimezone(timezone.utc).date()
+    last = (record.end or now).astimezone(timezone.utc).date()
+    if (last - first).days > 366:  # (a window this long: search every stored day instead)
+        return []
+    return [first + timedelta(days=k) for k in range((last - first).days + 1)]
+
+
 def job_figures(records: Sequence[JobRecord], tel: TelemetryConfig, *, prometheus: Mapping[int, JobTelemetry] | None,
-                prometheus_note: str | None, store_root: Path | None, now: datetime) -> list[JobFigures]:
+                prometheus_note: str | None, store_root: Path | None, now: datetime,
+                cluster: str | None = None) -> list[JobFigures]:
     """Each job's figures from the first source that has them (module docstring). `prometheus`: fetch_telemetry's
     jobs by the record's index (None: not asked, `prometheus_note` says why)."""
     figs = []
@@ -499,9 +511,19 @@ def job_figures(records: Sequence[JobRecord], tel: TelemetryConfig, *, prometheu
             f.source_notes.append("prometheus: no utilisation series for this job in its window (past the "
                                   "retention, or no job label on its GPUs)")
         missing.append(f)
-    if missing and store_root is not None:
-        stored = load_job_telemetry(store_root, [f.record.job_id_raw for f in missing])
+    if missing and store_root is not None and not store_root.exists():
         for f in missing:
+            f.source_notes.append(f"store: none at {store_root} (`gpuclust report fetch` writes it)")
+    elif missing and store_root is not None:
+        # (imported here: the store's reader loads pyarrow, which a job Prometheus answered never needs)
+        from gpuclust.accounting.figures.storedtelemetry import load_job_telemetry
+
+        days = {d for f in missing for d in _days_of(f.record, now)}
+        warned: list[str] = []
+        stored = load_job_telemetry(store_root, [f.record.job_id_raw for f in missing], days=days or None,
+                                    cluster=cluster, warnings=warned)
+        for f in missing:
+            f.source_notes.extend(f"store: {w}" for w in warned)
             got = stored.get(f.record.job_id_raw)
             if got is not None:
                 _from_telemetry(f, got, "store")

@@ -372,15 +372,11 @@ def load_stored(store_root: Path, job_ids: Collection[str], *, days: Collection[
         try:
             snap = store.snapshot_to_read(store_root)
             where = store.days_dir(snap, cluster)
-        except store.StoreDamaged as exc:
+        except store.StoreError as exc:  # damaged, or several clusters and none named: say so
             if warnings is not None:
                 warnings.append(f"{exc} (no stored telemetry read)")
             return out
         except InputError:  # (no store yet: nothing stored)
-            return out
-        except store.StoreError as exc:
-            if warnings is not None:
-                warnings.append(f"{exc} (no stored telemetry read)")
             return out
         for day_dir in _day_dirs(where, days):
             for row in read_day(day_dir, ids, warnings):
