@@ -21,8 +21,8 @@ import subprocess
 import sys
 import threading
 import time
-from email import message_from_bytes
-from email.message import Message
+from email import message_from_bytes, policy
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -126,11 +126,12 @@ class SmtpSink:
                 self.proc.wait(10)
         self.proc = None
 
-    def messages(self) -> list[Message]:
+    def messages(self) -> list[EmailMessage]:
         new = self.maildir / "new"
         if not new.is_dir():
             return []
-        return [message_from_bytes(p.read_bytes()) for p in sorted(new.iterdir())]
+        return [message_from_bytes(p.read_bytes(), policy=policy.default)  # type: ignore[misc]
+                for p in sorted(new.iterdir())]
 
 
 if __name__ == "__main__":
