@@ -123,7 +123,7 @@ def _check_prometheus(client: PrometheusClient, site: SiteConfig, now: float, ha
         return problems
     query = f'max(timestamp({t.metric_util}{{{t.job_label}!=""}}))'
     try:
-        doc = client.call("/api/v1/query", {"query": query})
+        doc = client.call("/api/v1/query", {"query": query, "time": f"{now:.3f}"})
         result = doc["data"]["result"]
         if not result:
             problems.append(f"{client.url}: query {query}: empty result: no GPU utilisation series with a job "
