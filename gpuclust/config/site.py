@@ -18,6 +18,7 @@ from gpuclust.config.economics import (
     EconomicsConfig,
     economics_config,
 )
+from gpuclust.config.guard import GUARD, GuardConfig, guard_config
 from gpuclust.config.health import HEALTH, HealthConfig, health_config
 from gpuclust.config.ini import decode_config, parse_ini
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
@@ -143,7 +144,7 @@ SLURM = SectionSpec(
     ),
 )
 
-SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH, SLURM)
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH, SLURM, GUARD)
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,7 @@ class SiteConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     slurm_backend: str = SLURM.default("backend")  # [slurm] backend
+    guard: GuardConfig = field(default_factory=GuardConfig)
 
     @property
     def currency(self) -> str:
@@ -304,6 +306,8 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
     economics, economics_problems = economics_config(path, site, by_kind.get("account", []), by_kind.get("costs", []),
                                                      by_kind.get("baseline", []))
     problems += economics_problems
+    guard, guard_problems = guard_config(path, by_kind.get("guard", []))
+    problems += guard_problems
     if problems or site is None:
         raise ConfigError(problems or [Problem(path, None, "missing required section [site]")])
     state_dir = site.get("state_dir")
@@ -327,6 +331,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         telemetry=telemetry_config(by_kind.get("telemetry", [])),
         health=health_config(by_kind.get("health", [])),
         slurm_backend=by_kind["slurm"][0].get("backend") if by_kind.get("slurm") else SLURM.default("backend"),
+        guard=guard,
     )
 
 

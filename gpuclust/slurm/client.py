@@ -121,6 +121,9 @@ class CommandSlurmClient:
     ) -> str:
         return self.run("sbatch", args, input_text=script, env=env, timeout=timeout).stdout
 
+    def squeue(self, args: Sequence[str], *, timeout: float | None = None) -> str:
+        return self.run("squeue", args, timeout=timeout).stdout
+
     def scancel(self, args: Sequence[str], *, timeout: float | None = None) -> str:
         return self.run("scancel", args, timeout=timeout).stdout
 

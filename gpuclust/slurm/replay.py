@@ -53,6 +53,9 @@ class ReplaySlurmClient:
     ) -> str:
         return self._answer("sbatch", args)
 
+    def squeue(self, args: Sequence[str], *, timeout: float | None = None) -> str:
+        return self._answer("squeue", args)
+
     def scancel(self, args: Sequence[str], *, timeout: float | None = None) -> str:
         return self._answer("scancel", args)
 

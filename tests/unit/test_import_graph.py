@@ -8,16 +8,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "gpuclust"
-BELOW_CLI = ("accept", "accounting", "audit", "config", "policy", "slurm")
+BELOW_CLI = ("accept", "accounting", "audit", "config", "guard", "policy", "slurm")
 # Layers, lowest first: a module imports its own layer or lower ones only. The shared modules at the top of
 # the package sit below the Slurm edge; findings folds node sets (slurm.hostlist); the planes may read each
 # other (audit reads acceptance results); only the CLI sits above them.
 LAYERS = (
     ("gpuclust", "gpuclust.errors", "gpuclust.exitcodes", "gpuclust.output", "gpuclust.contract",
-     "gpuclust.atomicfile"),
+     "gpuclust.atomicfile", "gpuclust.mail", "gpuclust.prometheus"),
     ("gpuclust.slurm",),
     ("gpuclust.config", "gpuclust.findings"),
-    ("gpuclust.accept", "gpuclust.accounting", "gpuclust.audit", "gpuclust.policy"),
+    ("gpuclust.accept", "gpuclust.accounting", "gpuclust.audit", "gpuclust.guard", "gpuclust.policy"),
     ("gpuclust.cli",),
 )
 
@@ -207,7 +207,7 @@ def test_the_fast_path_is_fenced() -> None:
     assert (reaching_in, reaching_out) == ([], [])
 
 
-PLANES = ("accept", "accounting", "audit", "policy")
+PLANES = ("accept", "accounting", "audit", "guard", "policy")
 
 
 def test_planes_meet_only_at_a_public_face() -> None:

@@ -177,6 +177,7 @@ class TelemetryResult:
     warnings: list[str]
     queries: int
     source: str
+    util_failed: int = 0  # utilisation query windows without an answer (the guard acts on none of its jobs then)
 
 
 NODE_FIGURES = (
@@ -634,9 +635,12 @@ def _fetch_nodes(client: PrometheusClient, cfg: TelemetryConfig, start: float, e
     return [nodes[name] for name in sorted(nodes)]
 
 
-def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: datetime, end: datetime) -> TelemetryResult:
+def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: datetime, end: datetime, *,
+                    util_only: bool = False) -> TelemetryResult:
     """The jobs' GPU figures and the nodes' figures over [start, end) (module docstring: exact rules).
-    Never raises for what the server does; raises ValueError for naive datetimes (a caller's bug)."""
+    `util_only`: only the utilisation metric and no node figures (the guard: 1 query per window); the other
+    figures are None. Never raises for what the server does; raises ValueError for naive datetimes (a caller's
+    bug)."""
     for when in (start, end, *(t for j in jobs for t in (j.start, j.end))):
         if when.tzinfo is None or when.utcoffset() is None:
             raise ValueError(f"fetch_telemetry needs tz-aware datetimes, got {when!r}")
@@ -677,7 +681,7 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
             wins_by_job.setdefault(win.job, []).append(win)
 
     acc: dict[int, dict[str, Any]] = {}
-    metrics = _metrics(cfg)
+    metrics = _metrics(cfg)[:1] if util_only else _metrics(cfg)
     if wins:
         windows = _grid_windows(t0, t1, cfg.step_s, cfg.chunk_hours)
         for metric in metrics:
@@ -725,7 +729,9 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
                         f"than gap_factor x step = {cfg.gap_factor * cfg.step_s:g} s, or a GPU without a series: "
                         f"no data there, in neither busy nor held-idle): job (coverage) {shown}")
 
-    result.nodes = _fetch_nodes(client, cfg, t0, t1, warnings)
+    result.util_failed = len(util_failed)
+    if not util_only:
+        result.nodes = _fetch_nodes(client, cfg, t0, t1, warnings)
     if client.dead is not None:
         warnings.append(f"{client.dead}: {client.skipped} further quer{'y' if client.skipped == 1 else 'ies'} "
                         f"skipped; their figures are unknown")
