@@ -1,16 +1,18 @@
-"""The shipped systemd units (contrib/systemd): `systemd-analyze verify` accepts them and `systemd-analyze
+"""The shipped systemd units (examples/systemd): `systemd-analyze verify` accepts them and `systemd-analyze
 security --offline=true` rates the service's exposure under 4."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-UNITS = Path(__file__).resolve().parents[2] / "contrib" / "systemd"
+UNITS = Path(__file__).resolve().parents[2] / "examples" / "systemd"
 ANALYZE = shutil.which("systemd-analyze")
 pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed (Debian package "
                                 "systemd; scripts/bootstrap installs it)")
@@ -20,17 +22,23 @@ def _copy(tmp_path: Path) -> Path:
     """The units with ExecStart pointed at a program that exists here (verify checks it is executable)."""
     for unit in ("gpuclust-guard.service", "gpuclust-guard.timer"):
         text = (UNITS / unit).read_text()
-        (tmp_path / unit).write_text(text.replace("ExecStart=/usr/bin/gpuclust ", "ExecStart=/bin/true "))
+        (tmp_path / unit).write_text(text.replace("ExecStart=/opt/gpuclust/bin/gpuclust ", "ExecStart=/bin/true "))
     return tmp_path
 
 
 def test_units_verify(tmp_path: Path) -> None:
     assert ANALYZE is not None
     d = _copy(tmp_path)
-    cp = subprocess.run([ANALYZE, "verify", str(d / "gpuclust-guard.service"), str(d / "gpuclust-guard.timer")],
-                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    man_root = tmp_path / "man"  # Documentation=man:gpuclust(1), as the README's install step writes the pages
+    written = subprocess.run([sys.executable, "-m", "gpuclust.cli.main", "man", "--write", str(man_root / "man1")],
+                             capture_output=True, text=True, timeout=120)
+    assert written.returncode == 0, written.stderr
+    check_man = "--man=yes" if shutil.which("man") else "--man=no"
+    cp = subprocess.run([ANALYZE, "verify", check_man, str(d / "gpuclust-guard.service"),
+                         str(d / "gpuclust-guard.timer")], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                        env=dict(os.environ, MANPATH=str(man_root)))
     assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert "ExecStart=/usr/bin/gpuclust guard" in (UNITS / "gpuclust-guard.service").read_text()
+    assert "ExecStart=/opt/gpuclust/bin/gpuclust guard" in (UNITS / "gpuclust-guard.service").read_text()
 
 
 def test_service_exposure_under_4(tmp_path: Path) -> None:
