@@ -199,6 +199,7 @@ def _run(site: SiteConfig, slurm: QueueClient, directory: Path, dry_run: bool, n
     else:
         counters["telemetry_ok"] = 1
 
+    unsaved: list[dict[str, Any]] = []  # actions done, not yet in the log and the state (RECORD_BATCH)
     book = AddressBook(g.mail.address_template, g.mail.address_file)
     report.warnings += book.problems
     threshold = idle_threshold(site)
@@ -258,7 +259,7 @@ def _run(site: SiteConfig, slurm: QueueClient, directory: Path, dry_run: bool, n
             else:
                 action["action"] = "ended"  # it ended between read and act: nothing to cancel, nothing to say
                 counters["ended_before_cancel"] += 1
-                _record(report, log, state, js, stage, action, dry_run)
+                _record(report, log, state, js, stage, action, dry_run, unsaved)
                 continue
         else:
             action["action"] = "would_notice" if dry_run else "notice"
@@ -275,8 +276,9 @@ def _run(site: SiteConfig, slurm: QueueClient, directory: Path, dry_run: bool, n
         else:
             action["mail"] = "queued" if outbox.put(notice, g.mail.mail_from) else "already_queued"
             action["to"] = to
-        _record(report, log, state, js, stage, action, dry_run)
+        _record(report, log, state, js, stage, action, dry_run, unsaved)
     if not dry_run:
+        _save(log, state, unsaved)  # before any mail goes out
         smtp = SmtpSettings(g.mail.smtp_host, g.mail.smtp_port, g.mail.smtp_timeout_s, g.mail.mail_from)
         sends = outbox.flush(smtp)
         mail_records = []
@@ -300,14 +302,28 @@ def _run(site: SiteConfig, slurm: QueueClient, directory: Path, dry_run: bool, n
     return report
 
 
+# Actions reach actions.jsonl and state.json in batches of this many: saving the whole state after each of
+# thousands of notices made a first run on a large cluster quadratic (BENCHMARKS.md "gpuclust guard with 10,000
+# running jobs"). A crash inside a batch sends nothing twice: the outbox keeps each notice by its job and stage key
+# (a repeated stage finds it `already_queued`), and a repeated scancel finds the job ended.
+RECORD_BATCH = 200
+
+
 def _record(report: GuardReport, log: ActionLog, state: GuardState, js: JobState, stage: str,
-            action: dict[str, Any], dry_run: bool) -> None:
-    """The action reaches the log and the stage the state before the next job is looked at."""
+            action: dict[str, Any], dry_run: bool, unsaved: list[dict[str, Any]]) -> None:
     report.actions.append(action)
     if dry_run:
         return
     js.stages.append(stage)
-    log.append([action])
+    unsaved.append(action)
+    if len(unsaved) >= RECORD_BATCH:
+        _save(log, state, unsaved)
+
+
+def _save(log: ActionLog, state: GuardState, unsaved: list[dict[str, Any]]) -> None:
+    """The log first (what was done), then the stages (what is not to be done again)."""
+    log.append(unsaved)
+    unsaved.clear()
     state.save()
 
 
