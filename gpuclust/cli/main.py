@@ -88,7 +88,8 @@ def internal_error_message(exc: BaseException) -> str:
 # (`commands` keeps it). Each module is imported when its command is looked up, so that `gpuclust report build`
 # does not import the audit, acceptance and policy code (BENCHMARKS.md "Whole-process `report build`").
 LAZY_COMMANDS = {"config": ("config", "group"), "report": ("report", "group"), "policy": ("policy", "group"),
-                 "accept": ("accept", "group"), "audit": ("audit", "group"), "man": ("docs", "man")}
+                 "accept": ("accept", "group"), "audit": ("audit", "group"), "man": ("docs", "man"),
+                 "health": ("health", "group")}
 
 
 class GpuclustGroup(click.Group):
