@@ -93,7 +93,7 @@ def test_packet_loss_names_the_node_by_its_counters_with_the_link_class(accept: 
         plan = json.loads(cp.stdout)["drain"]
         assert [a["node"] for a in plan["actions"] if a["action"] == "drain"] == [node], plan
         [reason] = [a["reason"] for a in plan["actions"] if a["action"] == "drain"]
-        assert reason.startswith(f"gpuclust:link:ip-lost-{direction} job {job} (allreduce): "), reason
+        assert reason.startswith(f"gpuclust:link:ip-lost-{direction} CHECK_MECHANICALS job {job} (allreduce): "), reason
 
 
 def test_pending_row_remap_is_named_and_drained_alone(accept: Accept) -> None:
