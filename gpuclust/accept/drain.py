@@ -40,8 +40,10 @@ REASON_PREFIX = "gpuclust:"
 LEGACY_REASON_PREFIX = "gpuclust accept:"  # drains set before the taxonomy: still ours
 OWN_PREFIXES = (REASON_PREFIX, LEGACY_REASON_PREFIX)
 # The drain classes, cause first: the order also picks which CRITICAL finding names a node's drain.
-HEALTH_CLASSES = ("xid", "vanished", "remap", "ecc", "dcgm", "pcie", "link", "throttle", "topology")
+HEALTH_CLASSES = ("xid", "vanished", "remap", "ecc", "dcgm", "fabric", "nvlink", "pcie", "link", "throttle",
+                  "topology")
 CLASSES = (*HEALTH_CLASSES, "gres", "bandwidth", "retest")
+_ACTION = re.compile(r"[A-Z][A-Z0-9_]{1,47}")
 _DETAIL = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}")
 MAX_REASON = 240  # long enough for check, job and a short message; scontrol shows it whole
 DEFAULT_MAX_DRAIN_FRACTION = 0.5
@@ -68,19 +70,31 @@ def reason_class(finding: Finding) -> tuple[str, str]:
     return "bandwidth", finding.check
 
 
+def finding_action(finding: Finding) -> str | None:
+    """The action a health finding carries (details["action"]), for the drain reason."""
+    action = finding.details.get("action") if finding.check.startswith("health-") else None
+    return action if isinstance(action, str) and _ACTION.fullmatch(action) else None
+
+
 def _cause_rank(finding: Finding) -> int:
     cls, _ = reason_class(finding)
     return CLASSES.index(cls) if cls in CLASSES else len(CLASSES)
 
 
-def make_reason(cls: str, detail: str, job_id: str | None, kind: str | None, message: str) -> str:
-    """`gpuclust:remap:pending job 12 (allreduce): ...`, one line, at most MAX_REASON characters."""
+def make_reason(cls: str, detail: str, job_id: str | None, kind: str | None, message: str,
+                action: str | None = None) -> str:
+    """`gpuclust:remap:pending RESET_GPU job 12 (allreduce): ...`, one line, at most MAX_REASON characters. The
+    action (NVIDIA's Xid catalog bucket, or gpuclust's per class: gpuclust.accept.health.actions) follows the
+    class and detail when the finding has one."""
     if cls not in CLASSES:
         raise UnsafeValueError(f"drain class {cls!r} is not one of {', '.join(CLASSES)}")
     detail = re.sub(r"[^a-z0-9._-]+", "-", detail.lower()).strip("-")[:48] or "unknown"
     if not _DETAIL.fullmatch(detail):
         raise UnsafeValueError(f"drain detail {detail!r} must match {_DETAIL.pattern}")
-    head = f"{REASON_PREFIX}{cls}:{detail}" + (f" job {job_id}" if job_id else "") + (f" ({kind})" if kind else "")
+    if action is not None and not _ACTION.fullmatch(action):
+        raise UnsafeValueError(f"drain action {action!r} must match {_ACTION.pattern}")
+    head = (f"{REASON_PREFIX}{cls}:{detail}" + (f" {action}" if action else "") + (f" job {job_id}" if job_id else "")
+            + (f" ({kind})" if kind else ""))
     text = f"{head}: {' '.join(_CONTROL.sub(' ', message).split())}"
     return valid_reason(text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "...")
 
@@ -180,7 +194,7 @@ def plan(report: Report, nodes: dict[str, NodeRecord],
             out.actions.append(Action(name, "untouched", f"drained by someone else ({node.reason_user or '?'}); "
                                                          "gpuclust never touches another's drain", node.reason))
         elif bad is not None:
-            reason = make_reason(*reason_class(bad), bad.job_id, bad.kind, bad.message)
+            reason = make_reason(*reason_class(bad), bad.job_id, bad.kind, bad.message, finding_action(bad))
             if node.is_drain:
                 out.actions.append(Action(name, "keep", "already drained by gpuclust and still failing", node.reason))
             else:

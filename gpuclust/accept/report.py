@@ -516,7 +516,7 @@ def health_findings(result: R.JobResult, results_root: str | None, config: SiteC
         dcgm = (phases.get("before") or {}).get("sources", {}).get("dcgm") or {}
         if dcgm.get("status") == "ok":
             found.extend(judge_dcgm(node, [DcgmResult.from_dict(r) for r in dcgm.get("results", [])]))
-    out = [to_finding(hf, result.job_id, result.kind) for hf in found]
+    out = [to_finding(hf, result.job_id, result.kind, config.health) for hf in found]
     out.extend(_finding(None, Nagios.UNKNOWN, "health-input", str(p), result.job_id, result.kind) for p in problems)
     return out
 
@@ -656,6 +656,12 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
     return Report(status, nodes, summaries, run_findings, problems, topologies, healths, old_findings, thresholds)
 
 
+def _action_note(finding: Finding) -> str:
+    """ -> ACTION for a health finding that has one (NVIDIA's Xid catalog or gpuclust's per class)."""
+    action = finding.details.get("action") if finding.check.startswith("health-") else None
+    return f" -> {action}" if isinstance(action, str) and action else ""
+
+
 def render_table(report: Report) -> str:
     from gpuclust.output import format_table, terminal_lines
 
@@ -671,7 +677,8 @@ def render_table(report: Report) -> str:
         lines.append("")
         rows = []
         for name, v in sorted(report.nodes.items()):
-            reasons = [f"[{f.check}] {f.message}" for f in v.findings if f.status != Nagios.OK] or ["-"]
+            reasons = [f"[{f.check}] {f.message}{_action_note(f)}" for f in v.findings if f.status != Nagios.OK] \
+                or ["-"]
             rows.append([name, v.status.name, reasons[0]])
             rows.extend(["", "", extra] for extra in reasons[1:])
         lines.extend(format_table(["NODE", "STATUS", "REASONS"], rows).splitlines())

@@ -89,7 +89,7 @@ def internal_error_message(exc: BaseException) -> str:
 # does not import the audit, acceptance and policy code (BENCHMARKS.md "Whole-process `report build`").
 LAZY_COMMANDS = {"config": ("config", "group"), "report": ("report", "group"), "policy": ("policy", "group"),
                  "accept": ("accept", "group"), "audit": ("audit", "group"), "guard": ("guard", "guard"),
-                 "man": ("docs", "man"), "job": ("job", "job")}
+                 "man": ("docs", "man"), "job": ("job", "job"), "health": ("health", "group")}
 
 
 class GpuclustGroup(click.Group):

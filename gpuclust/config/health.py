@@ -8,6 +8,7 @@ value.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuclust.config import values as v
@@ -44,6 +45,25 @@ def parse_xid_list(text: str) -> tuple[int, ...]:
             raise ValueError(f"{item!r} is not an Xid code (a positive integer)")
         out.append(value)
     return tuple(sorted(set(out)))
+
+
+_ACTION = re.compile(r"[A-Z][A-Z0-9_]{1,47}")
+_ACTION_KEY = re.compile(r"xid:[0-9]{1,5}|[a-z]+(?::[a-z0-9][a-z0-9._-]{0,47})?")
+
+
+def parse_actions(text: str) -> tuple[tuple[str, str], ...]:
+    """`xid:79=RESET_GPU, remap:failure=CONTACT_SUPPORT, pcie=IGNORE` -> ((key, ACTION), ...) (the keys: xid:CODE, a
+    finding class, or class:detail; the actions: NVIDIA's bucket names or the site's own, upper case)."""
+    out: dict[str, str] = {}
+    for item in v.parse_list(text):
+        key, sep, action = item.partition("=")
+        key, action = key.strip(), action.strip()
+        if not sep or not _ACTION_KEY.fullmatch(key):
+            raise ValueError(f"{item!r}: expected KEY=ACTION with KEY xid:CODE, a class or class:detail")
+        if not _ACTION.fullmatch(action):
+            raise ValueError(f"{item!r}: the action must be an upper-case word such as RESET_GPU")
+        out[key] = action
+    return tuple(sorted(out.items()))
 
 
 def parse_sources(text: str) -> tuple[str, ...]:
@@ -105,6 +125,24 @@ HEALTH = SectionSpec(
             "its max width (or, while busy, its max generation).", default="warning"),
         Key("nvidia_smi_timeout", v.parse_positive_seconds, "Limit of each `nvidia-smi -q -x` (seconds or 30s): "
             "a hung driver makes it block, and the snapshot must still finish.", default=30.0),
+        Key("nvlink_error_max", v.parse_nonneg_int, "A finding when a GPU's NVLink error counter grows by more "
+            "than this between two snapshots (CRITICAL for recovery and fatal counters, WARNING for CRC and replay "
+            "counters, which a healthy link repairs).", default=0),
+        Key("actions", parse_actions, "The site's action per fault, over NVIDIA's Xid catalog and gpuclust's per "
+            "class (gpuclust.accept.health.actions): KEY=ACTION items, KEY being xid:CODE, a class or "
+            "class:detail, e.g. `xid:79=RESET_GPU, remap:failure=CONTACT_SUPPORT`. The drain reason and "
+            "`accept report` say the action.", default=()),
+        Key("check_state_dir", v.parse_abs_path, "Where `gpuclust health check` keeps each node's state (the Xid "
+            "lines already reported, the last snapshot), one file per node, written atomically. A local "
+            "directory of the node (or a shared one: the files are per node).",
+            default="/var/lib/gpuclust/health"),
+        Key("check_nvidia_smi_timeout", v.parse_positive_seconds, "Limit of `nvidia-smi -q -x` in `gpuclust health "
+            "check` (a Prolog must be quick; a hung driver is the check's own `timeout` state, never a drain).",
+            default=10.0),
+        Key("check_unavailable", v.parse_choice("pass", "fail"), "What `gpuclust health check` exits with when the "
+            "check cannot run (no nvidia-smi on a GPU node, a timeout, output it cannot read, no config): pass "
+            "(the default: exit as healthy, with the state printed) or fail (the mode's failing exit code, so "
+            "Slurm or NHC drains with its own reason). `--drain` never drains for it.", default="pass"),
         Key("require", parse_sources, "Sources whose absence is UNKNOWN rather than a note (some of "
             f"{', '.join(HEALTH_SOURCES)}). Default: none; an absent source is reported at OK level.", default=()),
     ),
@@ -112,7 +150,8 @@ HEALTH = SectionSpec(
 
 
 # key -> HealthConfig field, where they differ
-FIELD_OF_KEY = {"nvidia_smi_timeout": "nvidia_smi_timeout_s"}
+FIELD_OF_KEY = {"nvidia_smi_timeout": "nvidia_smi_timeout_s",
+                "check_nvidia_smi_timeout": "check_nvidia_smi_timeout_s"}
 
 
 @dataclass(frozen=True)
@@ -135,6 +174,11 @@ class HealthConfig:
     pcie_severity: str = HEALTH.default("pcie_severity")
     nvidia_smi_timeout_s: float = HEALTH.default("nvidia_smi_timeout")
     require: tuple[str, ...] = HEALTH.default("require")
+    nvlink_error_max: int = HEALTH.default("nvlink_error_max")
+    actions: tuple[tuple[str, str], ...] = HEALTH.default("actions")  # (key, ACTION) pairs
+    check_state_dir: str = HEALTH.default("check_state_dir")
+    check_nvidia_smi_timeout_s: float = HEALTH.default("check_nvidia_smi_timeout")
+    check_unavailable: str = HEALTH.default("check_unavailable")
 
 
 def health_config(sections: list[ParsedSection]) -> HealthConfig:

@@ -93,7 +93,7 @@ def test_packet_loss_names_the_node_by_its_counters_with_the_link_class(accept: 
         plan = json.loads(cp.stdout)["drain"]
         assert [a["node"] for a in plan["actions"] if a["action"] == "drain"] == [node], plan
         [reason] = [a["reason"] for a in plan["actions"] if a["action"] == "drain"]
-        assert reason.startswith(f"gpuclust:link:ip-lost-{direction} job {job} (allreduce): "), reason
+        assert reason.startswith(f"gpuclust:link:ip-lost-{direction} CHECK_MECHANICALS job {job} (allreduce): "), reason
 
 
 def test_pending_row_remap_is_named_and_drained_alone(accept: Accept) -> None:
@@ -111,7 +111,7 @@ def test_pending_row_remap_is_named_and_drained_alone(accept: Accept) -> None:
         plan = json.loads(cp.stdout)["drain"]
         assert [a["node"] for a in plan["actions"] if a["action"] == "drain"] == [node], plan
         reason = drained(node)
-        assert reason is not None and reason.startswith(f"gpuclust:remap:pending job {job} (allreduce): "), reason
+        assert reason is not None and reason.startswith(f"gpuclust:remap:pending RESET_GPU job {job} (allreduce): "), reason
         assert all(drained(n) is None for n in ("node1", "node2", "node3", "node4") if n != node)
     finally:
         fault(accept, node, "clear")

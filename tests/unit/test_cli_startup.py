@@ -142,7 +142,8 @@ def test_the_commands_load_when_looked_up_in_their_order() -> None:
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=_env(),
                         timeout=120)
     assert cp.returncode == 0, cp.stderr
-    assert cp.stdout.split() == ["False", "['config',", "'report',", "'policy',", "'accept',", "'audit',", "'guard',", "'man',", "'job']",
+    assert cp.stdout.split() == ["False", "['config',", "'report',", "'policy',", "'accept',", "'audit',", "'guard',", "'man',",
+                                 "'job',", "'health']",
                                  "True"]
 
 

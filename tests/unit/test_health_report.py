@@ -51,8 +51,8 @@ def test_recorded_lab_faults_are_named_alone(job: str, named: dict[str, list[tup
 
 def test_drain_names_the_class_and_detail(tmp_path: Path) -> None:
     nodes = {n.name: n for n in parse_nodes_text(CLEAN_NODES.read_text())}  # recorded on the lab (22.05)
-    for job, reason in (("17", "gpuclust:remap:pending job 17 (allreduce): node3: GPU 0"),
-                        ("15", "gpuclust:link:ip-lost-in job 15 (allreduce): node3: 527 of 10521")):
+    for job, reason in (("17", "gpuclust:remap:pending RESET_GPU job 17 (allreduce): node3: GPU 0"),
+                        ("15", "gpuclust:link:ip-lost-in CHECK_MECHANICALS job 15 (allreduce): node3: 527 of 10521")):
         plan = drain.plan(_report(job), nodes)
         assert plan.of("drain") == ["node3"], plan.actions
         [action] = [a for a in plan.actions if a.action == "drain"]

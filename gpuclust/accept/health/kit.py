@@ -223,8 +223,11 @@ def guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 #   unavailable  a source unavailable in either snapshot: UNKNOWN when [health] require lists it, else OK (a
 #                visible note that does not change the exit code); a node without both snapshots, or a
 #                source whose data in a snapshot file does not fit its shape: UNKNOWN
+#   nvlink       a GPU's NVLink error counter grew (source nvidia_smi)
+#   fabric       Fabric Manager has not trained the GPU into the NVLink fabric (source nvidia_smi)
+#   gres         fewer GPUs answer than the node's GRES (gpuclust health check)
 CLASSES = ("xid", "ecc", "remap", "throttle", "pcie", "link", "topology", "unavailable", "reset", "dcgm",
-           "vanished")
+           "vanished", "nvlink", "fabric", "gres")
 
 _SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
 
@@ -250,10 +253,23 @@ class HealthFinding:
         object.__setattr__(self, "detail", slug(self.detail))
 
 
-def to_finding(hf: HealthFinding, job_id: str | None, kind: str | None) -> Finding:
-    """The project-wide Finding (check = health-<cls>)."""
+def finding_action(hf: HealthFinding, cfg: HealthConfig | None = None) -> str | None:
+    """What to do about a WARNING or CRITICAL finding (gpuclust.accept.health.actions); None for the rest."""
+    if hf.severity not in (Nagios.WARNING, Nagios.CRITICAL):
+        return None
+    from gpuclust.accept.health.actions import action_for
+
+    return action_for(hf.cls, hf.detail, hf.evidence, dict(cfg.actions) if cfg is not None else None)
+
+
+def to_finding(hf: HealthFinding, job_id: str | None, kind: str | None, cfg: HealthConfig | None = None) -> Finding:
+    """The project-wide Finding (check = health-<cls>; details: class, detail, evidence, and for a WARNING or
+    CRITICAL one the action, NVIDIA's per Xid or gpuclust's per class, `[health] actions` over both)."""
     # details["class"] (not a keyword argument: Finding.make's own first parameter is named cls)
-    details = {"class": hf.cls, "detail": hf.detail, "evidence": hf.evidence}
+    details: dict[str, Any] = {"class": hf.cls, "detail": hf.detail, "evidence": hf.evidence}
+    action = finding_action(hf, cfg)
+    if action is not None:
+        details["action"] = action
     return Finding.make(f"health-{hf.cls}", hf.severity, hf.message, [hf.node], job_id=job_id, kind=kind,
                         **details)
 

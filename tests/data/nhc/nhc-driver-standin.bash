@@ -8,6 +8,8 @@
 #   - a check that returns non-zero without calling die is failed by the driver ("Check ... returned RC");
 #   - exit 127 / 126 from the check ("no such check" / "unable to run") are failures too;
 #   - a check that returns 0 passes; the driver then marks the node online and exits 0.
+#   - NHC_STANDIN_ERREXIT=1 runs the check under `set -e` (a site's NHC, or a check sourced from a script that
+#     sets it): a check must not die of an unguarded failing command there.
 # Usage: NHC_STANDIN_OFFLINE=FILE nhc-driver-standin.bash SCRIPT.nhc 'check_name args...'
 set -u
 LEADER='Health check failed: '
@@ -28,8 +30,15 @@ function die() {
 shopt -s extglob
 . "$1"
 CHECK="$2"
-eval $CHECK
-RET=$?
+if [[ "${NHC_STANDIN_ERREXIT:-0}" == 1 ]]; then
+    set -e
+    eval $CHECK
+    RET=$?
+    set +e
+else
+    eval $CHECK
+    RET=$?
+fi
 if (( RET == 127 || RET == 126 )); then
     die $RET "No such check or unable to run \"${CHECK%% *}\"; check returned $RET"
 elif (( RET != 0 )) && (( CHECK_DIED == 0 )); then

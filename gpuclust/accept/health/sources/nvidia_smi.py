@@ -10,6 +10,11 @@ Findings (after the run, against the before snapshot where a delta is needed):
   pcie      link below max width, or below max generation while the GPU is busy: pcie_severity
   vanished  a GPU in the before snapshot and not in the after one (matched by UUID, else PCI bus id, else
             index), or nvidia-smi that answered before the run and not after it: CRITICAL
+  nvlink    an NVLink error counter grew by more than [health] nvlink_error_max: CRITICAL for recovery and
+            fatal counters, WARNING for the others (CRC, replay: the link repairs them)
+  fabric    Fabric Manager's state for the GPU (R535+ <fabric>, NVSwitch systems) is not Completed, or its
+            status not Success: CRITICAL (the GPU is not in the NVLink fabric; jobs fail at NCCL init).
+            "N/A" (no NVSwitch fabric) is no finding.
 
 PCIe generation: GPUs drop their link to gen1 when idle to save power, so an idle snapshot says nothing about
 the gen the slot trains to. The generation is judged only when the GPU is not idle (its gpu_idle clock event
@@ -102,6 +107,8 @@ class GpuHealth:
     power_draw_w: float | None
     temperature_c: float | None
     nvlink: dict[str, int | None]  # error counters where the document has them (absent on most drivers)
+    fabric_state: str | None = None  # Fabric Manager: Not Started, In Progress, Completed (None: N/A)
+    fabric_status: str | None = None  # Success, or the failure's name
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +137,7 @@ GPU_SHAPE = obj({
     "pcie": obj({k: integer(True) for k in ("gen_current", "gen_max", "gen_max_device", "gen_max_host",
                                              "width_current", "width_max")}),
     "power_draw_w": number(True), "temperature_c": number(True), "nvlink": map_of(integer(True)),
+    "fabric_state": string(True), "fabric_status": string(True),
 }, required=["index"])
 SHAPE = obj({"driver_version": string(True), "cuda_version": string(True), "gpus": list_of(GPU_SHAPE)},
             required=["gpus"])
@@ -241,6 +249,8 @@ def _gpu(el: ET.Element, index: int) -> GpuHealth:
         power_draw_w=to_float(power),
         temperature_c=to_float(_text(el, "temperature/gpu_temp")),
         nvlink=nvlink,
+        fabric_state=_text(el, "fabric/state"),
+        fabric_status=_text(el, "fabric/status"),
     )
 
 
@@ -325,6 +335,8 @@ def judge_nvidia_smi(j: Judge, before: Snap, after: Snap) -> None:
         _judge_remap(j, name, g)
         _judge_throttle(j, name, g)
         _judge_pcie(j, name, g)
+        _judge_nvlink(j, name, b, g)
+        _judge_fabric(j, name, g)
 
 
 def _judge_ecc(j: Judge, name: str, b: Mapping[str, Any] | None, g: Mapping[str, Any]) -> None:
@@ -379,6 +391,36 @@ def _judge_pcie(j: Judge, name: str, g: Mapping[str, Any]) -> None:
         j.add("pcie", sev, f"gen{gen}-x{width}", f"{j.node}: {name} PCIe link gen{gen} x{width}, max "
               f"gen{gen_max} x{width_max}", gpu=g.get("index"), pci=g.get("pci_bus_id"), gen=gen,
               gen_max=gen_max, width=width, width_max=width_max, gen_judged=busy)
+
+
+# NVLink counters whose growth means the link lost data or retrained (the rest, CRC and replay, it repairs).
+_NVLINK_SEVERE = ("recovery", "fatal", "uncorrectable", "ecc")
+
+
+def _judge_nvlink(j: Judge, name: str, b: Mapping[str, Any] | None, g: Mapping[str, Any]) -> None:
+    """NVLink error counters that grew between the two snapshots (parsed on drivers that print them)."""
+    if not b:
+        return
+    before, after = b.get("nvlink") or {}, g.get("nvlink") or {}
+    for key in sorted(after):
+        grew = j.delta(f"{name} NVLink {key}", f"gpu{g.get('index')}-nvlink-{key}", before.get(key), after.get(key))
+        if grew is None or grew <= j.cfg.nvlink_error_max:
+            continue
+        severe = any(word in key.lower() for word in _NVLINK_SEVERE)
+        j.add("nvlink", Nagios.CRITICAL if severe else Nagios.WARNING, f"gpu{g.get('index')}-{key}",
+              f"{j.node}: {name} NVLink {key} {before.get(key)} -> {after.get(key)} (+{grew})", gpu=g.get("index"),
+              pci=g.get("pci_bus_id"), counter=key, before=before.get(key), after=after.get(key))
+
+
+def _judge_fabric(j: Judge, name: str, g: Mapping[str, Any]) -> None:
+    state, status = g.get("fabric_state"), g.get("fabric_status")
+    if state is None and status is None:
+        return
+    if str(state).lower() == "completed" and (status is None or str(status).lower() == "success"):
+        return
+    j.add("fabric", Nagios.CRITICAL, f"gpu{g.get('index')}-{state}-{status}", f"{j.node}: {name} Fabric Manager "
+          f"state {state}, status {status} (expected Completed, Success): not in the NVLink fabric",
+          gpu=g.get("index"), pci=g.get("pci_bus_id"), state=state, status=status)
 
 
 SOURCE = Source("nvidia_smi", lambda r: collect_nvidia_smi(r.paths, r.nvidia_smi_timeout),
