@@ -15,6 +15,7 @@ from gpuclust.errors import InputError, Problem
 from gpuclust.exitcodes import EXIT_NEGATIVE, EXIT_OK
 from gpuclust.policy.compile import compile_policy
 from gpuclust.policy.evaluate import Evaluator
+from gpuclust.policy.install import LUA_VERSIONS, PLUGIN_DIRS, LuaChoice, choose_lua, lua_label
 from gpuclust.policy.quotas import apply_plan, plan_from_slurm
 from gpuclust.policy.render import render_lua, write_lua
 from gpuclust.policy.sbatch import DEFAULT_VERSION, SbatchRefusal, job_desc_from_options, table_for
@@ -26,17 +27,50 @@ def group() -> None:
 
 
 @group.command("render")
-@click.option("--out", "out", type=HintPath(dir_okay=False), help="Write job_submit.lua here (atomically) instead of stdout.")
+@click.option("--out", "out", type=HintPath(dir_okay=False),
+              help="Install job_submit.lua here instead of printing it: validated under the Lua slurmctld links, "
+                   "then an atomic replace (the old file stays when validation fails).")
+@click.option("--lua", "lua", type=click.Choice(LUA_VERSIONS),
+              help="Validate under this Lua (default: [policy] lua, else the Lua the Slurm plugin dir's "
+                   "job_submit_lua.so links, else 5.1).")
+@click.option("--plugin-dir", "plugin_dir", type=HintPath(file_okay=False),
+              help="Slurm's PluginDir, where job_submit_lua.so is (default: PluginDir from scontrol when SLURM_CONF "
+                   "is set, else the distributions' usual directories).")
 @pass_app
-def render(app: AppContext, out: str | None) -> None:
-    """Render the site config's policy as a Lua 5.1 job_submit.lua (data tables + the fixed engine)."""
+def render(app: AppContext, out: str | None, lua: str | None, plugin_dir: str | None) -> None:
+    """Render the site config's policy as a job_submit.lua (data tables + the fixed engine) for Lua 5.1-5.4 and
+    LuaJIT; with --out, validate it under the Lua the site's slurmctld links and install it."""
     policy = compile_policy(app.config)
     if out:
-        write_lua(policy, out)
+        if lua:
+            choice = LuaChoice(lua, "--lua")
+        else:
+            choice = choose_lua(app.config.policy.lua, _plugin_dirs(app, plugin_dir) if not app.config.policy.lua else ())
+        write_lua(policy, out, choice.version)
+        warned = f", {len(policy.warn)} in warn mode" if policy.warn else ""
         app.note(f"wrote {out} ({len(policy.accounts)} accounts, {len(policy.partitions)} partitions, "
-                 f"{policy.rule_count} rules, fail_mode={policy.fail_mode}); then run: scontrol reconfigure")
+                 f"{policy.rule_count} rules{warned}, fail_mode={policy.fail_mode}; validated under "
+                 f"{lua_label(choice.version)}: {choice.why}); then run: scontrol reconfigure")
     else:
         click.echo(render_lua(policy), nl=False)
+
+
+def _plugin_dirs(app: AppContext, given: str | None) -> list[str]:
+    """Where to look for job_submit_lua.so: --plugin-dir, else scontrol's PluginDir (when SLURM_CONF is set), then
+    the distributions' usual directories."""
+    if given:
+        return [given]
+    dirs: list[str] = []
+    if os.environ.get("SLURM_CONF"):
+        try:
+            out = app.slurm.scontrol(["show", "config"], timeout=10)
+        except Exception:  # noqa: BLE001 - no usable scontrol here: the usual directories
+            out = ""
+        for line in out.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "PluginDir":
+                dirs += [d for d in value.strip().split(":") if d]
+    return dirs + list(PLUGIN_DIRS)
 
 
 def _detect_version(app: AppContext) -> str:
@@ -91,8 +125,9 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
     """Decide a job exactly as the rendered job_submit.lua would: `policy check -- -A ml --gres=gpu:h100:2 ...`.
 
     The options are read exactly as sbatch reads them (its recorded getopt_long table, #SBATCH lines of --script or
-    of the script operand). Exit 0 when accepted, 1 when rejected (the message is what sbatch would print), 2 when
-    sbatch itself would refuse the command line or script (the message names the option or the script line).
+    of the script operand). Exit 0 when accepted (with the warnings of rules in warn mode, if any), 1 when rejected
+    (the message is what sbatch would print), 2 when sbatch itself would refuse the command line or script (the
+    message names the option or the script line).
 
     \b
     From the first sbatch option (or `--`) on, every word is sbatch's: put this command's own options
@@ -135,6 +170,8 @@ def check(app: AppContext, user: str | None, account: str | None, default_accoun
         echo_json({**verdict.as_dict(), "job_desc": job})
     elif verdict.accepted:
         click.echo(f"ACCEPT ({verdict.rule})")
+        for warning in verdict.warnings:  # rules in warn mode: what sbatch would print, one line each
+            click.echo(warning.text)
     else:
         click.echo(f"REJECT [{verdict.rule}] rc={verdict.rc}: {verdict.message}")
     raise SystemExit(EXIT_OK if verdict.accepted else EXIT_NEGATIVE)

@@ -27,6 +27,14 @@ from gpuclust.errors import ConfigError, Problem
 
 DEFAULT_CONFIG_PATH = "/etc/gpuclust/site.conf"
 CONFIG_ENV = "GPUCLUST_CONFIG"
+# The Lua runtimes a job_submit_lua.so may link ([policy] lua).
+LUA_VERSIONS = ("5.1", "5.2", "5.3", "5.4", "luajit")
+# The rules a submit policy checks, in the engine's order (gpuclust/policy/engine.lua); mode.RULE names one.
+POLICY_RULES = (
+    "account_missing", "gres_syntax", "label_missing", "label_value", "partition_account", "partition_wckey",
+    "partition_gpu", "partition_typed_gpu", "partition_gpu_type", "partition_max_gpus", "gpu_unbounded",
+    "partition_max_time", "account_partition", "account_max_gpus", "untyped_gpu",
+)
 
 SITE = SectionSpec(
     "site",
@@ -130,6 +138,16 @@ POLICY = SectionSpec(
         Key("exempt_accounts", v.parse_name_list, "Accounts the policy never rejects.", default=()),
         Key("reject_untyped_gpu_where_typed_limits", v.parse_bool, "Reject untyped gpu requests on partitions/accounts with typed limits.", default=True),
         Key("default_partition", v.parse_slurm_name, "The partition (Default=YES in slurm.conf) whose rules apply to jobs without -p."),
+        Key("mode", v.parse_choice("enforce", "warn"), "enforce: a job that fails a rule is refused. warn: it is accepted, "
+            "the user is told what will be refused and from when, and a gpuclust-policy-warn line is logged (gres_syntax "
+            "is always enforced).", default="enforce"),
+        Key("mode.*", v.parse_choice("enforce", "warn"), "The mode of one rule, overriding mode: mode.partition_max_gpus = warn."),
+        Key("enforce_from", v.parse_date, "The date (YYYY-MM-DD) users are told warn-mode rules will be enforced from; "
+            "enforcing is still `mode = enforce` and a re-render."),
+        Key("enforce_from.*", v.parse_date, "The enforcement date of one rule, overriding enforce_from."),
+        Key("lua", v.parse_choice(*LUA_VERSIONS), "The Lua slurmctld's job_submit_lua.so links (5.1, 5.2, 5.3, 5.4, "
+            "luajit): `policy render --out` validates the script under it. Default: read from the plugin's "
+            "shared-library dependencies, else 5.1."),
     ),
 )
 
@@ -214,6 +232,11 @@ class PolicyConfig:
     exempt_accounts: tuple[str, ...] = POLICY.default("exempt_accounts")
     reject_untyped_gpu_where_typed_limits: bool = POLICY.default("reject_untyped_gpu_where_typed_limits")
     default_partition: str | None = None
+    mode: str = POLICY.default("mode")
+    rule_modes: dict[str, str] = field(default_factory=dict)  # rule -> enforce | warn (mode.RULE)
+    enforce_from: str | None = None  # YYYY-MM-DD
+    rule_enforce_from: dict[str, str] = field(default_factory=dict)  # rule -> YYYY-MM-DD (enforce_from.RULE)
+    lua: str | None = None  # the Lua slurmctld links; None: detect
 
 
 @dataclass(frozen=True)
@@ -369,6 +392,11 @@ def _policy(s: ParsedSection) -> PolicyConfig:
         exempt_accounts=s.get("exempt_accounts"),
         reject_untyped_gpu_where_typed_limits=s.get("reject_untyped_gpu_where_typed_limits"),
         default_partition=s.get("default_partition"),
+        mode=s.get("mode"),
+        rule_modes=s.family("mode"),
+        enforce_from=s.get("enforce_from"),
+        rule_enforce_from=s.family("enforce_from"),
+        lua=s.get("lua"),
     )
 
 
@@ -405,4 +433,12 @@ def _cross_check(
                 problems.append(
                     Problem(path, policy.lines.get(f"label.{name}"), f"label.{name} has allowed values but {name!r} is not in required_labels")
                 )
+        for prefix, family in (("mode", policy_cfg.rule_modes), ("enforce_from", policy_cfg.rule_enforce_from)):
+            for rule in family:
+                if rule not in POLICY_RULES:
+                    hint = suggest(rule, list(POLICY_RULES)) or f"; the rules are {', '.join(POLICY_RULES)}"
+                    problems.append(Problem(path, policy.lines.get(f"{prefix}.{rule}"), f"{prefix}.{rule}: unknown rule {rule!r}{hint}"))
+        if policy_cfg.rule_modes.get("gres_syntax") == "warn":
+            problems.append(Problem(path, policy.lines.get("mode.gres_syntax"), "mode.gres_syntax = warn: a GPU request "
+                                    "the policy cannot read cannot be counted, so gres_syntax is always enforced"))
     return problems

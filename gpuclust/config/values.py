@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import date
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpuclust.errors import SlurmOutputError
@@ -164,6 +165,17 @@ def parse_choice(*choices: str):  # type: ignore[no-untyped-def]
         return text.lower()
 
     return parse
+
+
+def parse_date(text: str) -> str:
+    """A calendar date, YYYY-MM-DD (kept as that text)."""
+    raw = text.strip()
+    if re.fullmatch(r"\d{4}-\d\d-\d\d", raw):
+        try:
+            return date.fromisoformat(raw).isoformat()
+        except ValueError:
+            pass
+    raise ValueError(f"expected a date YYYY-MM-DD, got {text!r}")
 
 
 def parse_label_pairs(text: str) -> dict[str, str]:

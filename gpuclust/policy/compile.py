@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpuclust.config.site import GpuLimits, SiteConfig
+from gpuclust.config.site import POLICY_RULES, GpuLimits, PolicyConfig, SiteConfig
+
+# A GPU request the policy cannot read cannot be counted: gres_syntax refuses in warn mode too.
+ALWAYS_ENFORCED = frozenset({"gres_syntax"})
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class CompiledPolicy:
     partitions: dict[str, PartitionRule] = field(default_factory=dict)
     accounts: dict[str, AccountRule] = field(default_factory=dict)
     qos_typed: frozenset[str] = frozenset()  # QOS names that carry typed GPU limits
+    # rules in warn mode -> when they will be refused, as the user is told: "from 2026-09-01"
+    warn: dict[str, str] = field(default_factory=dict)
 
     @property
     def rule_count(self) -> int:
@@ -230,6 +235,17 @@ def _typed(limits: GpuLimits) -> bool:
     return bool(limits.gpu_limit_by_type or limits.max_gpus_per_user_by_type)
 
 
+def warn_rules(pol: PolicyConfig) -> dict[str, str]:
+    """The rules in warn mode ([policy] mode, mode.RULE) and the words that tell users when each is enforced."""
+    out = {}
+    for rule in POLICY_RULES:
+        if rule in ALWAYS_ENFORCED or pol.rule_modes.get(rule, pol.mode) != "warn":
+            continue
+        when = pol.rule_enforce_from.get(rule) or pol.enforce_from
+        out[rule] = f"from {when}" if when else "once the rule is enforced"
+    return out
+
+
 def compile_policy(config: SiteConfig) -> CompiledPolicy:
     pol = config.policy
     qos_typed = frozenset(name for name, q in config.qos.items() if _typed(q.limits))
@@ -275,4 +291,5 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
         partitions=partitions,
         accounts=accounts,
         qos_typed=qos_typed,
+        warn=warn_rules(pol),
     )

@@ -1,5 +1,7 @@
 -- ===== gpuclust submit policy engine (fixed part; the POLICY tables above are generated) =====
--- Lua 5.1 (Debian's job_submit_lua.so links liblua5.1). No file or process access, no module loading:
+-- Runs under Lua 5.1 (Debian's job_submit_lua.so links liblua5.1), 5.2, 5.3, 5.4 (RHEL 9's Slurm) and LuaJIT. From
+-- 5.3 on, the numbers slurmctld pushes into job_desc (lua_pushnumber) are floats, which tostring writes as 16.0:
+-- every count the engine prints goes through %d or int_text. No file or process access, no module loading:
 -- this runs inside slurmctld, under its locks, one job at a time. Cost is O(rules) per job.
 -- gpuclust/policy/evaluate.py is the Python twin of this file; a differential test keeps them identical.
 
@@ -62,8 +64,25 @@ local function to_count(digits)
   return c
 end
 
+-- Rules in warn mode: P.warn[rule] says when they will be enforced (for the user's message). A failing warn rule is
+-- noted (its first message per job) and the evaluation goes on: reject returns nil for it. WARN_RULES and
+-- WARN_MSGS[1..NWARN] are this job's warnings (scratch tables reused for every job, as GPU_TYPES).
+local WARN_RULES, WARN_MSGS, NWARN = {}, {}, 0
 local function reject(rc, rule, msg)
-  return rc, rule, "gpuclust policy [" .. rule .. "]: " .. msg
+  if P.warn[rule] == nil then return rc, rule, "gpuclust policy [" .. rule .. "]: " .. msg end
+  for i = 1, NWARN do
+    if WARN_RULES[i] == rule then return nil end
+  end
+  NWARN = NWARN + 1
+  WARN_RULES[NWARN], WARN_MSGS[NWARN] = rule, msg
+  return nil
+end
+
+-- A number as the log line writes it: an integral value as an integer under every Lua (tostring gives 16.0 from
+-- 5.3 on), anything else as tostring does (%.14g, inf).
+local function int_text(v)
+  if v == v and v % 1 == 0 and v > -1e15 and v < 1e15 then return sformat("%d", v) end
+  return tostring(v)
 end
 
 -- The one GPU tokenizer: every form a supported slurmctld hands job_submit.lua, in tres_per_job/node/socket/task
@@ -375,9 +394,9 @@ local LABELS_OK, LABELS_OK_N = {}, 0
 -- costs about what a C call does (~0.1 µs), so the count of calls per label is the cost. (One pass tokenizing the
 -- comment, a string.find with captures per token, measured 3x slower: the matcher walks a set class at ~200
 -- instructions per byte and each captured value is a new string, while a plain find skips ahead with memchr.)
-local function check_labels(comment, labels)
+local function check_labels(comment, labels, from)
   local nul = nil -- does the comment hold a NUL byte? (looked up once, when a glob is first needed)
-  for i = 1, #labels do
+  for i = from, #labels do
     local rule = labels[i]
     local key_eq, has_exact = rule.key_eq, rule.has_exact
     local value, b, ok, last, tried = nil, nil, false, nil, false -- last: where the value ends, once looked for
@@ -431,8 +450,8 @@ local function check_labels(comment, labels)
       s, e = sfind(comment, key_eq, s + 1, true)
     end
     if s == nil then
-      return reject(RC_ERROR, "label_missing", sformat(
-        "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed))
+      return RC_ERROR, "label_missing", sformat(
+        "--comment must contain %s=<value> (allowed: %s)", rule.key, rule.allowed), i
     end
     if not ok and rule.any == false and not (has_exact and rule.exact[value]) then
       if nul == nil then nul = sfind(comment, "\0", 1, true) ~= nil end
@@ -489,12 +508,12 @@ local function check_labels(comment, labels)
       end
       if not ok then
         value = value or smatch(comment, LABEL_VALUE, e + 1)
-        return reject(RC_ERROR, "label_value", sformat(
-          "%s=%s is not allowed; use %s=<one of: %s> in --comment", rule.key, shown(value), rule.key, rule.allowed))
+        return RC_ERROR, "label_value", sformat(
+          "%s=%s is not allowed; use %s=<one of: %s> in --comment", rule.key, shown(value), rule.key, rule.allowed), i
       end
     end
   end
-  if #comment <= CACHE_LEN then
+  if from == 1 and #comment <= CACHE_LEN then -- (from > 1: an earlier label failed in warn mode)
     if LABELS_OK_N >= CACHE_MAX then LABELS_OK, LABELS_OK_N = {}, 0 end
     LABELS_OK[comment] = true
     LABELS_OK_N = LABELS_OK_N + 1
@@ -502,8 +521,11 @@ local function check_labels(comment, labels)
   return nil
 end
 
--- Rules in a fixed order; the first that fails decides. Returns rc, rule, message (nil on accept).
+-- Rules in a fixed order; the first that fails in enforce mode decides. Returns rc, rule, message (nil on accept);
+-- the warn-mode rules that failed on the way are in WARN_RULES[1..NWARN]. `local rc, r, m = reject(...)` then
+-- `if rc`: a rule in warn mode returns nil there and the evaluation goes on.
 local function evaluate(job)
+  NWARN = 0
   local user = job.user_name
   local account = job.account
   if type(account) ~= "string" or account == "" then account = nil end
@@ -513,11 +535,12 @@ local function evaluate(job)
     return RC_OK, "exempt", nil
   end
   if P.need_account and not account then
-    return reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
+    local rc, r, m = reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
+    if rc then return rc, r, m end
   end
   local gpu_total, gpu_untyped, bad, field, nodes, why, exclusive, ntypes = gpu_request(job)
   SEEN_GPUS = gpu_total
-  if bad then
+  if bad then -- never in warn mode (gpuclust.policy.compile.ALWAYS_ENFORCED): a request not read is not counted
     return reject(RC_INVALID_GRES, "gres_syntax", sformat(
       "cannot parse GPU request '%s' in %s; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>", shown(bad), field))
   end
@@ -526,8 +549,14 @@ local function evaluate(job)
     local comment = job.comment
     if type(comment) ~= "string" then comment = "" end
     if not LABELS_OK[comment] then
-      local rc, rule, msg = check_labels(comment, labels)
-      if rc then return rc, rule, msg end
+      local from = 1
+      while from <= #labels do
+        local rc, rule, msg, at = check_labels(comment, labels, from)
+        if not rc then break end
+        rc, rule, msg = reject(rc, rule, msg)
+        if rc then return rc, rule, msg end
+        from = at + 1
+      end
     end
   end
   local parts, nparts = partitions_of(job)
@@ -537,30 +566,37 @@ local function evaluate(job)
     local pr = P.partitions[parts[i]]
     if pr then
       if pr.allowed_accounts and not (eff_account and pr.allowed_accounts[eff_account]) then
-        return reject(RC_INVALID_ACCOUNT, "partition_account", sformat(
+        local rc, r, m = reject(RC_INVALID_ACCOUNT, "partition_account", sformat(
           "account %s may not use partition %s; use --account with one of: %s",
           eff_account and shown(eff_account) or "(none)", pr.name, pr.allowed_accounts_str))
+        if rc then return rc, r, m end
       end
       if pr.need_wckey and wckey == false then wckey = nonempty(job.wckey) end
       if pr.need_wckey and not wckey then
-        return reject(RC_ERROR, "partition_wckey", sformat("partition %s needs a workload key; add --wckey=<key>", pr.name))
+        local rc, r, m = reject(RC_ERROR, "partition_wckey", sformat(
+          "partition %s needs a workload key; add --wckey=<key>", pr.name))
+        if rc then return rc, r, m end
       end
       if pr.need_gpu and gpu_total == 0 then
-        return reject(RC_ERROR, "partition_gpu", sformat(
+        local rc, r, m = reject(RC_ERROR, "partition_gpu", sformat(
           "partition %s is for GPU jobs; request GPUs with --gres=gpu:<type>:<count> or --gpus=<type>:<count>", pr.name))
+        if rc then return rc, r, m end
       end
       if pr.need_typed_gpu and gpu_untyped > 0 then
-        return reject(RC_INVALID_GRES, "partition_typed_gpu", sformat(
+        local rc, r, m = reject(RC_INVALID_GRES, "partition_typed_gpu", sformat(
           "partition %s needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>", pr.name))
+        if rc then return rc, r, m end
       end
       local gtypes = pr.gpu_types
       if gtypes then -- sbatch and slurmctld take --gres=gpu:-1 and --gpus=abc as one GPU of type "-1" / "abc"
         for j = 1, ntypes do
-          local t = GPU_TYPES[j]
-          if not gtypes[t] then
-            return reject(RC_INVALID_GRES, "partition_gpu_type", sformat(
+          local gt = GPU_TYPES[j]
+          if not gtypes[gt] then
+            local rc, r, m = reject(RC_INVALID_GRES, "partition_gpu_type", sformat(
               "partition %s has no GPUs of type '%s' (its GPU types: %s); use --gres=gpu:<type>:<count> or "
-              .. "--gpus=<type>:<count> with one of those types", pr.name, shown(t), pr.gpu_types_str))
+              .. "--gpus=<type>:<count> with one of those types", pr.name, shown(gt), pr.gpu_types_str))
+            if rc then return rc, r, m end
+            break
           end
         end
       end
@@ -571,16 +607,22 @@ local function evaluate(job)
           if x > g then g = x end
           w = w or xw
         end
-        if w then return unbounded(w, "partition", pr.name, pr.max_gpus) end
-        if g > pr.max_gpus then return too_many("partition_max_gpus", g, "partition", pr.name, pr.max_gpus) end
+        if w then
+          local rc, r, m = unbounded(w, "partition", pr.name, pr.max_gpus)
+          if rc then return rc, r, m end
+        elseif g > pr.max_gpus then
+          local rc, r, m = too_many("partition_max_gpus", g, "partition", pr.name, pr.max_gpus)
+          if rc then return rc, r, m end
+        end
       end
       if pr.max_time_s and t == false then t = job.time_limit end
       if pr.max_time_s and type(t) == "number" and t ~= NO_VAL and mfloor(t) == t and t * 60 > pr.max_time_s then
         local asked = "UNLIMITED"
         if t < NO_VAL then asked = sformat("%d min", t) end
-        return reject(RC_INVALID_TIME_LIMIT, "partition_max_time", sformat(
+        local rc, r, m = reject(RC_INVALID_TIME_LIMIT, "partition_max_time", sformat(
           "time limit %s exceeds partition %s max_time %s; use --time=%s or less", asked, pr.name, pr.max_time_str,
           pr.max_time_str))
+        if rc then return rc, r, m end
       end
       if pr.typed_limits then typed_limits = true end
     end
@@ -590,9 +632,11 @@ local function evaluate(job)
     if ar.allowed_partitions then
       for i = 1, nparts do
         if not ar.allowed_partitions[parts[i]] then
-          return reject(RC_ERROR, "account_partition", sformat(
+          local rc, r, m = reject(RC_ERROR, "account_partition", sformat(
             "account %s may not use partition %s; use --partition with one of: %s", ar.name, shown(parts[i]),
             ar.allowed_partitions_str))
+          if rc then return rc, r, m end
+          break
         end
       end
     end
@@ -606,8 +650,13 @@ local function evaluate(job)
           w = w or xw
         end
       end
-      if w then return unbounded(w, "account", ar.name, ar.max_gpus) end
-      if g > ar.max_gpus then return too_many("account_max_gpus", g, "account", ar.name, ar.max_gpus) end
+      if w then
+        local rc, r, m = unbounded(w, "account", ar.name, ar.max_gpus)
+        if rc then return rc, r, m end
+      elseif g > ar.max_gpus then
+        local rc, r, m = too_many("account_max_gpus", g, "account", ar.name, ar.max_gpus)
+        if rc then return rc, r, m end
+      end
     end
     if ar.typed_limits then typed_limits = true end
   end
@@ -616,8 +665,9 @@ local function evaluate(job)
     if qos and P.qos_typed[qos] then typed_limits = true end
   end
   if P.reject_untyped and typed_limits and gpu_untyped > 0 then
-    return reject(RC_INVALID_GRES, "untyped_gpu", "typed GPU limits apply to this job and Slurm does not count untyped "
-      .. "requests against them; use --gres=gpu:<type>:<count>")
+    local rc, r, m = reject(RC_INVALID_GRES, "untyped_gpu", "typed GPU limits apply to this job and Slurm does not "
+      .. "count untyped requests against them; use --gres=gpu:<type>:<count>")
+    if rc then return rc, r, m end
   end
   return RC_OK, "ok", nil
 end
@@ -645,7 +695,8 @@ local function log_value(v)
   if v == nil then return "" end
   local e = LOG_MEMO[v]
   if e then return e end
-  local s = ssub(tostring(v), 1, 200)
+  local s
+  if type(v) == "number" then s = int_text(v) else s = ssub(tostring(v), 1, 200) end
   if sfind(s, LOG_UNSAFE) then s = sgsub(s, LOG_UNSAFE, hex_byte) end
   if v == v then -- NaN cannot be a key
     if LOG_MEMO_N >= CACHE_MAX then LOG_MEMO, LOG_MEMO_N = {}, 0 end
@@ -665,9 +716,10 @@ end
 -- The structured line `report fetch` counts refusals from (slurm.log_info only; read fields via pcall: a
 -- rejection must never turn into an error here). Format v1, fields in this order:
 --   gpuclust-policy-reject v1 op=submit|modify rule=R account=A user=U partition=P gpus=N
+-- and the same fields after gpuclust-policy-warn v1 for each warn-mode rule an accepted job failed.
 -- A rule's rejection reuses what evaluate read of this job (SEEN_*: the same values, without reading the fields
 -- or parsing the GPU strings again); an internal error reads afresh, each field on its own.
-local function log_reject(job, rule, where)
+local function log_line(marker, job, rule, where)
   if job == nil then return end
   local account, user, part, gpus
   local seen = job == SEEN_JOB and rule ~= "internal_error"
@@ -687,9 +739,22 @@ local function log_reject(job, rule, where)
   end
   local op = "submit"
   if where == "slurm_job_modify" then op = "modify" end
-  pcall(slurm.log_info, "%s", "gpuclust-policy-reject v1 op=" .. op .. " rule=" .. log_value(rule)
+  pcall(slurm.log_info, "%s", marker .. " v1 op=" .. op .. " rule=" .. log_value(rule)
     .. " account=" .. log_value(account) .. " user=" .. log_value(user) .. " partition=" .. log_value(part)
     .. " gpus=" .. log_value(gpus))
+end
+
+-- An accepted job that failed warn-mode rules: the user is told, in one message (a line per rule), what will be
+-- refused and from when; one gpuclust-policy-warn line per rule is logged.
+local function log_warnings(job, where)
+  local text = nil
+  for i = 1, NWARN do
+    local rule = WARN_RULES[i]
+    local line = "gpuclust policy [" .. rule .. "] warning: accepted now, refused " .. P.warn[rule] .. ": " .. WARN_MSGS[i]
+    if text then text = text .. "\n" .. line else text = line end
+  end
+  pcall(slurm.log_user, "%s", text)
+  for i = 1, NWARN do pcall(log_line, "gpuclust-policy-warn", job, WARN_RULES[i], where) end
 end
 
 -- The engine runs under pcall: an engine error neither crashes slurmctld nor silently accepts (an uncaught
@@ -700,13 +765,16 @@ local function decide(ok, rc, rule, msg, where, job)
     if P.fail_mode == "open" then return RC_OK end
     pcall(slurm.log_user, "%s", "gpuclust policy [internal_error]: the submit policy failed, so the job is rejected "
       .. "(fail_mode=closed); please report this to the cluster admins")
-    pcall(log_reject, job, "internal_error", where)
+    pcall(log_line, "gpuclust-policy-reject", job, "internal_error", where)
     return RC_ERROR
   end
-  if rc == RC_OK then return RC_OK end
+  if rc == RC_OK then
+    if NWARN > 0 then pcall(log_warnings, job, where) end
+    return RC_OK
+  end
   pcall(slurm.log_user, "%s", msg)
   pcall(slurm.log_info, "%s: %s", where, msg)
-  pcall(log_reject, job, rule, where)
+  pcall(log_line, "gpuclust-policy-reject", job, rule, where)
   return rc
 end
 

@@ -37,17 +37,66 @@ _UNPRINTABLE = re.compile(b"[^\x20-\x7e]")
 
 
 @dataclass(frozen=True)
+class RuleWarning:
+    """A rule in warn mode that an accepted job failed."""
+
+    rule: str
+    message: str  # the rule's message (what it would say on refusal, without the "gpuclust policy [rule]: " prefix)
+    when: str  # when it will be enforced: "from 2026-09-01" (CompiledPolicy.warn)
+
+    @property
+    def text(self) -> str:
+        """The line the user is shown (engine.lua's log_warnings)."""
+        return f"gpuclust policy [{self.rule}] warning: accepted now, refused {self.when}: {self.message}"
+
+
+@dataclass(frozen=True)
 class Verdict:
     rc: int  # 0 accept; otherwise the code the Lua returns (slurm.ERROR = -1, or an ESLURM number)
     rule: str  # "ok", "exempt", or the rule that rejected
-    message: str | None  # what slurm.log_user shows the user (None on accept)
+    message: str | None  # what slurm.log_user shows the user on refusal (None on accept)
+    warnings: tuple[RuleWarning, ...] = ()  # warn-mode rules an accepted job failed, in the engine's order
 
     @property
     def accepted(self) -> bool:
         return self.rc == RC_OK
 
+    @property
+    def user_message(self) -> str | None:
+        """Everything slurm.log_user shows the user: the refusal, or the warnings one per line (None: nothing)."""
+        if not self.accepted:
+            return self.message
+        return "\n".join(w.text for w in self.warnings) or None
+
     def as_dict(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "rc": self.rc, "rule": self.rule, "message": self.message}
+        return {"accepted": self.accepted, "rc": self.rc, "rule": self.rule, "message": self.message,
+                "warnings": [{"rule": w.rule, "message": w.text} for w in self.warnings]}
+
+
+REJECT_MARKER = "gpuclust-policy-reject"
+WARN_MARKER = "gpuclust-policy-warn"
+_LOG_UNSAFE = re.compile(b"[^A-Za-z0-9_.,:/@+\\-]")
+
+
+def int_text(x: float) -> str:
+    """engine.lua's int_text: an integral number as an integer under every Lua, anything else as %.14g."""
+    if not math.isnan(x) and x.is_integer() and -1e15 < x < 1e15:
+        return str(int(x))
+    return f"{x:.14g}"
+
+
+def log_value(v: Any) -> str:
+    """One value of the structured log line, as engine.lua's log_value writes it."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        data = b"true" if v else b"false"
+    elif isinstance(v, (int, float)):
+        x = _num(v)
+        data = int_text(x if x is not None else 0.0).encode("ascii")
+    else:
+        data = _b(str(v))[:200]
+    return _LOG_UNSAFE.sub(lambda m: b"%%%02X" % m.group()[0], data).decode("ascii")
 
 
 def _num(v: Any) -> float | None:
@@ -285,10 +334,6 @@ class Evaluator:
             names = [self.policy.default_partition]
         return names
 
-    @staticmethod
-    def _reject(rc: int, rule: str, msg: str) -> Verdict:
-        return Verdict(rc, rule, f"gpuclust policy [{rule}]: {msg}")
-
     def _whole_nodes(self, name: str, nodes: float) -> tuple[float, str | None]:
         pr = self.policy.partitions.get(name)
         if pr is not None and pr.gpus_per_node is not None:
@@ -307,18 +352,36 @@ class Evaluator:
                 g, w = max(g, x), w or xw
         return g, w
 
-    def _unbounded(self, why: str, what: str, name: str, limit: int) -> Verdict:
-        return self._reject(RC_ERROR, "gpu_unbounded",
-                            f"cannot bound the GPUs this job may be allocated: {why}; {what} {name} allows at most {limit} per job")
+    def submit(self, job: Mapping[str, Any]) -> Verdict:
+        """The verdict of slurm_job_submit for this job_desc. A rule in warn mode that fails is noted in
+        `warnings` (its first message per job) and the evaluation goes on, as engine.lua's reject does."""
+        pol = self.policy
+        warnings: list[tuple[str, str]] = []
 
-    def _too_many(self, rule: str, total: float, what: str, name: str, limit: int) -> Verdict:
-        return self._reject(RC_ERROR, rule,
-                            f"job asks for {_fmt_int(total)} GPUs at most (per-node and per-task requests count at the "
+        def fail(rc: int, rule: str, msg: str) -> Verdict | None:
+            if rule not in pol.warn:
+                return Verdict(rc, rule, f"gpuclust policy [{rule}]: {msg}")
+            if all(r != rule for r, _ in warnings):
+                warnings.append((rule, msg))
+            return None
+
+        def gpu_limit(rule: str, what: str, name: str, limit: int, g: float, w: str | None) -> Verdict | None:
+            if w is not None:
+                return fail(RC_ERROR, "gpu_unbounded",
+                            f"cannot bound the GPUs this job may be allocated: {w}; {what} {name} allows at most {limit} per job")
+            if g > limit:
+                return fail(RC_ERROR, rule,
+                            f"job asks for {_fmt_int(g)} GPUs at most (per-node and per-task requests count at the "
                             f"largest node and task counts Slurm may give it); {what} {name} allows at most {limit} per job; "
                             "fix the counts with -N <nodes> and -n <tasks>, or ask with --gpus=<total>")
+            return None
 
-    def submit(self, job: Mapping[str, Any]) -> Verdict:
-        """The verdict of slurm_job_submit for this job_desc."""
+        verdict = self._evaluate(job, fail, gpu_limit)
+        if verdict is not None:
+            return verdict
+        return Verdict(RC_OK, "ok", None, tuple(RuleWarning(r, m, pol.warn[r]) for r, m in warnings))
+
+    def _evaluate(self, job: Mapping[str, Any], fail: Any, gpu_limit: Any) -> Verdict | None:
         pol = self.policy
         user = job.get("user_name")
         account = _nonempty(job.get("account"))
@@ -326,22 +389,26 @@ class Evaluator:
         if (isinstance(user, str) and user in pol.exempt_users) or (eff_account and eff_account in pol.exempt_accounts):
             return Verdict(RC_OK, "exempt", None)
         if pol.need_account and not account:
-            return self._reject(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
+            v = fail(RC_INVALID_ACCOUNT, "account_missing", "no account given; add --account=<account> (sbatch -A)")
+            if v:
+                return v
         gpus = gpu_request(job)
-        if gpus.bad is not None:
-            return self._reject(RC_INVALID_GRES, "gres_syntax",
-                                f"cannot parse GPU request '{shown(gpus.bad)}' in {gpus.field}; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>")
+        if gpus.bad is not None:  # never in warn mode (compile.ALWAYS_ENFORCED)
+            return Verdict(RC_INVALID_GRES, "gres_syntax", f"gpuclust policy [gres_syntax]: cannot parse GPU request "
+                           f"'{shown(gpus.bad)}' in {gpus.field}; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>")
         if pol.labels:
             found = labels_of(job.get("comment"), self._label_keys)
             for label, regexes, exact in zip(pol.labels, self._label_regexes, self._label_exact, strict=True):
                 value = found.get(label.key)
+                v = None
                 if value is None:
-                    return self._reject(RC_ERROR, "label_missing",
-                                        f"--comment must contain {label.key}=<value> (allowed: {label.allowed})")
-                if not label.any_value and value not in exact and not any(r.fullmatch(value) for r in regexes):
+                    v = fail(RC_ERROR, "label_missing", f"--comment must contain {label.key}=<value> (allowed: {label.allowed})")
+                elif not label.any_value and value not in exact and not any(r.fullmatch(value) for r in regexes):
                     text = _UNPRINTABLE.sub(b"?", value[:40]).decode("ascii")
-                    return self._reject(RC_ERROR, "label_value",
-                                        f"{label.key}={text} is not allowed; use {label.key}=<one of: {label.allowed}> in --comment")
+                    v = fail(RC_ERROR, "label_value",
+                             f"{label.key}={text} is not allowed; use {label.key}=<one of: {label.allowed}> in --comment")
+                if v:
+                    return v
         parts = self._partitions_of(job)
         typed_limits = False
         for name in parts:
@@ -350,36 +417,48 @@ class Evaluator:
                 continue
             if pr.allowed_accounts is not None and not (eff_account and eff_account in pr.allowed_accounts):
                 who = shown(eff_account) if eff_account else "(none)"
-                return self._reject(RC_INVALID_ACCOUNT, "partition_account",
-                                    f"account {who} may not use partition {pr.name}; use --account with one of: {pr.allowed_accounts_str}")
+                v = fail(RC_INVALID_ACCOUNT, "partition_account",
+                         f"account {who} may not use partition {pr.name}; use --account with one of: {pr.allowed_accounts_str}")
+                if v:
+                    return v
             if pr.need_wckey and not _nonempty(job.get("wckey")):
-                return self._reject(RC_ERROR, "partition_wckey", f"partition {pr.name} needs a workload key; add --wckey=<key>")
+                v = fail(RC_ERROR, "partition_wckey", f"partition {pr.name} needs a workload key; add --wckey=<key>")
+                if v:
+                    return v
             if pr.need_gpu and gpus.total == 0:
-                return self._reject(RC_ERROR, "partition_gpu",
-                                    f"partition {pr.name} is for GPU jobs; request GPUs with --gres=gpu:<type>:<count> or --gpus=<type>:<count>")
+                v = fail(RC_ERROR, "partition_gpu",
+                         f"partition {pr.name} is for GPU jobs; request GPUs with --gres=gpu:<type>:<count> or --gpus=<type>:<count>")
+                if v:
+                    return v
             if pr.need_typed_gpu and gpus.untyped > 0:
-                return self._reject(RC_INVALID_GRES, "partition_typed_gpu",
-                                    f"partition {pr.name} needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>")
+                v = fail(RC_INVALID_GRES, "partition_typed_gpu",
+                         f"partition {pr.name} needs typed GPU requests; use --gres=gpu:<type>:<count> instead of gpu:<count>")
+                if v:
+                    return v
             if pr.gpu_types is not None:  # sbatch and slurmctld take --gres=gpu:-1 and --gpus=abc as one GPU of that type
                 for gtype in gpus.types:
                     if gtype not in pr.gpu_types:
-                        return self._reject(RC_INVALID_GRES, "partition_gpu_type",
-                                            f"partition {pr.name} has no GPUs of type '{shown(gtype)}' (its GPU types: "
-                                            f"{pr.gpu_types_str}); use --gres=gpu:<type>:<count> or "
-                                            "--gpus=<type>:<count> with one of those types")
+                        v = fail(RC_INVALID_GRES, "partition_gpu_type",
+                                 f"partition {pr.name} has no GPUs of type '{shown(gtype)}' (its GPU types: "
+                                 f"{pr.gpu_types_str}); use --gres=gpu:<type>:<count> or "
+                                 "--gpus=<type>:<count> with one of those types")
+                        if v:
+                            return v
+                        break
             if pr.max_gpus is not None:
                 g, w = self._most_gpus(gpus, [name])
-                if w is not None:
-                    return self._unbounded(w, "partition", pr.name, pr.max_gpus)
-                if g > pr.max_gpus:
-                    return self._too_many("partition_max_gpus", g, "partition", pr.name, pr.max_gpus)
+                v = gpu_limit("partition_max_gpus", "partition", pr.name, pr.max_gpus, g, w)
+                if v:
+                    return v
             t = _num(job.get("time_limit"))
             if (pr.max_time_s is not None and t is not None and t != NO_VAL and (math.isinf(t) or t.is_integer())
                     and t * 60 > pr.max_time_s):
                 asked = f"{_fmt_int(t)} min" if t < NO_VAL else "UNLIMITED"
-                return self._reject(RC_INVALID_TIME_LIMIT, "partition_max_time",
-                                    f"time limit {asked} exceeds partition {pr.name} max_time {pr.max_time_str}; "
-                                    f"use --time={pr.max_time_str} or less")
+                v = fail(RC_INVALID_TIME_LIMIT, "partition_max_time",
+                         f"time limit {asked} exceeds partition {pr.name} max_time {pr.max_time_str}; "
+                         f"use --time={pr.max_time_str} or less")
+                if v:
+                    return v
             if pr.typed_limits:
                 typed_limits = True
         ar = pol.accounts.get(eff_account) if eff_account else None
@@ -387,24 +466,43 @@ class Evaluator:
             if ar.allowed_partitions is not None:
                 for name in parts:
                     if name not in ar.allowed_partitions:
-                        return self._reject(RC_ERROR, "account_partition",
-                                            f"account {ar.name} may not use partition {shown(name)}; use --partition with one of: {ar.allowed_partitions_str}")
+                        v = fail(RC_ERROR, "account_partition",
+                                 f"account {ar.name} may not use partition {shown(name)}; use --partition with one of: {ar.allowed_partitions_str}")
+                        if v:
+                            return v
+                        break
             if ar.max_gpus is not None:
                 g, w = self._most_gpus(gpus, parts)
-                if w is not None:
-                    return self._unbounded(w, "account", ar.name, ar.max_gpus)
-                if g > ar.max_gpus:
-                    return self._too_many("account_max_gpus", g, "account", ar.name, ar.max_gpus)
+                v = gpu_limit("account_max_gpus", "account", ar.name, ar.max_gpus, g, w)
+                if v:
+                    return v
             if ar.typed_limits:
                 typed_limits = True
         qos = _nonempty(job.get("qos")) or _nonempty(job.get("default_qos"))
         if qos and qos in pol.qos_typed:
             typed_limits = True
         if pol.reject_untyped and typed_limits and gpus.untyped > 0:
-            return self._reject(RC_INVALID_GRES, "untyped_gpu",
-                                "typed GPU limits apply to this job and Slurm does not count untyped requests against them; "
-                                "use --gres=gpu:<type>:<count>")
-        return Verdict(RC_OK, "ok", None)
+            v = fail(RC_INVALID_GRES, "untyped_gpu",
+                     "typed GPU limits apply to this job and Slurm does not count untyped requests against them; "
+                     "use --gres=gpu:<type>:<count>")
+            if v:
+                return v
+        return None
+
+    def log_lines(self, job: Mapping[str, Any], verdict: Verdict, *, op: str = "submit") -> list[str]:
+        """What the rendered Lua logs through slurm.log_info for this verdict (engine.lua's decide, log_line):
+        on refusal the message and the gpuclust-policy-reject line, on an accept with warnings one
+        gpuclust-policy-warn line per rule. `job` is the job_desc (for a modify, the MergedView)."""
+        if verdict.accepted and not verdict.warnings:
+            return []
+        fields = (f"account={log_value(_nonempty(job.get('account')) or _nonempty(job.get('default_account')))} "
+                  f"user={log_value(job.get('user_name'))} "
+                  f"partition={log_value(_nonempty(job.get('partition')) or self.policy.default_partition)} "
+                  f"gpus={log_value(gpu_request(job).total)}")
+        if not verdict.accepted:
+            where = "slurm_job_modify" if op == "modify" else "slurm_job_submit"
+            return [f"{where}: {verdict.message}", f"{REJECT_MARKER} v1 op={op} rule={log_value(verdict.rule)} {fields}"]
+        return [f"{WARN_MARKER} v1 op={op} rule={log_value(w.rule)} {fields}" for w in verdict.warnings]
 
     def modify(self, desc: Mapping[str, Any], rec: Mapping[str, Any] | None, modify_uid: int) -> Verdict:
         """The verdict of slurm_job_modify: the update's set fields laid over the job record."""

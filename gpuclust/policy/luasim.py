@@ -1,10 +1,12 @@
-"""Run a rendered job_submit.lua the way 22.05's slurmctld does, under lupa's Lua 5.1 runtime.
+"""Run a rendered job_submit.lua the way 22.05's slurmctld does, under one of lupa's Lua runtimes (5.1, the one
+Debian's slurmctld links, by default; 5.2, 5.3, 5.4 and LuaJIT as other builds link them).
 
 The `slurm` table mirrors 22.05 exactly (probed; see ../shared/slurm-lab-notes.md): only the constants that
 exist there, the log functions with string.format semantics, and nothing else; any other name reads as nil,
 so a script that relies on a missing constant fails here as it would in slurmctld. job_desc is an empty
 table whose metatable serves only the real field names (unknown names read nil, pairs() sees nothing).
-Numbers are passed as doubles, as slurmctld's lua_pushnumber does.
+Numbers are passed as doubles, as slurmctld's lua_pushnumber does: from Lua 5.3 on they are floats (math.type
+'float'), which tostring writes as 16.0.
 
 lupa is a test/bench dependency (setup.cfg extra `test`), imported only when this module is used.
 """
@@ -14,6 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+# lupa's module for each runtime ([policy] lua names them the same way)
+RUNTIMES = {"5.1": "lua51", "5.2": "lua52", "5.3": "lua53", "5.4": "lua54", "luajit": "luajit21"}
+
+
+def runtime_module(version: str) -> Any:
+    """lupa's module for a Lua version; ImportError when the installed lupa wheel lacks it."""
+    import importlib
+
+    return importlib.import_module("lupa." + RUNTIMES[version])
 
 # job_desc fields readable from job_submit.lua in 22.05 (src/plugins/job_submit/lua/job_submit_lua.c).
 JOB_DESC_FIELDS = frozenset({
@@ -75,6 +87,7 @@ end
 function gpuclust_sim_reset() user_msgs, errors, infos = {}, {}, {} end
 function gpuclust_sim_messages() return user_msgs[#user_msgs], #user_msgs, errors[#errors], #errors end
 function gpuclust_sim_infos() return table.concat(infos, "\n") end
+function gpuclust_sim_info_list() return infos end
 function gpuclust_sim_submit(fields, known, explode_on)
   return slurm_job_submit(proxy(fields, known, explode_on), {}, 0)
 end
@@ -100,6 +113,7 @@ class LuaResult:
     n_messages: int
     error: str | None  # the last slurm.log_error message
     n_errors: int
+    infos: list[str] = field(default_factory=list)  # every slurm.log_info line, in order
 
     @property
     def accepted(self) -> bool:
@@ -109,22 +123,21 @@ class LuaResult:
 
 @dataclass
 class LuaPolicy:
-    """A job_submit.lua loaded into a fresh Lua 5.1 state with the 22.05 `slurm` mock."""
+    """A job_submit.lua loaded into a fresh state of Lua `version` (RUNTIMES) with the 22.05 `slurm` mock."""
 
     text: str
+    version: str = "5.1"
     _lua: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        import lupa.lua51 as lupa51  # lupa's bundled Lua 5.1, matching liblua5.1 in slurmctld
-
-        self._lua = lupa51.LuaRuntime(unpack_returned_tuples=True, encoding="utf-8")
+        self._lua = runtime_module(self.version).LuaRuntime(unpack_returned_tuples=True, encoding="utf-8")
         self._lua.execute(_MOCK)
-        loader = self._lua.eval("function(src) local f, err = loadstring(src, '=job_submit.lua'); "
+        loader = self._lua.eval("function(src) local f, err = (loadstring or load)(src, '=job_submit.lua'); "
                                 "if not f then error(err) end; return f() end")
         loader(self.text)
         g = self._lua.globals()
         self._submit, self._modify, self._bench = g.gpuclust_sim_submit, g.gpuclust_sim_modify, g.gpuclust_sim_bench
-        self._reset, self._messages = g.gpuclust_sim_reset, g.gpuclust_sim_messages
+        self._reset, self._messages, self._infos = g.gpuclust_sim_reset, g.gpuclust_sim_messages, g.gpuclust_sim_info_list
         self._known_desc = self._set(JOB_DESC_FIELDS)
         self._known_rec = self._set(JOB_REC_FIELDS)
 
@@ -136,7 +149,8 @@ class LuaPolicy:
 
     def _result(self, rc: Any) -> LuaResult:
         msg, n_msg, err, n_err = self._messages()
-        return LuaResult(rc, msg, int(n_msg), err, int(n_err))
+        infos = self._infos()
+        return LuaResult(rc, msg, int(n_msg), err, int(n_err), [infos[i] for i in range(1, len(infos) + 1)])
 
     def submit(self, job: Mapping[str, Any], *, explode_on: str | None = None) -> LuaResult:
         self._reset()

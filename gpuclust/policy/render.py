@@ -68,6 +68,7 @@ def render_tables(policy: CompiledPolicy) -> str:
     lines.append(f"  exempt_accounts = {_set(policy.exempt_accounts)},")
     lines.append(f"  qos_typed = {_set(policy.qos_typed)},")
     lines.append(f"  has_qos_typed = {_bool(bool(policy.qos_typed))},")
+    lines.append("  warn = {" + ", ".join(f"[{lua_string(r)}] = {lua_string(w)}" for r, w in sorted(policy.warn.items())) + "},")
     lines.append("  labels = {")
     for label in policy.labels:
         g = label.glob_checks
@@ -133,8 +134,8 @@ def lint(text: str) -> list[str]:
     return problems
 
 
-def write_lua(policy: CompiledPolicy, out: str | Path) -> Path:
-    """Render, validate under Lua 5.1 and atomically install (see gpuclust.policy.install)."""
+def write_lua(policy: CompiledPolicy, out: str | Path, lua: str = "5.1") -> Path:
+    """Render, validate under Lua `lua` (the one slurmctld links) and atomically install (see gpuclust.policy.install)."""
     from gpuclust.policy.install import install_lua
 
-    return install_lua(render_lua(policy), out)
+    return install_lua(render_lua(policy), out, lua)

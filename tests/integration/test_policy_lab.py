@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -418,3 +419,67 @@ def test_installing_on_the_live_lab_never_breaks_slurmctld(slurm_lab, lab_config
         assert cp.returncode != 0 and "[partition_max_gpus]" in cp.stderr  # the new policy is live
     finally:
         run_cmd([str(SLURM_LAB), "--name", slurm_lab.name, "policy", "default"], timeout=60)
+
+
+# --- warn mode in the real slurmctld (issue 47): accepted, the user told, a gpuclust-policy-warn line per rule ---
+
+WARN_MODE = ("mode.label_value = warn\nmode.partition_max_gpus = warn\nmode.account_max_gpus = warn\n"
+             "enforce_from = 2027-01-04\n")
+WARN_JOB = ["-A", "ml", "-N", "3", "--gres=gpu:h100:4", "--comment", "team=chem project=x", "-t", "5", "--hold"]
+
+
+@pytest.fixture(scope="module")
+def warn_policy(slurm_lab, lab_config, tmp_path_factory) -> Iterator[Path]:
+    d = tmp_path_factory.mktemp("warn")
+    conf = d / "warn-site.conf"
+    conf.write_text(lab_config.read_text().replace("[policy]\n", "[policy]\n" + WARN_MODE))
+    lua = write_lua(compile_policy(load_config(str(conf))), d / "job_submit.lua")
+    run_cmd([str(SLURM_LAB), "--name", slurm_lab.name, "policy", str(lua)], timeout=60)
+    try:
+        yield conf
+    finally:
+        run_cmd([str(SLURM_LAB), "--name", slurm_lab.name, "policy", "default"], timeout=60)
+
+
+def _submit_held(args: list[str]) -> subprocess.CompletedProcess[str]:
+    cp = _sbatch(args)
+    if cp.returncode == 0:
+        run_cmd(["scancel", cp.stdout.strip().split(";")[0]], check=False)
+    return cp
+
+
+def test_warn_mode_in_slurmctld_equals_policy_check(slurm_lab, warn_policy):
+    from click.testing import CliRunner
+
+    from gpuclust.accounting.history.refusals import parse_line
+    from gpuclust.cli.main import cli
+
+    # slurmctld loads the new script when its mtime changes (1 s granularity): submit until the warnings show
+    deadline = time.monotonic() + 60
+    while "warning: accepted now" not in _submit_held(WARN_JOB).stderr:
+        assert time.monotonic() < deadline, "the warn-mode policy never took effect"
+        time.sleep(0.3)
+    log = Path(slurm_lab["log_dir"]) / "slurmctld.log"
+    offset = log.stat().st_size
+    cp = _submit_held(WARN_JOB)
+    assert cp.returncode == 0, cp.stderr
+    check = CliRunner().invoke(cli, ["--config", str(warn_policy), "policy", "check", "--user", "root", "--",
+                                     *WARN_JOB])
+    assert check.exit_code == 0, check.output
+    lines = check.output.splitlines()
+    assert lines[0] == "ACCEPT (ok)" and len(lines) == 4, lines
+    for line in lines[1:]:  # what sbatch printed is what `policy check` says
+        assert "refused from 2027-01-04: " in line and line in cp.stderr, (line, cp.stderr)
+    warned: list = []
+    while len(warned) < 3 and time.monotonic() < deadline + 30:
+        with open(log, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", "replace")
+        warned = [r for r in (parse_line(x, ZoneInfo("UTC")) for x in text.splitlines()) if r is not None]
+        time.sleep(0.2)
+    assert sorted((r.rule, r.account, r.user, r.gpus, r.warn) for r in warned) == [
+        ("account_max_gpus", "ml", "root", 12, True), ("label_value", "ml", "root", 12, True),
+        ("partition_max_gpus", "ml", "root", 12, True)]
+    # a rule left in enforce mode still refuses
+    refused = _sbatch(["-A", "root", "--gres=gpu:h100:1", "--comment", "team=ml project=x", "-t", "5"])
+    assert refused.returncode != 0 and "gpuclust policy [partition_account]:" in refused.stderr

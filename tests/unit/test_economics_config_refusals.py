@@ -223,3 +223,65 @@ def test_nodes_file_without_nodes_is_refused(tmp_path: Path, content: bytes) -> 
     path.write_bytes(content)
     with pytest.raises(InputError, match=r"nodes\.txt.*no NodeName= record.*scontrol show node -o > FILE"):
         read_files(None, str(path))
+
+
+# ---- Lua 5.3+ counts, and the warn lines of rules in warn mode (issue 47) --------------------------------------
+
+@pytest.mark.parametrize(("text", "gpus"), [("16", 16), ("16.0", 16), ("1000000000.0", 1000000000), ("", None),
+                                            ("16.5", None), ("1e%2B09", None), ("-1", None)])
+def test_gpus_as_older_policies_logged_them_under_lua_5_4(text, gpus):
+    """Before the engine wrote counts as integers under every Lua, Lua 5.3+ logged gpus=16.0: read as 16."""
+    line = ("[2026-12-03T09:06:16.148] lua: gpuclust-policy-reject v1 op=submit rule=account_max_gpus "
+            f"account=physics user=alice partition=gpu gpus={text}")
+    r = refusals.parse_line(line, UTC)
+    assert r is not None and r.gpus == gpus and r.rule == "account_max_gpus" and not r.warn
+
+
+def test_warn_lines_are_would_be_refusals():
+    line = REAL_LINE.replace("gpuclust-policy-reject", "gpuclust-policy-warn")
+    r = refusals.parse_line(line, UTC)
+    assert r is not None and r.warn and (r.rule, r.account, r.user, r.gpus) == ("partition_account", "physics", "root", 1)
+    assert refusals.Refusal.from_dict(r.as_dict()) == r
+    assert "warn" not in refusals.parse_line(REAL_LINE, UTC).as_dict()  # type: ignore[union-attr]  # stored as before
+    with pytest.raises(ValueError, match="gpuclust-policy-warn v2"):
+        refusals.parse_line(line.replace(" v1 ", " v2 "), UTC)
+
+
+def test_lua_5_4_log_read_back_by_the_report():
+    """A log written by the rendered policy under Lua 5.4 (job numbers are floats there): refusals and would-be
+    refusals counted per rule, account and user, GPU counts exact."""
+    pytest.importorskip("lupa")
+    from gpuclust.accounting.figures.economics import _refusals_block, _tables
+    from gpuclust.accounting.history.refusals import RefusalSource
+    from gpuclust.policy.compile import compile_policy
+    from gpuclust.policy.luasim import LuaPolicy
+    from gpuclust.policy.render import render_lua
+
+    cfg = parse_config(SITE + "[partition gpu]\nmax_gpus_per_job = 8\n[account ml]\nmax_gpus_per_job = 4\n"
+                       "[account phys]\n[policy]\nrequire_account = yes\ndefault_partition = gpu\n"
+                       "mode.account_max_gpus = warn\nenforce_from = 2026-09-01\n", "site.conf")
+    lua = LuaPolicy(render_lua(compile_policy(cfg)), "5.4")
+    jobs = [("alice", "ml", 2, 4), ("alice", "ml", 3, 2), ("bob", "ml", 1, 6), ("bob", "phys", 4, 4),
+            ("carol", None, 1, 1), ("carol", "phys", 1, 2)]
+    log = []
+    for user, account, nodes, per_node in jobs:
+        res = lua.submit({"user_name": user, "account": account, "partition": "gpu",
+                          "tres_per_node": f"gres:gpu:{per_node}", "min_nodes": nodes, "max_nodes": nodes})
+        log += [f"[2026-12-03T09:06:{10 + len(log):02d}] lua: {line}" for line in res.infos]
+    read = [r for r in (refusals.parse_line(line, UTC) for line in log) if r is not None]
+    assert [(r.rule, r.user, r.gpus, r.warn) for r in read] == [
+        ("account_max_gpus", "alice", 8, True), ("account_max_gpus", "alice", 6, True),
+        ("account_max_gpus", "bob", 6, True), ("partition_max_gpus", "bob", 16, False),
+        ("account_missing", "carol", 1, False)]
+    block = _refusals_block(RefusalSource(read))
+    assert block["total"] == 2 and block["by_rule"] == [{"rule": "account_missing", "refusals": 1},
+                                                        {"rule": "partition_max_gpus", "refusals": 1}]
+    would = block["would_refuse"]
+    assert would["total"] == 3
+    assert would["by_rule"] == [{"rule": "account_max_gpus", "would_refuse": 3}]
+    assert would["by_account"] == [{"account": "ml", "would_refuse": 3}]
+    assert would["by_user"] == [{"user": "alice", "would_refuse": 2}, {"user": "bob", "would_refuse": 1}]
+    tables = _tables([], [], [], block)
+    assert list(tables["would_refuse_by_user"].columns) == ["user", "would_refuse"]
+    # no warn lines: the report's tables are the ones it always had
+    assert "would_refuse_by_user" not in _tables([], [], [], _refusals_block(RefusalSource(read[3:])))

@@ -1,6 +1,10 @@
-"""The rendered Lua (lupa's Lua 5.1, 22.05 `slurm` mock, field-restricted job_desc) and the Python evaluator
-decide identically: same return code and same user message, on >= 10,000 hypothesis-generated jobs plus
-modify requests. Jobs mix realistic values with nil, NO_VAL sentinels, huge counts and malformed gres."""
+"""The rendered Lua (lupa's runtimes, 22.05 `slurm` mock, field-restricted job_desc) and the Python evaluator
+decide identically: same return code, same user message (refusal or warnings) and same slurm.log_info lines
+(the gpuclust-policy-reject / -warn lines the report reads), on >= 10,000 hypothesis-generated jobs plus modify
+requests under Lua 5.1 (what Debian's slurmctld links) and under Lua 5.4 (RHEL 9's), and fewer under 5.2, 5.3 and
+LuaJIT; job_desc numbers are floats where the version makes them so (5.3+), as slurmctld pushes them. Jobs mix
+realistic values with nil, NO_VAL sentinels, huge counts and malformed gres. The warn-mode policy (diff-site.conf
+with rules in warn mode) runs through the same checks."""
 
 from __future__ import annotations
 
@@ -12,8 +16,8 @@ from hypothesis import strategies as st
 
 from gpuclust.config import load_config
 from gpuclust.policy.compile import compile_policy
-from gpuclust.policy.evaluate import Evaluator
-from gpuclust.policy.luasim import JOB_REC_FIELDS, LuaPolicy
+from gpuclust.policy.evaluate import Evaluator, MergedView
+from gpuclust.policy.luasim import JOB_REC_FIELDS, RUNTIMES, LuaPolicy, runtime_module
 from gpuclust.policy.render import render_lua
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "policy"
@@ -158,9 +162,33 @@ realistic_job = st.fixed_dictionaries({
 job_desc = st.integers(0, 4).flatmap(lambda i: wild_job if i == 0 else realistic_job)
 
 
-def _engines(path: Path):
-    policy = compile_policy(load_config(str(path)))
-    return LuaPolicy(render_lua(policy)), Evaluator(policy)
+# Rules in warn mode over diff-site.conf: the whole policy warns but for two rules, with a policy-wide date and one
+# rule's own. Jobs then run past failing rules, so later rules decide more often.
+WARN_POLICY = """
+mode = warn
+mode.partition_account = enforce
+mode.partition_wckey = enforce
+enforce_from = 2026-09-01
+enforce_from.label_value = 2026-10-15
+"""
+
+
+def _runtime(version: str) -> str:
+    try:
+        runtime_module(version)
+    except ImportError:
+        pytest.skip(f"this lupa wheel has no {RUNTIMES[version]} (lupa >= 2.0 ships it on x86_64 Linux)")
+    return version
+
+
+def _engines(path: Path, version: str = "5.1", extra: str = ""):
+    if extra:
+        from gpuclust.config import parse_config
+
+        policy = compile_policy(parse_config(path.read_text(encoding="utf-8") + extra, path.name))
+    else:
+        policy = compile_policy(load_config(str(path)))
+    return LuaPolicy(render_lua(policy), _runtime(version)), Evaluator(policy)
 
 
 @pytest.fixture(scope="module")
@@ -170,22 +198,51 @@ def engines():
 
 
 @pytest.fixture(scope="module")
+def engines54():
+    return _engines(DATA / "diff-site.conf", "5.4")
+
+
+@pytest.fixture(scope="module", params=["5.1", "5.4"])
+def warn_engines(request):
+    return _engines(DATA / "diff-site.conf", request.param, WARN_POLICY)
+
+
+@pytest.fixture(scope="module", params=["5.2", "5.3", "luajit"])
+def other_engines(request):
+    return (_engines(DATA / "diff-site.conf", request.param),
+            _engines(DATA / "diff-site.conf", request.param, WARN_POLICY))
+
+
+@pytest.fixture(scope="module")
 def example_engines():
     return _engines(REPO / "site.example.conf")
 
 
-def _same(lua_result, verdict, job):
+def _same(lua_result, verdict, job, py=None, op="submit"):
     assert isinstance(lua_result.rc, (int, float)), f"Lua returned {lua_result.rc!r} (nil accepts!) for {job!r}"
     assert int(lua_result.rc) == verdict.rc, (job, lua_result, verdict)
-    if verdict.accepted:
+    expected = verdict.user_message
+    if expected is None:
         assert lua_result.n_messages == 0, (job, lua_result)
     else:
-        assert lua_result.message == verdict.message, (job, lua_result, verdict)
+        assert lua_result.message == expected, (job, lua_result, verdict)
         assert lua_result.n_messages == 1
     assert lua_result.n_errors == 0, (job, lua_result.error)
+    if py is not None:
+        view = MergedView(*job[:2]) if op == "modify" else job
+        assert lua_result.infos == py.log_lines(view, verdict, op=op), (job, lua_result, verdict)
 
 
-SEEN = {"submit": 0, "modify": 0, "rules": set()}
+def _agree(engines, jobs):
+    lua, py = engines
+    for job in jobs:
+        verdict = py.submit(job)
+        _same(lua.submit(job), verdict, job, py)
+        SEEN["rules"].add(verdict.rule)
+        SEEN["warned"].update(w.rule for w in verdict.warnings)
+
+
+SEEN = {"submit": 0, "submit54": 0, "modify": 0, "rules": set(), "warned": set()}
 
 # Rules deep in the engine's order are reached only by jobs that pass every earlier rule, which random jobs
 # seldom do; these fixed jobs reach them on every run, so the coverage check below never depends on luck.
@@ -215,7 +272,51 @@ def test_rare_rule_jobs_reach_their_rule(engines):
     for rule, job in RARE_RULE_JOBS.items():
         verdict = py.submit(job)
         assert verdict.rule == rule, (rule, verdict)
-        _same(lua.submit(job), verdict, job)
+        _same(lua.submit(job), verdict, job, py)
+
+
+def test_job_numbers_are_floats_from_lua_5_3(engines54):
+    """As slurmctld's lua_pushnumber makes them: the float subtype, which tostring writes as 16.0."""
+    lua, _ = engines54
+    kind = lua.eval("function(t) return math.type(t.n), tostring(t.n) end")
+    assert tuple(kind(lua._table({"n": 16}))) == ("float", "16.0")
+
+
+def test_counts_are_integers_under_every_lua():
+    """The issue's case: 4 nodes x 4 GPUs refused under 5.4 logs gpus=16, not 16.0, and says 16 to the user."""
+    job = {"user_name": "alice", "account": "physics", "partition": "gpu", "tres_per_node": "gres:gpu:h100:4",
+           "min_nodes": 4, "time_limit": 10, "comment": _LABELS}
+    for version in RUNTIMES:
+        lua, py = _engines(DATA / "diff-site.conf", version)
+        result = lua.submit(job)
+        assert result.infos[-1] == ("gpuclust-policy-reject v1 op=submit rule=account_max_gpus account=physics "
+                                    "user=alice partition=gpu gpus=16"), version
+        assert "asks for 16 GPUs" in result.message, version
+        _same(result, py.submit(job), job, py)
+
+
+def test_warn_mode_accepts_tells_and_logs():
+    lua, py = _engines(DATA / "diff-site.conf", "5.4", WARN_POLICY)
+    job = dict(RARE_RULE_JOBS["account_max_gpus"], comment="team=physics project=nope cost=1")
+    verdict = py.submit(job)
+    assert verdict.accepted and [w.rule for w in verdict.warnings] == ["label_value", "account_max_gpus"]
+    assert verdict.user_message == (
+        "gpuclust policy [label_value] warning: accepted now, refused from 2026-10-15: project=nope is not allowed; "
+        "use project=<one of: proj-*, ?x?, a.b*, 100%, [x], é?, %d+> in --comment\n"
+        "gpuclust policy [account_max_gpus] warning: accepted now, refused from 2026-09-01: job asks for 9 GPUs at "
+        "most (per-node and per-task requests count at the largest node and task counts Slurm may give it); account "
+        "physics allows at most 8 per job; fix the counts with -N <nodes> and -n <tasks>, or ask with --gpus=<total>")
+    result = lua.submit(job)
+    assert result.rc == 0
+    assert result.infos == [
+        "gpuclust-policy-warn v1 op=submit rule=label_value account=physics user=alice partition=gpu gpus=9",
+        "gpuclust-policy-warn v1 op=submit rule=account_max_gpus account=physics user=alice partition=gpu gpus=9"]
+    _same(result, verdict, job, py)
+    # an enforced rule still refuses, and only the refusal is shown and logged
+    job = dict(job, account="bio")
+    verdict = py.submit(job)
+    assert verdict.rule == "partition_account" and not verdict.warnings
+    _same(lua.submit(job), verdict, job, py)
 
 
 @settings(max_examples=SUBMIT_EXAMPLES, deadline=None, database=None,
@@ -223,23 +324,41 @@ def test_rare_rule_jobs_reach_their_rule(engines):
 @given(jobs=st.lists(job_desc, min_size=JOBS_PER_EXAMPLE, max_size=JOBS_PER_EXAMPLE))
 @example(jobs=list(RARE_RULE_JOBS.values()))
 def test_submit_lua_and_python_agree(engines, jobs):
-    lua, py = engines
-    for job in jobs:
-        verdict = py.submit(job)
-        _same(lua.submit(job), verdict, job)
-        SEEN["submit"] += 1
-        SEEN["rules"].add(verdict.rule)
+    _agree(engines, jobs)
+    SEEN["submit"] += len(jobs)
+
+
+@settings(max_examples=SUBMIT_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(job_desc, min_size=JOBS_PER_EXAMPLE, max_size=JOBS_PER_EXAMPLE))
+@example(jobs=list(RARE_RULE_JOBS.values()))
+def test_submit_agree_under_lua_5_4(engines54, jobs):
+    _agree(engines54, jobs)
+    SEEN["submit54"] += len(jobs)
+
+
+@settings(max_examples=200, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(job_desc, min_size=JOBS_PER_EXAMPLE, max_size=JOBS_PER_EXAMPLE))
+@example(jobs=list(RARE_RULE_JOBS.values()))
+def test_submit_agree_in_warn_mode(warn_engines, jobs):
+    _agree(warn_engines, jobs)
+
+
+@settings(max_examples=100, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(job_desc, min_size=JOBS_PER_EXAMPLE, max_size=JOBS_PER_EXAMPLE))
+def test_submit_agree_under_lua_5_2_5_3_and_luajit(other_engines, jobs):
+    enforce, warn = other_engines
+    _agree(enforce, jobs)
+    _agree(warn, jobs)
 
 
 @settings(max_examples=100, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(jobs=st.lists(job_desc, min_size=JOBS_PER_EXAMPLE, max_size=JOBS_PER_EXAMPLE))
 def test_submit_agree_on_site_example(example_engines, jobs):
-    lua, py = example_engines
-    for job in jobs:
-        verdict = py.submit(job)
-        _same(lua.submit(job), verdict, job)
-        SEEN["rules"].add(verdict.rule)
+    _agree(example_engines, jobs)
 
 
 modify_desc = st.fixed_dictionaries({}, optional={
@@ -254,20 +373,34 @@ modify_desc = st.fixed_dictionaries({}, optional={
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(desc=modify_desc, rec=st.one_of(st.none(), job_desc), uid=st.sampled_from([0, 1000]))
 def test_modify_lua_and_python_agree(engines, desc, rec, uid):
+    _modify_agree(engines, desc, rec, uid)
+    SEEN["modify"] += 1
+
+
+def _modify_agree(engines, desc, rec, uid):
     lua, py = engines
     if rec is not None:  # slurmctld exposes only the job record's own fields
         rec = {k: v for k, v in rec.items() if k in JOB_REC_FIELDS}
     verdict = py.modify(desc, rec, uid)
-    _same(lua.modify(desc, rec, uid), verdict, (desc, rec, uid))
-    SEEN["modify"] += 1
+    _same(lua.modify(desc, rec, uid), verdict, (desc, rec, uid), py, "modify")
+
+
+@settings(max_examples=200, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(desc=modify_desc, rec=st.one_of(st.none(), job_desc), uid=st.sampled_from([0, 1000]))
+def test_modify_agree_under_lua_5_4_and_warn_mode(engines54, warn_engines, desc, rec, uid):
+    _modify_agree(engines54, desc, rec, uid)
+    _modify_agree(warn_engines, desc, rec, uid)
 
 
 def test_differential_volume():
     """Runs after the two property tests (file order): proves the volume and that every rule was exercised."""
     if SEEN["submit"] == 0:
         pytest.skip("run together with the property tests")
-    assert SEEN["submit"] >= 10_000
+    assert SEEN["submit"] >= 10_000 and SEEN["submit54"] >= 10_000
     expected = {"ok", "exempt", "account_missing", "gres_syntax", "label_missing", "label_value", "partition_account",
                 "partition_wckey", "partition_gpu", "partition_typed_gpu", "partition_gpu_type", "partition_max_gpus",
                 "partition_max_time", "account_partition", "account_max_gpus", "untyped_gpu", "gpu_unbounded"}
     assert expected <= SEEN["rules"], expected - SEEN["rules"]
+    warnable = expected - {"ok", "exempt", "gres_syntax", "partition_account", "partition_wckey", "account_missing"}
+    assert warnable <= SEEN["warned"], warnable - SEEN["warned"]

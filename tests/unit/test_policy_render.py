@@ -245,6 +245,8 @@ def test_install_validates_without_the_lua51_binary(tmp_path, monkeypatch):
     if not ctypes.util.find_library("lua5.1"):
         pytest.skip("liblua5.1 not installed")
     monkeypatch.setattr(install.shutil, "which", lambda name: None)
+    monkeypatch.setattr(install, "_has_lupa", lambda version: False)  # lupa's runtime comes before ctypes
+    assert install.lua_validator().endswith("(ctypes)")
     out = tmp_path / "job_submit.lua"
     install.install_lua(render_lua(_policy()), out)
     with pytest.raises(InputError):

@@ -120,10 +120,21 @@ def _gpu_use_names() -> set[str]:
 def _economics_names() -> set[str]:
     """The families the unit-economics contributor writes for a report with every part known (the recorded
     economics lab scenario: capacity, baselines, refusals)."""
-    from gpuclust.accounting.output.economics_render import economics_families
-    from tests.unit.test_economics_lab import _build
+    import tempfile
 
-    return {family.name for family in economics_families(prom.context_of(_build()))}
+    from gpuclust.accounting.output.economics_render import economics_families
+    from tests.unit.test_economics_lab import FILES, _build
+
+    names = {family.name for family in economics_families(prom.context_of(_build()))}
+    # and the would-be refusals of rules in warn mode (issue 47): the recorded log with a gpuclust-policy-warn line
+    text = Path(FILES["log_path"]).read_text()
+    line = next(x for x in text.splitlines() if "gpuclust-policy-reject" in x)
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "slurmctld.log"
+        log.write_text(text + line.replace("gpuclust-policy-reject", "gpuclust-policy-warn") + "\n")
+        report = _build(log_path=str(log))
+    assert report.data["economics"]["refusals"]["would_refuse"]["total"] == 1
+    return names | {family.name for family in economics_families(prom.context_of(report))}
 
 
 def _all_core_names() -> set[str]:

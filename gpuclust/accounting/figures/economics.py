@@ -547,15 +547,19 @@ def _registered_capacity(events: EventSource | None, win: Window) -> float | Non
 
 def _refusals_block(refusal_source: RefusalSource | None) -> dict[str, Any]:
     """The block's `refusals`: the submit policy's rejections counted by rule, account, user and partition,
-    or why they are not known."""
+    or why they are not known; beside them, `would_refuse`: the jobs rules in warn mode accepted and would have
+    refused, counted the same way."""
     if refusal_source is None or refusal_source.refusals is None:
         return {"known": False, "why": "no slurmctld log read (site slurmctld_log + `report fetch`, or "
                 "--slurmctld-log with --input)"}
-    return {"known": True, "total": len(refusal_source.refusals),
+    real = [r for r in refusal_source.refusals if not r.warn]
+    warned = [r for r in refusal_source.refusals if r.warn]
+    return {"known": True, "total": len(real),
             "ignored_log_lines": refusal_source.ignored_lines,
             "unreadable_lines": refusal_source.bad_lines,
             "missing_days": refusal_source.missing_days,
-            **counts(refusal_source.refusals)}
+            **counts(real),
+            "would_refuse": {"total": len(warned), **counts(warned, "would_refuse")}}
 
 
 def _tables(out_rows: list[dict[str, Any]], baselines: list[dict[str, Any]], waits: list[dict[str, Any]],
@@ -569,6 +573,9 @@ def _tables(out_rows: list[dict[str, Any]], baselines: list[dict[str, Any]], wai
     if refusals_block["known"]:
         for dim in ("rule", "account", "user", "partition"):
             tables[f"refusals_by_{dim}"] = pd.DataFrame(refusals_block[f"by_{dim}"], columns=[dim, "refusals"])
+            if refusals_block["would_refuse"]["total"]:
+                tables[f"would_refuse_by_{dim}"] = pd.DataFrame(refusals_block["would_refuse"][f"by_{dim}"],
+                                                                columns=[dim, "would_refuse"])
     return tables
 
 

@@ -6,6 +6,10 @@ LogTimeFormat iso8601_ms):
 
     [2026-12-03T09:06:16.148] lua: gpuclust-policy-reject v1 op=submit rule=partition_account account=physics user=root partition=a100 gpus=1
 
+A rule in warn mode logs the same fields after `gpuclust-policy-warn v1` for a job it accepted: a would-be refusal,
+kept beside the real ones (Refusal.warn) and counted apart. `gpus=` is an integer; policies rendered before the
+engine wrote counts as integers under every Lua logged `gpus=16.0` under Lua 5.3+, which reads as 16.
+
 Values are %XX-escaped by the engine (every byte outside [A-Za-z0-9_.,:/@+-]), so a space or '=' in an
 account or partition name cannot break the line; an unset value is empty. `report fetch` reads the log and
 its logrotate siblings (slurmctld.log.1, slurmctld.log.2.gz, slurmctld.log-20261203[.gz], ...), keeps the
@@ -32,15 +36,17 @@ from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
 
 MARKER = "gpuclust-policy-reject"
+WARN_MARKER = "gpuclust-policy-warn"
 FIELDS = ("op", "rule", "account", "user", "partition", "gpus")
 REFUSALS_FILE = "refusals.json"
 # slurmctld's LogTimeFormat: iso8601_ms (default) / iso8601 `[2026-12-03T09:06:16.148]`, rfc5424(_ms) / rfc3339
 # with an offset `[2026-12-03T09:06:16.148+00:00]`; a syslog-style prefix before the bracket is allowed.
 _LINE = re.compile(
     r"\[(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]\s+(?:[^\s:]+:\s+)*"
-    + MARKER + r" (?P<version>v\d+) (?P<fields>.*)$"
+    + r"(?P<marker>" + MARKER + "|" + WARN_MARKER + r") (?P<version>v\d+) (?P<fields>.*)$"
 )
 _VALUE = re.compile(r"[A-Za-z0-9_.,:/@+%\-]*")
+_COUNT = re.compile(r"(\d+)(?:\.0*)?")  # 16, or 16.0 as older policies logged it under Lua 5.3+
 
 
 @dataclass(frozen=True)
@@ -52,14 +58,25 @@ class Refusal:
     user: str
     partition: str
     gpus: int | None
+    warn: bool = False  # a rule in warn mode: the job was accepted, and would have been refused
 
     def as_dict(self) -> dict[str, Any]:
-        return {"time": self.time, "op": self.op, "rule": self.rule, "account": self.account, "user": self.user,
-                "partition": self.partition, "gpus": self.gpus}
+        out = {"time": self.time, "op": self.op, "rule": self.rule, "account": self.account, "user": self.user,
+               "partition": self.partition, "gpus": self.gpus}
+        if self.warn:
+            out["warn"] = True
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Refusal:
-        return cls(float(d["time"]), d["op"], d["rule"], d["account"], d["user"], d["partition"], d.get("gpus"))
+        return cls(float(d["time"]), d["op"], d["rule"], d["account"], d["user"], d["partition"], d.get("gpus"),
+                   bool(d.get("warn", False)))
+
+
+def parse_count(text: str) -> int | None:
+    """A logged GPU count: `16`, or `16.0` (an older policy under Lua 5.3+); None when empty or not integral."""
+    match = _COUNT.fullmatch(text)
+    return int(match.group(1)) if match else None
 
 
 @dataclass
@@ -71,15 +88,16 @@ class LogRead:
 
 
 def parse_line(line: str, tz: ZoneInfo) -> Refusal | None:
-    """The refusal in one log line, None when the line is not a gpuclust rejection line; ValueError when it
-    carries the marker but cannot be read (another version, a truncated line)."""
-    if MARKER not in line:
+    """The refusal (or, from a gpuclust-policy-warn line, the would-be refusal) in one log line, None when the line
+    is neither; ValueError when it carries a marker but cannot be read (another version, a truncated line)."""
+    if MARKER not in line and WARN_MARKER not in line:
         return None
     match = _LINE.search(line.rstrip("\r\n"))
     if not match:
-        raise ValueError("a gpuclust-policy-reject line gpuclust cannot read")
+        marker = MARKER if MARKER in line else WARN_MARKER
+        raise ValueError(f"a {marker} line gpuclust cannot read")
     if match.group("version") != "v1":
-        raise ValueError(f"gpuclust-policy-reject {match.group('version')}: this gpuclust reads v1")
+        raise ValueError(f"{match.group('marker')} {match.group('version')}: this gpuclust reads v1")
     values: dict[str, str] = {}
     for token in match.group("fields").split(" "):
         key, sep, value = token.partition("=")
@@ -93,8 +111,8 @@ def parse_line(line: str, tz: ZoneInfo) -> Refusal | None:
         ts = ts.replace(tzinfo=tz)  # slurmctld logs local time without an offset (iso8601 formats)
     gpus_text = values.get("gpus", "")
     return Refusal(ts.timestamp(), values.get("op", "submit"), values["rule"], values.get("account", ""),
-                   values.get("user", ""), values.get("partition", ""),
-                   int(gpus_text) if gpus_text.isdigit() else None)
+                   values.get("user", ""), values.get("partition", ""), parse_count(gpus_text),
+                   match.group("marker") == WARN_MARKER)
 
 
 def rotated_files(log_path: str) -> list[Path]:
@@ -225,10 +243,10 @@ def read_file(path: str, tz: ZoneInfo, since: float, until: float) -> RefusalSou
     return RefusalSource(read.refusals, read.ignored_lines, [str(p) for p in read.bad_lines[:50]])
 
 
-def counts(refusals: list[Refusal]) -> dict[str, list[dict[str, Any]]]:
-    """Refusals by rule, account, user and partition (descending count, then name)."""
+def counts(refusals: list[Refusal], what: str = "refusals") -> dict[str, list[dict[str, Any]]]:
+    """Refusals by rule, account, user and partition (descending count, then name); each count is under `what`."""
     out: dict[str, list[dict[str, Any]]] = {}
     for dim in ("rule", "account", "user", "partition"):
         c = Counter(getattr(r, dim) or "(none)" for r in refusals)
-        out[f"by_{dim}"] = [{dim: k, "refusals": n} for k, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
+        out[f"by_{dim}"] = [{dim: k, what: n} for k, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
     return out

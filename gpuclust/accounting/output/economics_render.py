@@ -131,6 +131,12 @@ def economics_html(data: dict[str, Any]) -> str:
     if ref.get("known"):
         parts.append(f"<h3>Submit policy refusals</h3><p>{ref['total']} refusal(s); {ref['ignored_log_lines']} log "
                      "line(s) not written by gpuclust ignored.</p>")
+        would = ref.get("would_refuse") or {}
+        if would.get("total"):
+            cells = "".join(f"<tr><td>{e(x['rule'])}</td><td>{x['would_refuse']}</td></tr>" for x in would["by_rule"])
+            parts.append(f"<p>{would['total']} job(s) accepted by rules in warn mode that would have refused them "
+                         f"(per rule below; per account and user in would_refuse_by_account.csv and "
+                         f"would_refuse_by_user.csv).</p><table><tr><th>rule</th><th>would refuse</th></tr>{cells}</table>")
     else:
         parts.append(f"<h3>Submit policy refusals</h3><p class='note'>Unknown: {e(ref.get('why', ''))}</p>")
     return "\n".join(parts)
@@ -195,6 +201,14 @@ def economics_families(ctx: PromContext) -> list[Metric]:
             for item in ref[f"by_{dim}"]:
                 ctx.add(family, item["refusals"], item[dim])
             out.append(family)
+        would = ref.get("would_refuse") or {}
+        if would.get("total"):
+            for dim in ("rule", "account", "user"):
+                family = ctx.gauge(f"policy_would_refuse_by_{dim}", "Jobs rules in warn mode accepted and would have "
+                                   f"refused in the period, per {dim}.", [dim])
+                for item in would[f"by_{dim}"]:
+                    ctx.add(family, item["would_refuse"], item[dim])
+                out.append(family)
         ignored = ctx.gauge("policy_log_ignored_lines", "slurmctld log lines not written by gpuclust (ignored).")
         ctx.add(ignored, ref["ignored_log_lines"])
         out.append(ignored)
