@@ -111,6 +111,8 @@ def show_jobs(config: SiteConfig, job_ids: Sequence[str], *, client: SlurmClient
         version = _sacct_version(client)  # the local sacct wrote what it printed
         if version:
             records, unknown = jv.select_jobs(rows, ids, rule=jv.rule_for_version(version), source=source, now=now)
+    for r in records:  # (values the rollup could not read: counted as none, as the report counts them)
+        answer.warnings.extend(r.usage.unread)
     for req in unknown:
         answer.errors.append({"job_id": req, "error": f"job {req}: sacct knows no such job"
                               + (f" in {input_name}" if input_text is not None else

@@ -418,3 +418,11 @@ def test_allocated_cpus_for_cpu_efficiency():
                        "xcpu=3,cpu=4", "cpu=x,cpu=2"], dtype=object)
     got = gpuuse._cpus(alloc)
     np.testing.assert_array_equal(got, [8, 16, np.nan, np.nan, np.nan, 4, 2])
+
+
+def test_a_max_without_tot_or_ave_gives_no_peak(tmp_path: Path) -> None:
+    """gres/gpuutil in TRESUsageInMax alone (no Tot, no Ave: a hand-cut dump) is no utilisation: it passed none of
+    the rules' checks (400% on one GPU was kept as the job's peak before; usage_rules.rollup never kept it)."""
+    lines = [JOB.format(id=1, e=""), STEP.format(id=1, s=0, g=1, ave="", max="gres/gpuutil=400", tot="cpu=00:01:00")]
+    got = _by_job(_dump(tmp_path, lines))["1"]
+    assert got["gpu_util_max_pct"] is None and got["gpu_util_gpu_s"] is None and got["cpu_used_s"] == 60.0

@@ -82,7 +82,22 @@ def test_the_usage_rule_equals_the_ingest_rule():
 
     for v in ("22.05.8", "23.02.1", "23.11.0", "24.05", "24.05.1", "slurm 25.05.0", "nonsense", None):
         assert jv.rule_for_version(v) == usage.rule_for_version(v), v
-    assert jv.LAST_GPU_RELEASES == usage.LAST_GPU_RELEASES
+    # one definition (ingest/usage_rules.py), not a copy; test_usage_rules_equivalence.py holds the rollups equal
+    assert jv.rule_for_version is usage.rule_for_version
+
+
+def test_a_bad_usage_value_is_a_warning_not_an_unknown_utilisation():
+    """As the report reads it: a value that is not a number counts as none, with a warning; the GPU figures of
+    the same list stay (before, jobview dropped the whole list and called the utilisation unknown)."""
+    header = "JobID|JobIDRaw|State|Start|End|Elapsed|AllocTRES|TRESUsageInAve|TRESUsageInMax|TRESUsageInTot"
+    rows = [header,
+            "9|9|COMPLETED|2026-01-01T00:00:00|2026-01-01T02:00:00|02:00:00|cpu=2,gres/gpu=1,mem=4G,node=1|||",
+            "9.0|9.0|COMPLETED|2026-01-01T00:00:00|2026-01-01T02:00:00|02:00:00|cpu=2,gres/gpu=1,mem=4G,node=1|"
+            "gres/gpuutil=50|gres/gpuutil=50|cpu=soon,gres/gpuutil=50"]
+    answer = show_jobs(CONFIG, ["9"], input_text="\n".join(rows) + "\n", input_name="d.txt", now=NOW)
+    (job,) = answer.jobs
+    assert job["source"] == "usage_tres" and job["gpu_use"]["util_mean_pct"] == pytest.approx(50.0)
+    assert answer.warnings == ["d.txt:3: TRESUsageInTot cpu='soon' is not a value"]
 
 
 def test_usage_tres_gives_busy_and_held_idle_by_the_ingest_rules():

@@ -22,8 +22,6 @@ A requeued job (several executions with one id, sacct -D) is shown by its latest
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -31,6 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from gpuclust.accounting.figures.telemetry import GpuTelemetry, JobTelemetry, JobWindow
+
+# ingest/usage.py's rules and rollup in their numpy-free form (importing usage itself loads numpy and pyarrow)
+from gpuclust.accounting.ingest.usage_rules import (
+    MEM_UNIT_MIB,
+    UsageFigures,
+    UsageRow,
+    rollup,
+    suffixed,
+)
+from gpuclust.accounting.ingest.usage_rules import clock as _clock
+from gpuclust.accounting.ingest.usage_rules import rule_for_version as rule_for_version
 from gpuclust.config.telemetry import TelemetryConfig
 from gpuclust.errors import InputError, SlurmOutputError
 from gpuclust.slurm.parse import (
@@ -42,77 +51,13 @@ from gpuclust.slurm.parse import (
     parse_tres,
 )
 
-# ingest/usage.py's rules, spelled out: importing it loads numpy and pyarrow (a test keeps them equal)
-RULE_SUMMED = "summed"
-RULE_LAST_GPU = "last-gpu"
-LAST_GPU_RELEASES = ((23, 11, 0), (24, 5, 0))
-
-_COUNT_UNIT = {"": 1.0, "K": 1024.0, "M": 1024.0**2, "G": 1024.0**3, "T": 1024.0**4, "P": 1024.0**5}
-_MEM_UNIT_MIB = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
-_SUFFIXED = re.compile(r"^([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)([KMGTP]?)$")
-_CLOCK = re.compile(r"^(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+(?:\.[0-9]+)?)$")
-
-
-def rule_for_version(version: str | None) -> str | None:
-    """ingest.usage.rule_for_version."""
-    if not version:
-        return None
-    m = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", version)
-    if not m:
-        return None
-    release = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
-    first, last = LAST_GPU_RELEASES
-    return RULE_LAST_GPU if first <= release <= last else RULE_SUMMED
-
-
-def _suffixed(text: str, scale: Mapping[str, float]) -> float:
-    m = _SUFFIXED.match(text)
-    if not m:
-        raise ValueError(text)
-    return float(m.group(1)) * scale[m.group(2)]
-
 
 def clock_seconds(text: str) -> float:
-    """`[D-][HH:]MM:SS[.mmm]` (TotalCPU, TRES cpu) -> seconds."""
-    m = _CLOCK.match(text.strip())
-    if not m:
+    """`[D-][HH:]MM:SS[.mmm]` (TotalCPU) -> seconds."""
+    got = _clock(text.strip())
+    if got is None:
         raise ValueError(text)
-    d, h, mi, s = m.groups()
-    return int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi) * 60 + float(s)
-
-
-def usage_values(text: str) -> dict[str, float]:
-    """A usage TRES list -> {name: value}: cpu in seconds, mem/gres/gpumem in MiB, counts with sacct's K
-    suffixes (ingest.usage.parse_usage, scalar). ValueError names a bad entry."""
-    out: dict[str, float] = {}
-    for entry in filter(None, text.split(",")):
-        name, sep, value = entry.partition("=")
-        if not sep or not name:
-            raise ValueError(f"not a TRES list (name=value,...): {text!r:.80}")
-        try:
-            if name == "cpu":
-                out[name] = clock_seconds(value) if ":" in value else float(value)
-            elif name in ("mem", "vmem", "gres/gpumem"):
-                out[name] = _suffixed(value, _MEM_UNIT_MIB)
-            else:
-                out[name] = _suffixed(value, _COUNT_UNIT)
-        except ValueError:
-            raise ValueError(f"{name}={value!r} is not a number") from None
-    return out
-
-
-@dataclass
-class UsageFigures:
-    """ingest/usage.py's job columns, for one execution."""
-    gpu_util_gpu_s: float | None = None
-    gpu_busy_gpu_s: float | None = None
-    gpu_util_max_pct: float | None = None
-    gpu_mem_max_mb: float | None = None
-    cpu_used_s: float | None = None
-    mem_max_mb: float | None = None
-    energy_j: float | None = None
-    rule: str | None = None
-    problem: str | None = None  # why the utilisation is unknown although a step recorded some
+    return got
 
 
 @dataclass
@@ -176,84 +121,24 @@ def _matches(requested: str, job_id: str, raw: str) -> bool:
     return False
 
 
+def _usage_row(row: Mapping[str, str], is_step: bool) -> UsageRow:
+    """A row as the rollup reads it: its GPUs and Elapsed as the report's reader reads them (0 where unknown)."""
+    try:
+        gpus = gpu_count(parse_tres(_opt(row, "AllocTRES")))
+    except SlurmOutputError:
+        gpus = 0
+    try:
+        elapsed = float(parse_slurm_duration(_opt(row, "Elapsed")) or 0)
+    except SlurmOutputError:
+        elapsed = 0.0
+    return UsageRow(_opt(row, "_line") or "?", is_step, gpus, elapsed, _opt(row, "TRESUsageInAve"),
+                    _opt(row, "TRESUsageInMax"), _opt(row, "TRESUsageInTot"), _opt(row, "ConsumedEnergyRaw"))
+
+
 def _usage(job: Mapping[str, str], steps: Sequence[Mapping[str, str]], gpus: int, elapsed: float, rule: str | None,
            source: str) -> UsageFigures:
-    """ingest/usage.py's rollup for one execution (its RULES; a bad value makes the figure unknown)."""
-    out = UsageFigures()
-    busy = 0.0
-    has_util = False
-    peaks: list[float] = []
-    energy_steps: list[float] = []
-    for row in [job, *steps]:
-        line = _opt(row, "_line") or "?"
-        lists: dict[str, dict[str, float]] = {}
-        for name in ("TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot"):
-            text = _opt(row, name)
-            try:
-                lists[name] = usage_values(text) if text else {}
-            except ValueError as exc:
-                out.problem = out.problem or f"{source}:{line}: {name}: {exc}"
-                lists[name] = {}
-        mx, tot, ave = lists["TRESUsageInMax"], lists["TRESUsageInTot"], lists["TRESUsageInAve"]
-        if "gres/gpumem" in mx and mx["gres/gpumem"] >= 0:
-            out.gpu_mem_max_mb = max(out.gpu_mem_max_mb or 0.0, mx["gres/gpumem"])
-        if "cpu" in tot:
-            out.cpu_used_s = (out.cpu_used_s or 0.0) + tot["cpu"]
-        if "mem" in mx:
-            out.mem_max_mb = max(out.mem_max_mb or 0.0, mx["mem"])
-        raw_energy = _opt(row, "ConsumedEnergyRaw")
-        try:
-            energy = _suffixed(raw_energy, _COUNT_UNIT) if raw_energy else None
-        except ValueError:
-            energy = None
-        if energy is not None and energy > 0:
-            if row is job:
-                out.energy_j = energy
-            else:
-                energy_steps.append(energy)
-        util_tot, util_ave, util_max = tot.get("gres/gpuutil"), ave.get("gres/gpuutil"), mx.get("gres/gpuutil")
-        if util_tot is None and util_ave is None:
-            continue
-        has_util = True
-        try:
-            step_gpus = gpu_count(parse_tres(_opt(row, "AllocTRES")))
-        except SlurmOutputError:
-            step_gpus = 0
-        total = util_tot if util_tot is not None else util_ave
-        assert total is not None
-        per_gpu = total / max(step_gpus, 1)
-        peak = max(util_max / max(step_gpus, 1) if util_max is not None else -math.inf, per_gpu)
-        if rule == RULE_LAST_GPU:
-            out.problem = out.problem or (f"{source}:{line}: gres/gpuutil from Slurm 23.11.0-24.05.0, which recorded "
-                                          "only the node's last GPU (fixed in 24.05.1): utilisation unknown")
-            continue
-        if rule is None and step_gpus > 1 and not max(util_max or -1, util_tot or -1) > 100:
-            out.problem = out.problem or (f"{source}:{line}: gres/gpuutil of a step on several GPUs, and the Slurm "
-                                          "version that wrote it is not known: pass --slurm-version")
-            continue
-        if not (0 <= per_gpu <= 100 and 0 <= peak <= 100):
-            out.problem = out.problem or f"{source}:{line}: gres/gpuutil reads {per_gpu:.6g}% per GPU (outside 0-100)"
-            continue
-        if step_gpus <= 0:
-            out.problem = out.problem or (f"{source}:{line}: gres/gpuutil on a step with no gres/gpu in its "
-                                          "AllocTRES: its utilisation unknown")
-            continue
-        try:
-            step_elapsed = float(parse_slurm_duration(_opt(row, "Elapsed")) or 0)
-        except SlurmOutputError:
-            step_elapsed = 0.0
-        busy += per_gpu / 100 * step_gpus * step_elapsed
-        peaks.append(peak)
-    if out.energy_j is None and energy_steps:
-        out.energy_j = sum(energy_steps)
-    if has_util and out.problem is None:
-        out.rule = rule or RULE_SUMMED
-        out.gpu_util_gpu_s = gpus * elapsed
-        out.gpu_busy_gpu_s = min(busy, out.gpu_util_gpu_s)
-        out.gpu_util_max_pct = max(peaks) if peaks else None
-    elif out.problem is not None and rule == RULE_LAST_GPU:
-        out.rule = RULE_LAST_GPU
-    return out
+    """ingest/usage.py's rollup for one execution (usage_rules.rollup)."""
+    return rollup([_usage_row(job, False), *(_usage_row(s, True) for s in steps)], gpus, elapsed, rule, source)
 
 
 def _mem_asked(tres: Mapping[str, str], row: Mapping[str, str], cpus: int | None, nnodes: int) -> float | None:
@@ -332,7 +217,10 @@ def _record(requested: str, job: Mapping[str, str], steps: Sequence[Mapping[str,
         text = _opt(row, "MaxRSS")
         if text:
             try:
-                rss.append(_suffixed(text, _MEM_UNIT_MIB))
+                got = suffixed(text, MEM_UNIT_MIB)
+                if got is None:
+                    raise ValueError(text)
+                rss.append(got)
             except ValueError:
                 raise InputError(f"{source}:{_opt(row, '_line') or '?'}: step {_opt(row, 'JobID')}: field MaxRSS "
                                  f"{text!r} is not a size") from None

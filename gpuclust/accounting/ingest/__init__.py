@@ -2,7 +2,8 @@
 
 The field registry (`registry`) names every sacct field the report reads; `fields` holds one parser per field;
 `text` and `jsonin` are the two readers; `normalize` turns their raw strings into `schema.SCHEMA`; `usage`
-rolls the usage TRES up to each job; `period` is the report period every later stage clips to.
+rolls the usage TRES up to each job (`usage_rules`: its rules and one job's rollup, numpy-free, for `gpuclust
+job`); `period` is the report period every later stage clips to.
 
 `fast/` is the fenced fast path: the direct text reader, the byte kernels, sorting and the process's memory
 settings. Everything in it must give exactly what the reference forms here give (the property tests in

@@ -58,7 +58,6 @@ the row itself and its allocation figures are kept.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -71,6 +70,24 @@ import pyarrow.compute as pc
 from gpuclust.accounting.ingest import fields
 from gpuclust.accounting.ingest.fast import sorting, swar
 from gpuclust.accounting.ingest.fast.tres_values import extract
+
+# The scalar rules live in usage_rules (numpy-free, shared with `gpuclust job`); re-exported here.
+from gpuclust.accounting.ingest.usage_rules import (  # noqa: F401
+    CLOCK,
+    COUNT_UNIT,
+    ENTRY_SYNTAX,
+    GATHERED_SINCE,
+    LAST_GPU_RELEASES,
+    MEM_UNIT_MIB,
+    NUMBER,
+    RULE_LAST_GPU,
+    RULE_SUMMED,
+    RULES_OUT,
+    check_slurm_version,
+    parse_release,
+    parse_usage,
+    rule_for_version,
+)
 
 # The sacct fields read on step rows (the registry declares them with step_usage=True).
 USAGE_FIELDS: tuple[str, ...] = (
@@ -90,46 +107,7 @@ COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("energy_j", pa.float64()),
     ("gpu_util_rule", pa.string()),
 )
-RULE_SUMMED = "summed"
-RULE_LAST_GPU = "last-gpu"
-RULES_OUT = (RULE_SUMMED, RULE_LAST_GPU)
-GATHERED_SINCE = (23, 2, 0)
-LAST_GPU_RELEASES = ((23, 11, 0), (24, 5, 0))  # inclusive
 MAX_WARNINGS_LISTED = 50
-
-_COUNT_UNIT = {"": 1.0, "K": 1024.0, "M": 1024.0**2, "G": 1024.0**3, "T": 1024.0**4, "P": 1024.0**5}
-_MEM_UNIT_MIB = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
-_NUMBER = r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
-_ENTRY_SYNTAX = re.compile(r"^(?:[^,=\s]+=[^,=\s]*(?:,[^,=\s]+=[^,=\s]*)*)?$")
-
-
-def parse_release(version: str | None) -> tuple[int, int, int] | None:
-    """`slurm-wlm 23.11.4`, `24.05`, `slurm 24.05.1-1` -> (major, minor, micro); micro 0 when not given."""
-    if not version:
-        return None
-    m = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", version)
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
-
-def rule_for_version(version: str | None) -> str | None:
-    """The gres/gpuutil rule of a Slurm release (RULES above); None when the version is not known. A release
-    without a micro number (`24.05`) is taken as its .0."""
-    release = parse_release(version)
-    if release is None:
-        return None
-    first, last = LAST_GPU_RELEASES
-    return RULE_LAST_GPU if first <= release <= last else RULE_SUMMED
-
-
-def check_slurm_version(version: str | None) -> str | None:
-    """`report build --slurm-version`: a release such as 23.11 or 24.05.3 (InputError otherwise)."""
-    from gpuclust.errors import InputError
-
-    if version is not None and rule_for_version(version) is None:
-        raise InputError(f"{version!r} is not a Slurm release (e.g. 23.11, 24.05.3)")
-    return version
 
 
 @dataclass
@@ -156,7 +134,7 @@ def numbers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if _decimal(values).sum() == present.sum():
         return np.asarray(pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False), dtype=float), \
             np.zeros(len(values), dtype=bool)
-    ok = pc.fill_null(pc.match_substring_regex(values, f"^{_NUMBER}$"), False)
+    ok = pc.fill_null(pc.match_substring_regex(values, f"^{NUMBER}$"), False)
     present = pc.is_valid(values).to_numpy(zero_copy_only=False)
     out = np.full(len(values), np.nan)
     okn = ok.to_numpy(zero_copy_only=False)
@@ -188,7 +166,7 @@ def _suffixed(values: pa.Array, scale: Mapping[str, float]) -> tuple[np.ndarray,
             num = np.asarray(pc.cast(digits, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
             factor = np.array([scale[u] for u in _SUFFIXES[1:]] + [scale[""]])
             return num * factor[np.asarray(unit.to_numpy(zero_copy_only=False))], np.zeros(len(values), dtype=bool)
-    sub, ok, bad, out = _matched(values, f"^(?P<n>{_NUMBER})(?P<u>[KMGTP]?)$")
+    sub, ok, bad, out = _matched(values, f"^(?P<n>{NUMBER})(?P<u>[KMGTP]?)$")
     if sub is not None:
         num = pc.cast(pc.struct_field(sub, [0]), pa.float64()).to_numpy(zero_copy_only=False)
         unit = pc.index_in(pc.struct_field(sub, [1]), value_set=pa.array(_SUFFIXES)).to_numpy(zero_copy_only=False)
@@ -199,12 +177,12 @@ def _suffixed(values: pa.Array, scale: Mapping[str, float]) -> tuple[np.ndarray,
 def counts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Counts sacct may have put through its unit conversion (gpuutil before 23.11.7, energy): `1K` = 1024,
     `1.50K` = 1536; plain numbers as they are."""
-    return _suffixed(values, _COUNT_UNIT)
+    return _suffixed(values, COUNT_UNIT)
 
 
 def sizes_mib(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Sizes as sacct prints them (`218192K`, `1.50G`, raw bytes without a suffix) -> MiB."""
-    return _suffixed(values, _MEM_UNIT_MIB)
+    return _suffixed(values, MEM_UNIT_MIB)
 
 
 def clock_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -230,8 +208,7 @@ def clock_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _clock_regex(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    sub, ok, bad, out = _matched(
-        values, r"^(?:(?P<d>[0-9]+)-)?(?:(?P<h>[0-9]+):)?(?P<m>[0-9]+):(?P<s>[0-9]+(?:\.[0-9]+)?)$")
+    sub, ok, bad, out = _matched(values, CLOCK)
     if sub is not None:
         groups = sub  # (a name the closure sees as not None)
 
@@ -242,27 +219,6 @@ def _clock_regex(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
         out[ok] = part(0) * 86400 + part(1) * 3600 + part(2) * 60 + part(3)
     return out, bad
-
-
-def parse_usage(text: str) -> dict[str, float]:
-    """One usage TRES string -> {name: value} (cpu in seconds, mem/vmem/gres/gpumem in MiB, others as
-    printed). The scalar definition, for tests and messages; the rollup uses the vectorised forms above."""
-    if not _ENTRY_SYNTAX.match(text):
-        raise ValueError(f"not a TRES list (name=value,...): {text!r:.80}")
-    out: dict[str, float] = {}
-    for entry in filter(None, text.split(",")):
-        name, _, value = entry.partition("=")
-        arr = pa.array([value])
-        if name == "cpu":
-            got, bad = clock_seconds(arr) if ":" in value else numbers(arr)
-        elif name in ("mem", "vmem", "gres/gpumem"):
-            got, bad = sizes_mib(arr)
-        else:
-            got, bad = counts(arr)
-        if bad[0]:
-            raise ValueError(f"{name}={value!r} is not a number")
-        out[name] = float(got[0])
-    return out
 
 
 # ---- the rollup --------------------------------------------------------------------------------------------
@@ -446,7 +402,7 @@ class _UsageRows:
     def malformed(self, name: str, among: np.ndarray | None = None) -> np.ndarray:
         """The rows (of the table) whose `name` is not a TRES list; `among`: of these usage rows only."""
         at, t_at, few, arr = self.to_read(name, among)
-        ok = fields._mask(pc.fill_null(pc.match_substring_regex(arr, _ENTRY_SYNTAX.pattern), True))
+        ok = fields._mask(pc.fill_null(pc.match_substring_regex(arr, ENTRY_SYNTAX.pattern), True))
         return at[~ok] if few else at[~ok[t_at]]
 
     def field_values(self, name: str, key: str, kind: str, among: np.ndarray | None = None) -> Extracted:
@@ -753,7 +709,8 @@ def _roll_up(jobs: _JobMap, reads: _Reads, util: _Utilisation) -> None:
     spoiled = util.spoiled
     busy = np.where(util.has_util & ~spoiled, util.per_gpu / 100 * reads.gpus * reads.elapsed, np.nan)
     jobs.add(out["gpu_busy_gpu_s"], busy)
-    jobs.peak(out["gpu_util_max_pct"], np.where(spoiled, np.nan, util.peak))
+    # (a peak only where the row has a utilisation: Max alone, without Tot or Ave, passes no rule's checks)
+    jobs.peak(out["gpu_util_max_pct"], np.where(util.has_util & ~spoiled, util.peak, np.nan))
     gmem_max = got["TRESUsageInMax", "gres/gpumem"].values
     gmem_max = np.where(np.nan_to_num(gmem_max) < 0, np.nan, gmem_max)
     jobs.peak(out["gpu_mem_max_mb"], gmem_max)
