@@ -216,3 +216,11 @@ def test_opt_out_and_owner_files(month: dict[str, Any], tmp_path: Path) -> None:
     assert by_name[("user", month["other"])]["why"] == "opted_out" and by_name[("user", month["opted"])]["why"] == "opted_out"
     assert by_name[("account", "ml")]["to"] == "ml-pi@example.org" and ("account", OWNED) in by_name
     assert f"{owners}:3: expected `account address`" in err
+
+
+def test_config_check_names_an_unknown_subject_field(tmp_path: Path) -> None:
+    conf = tmp_path / "site.conf"
+    conf.write_text(BASE + "[notify]\nsubject = {cluster}: {who}\n")
+    result = CliRunner().invoke(cli, ["config", "check", str(conf)])
+    assert result.exit_code == 2
+    assert f"{conf}:4:" in result.output and "unknown field {who}" in result.output
