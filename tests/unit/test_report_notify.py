@@ -224,3 +224,42 @@ def test_config_check_names_an_unknown_subject_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["config", "check", str(conf)])
     assert result.exit_code == 2
     assert f"{conf}:4:" in result.output and "unknown field {who}" in result.output
+
+
+def test_from_the_store_as_report_build(tmp_path: Path) -> None:
+    """The default source: the store that `report fetch` filled; the notices' figures are report build's."""
+    from tests.unit import store_trees as st
+
+    conf = st.write_config(tmp_path)
+    conf.write_text(conf.read_text() + "[guard]\naddress_template = {user}@example.org\n")
+    st.fetch_all(conf)
+    day = st.DAYS[0]
+    window = ("--since", day.isoformat(), "--until", st.until(day))
+    built = st.run(conf, "build", *window, "--format", "json", "--out", str(tmp_path / "out"))
+    assert built.exit_code == 0, built.output
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    result = st.run(conf, "notify", *window, "--json", "--dry-run", str(tmp_path / "eml"))
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)
+    assert [(o["name"], o["status"]) for o in run["notices"]] == [("u0", "written")]
+    (eml,) = (tmp_path / "eml").glob("*.eml")
+    text = BytesParser(policy=policy.default).parsebytes(eml.read_bytes()).get_body(("plain",)).get_content()
+    (use,) = doc["gpu_use"]["by_user"]
+    (runs,) = doc["runs"]["by_user"]
+    assert use["allocated_gpu_hours"] == st.GPU_HOURS_PER_DAY and runs["cost"] == 2 * st.GPU_HOURS_PER_DAY
+    assert "Allocated GPU-hours" in text and f"{use['allocated_gpu_hours']:,.2f}" in text
+    assert f"{runs['cost']:,.2f}" in text
+
+
+def test_html_escapes_what_users_name() -> None:
+    from gpuclust.accounting.figures.notices import UseNotice, WorstJob
+    from gpuclust.accounting.output.notice_render import render
+
+    job = WorstJob("7", "<script>x</script>\x1b[2J", "gpu", "h100", 1, "n1", None, None, 2.0, 0.0, 2.0, 0.0,
+                   "usage_tres", 4.0, 4.0, [])
+    n = UseNotice("user", "alice", "c", "2026-11-01T00:00:00+00:00", "2026-11-08T00:00:00+00:00", "EUR", 10.0,
+                  {"jobs": 1, "allocated_gpu_hours": 2.0, "busy_gpu_hours": 0.0, "held_idle_gpu_hours": 2.0,
+                   "coverage": 1.0, "util_mean_pct": 0.0}, None, 4.0, 0.0, [job])
+    mail = render(n, key="k", to="alice@example.org", subject_template="{name}\n{cluster}")
+    assert "<script>" not in mail.html and "&lt;script&gt;" in mail.html
+    assert "\x1b" not in mail.text and "\n" not in mail.subject and mail.subject == "alice\\x0ac"
