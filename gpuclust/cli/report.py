@@ -335,6 +335,78 @@ def _say_source_warnings(data: dict[str, Any]) -> str | None:
     return summary
 
 
+@group.command("notify")
+@_period_options
+@click.option("--input", "input_path", type=HintPath(dir_okay=False, exists=True),
+              help="Read this sacct dump (--parsable2 with its header line, or --json) instead of the store, as "
+                   "`report build --input` does.")
+@click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
+              help="Delimiter of a --parsable2 --input file (default: told from the header line).")
+@click.option("--slurm-version", "slurm_version", callback=_named(_check_slurm_version),
+              help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), for gres/gpuutil.")
+@click.option("--dry-run", "dry_run_dir", type=HintPath(file_okay=False),
+              help="Write each mail as DIR/KEY.eml (text and HTML parts) instead of sending it; the outbox and "
+                   "the SMTP server are not touched.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run as JSON: cluster, period, counts, notices (one per user and account owner: "
+                   "key, to, status queued | already_queued | sent | kept | written | skipped, and why: "
+                   "opted_out, no_address, no_gpu_use or the SMTP error), deliveries and warnings.")
+@pass_app
+def notify_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, period_name: str | None,
+               input_path: str | None, delimiter: str | None, slurm_version: str | None, dry_run_dir: str | None,
+               as_json: bool) -> None:
+    """Mail each user their GPU use over a period, and each account's to its owner ([notify] account_owners).
+
+    Builds the period's report as `report build` does (the store, default period last-7d; or --input) and
+    mails each user with GPU jobs their allocated, busy and held-idle GPU-hours, what they cost at the site's
+    prices, their worst jobs by held-idle GPU-hours and the advice on them. Users in [notify] opt_out get
+    none. Mails wait in the [notify] state_dir outbox until the SMTP server ([notify], else [guard], mail
+    settings) takes them: a rerun for the same period sends nothing twice, and a mail kept by a failing
+    server goes with the next run.
+
+    \b
+    Exit codes: 0 done (a mail kept for a later run is a warning), 1 no job in the period (from the store),
+    2 bad config or input, 75 another notify run holds the lock.
+    """
+    from gpuclust.accounting.ingest.fast import memory
+    from gpuclust.accounting.ingest.text import decode_delimiter
+    from gpuclust.accounting.notify import NotifyBusy, run_notify
+    from gpuclust.exitcodes import EXIT_BUSY
+
+    config = _build_config(app, input_path, writes=False)
+    memory.keep_freed_memory()
+    delim = None if delimiter is None else decode_delimiter(delimiter)
+    period = resolve_period(since, until, period_name, config.timezone)
+    if period is None and not input_path:
+        period = resolve_period(None, None, "last-7d", config.timezone)
+    try:
+        run = run_notify(config, period, input_path=input_path, delimiter=delim, slurm_version=slurm_version,
+                         dry_run_dir=dry_run_dir)
+    except NotifyBusy as exc:
+        warn(exc)
+        raise click.exceptions.Exit(EXIT_BUSY) from None
+    if as_json:
+        echo_json(run.as_dict())
+    elif not app.quiet:
+        for o in run.outcomes:
+            where = f" to {o.to}" if o.to else ""
+            why = f" ({o.why})" if o.why else ""
+            echo_text(f"{o.status} {o.kind} {o.name}{where}{why}")
+        for d in run.deliveries:
+            if not any(o.key == d.key for o in run.outcomes):  # an earlier run's notice, sent or kept now
+                echo_text(f"{'sent' if d.sent else 'kept'} earlier notice {d.key} to {d.to}")
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(run.counts().items())) or "no recipient"
+        p = run.period
+        echo_text(f"notify {p.get('start', '')} .. {p.get('end', '')}: {counts}"
+                  + (f" (dry run: mails written to {dry_run_dir})" if dry_run_dir else ""))
+    for problem in run.warnings:
+        warn(problem)
+    if not run.runs and not input_path:
+        click.echo(f"no job attempts in the period {run.period.get('start', '')} .. {run.period.get('end', '')}",
+                   err=True)
+        raise SystemExit(EXIT_NEGATIVE)
+
+
 SHOW_BY = ("partition", "account", "user")
 """gpuclust.accounting.output.show.BY, spelled out (importing show pulls pandas)."""
 SHOW_ROWS = ("jobs", "runs", "findings")

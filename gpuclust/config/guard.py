@@ -1,5 +1,5 @@
 """Config section [guard]: the rules `gpuclust guard` applies to running GPU jobs whose GPUs sit idle, and the
-mail settings its notices (and later `report notify`) go out with.
+mail settings its notices go out with (and `report notify`'s, where [notify] sets none: config/mail.py).
 
 Kept apart from site.py like telemetry.py: site.py lists GUARD in SECTIONS and calls `guard_config` once;
 `GuardConfig` is re-exported there. The plane that acts on it is gpuclust.guard.
@@ -7,62 +7,25 @@ Kept apart from site.py like telemetry.py: site.py lists GUARD in SECTIONS and c
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass
 
 from gpuclust.config import values as v
+from gpuclust.config.mail import (  # (re-exported: their first home was here)
+    ADDRESS_FIELDS,
+    MailConfig,
+    mail_config,
+    mail_keys,
+    parse_address_template,
+    parse_host,
+    parse_mail_address,
+    parse_port,
+)
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, field_values
 from gpuclust.config.telemetry import parse_percent
 from gpuclust.errors import Problem
 
-# The fields an address template may name: the job's user and account (a template is read once per notice).
-ADDRESS_FIELDS = ("user", "account")
-
-
-def parse_address_template(text: str) -> str:
-    """`{user}@example.org`: an address with {user} (and optionally {account}); any other {field} is refused."""
-    raw = text.strip()
-    try:
-        parsed = list(string.Formatter().parse(raw))
-    except ValueError as exc:
-        raise ValueError(f"bad template {text!r}: {exc}") from None
-    names = [name for _, name, _, _ in parsed if name is not None]
-    for _, name, spec, conv in parsed:
-        if name is None:
-            continue
-        if name not in ADDRESS_FIELDS:
-            raise ValueError(f"unknown field {{{name}}} in {text!r} (known: "
-                             f"{', '.join('{' + f + '}' for f in ADDRESS_FIELDS)})")
-        if spec or conv:
-            raise ValueError(f"{{{name}}} takes no format spec or conversion in {text!r}")
-    if "user" not in names:
-        raise ValueError(f"the template must name {{user}}, got {text!r}")
-    if raw.count("@") != 1 or any(c.isspace() or ord(c) < 32 for c in raw):
-        raise ValueError(f"expected an address like {{user}}@example.org, got {text!r}")
-    return raw
-
-
-def parse_mail_address(text: str) -> str:
-    raw = text.strip()
-    local, at, domain = raw.rpartition("@")
-    if not at or not local or not domain or any(c.isspace() or ord(c) < 32 or c in "<>," for c in raw):
-        raise ValueError(f"expected an address like gpuclust@example.org, got {text!r}")
-    return raw
-
-
-def parse_host(text: str) -> str:
-    raw = text.strip()
-    if not raw or any(c.isspace() or ord(c) < 32 or c in "/@" for c in raw):
-        raise ValueError(f"expected a host name or address, got {text!r}")
-    return raw
-
-
-def parse_port(text: str) -> int:
-    value = v.parse_positive_int(text)
-    if value > 65535:
-        raise ValueError(f"expected a TCP port 1-65535, got {text!r}")
-    return value
-
+__all__ = ["ADDRESS_FIELDS", "GUARD", "GuardConfig", "MailConfig", "guard_config", "parse_address_template",
+           "parse_host", "parse_mail_address", "parse_port"]
 
 GUARD = SectionSpec(
     "guard",
@@ -95,15 +58,7 @@ GUARD = SectionSpec(
             "host's before a run refuses to act (seconds or 30s).", default=30.0),
         Key("max_staleness", v.parse_positive_seconds, "The newest GPU utilisation sample may be at most this "
             "old; older: telemetry is stale and nothing is acted on.", default=300.0),
-        Key("smtp_host", parse_host, "SMTP server the notices go to.", default="localhost"),
-        Key("smtp_port", parse_port, "Its port.", default=25),
-        Key("smtp_timeout", v.parse_positive_seconds, "Limit of each SMTP conversation step (seconds or 30s); a "
-            "slower server keeps the notice in the outbox for the next run.", default=30.0),
-        Key("mail_from", parse_mail_address, "From: address of the notices.", default="gpuclust@localhost"),
-        Key("address_template", parse_address_template, "A user's address, e.g. {user}@example.org (fields: "
-            "{user}, {account})."),
-        Key("address_file", v.parse_abs_path, "A file of `user address` lines, read before the template (# "
-            "comments)."),
+        *mail_keys(),
     ),
 )
 
@@ -111,18 +66,6 @@ FIELD_OF_KEY = {"idle_threshold": "idle_threshold_pct", "lookback": "lookback_s"
                 "second_warn_after": "second_warn_after_s", "cancel_after": "cancel_after_s",
                 "max_clock_skew": "max_clock_skew_s", "max_staleness": "max_staleness_s",
                 "smtp_timeout": "smtp_timeout_s"}
-
-
-@dataclass(frozen=True)
-class MailConfig:
-    """Where and how notices are sent (gpuclust.mail)."""
-
-    smtp_host: str = GUARD.default("smtp_host")
-    smtp_port: int = GUARD.default("smtp_port")
-    smtp_timeout_s: float = GUARD.default("smtp_timeout")
-    mail_from: str = GUARD.default("mail_from")
-    address_template: str | None = None
-    address_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +94,7 @@ def guard_config(path: str, sections: list[ParsedSection]) -> tuple[GuardConfig,
         return GuardConfig(), []
     section = sections[0]
     values = field_values(section, GuardConfig, FIELD_OF_KEY)
-    mail = MailConfig(**field_values(section, MailConfig, FIELD_OF_KEY))
+    mail = mail_config(section)
     cfg = GuardConfig(**values, mail=mail)
     problems: list[Problem] = []
 

@@ -21,6 +21,7 @@ from gpuclust.config.economics import (
 from gpuclust.config.guard import GUARD, GuardConfig, guard_config
 from gpuclust.config.health import HEALTH, HealthConfig, health_config
 from gpuclust.config.ini import decode_config, parse_ini
+from gpuclust.config.notify import NOTIFY, NotifyConfig, notify_config
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.config.telemetry import TELEMETRY, TelemetryConfig, telemetry_config
 from gpuclust.errors import ConfigError, Problem
@@ -162,7 +163,7 @@ SLURM = SectionSpec(
     ),
 )
 
-SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH, SLURM, GUARD)
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH, SLURM, GUARD, NOTIFY)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ class SiteConfig:
     health: HealthConfig = field(default_factory=HealthConfig)
     slurm_backend: str = SLURM.default("backend")  # [slurm] backend
     guard: GuardConfig = field(default_factory=GuardConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     @property
     def currency(self) -> str:
@@ -331,6 +333,8 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
     problems += economics_problems
     guard, guard_problems = guard_config(path, by_kind.get("guard", []))
     problems += guard_problems
+    notify, notify_problems = notify_config(path, by_kind.get("notify", []), guard.mail)
+    problems += notify_problems
     if problems or site is None:
         raise ConfigError(problems or [Problem(path, None, "missing required section [site]")])
     state_dir = site.get("state_dir")
@@ -355,6 +359,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         health=health_config(by_kind.get("health", [])),
         slurm_backend=by_kind["slurm"][0].get("backend") if by_kind.get("slurm") else SLURM.default("backend"),
         guard=guard,
+        notify=notify,
     )
 
 

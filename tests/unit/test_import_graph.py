@@ -168,8 +168,8 @@ def test_cycle_finder_finds_a_circle() -> None:
 
 
 # Accounting's stages, in the order data flows through them; `pipeline` (the package's own top) runs them, and
-# `jobview` (`gpuclust job`, the one-job view) sits on top beside it.
-ACCOUNTING_STAGES = ("ingest", "history", "figures", "output", "pipeline", "jobview")
+# `jobview` (`gpuclust job`, the one-job view) sits on top beside it; `notify` (`report notify`) on top of the pipeline.
+ACCOUNTING_STAGES = ("ingest", "history", "figures", "output", "pipeline", "jobview", "notify")
 # Of the fenced fast path (ingest.fast), the two pieces the later stages share: the integer sorts and the
 # process's memory settings. Any other reach into the fence from outside ingest is a new dependency on speed-only
 # code, and fails here.
