@@ -153,3 +153,17 @@ def test_stale_acceptance_sweep() -> None:
     lines = lemon.reaccept_lines(section, {"x": now - timedelta(days=1), "y": now - timedelta(days=30)}, now, 7)
     assert lines["stale"] == ["y"]
     assert lines["sweep"] == ["gpuclust accept submit allreduce --partition gpu --nodes 1 --nodelist y"]
+
+
+def test_the_printed_line_submits_on_the_named_nodes(tmp_path: Path) -> None:
+    import pytest
+
+    from gpuclust.accept import submit as S
+    from gpuclust.config import parse_config
+    from gpuclust.errors import UnsafeValueError
+
+    cfg = parse_config(f"[site]\ncluster_name = lab\nresults_dir = {tmp_path}/results\n[partition gpu]\n"
+                       "gpus_per_node = 4\n")
+    assert "--nodelist=n[01-02],n08" in S.build("allreduce", cfg, "gpu", 3, nodelist="n[01-02],n08").args
+    with pytest.raises(UnsafeValueError):
+        S.build("allreduce", cfg, "gpu", 1, nodelist="n01;id")
