@@ -318,6 +318,16 @@ def build(
     return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed
 
 
+def lemon_nodes(config: SiteConfig, since: datetime, until: datetime) -> dict[str, Any]:
+    """The lemon nodes (figures/lemon.py: report.json's `lemon_nodes`) of the jobs the store holds that ended in
+    since..until: `audit partition`'s lemon check. InputError (a StoreError) when the store cannot be read."""
+    root = store.store_dir(config.state_dir)
+    period = Period(since, until)
+    with store.reading(root):
+        table = storeread.load_for_report(root, period.utc_days(), config.cluster_name)
+    return lemon.section_for(lemon.job_rows(table, period), config, until)
+
+
 # (input_period, rows_accounted and JobFilter live with their stages; their old names here still serve.)
 __all__ = ["FetchSummary", "JobFilter", "build", "fetch", "input_period", "read_input", "rows_accounted",
            "write_report"]

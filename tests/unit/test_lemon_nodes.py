@@ -167,3 +167,21 @@ def test_the_printed_line_submits_on_the_named_nodes(tmp_path: Path) -> None:
     assert "--nodelist=n[01-02],n08" in S.build("allreduce", cfg, "gpu", 3, nodelist="n[01-02],n08").args
     with pytest.raises(UnsafeValueError):
         S.build("allreduce", cfg, "gpu", 1, nodelist="n01;id")
+
+
+def test_audit_partition_names_the_partition_s_lemons(tmp_path: Path) -> None:
+    from gpuclust.audit.lemon import check_lemons
+    from gpuclust.config import parse_config
+    from gpuclust.exitcodes import Nagios
+
+    jobs = [_job(f"{n}{h}", f"u{h % 3}", n, h, "NODE_FAIL" if (n == "bad" and h % 2) or (n != "bad" and h == 1)
+                 else "COMPLETED", 4) for n in ("bad", "a", "b", "c", "d", "e") for h in range(24)]
+    site = parse_config(f"[site]\ncluster_name = t\nstate_dir = {tmp_path}/state\n")
+    now = datetime(2026, 12, 2, tzinfo=timezone.utc)
+    found = check_lemons(site, ["bad", "a", "b"], now, 3, source=lambda *_: lemon.compute(jobs))
+    assert [(f.check, f.severity, f.nodes) for f in found] == [("lemon.nodes", Nagios.WARNING, "bad")]
+    assert "p = " in found[0].message and "one-sided Poisson" in found[0].message
+    assert check_lemons(site, ["a", "b"], now, 3, source=lambda *_: lemon.compute(jobs))[0].severity == Nagios.OK
+    # no store yet: not checked, never an alarm
+    missing = check_lemons(site, ["a"], now, 3)
+    assert missing[0].severity == Nagios.OK and "not checked" in missing[0].message
