@@ -16,7 +16,6 @@ if TYPE_CHECKING:
         TelemetryResult,
         fetch_telemetry,
     )
-
     from gpuclust.accounting.pipeline import lemon_nodes
 
 __all__ = ["JobTelemetry", "JobWindow", "TelemetryResult", "fetch_telemetry", "lemon_nodes"]

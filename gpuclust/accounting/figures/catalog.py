@@ -444,7 +444,7 @@ ENTRIES: tuple[Figure | Concept, ...] = (
     Figure("failures", LEMON, COUNT,
            "The node's failure hours: hours with node_fail, shared_exit, xid or ecc (each hour once).",
            prom="lemon_failures", prom_help="Failure hours of the node's production jobs in the period."),
-    Figure("node_fail", LEMON, COUNT, label="NODE_FAIL hours"),
+    Figure("node_fail", LEMON, COUNT, label="Node-fail hours"),
     Figure("shared_exit", LEMON, COUNT, label="Shared non-zero exit hours"),
     Figure("xid", LEMON, COUNT, label="Xid hours"),
     Figure("ecc", LEMON, COUNT, label="ECC (DBE) hours"),

@@ -217,7 +217,7 @@ def compute(jobs: Iterable[JobRow], *, gpu_events: Mapping[str, Sequence[GpuEven
     for n, rec in nodes.items():
         pooled[primary[n]][0] += len(failed_hours[n])
         pooled[primary[n]][1] += rec.gpu_s / 3600.0
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n, rec in sorted(nodes.items()):
         gpu_h = rec.gpu_s / 3600.0
         fails = len(failed_hours[n])
@@ -243,7 +243,7 @@ def compute(jobs: Iterable[JobRow], *, gpu_events: Mapping[str, Sequence[GpuEven
     findings = [finding_text(r) for r in ranked if r["suspect"]]
     # MTTF by job size: a job failed for a node-level cause when it ended NODE_FAIL or failed in a failure hour
     sizes: dict[str, list[float]] = {}
-    for lo, hi in SIZE_BUCKETS:
+    for lo, _ in SIZE_BUCKETS:
         sizes[size_bucket(lo)] = [0.0, 0.0, 0.0]  # jobs, run hours, failed jobs
     for job in jobs:
         s = sizes[size_bucket(job.gpus)]

@@ -40,10 +40,10 @@ def html_section(report: Report) -> str | None:
     rows = "".join(f"<tr><td>{e(r['job_size'])}</td><td>{r['jobs']}</td><td>{r['failed_jobs']}</td>"
                    f"<td>{_num(r['mttf_hours'], '.1f')}</td><td>{_num(r['ettr'], '.3f')}</td></tr>"
                    for r in lemon["by_job_size"])
-    parts.append(f"<table><thead><tr><th>GPUs</th><th>Jobs</th><th>Failed (node-level)</th><th>{e(mttf)}</th>"
+    parts.append(f"<div class='table-wrap'><table class='t'><thead><tr><th>GPUs</th><th>Jobs</th><th>Failed (node-level)</th><th>{e(mttf)}</th>"
                  f"<th>{e(ettr)}</th></tr></thead><tbody>{rows}<tr><td>all</td><td>{fleet['jobs']}</td>"
                  f"<td>{fleet['failed_jobs']}</td><td>{_num(fleet['mttf_hours'], '.1f')}</td>"
-                 f"<td>{_num(fleet['ettr'], '.3f')}</td></tr></tbody></table>")
+                 f"<td>{_num(fleet['ettr'], '.3f')}</td></tr></tbody></table></div>")
     parts.append(f"<p class='meta'>Restore {fleet['restore_seconds']:g} s ({e(fleet['restore_source'])}), "
                  f"checkpoint interval {fleet['checkpoint_interval_seconds']:g} s.</p>")
     again = lemon.get("reaccept") or {}
