@@ -25,6 +25,7 @@ from gpuclust.slurm.client import SlurmClient
 
 TEMPLATE_ENV = "GPUCLUST_TEMPLATE_DIR"
 _COMMENT_RE = re.compile(r"^[A-Za-z0-9_.,:=/@+ -]{0,200}$")
+_NODELIST_RE = re.compile(r"^[A-Za-z0-9_.,\[\]-]{1,4000}$")
 _TIME_RE = re.compile(r"^[0-9:-]{1,16}$")
 CONTAINER_PARAMS = ("ACCEPT_CONTAINER", "ACCEPT_CONTAINER_RUNTIME", "ACCEPT_CONTAINER_DIGEST")
 
@@ -66,7 +67,7 @@ def build(
     kind: str, config: SiteConfig, partition: str, nodes: int, *, gpus_per_node: int | None = None,
     account: str | None = None, qos: str | None = None, time_limit: str | None = None, comment: str | None = None,
     settings: Mapping[str, str] | None = None, python: str | None = None, templates: Path | None = None,
-    container: ContainerSpec | None = None,
+    container: ContainerSpec | None = None, nodelist: str | None = None,
 ) -> Submission:
     if kind not in KINDS:
         raise InputError(f"unknown acceptance kind {kind!r} (one of {', '.join(KINDS)}, or all)")
@@ -99,6 +100,10 @@ def build(
         if not _TIME_RE.match(time_limit):
             raise UnsafeValueError(f"--time {time_limit!r}: use Slurm's [D-]HH:MM:SS or minutes")
         args.append(f"--time={time_limit}")
+    if nodelist:  # (the lemon nodes' re-acceptance: these nodes, not any of the partition's)
+        if not _NODELIST_RE.match(nodelist):
+            raise UnsafeValueError(f"--nodelist {nodelist!r}: use a Slurm hostlist such as node[01-04],gpu7")
+        args.append(f"--nodelist={nodelist}")
     if comment is not None:
         if not _COMMENT_RE.match(comment):
             raise UnsafeValueError(f"--comment {comment!r} has characters outside [A-Za-z0-9_.,:=/@+ -]")

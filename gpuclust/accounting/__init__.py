@@ -1,6 +1,7 @@
 """The accounting plane: sacct ingest, the history store, the figures and the report.
 
-Its public face for other planes (tests/unit/test_import_graph.py): the live telemetry reader the guard uses.
+Its public face for other planes (tests/unit/test_import_graph.py): the live telemetry reader the guard uses, and
+the lemon nodes of the store that `audit partition` checks (pipeline.lemon_nodes).
 The names load on first use, so importing the package loads nothing else.
 """
 
@@ -15,11 +16,16 @@ if TYPE_CHECKING:
         TelemetryResult,
         fetch_telemetry,
     )
+    from gpuclust.accounting.pipeline import lemon_nodes
 
-__all__ = ["JobTelemetry", "JobWindow", "TelemetryResult", "fetch_telemetry"]
+__all__ = ["JobTelemetry", "JobWindow", "TelemetryResult", "fetch_telemetry", "lemon_nodes"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "lemon_nodes":
+        from gpuclust.accounting import pipeline
+
+        return pipeline.lemon_nodes
     if name in __all__:
         from gpuclust.accounting.figures import telemetry
 

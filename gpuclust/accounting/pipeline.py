@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accounting.figures import economics, gpuuse, storedtelemetry, trend
+from gpuclust.accounting.figures import economics, gpuuse, lemon, storedtelemetry, trend
 from gpuclust.accounting.figures.economics import (
     attach as attach_economics,  # (one of two stages named attach)
 )
@@ -311,10 +311,21 @@ def build(
         gpuuse.attach_sums(report, use.result(), config,
                            usage_warnings=parsed.usage_warnings if parsed else 0,
                            usage_problems=parsed.usage_problems if parsed else None)
+    lemon.attach(report, lemon.job_rows(table, period), config, period)
     del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
     if not input_path and trend_days:
         trend.add_to_report(report, store.store_dir(config.state_dir), config, trend_days, lookback_of(config))
     return reportdoc.stamp(report, config.cluster_name, currency=config.currency), parsed
+
+
+def lemon_nodes(config: SiteConfig, since: datetime, until: datetime) -> dict[str, Any]:
+    """The lemon nodes (figures/lemon.py: report.json's `lemon_nodes`) of the jobs the store holds that ended in
+    since..until: `audit partition`'s lemon check. InputError (a StoreError) when the store cannot be read."""
+    root = store.store_dir(config.state_dir)
+    period = Period(since, until)
+    with store.reading(root):
+        table = storeread.load_for_report(root, period.utc_days(), config.cluster_name)
+    return lemon.section_for(lemon.job_rows(table, period), config, until)
 
 
 # (input_period, rows_accounted and JobFilter live with their stages; their old names here still serve.)

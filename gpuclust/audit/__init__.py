@@ -18,11 +18,11 @@ from gpuclust.exitcodes import Nagios
 from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm.client import SlurmClient
 
-from . import acceptance, baseline, checks
+from . import acceptance, baseline, checks, lemon
 from .collect import ClusterSnapshot, collect_snapshot
 from .findings import AuditReport, Finding, PartitionFigures, worst
 
-CHECK_FAMILIES = ("state", "homogeneity", "limits", "acceptance")
+CHECK_FAMILIES = ("state", "homogeneity", "limits", "acceptance", "lemon")
 
 __all__ = ["AuditReport", "CHECK_FAMILIES", "Finding", "audit_partitions", "audit_snapshot", "unknown_report",
            "worst"]
@@ -43,6 +43,7 @@ def audit_snapshot(
     skip: Sequence[str] = (),
     results_dir: str | None = None,
     thresholds: Thresholds | None = None,
+    lemon_days: int = lemon.DEFAULT_LOOKBACK_DAYS,
 ) -> AuditReport:
     now = now or datetime.now(timezone.utc)
     report = AuditReport(partition, cluster=snap.cluster, generated_at=now.isoformat(timespec="seconds"),
@@ -84,6 +85,8 @@ def audit_snapshot(
         else:
             report.add([Finding.make("acceptance", Nagios.OK,
                                      "acceptance not checked: no results_dir (site config or --results-dir)")])
+    if "lemon" not in skip:
+        report.add(lemon.check_lemons(site, part.nodes, now, lemon_days))
     if baseline_path:
         report.add(baseline.diff_baseline(baseline_path, partition, {n.name: n for n in nodes}))
     return report
@@ -100,9 +103,10 @@ def audit_partitions(
     skip: Sequence[str] = (),
     results_dir: str | None = None,
     thresholds: Thresholds | None = None,
+    lemon_days: int = lemon.DEFAULT_LOOKBACK_DAYS,
 ) -> list[AuditReport]:
     """Audit the named partitions (None: every partition). Raises SlurmError when scontrol cannot be read."""
     snap = collect_snapshot(client, source, accounting="limits" not in skip)
     names = list(partitions) if partitions is not None else list(snap.partitions)  # scontrol's order
     return [audit_snapshot(snap, name, site, now=now, baseline_path=baseline_path, skip=skip,
-                           results_dir=results_dir, thresholds=thresholds) for name in names]
+                           results_dir=results_dir, thresholds=thresholds, lemon_days=lemon_days) for name in names]

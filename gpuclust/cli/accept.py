@@ -61,6 +61,9 @@ def group() -> None:
 @click.option("--dcgm-level", type=HintIntRange(0, 4), default=None,
               help="Before the run, also run `dcgmi diag -r N -j` on each node where dcgmi exists, and gate on it "
                    "(ACCEPT_DCGM_LEVEL; 1 quick, 2 medium, 3 long, 4 very long; 0 or absent: none).")
+@click.option("--nodelist", "-w", default=None, metavar="HOSTLIST",
+              help="Run on these nodes (sbatch --nodelist), e.g. the lemon nodes a report names; --nodes is their "
+                   "count.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
 @click.option("--retest-drained", is_flag=True,
               help="Let the job(s) onto the partition's nodes that gpuclust drained (accept report --drain): resume "
@@ -69,7 +72,8 @@ def group() -> None:
 def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node: int | None, account: str | None,
            qos: str | None, time_limit: str | None, comment: str | None, settings: tuple[str, ...],
            python: str | None, template_dir: str | None, container_image: str | None, container_runtime: str,
-           as_json: bool, retest_drained: bool = False, dcgm_level: int | None = None) -> None:
+           as_json: bool, retest_drained: bool = False, dcgm_level: int | None = None,
+           nodelist: str | None = None) -> None:
     """Submit acceptance job(s) with sbatch and print their job ids (one per line: KIND JOBID)."""
     from gpuclust.accept import submit as S
 
@@ -86,7 +90,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
         spec = C.resolve_with_client(container_image, container_runtime, app.slurm)
     plans = [S.build(k, config, partition, nodes, gpus_per_node=gpus_per_node, account=account, qos=qos,
                      time_limit=time_limit, comment=comment, settings=values, python=python, templates=templates,
-                     container=spec)
+                     container=spec, nodelist=nodelist)
              for k in kinds]  # all validated before anything is submitted
     drained = {}
     if retest_drained:

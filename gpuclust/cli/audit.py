@@ -15,6 +15,7 @@ from gpuclust.cli.output import echo_json
 from gpuclust.cli.params import (
     CheckTimedOut,
     HintChoice,
+    HintIntRange,
     HintPath,
     RangeType,
     check_deadline,
@@ -54,12 +55,15 @@ def group() -> None:
               help="CRITICAL when the unavailable nodes are outside this Nagios range; -w 1 -c 4: 2 to 4 "
                    "unavailable WARNING, 5 or more CRITICAL. Ranges: N (alert above N), N: (below N), ~:N, "
                    "A:B (outside), @A:B (inside).")
+@click.option("--lemon-days", type=HintIntRange(min=1), default=7, show_default=True,
+              help="Lookback of the lemon check: production jobs of the accounting store that ended this many days "
+                   "before now.")
 @check_timeout_option("audit")
 @pass_app
 def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: bool, baseline_path: str | None,
               source: str, skip: tuple[str, ...], results_dir: str | None, problems_only: bool,
               warning: NagiosRange | None = None, critical: NagiosRange | None = None,
-              timeout: int | None = None) -> None:
+              timeout: int | None = None, lemon_days: int = 7) -> None:
     """Audit partition NAME (or --all) and exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
 
     \b
@@ -80,6 +84,8 @@ def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: 
       limits.accounting    UNKNOWN   sacctmgr unreadable (limits not checked)
       acceptance.*         WARNING   no/stale passing all_reduce or storage result, version drift;
                            CRITICAL  a later acceptance job named the node as failed
+      lemon.nodes          WARNING   nodes failing production jobs beyond chance (accounting store,
+                                     --lemon-days; one-sided Poisson, Holm; its p-value)
       baseline.*           WARNING   nodes added/removed/changed since --baseline
     UNKNOWN (3): Slurm unreachable, no such partition, a usage error, a --config that is missing or invalid,
     or --timeout ran out.
@@ -91,7 +97,7 @@ def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: 
         with check_deadline(timeout):
             reports = audit_partitions(app.slurm, None if all_partitions else [name or ""], site, source=source,
                                        baseline_path=baseline_path, skip=skip, results_dir=results_dir,
-                                       thresholds=Thresholds.given(warning, critical))
+                                       thresholds=Thresholds.given(warning, critical), lemon_days=lemon_days)
     except SlurmError as exc:
         reports = [unknown_report(name or "(all)", f"Slurm unreachable: {exc}")]
     except CheckTimedOut:

@@ -35,8 +35,8 @@ HEADER = ("JobID|JobIDRaw|JobName|User|Account|Partition|QOS|State|ExitCode|Subm
 
 
 def _usage_dump(path: Path) -> Path:
-    """Six 4-GPU jobs of an hour with gres/gpuutil (one failed, one on another partition and account), and one
-    job without any usage TRES (unknown, counted)."""
+    """Six 4-GPU jobs of an hour with gres/gpuutil (one failed, one on another partition and account), one
+    job without any usage TRES (unknown, counted) and one that ended NODE_FAIL."""
     lines = [HEADER]
     for i in range(1, 7):
         state, code = ("FAILED", "1:0") if i == 2 else ("COMPLETED", "0:0")
@@ -50,6 +50,9 @@ def _usage_dump(path: Path) -> Path:
                      f"{usage}|{usage}|{usage}||0")
     lines.append("7|7|plain|carol|ml|gpu|normal|COMPLETED|0:0|2026-12-02T09:00:00|2026-12-02T09:00:00|"
                  "2026-12-02T09:05:00|2026-12-02T10:05:00|01:00:00|billing=8,cpu=8,gres/gpu=2,mem=64G,node=1|1|n7|||||")
+    # and a node failure, so that the lemon nodes' MTTF and ETTR are known (their families written)
+    lines.append("8|8|plain|carol|ml|gpu|normal|NODE_FAIL|0:0|2026-12-02T09:00:00|2026-12-02T09:00:00|"
+                 "2026-12-02T09:05:00|2026-12-02T10:05:00|01:00:00|billing=8,cpu=8,gres/gpu=2,mem=64G,node=1|1|n8|||||")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 

@@ -103,8 +103,17 @@ def test_every_metric_is_documented_in_the_readme(tmp_path):
     # cost_per_completed_run and the like may be absent from one report; none may be undocumented.
     assert written - documented == set()
     every = {prom.PREFIX + name for name in _all_core_names()} | _economics_names() | _gpu_use_names()
+    every |= _lemon_names()
     every |= {prom.PREFIX + old for old in deprecated.PROM}  # renamed families' old names, for one release
     assert every == documented
+
+
+def _lemon_names() -> set[str]:
+    """The lemon nodes' families (issue 46), every one of them (figures.catalog's lemon places)."""
+    from gpuclust.accounting.figures import catalog
+
+    places = (catalog.LEMON, catalog.LEMON_FLEET, catalog.LEMON_SIZES)
+    return {prom.PREFIX + name for f in catalog.figures(*places) for name in catalog.prom_families(f)}
 
 
 def _gpu_use_names() -> set[str]:

@@ -63,14 +63,18 @@ ECONOMICS_TERMS = "economics.terms"
 ECONOMICS_BASELINES = "economics.baselines"
 ECONOMICS_SIZING = "economics.sizing"
 ECONOMICS_WEIGHTED = "economics.utilisation_weighted"
+LEMON = "lemon_nodes"  # each row of lemon_nodes.nodes and the lemon_nodes table
+LEMON_FLEET = "lemon_nodes.fleet"
+LEMON_SIZES = "lemon_nodes.by_job_size"
 
 # Definition sections: the report's own (always there), the trend's (with the trend) and those of GPU use and the
 # unit economics (with them), each place's definitions in one; the prefix of their keys in report.json.
 REPORT = "report"
 DEFINITION_SECTIONS = {RUNS: REPORT, SIZING: REPORT, QUEUE_WAIT: REPORT, TREND: TREND, GPU_USE: GPU_USE,
                        ECONOMICS: ECONOMICS, ECONOMICS_TERMS: ECONOMICS, ECONOMICS_BASELINES: ECONOMICS,
-                       ECONOMICS_SIZING: ECONOMICS, ECONOMICS_WEIGHTED: ECONOMICS}
-DEFINITION_PREFIX = {REPORT: "", TREND: "", GPU_USE: "gpu_use.", ECONOMICS: "economics."}
+                       ECONOMICS_SIZING: ECONOMICS, ECONOMICS_WEIGHTED: ECONOMICS, LEMON: LEMON, LEMON_FLEET: LEMON,
+                       LEMON_SIZES: LEMON}
+DEFINITION_PREFIX = {REPORT: "", TREND: "", GPU_USE: "gpu_use.", ECONOMICS: "economics.", LEMON: "lemon_nodes."}
 
 # Breakdowns of the Prometheus families: a figure's family gpuclust_report_<prom> is the whole cluster, and
 # gpuclust_report_<dim>_<prom> (label <dim>) each breakdown its place has.
@@ -79,7 +83,10 @@ PROM_BREAKDOWNS: Mapping[str, tuple[str, ...]] = {
     QUEUE_WAIT: ("partition", "account", "qos"),  # (breakdowns only: no whole-cluster wait family)
     GPU_USE: ("partition", "account"),  # (breakdowns only)
     ECONOMICS: ("partition",),
+    LEMON: ("node",),  # (breakdowns only)
+    LEMON_SIZES: ("job_size",),  # (breakdowns only)
 }
+BREAKDOWNS_ONLY = frozenset({QUEUE_WAIT, GPU_USE, LEMON, LEMON_SIZES})  # places without a whole-cluster family
 PROM_SCALE_GPU_SECONDS = 3600.0  # GPU-hours -> GPU-seconds (Prometheus base unit; promtool refuses "hours")
 
 
@@ -427,6 +434,54 @@ ENTRIES: tuple[Figure | Concept, ...] = (
     Figure("completed_run_busy_gpu_hours", ECONOMICS_WEIGHTED, GPU_HOURS, old_names=("useful_busy_gpu_hours",)),
     Figure("total_cost_per_completed_run_busy_gpu_hour", ECONOMICS_WEIGHTED, MONEY,
            old_names=("cost_per_useful_busy_gpu_hour",)),
+    # ---- lemon nodes (figures/lemon.py) ----------------------------------------------------------------------
+    Concept("rule", LEMON,
+            "Per node and UTC hour (the hour a job's End falls in), over the GPU jobs that ended in the period on the "
+            "node: node_fail when one ended NODE_FAIL; shared_exit when at least 2 jobs of at least 2 users ended "
+            "and every one with a non-zero exit (FAILED, or a non-zero ExitCode other than CANCELLED, TIMEOUT, "
+            "PREEMPTED): one user's failing array on a node is that user's bug, never node-level; xid and ecc when "
+            "telemetry saw an Xid or an uncorrectable ECC error on the node's GPUs during one of them."),
+    Figure("failures", LEMON, COUNT,
+           "The node's failure hours: hours with node_fail, shared_exit, xid or ecc (each hour once).",
+           prom="lemon_failures", prom_help="Failure hours of the node's production jobs in the period."),
+    Figure("node_fail", LEMON, COUNT, label="Node-fail hours"),
+    Figure("shared_exit", LEMON, COUNT, label="Shared non-zero exit hours"),
+    Figure("xid", LEMON, COUNT, label="Xid hours"),
+    Figure("ecc", LEMON, COUNT, label="ECC (DBE) hours"),
+    Figure("gpu_hours", LEMON, GPU_HOURS,
+           "GPU-hours allocated on the node: each job's GPUs x Elapsed / its nodes.",
+           prom="lemon_gpu_seconds", prom_help="GPU time allocated on the node in the period (GPU-hours x 3600).",
+           prom_scale=PROM_SCALE_GPU_SECONDS),
+    Figure("failures_per_gpu_hour", LEMON, RATIO, "failures / gpu_hours.", label="Failures per GPU-hour"),
+    Figure("partition_failures_per_gpu_hour", LEMON, RATIO,
+           "The pooled rate: failures / GPU-hours over every node of the node's partition (the partition it gave "
+           "most GPU-hours to).", label="Partition failures per GPU-hour"),
+    Figure("expected_failures", LEMON, COUNT, "partition_failures_per_gpu_hour x gpu_hours.",
+           label="Expected failures"),
+    Figure("p_value", LEMON, RATIO,
+           "One-sided Poisson test: P(X >= failures) for X ~ Poisson(expected_failures).", label="p-value"),
+    Figure("p_adjusted", LEMON, RATIO, "p_value after Holm's step-down correction over every node with GPU-hours.",
+           label="Holm-corrected p-value", prom="lemon_p_adjusted",
+           prom_help="Holm-corrected one-sided Poisson p-value of the node's failures against its partition."),
+    Figure("suspect", LEMON, FLAG,
+           "A lemon: p_adjusted under the alpha (0.01), at least min_failures (3) failures and a rate above the "
+           "pooled one. A node with more jobs at the same rate is never one.", label="Lemon",
+           prom="lemon_suspect", prom_help="1 when the node fails production jobs beyond chance (a lemon)."),
+    Figure("mttf_hours", LEMON_FLEET, HOURS,
+           "Mean time to failure: run hours (Elapsed) of the GPU jobs / those of them that failed for a node-level "
+           "cause (ended NODE_FAIL, or failed in one of their node's failure hours); unknown with none.",
+           prom="lemon_mttf_seconds", prom_help="Mean time to failure of the GPU jobs (run seconds per node-level "
+           "failure).", prom_scale=3600.0),
+    Figure("ettr", LEMON_FLEET, RATIO,
+           "Effective training time ratio (Meta, arXiv 2410.21680): productive run time / wall-clock time, "
+           "E[ETTR] = 1 - (restore_seconds + checkpoint_interval_seconds / 2) / MTTF, at least 0. restore_seconds: "
+           "the median checkpoint restore the acceptance storage job measured, else the partitions' "
+           "expect_restore_seconds, else 600 s; checkpoint_interval_seconds 3600.",
+           prom="lemon_ettr_ratio", prom_help="Effective training time ratio at the fleet's MTTF."),
+    Figure("mttf_hours", LEMON_SIZES, HOURS, prom="lemon_mttf_seconds",
+           prom_help="Mean time to failure of the GPU jobs of this size (GPUs).", prom_scale=3600.0),
+    Figure("ettr", LEMON_SIZES, RATIO, prom="lemon_ettr_ratio",
+           prom_help="Effective training time ratio of the GPU jobs of this size (GPUs)."),
 )
 
 FIGURES: tuple[Figure, ...] = tuple(e for e in ENTRIES if isinstance(e, Figure))
@@ -486,7 +541,7 @@ def prom_families(f: Figure) -> tuple[str, ...]:
     if f.prom is None:
         return ()
     dims = PROM_BREAKDOWNS.get(f.place, ())
-    whole = () if f.place in (QUEUE_WAIT, GPU_USE) else (f.prom,)
+    whole = () if f.place in BREAKDOWNS_ONLY else (f.prom,)
     return (*whole, *(f"{dim}_{f.prom}" for dim in dims))
 
 

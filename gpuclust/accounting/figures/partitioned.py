@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from gpuclust.accounting.figures import economics, gpuuse
+from gpuclust.accounting.figures import economics, gpuuse, lemon
 from gpuclust.accounting.figures.jobfilter import JobFilter
 from gpuclust.accounting.figures.metrics import Report
 from gpuclust.accounting.figures.metrics.attempts import coded
@@ -232,6 +232,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
     econ_sums: economics.RowSums | None = None
     use: gpuuse.UseSums | None = None
     rows = filtered_out = 0
+    lemon_jobs: list[lemon.JobRow] = []
     known = True
     sizes: list[int] = []
     for bucket in buckets(root, days, config.cluster_name, rows_per_bucket=rows_per_bucket):
@@ -248,6 +249,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
         if stored is not None:
             sums = economics.row_sums(table, config, period, stored[0])
             econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
+        lemon_jobs += lemon.job_rows(table, period)  # (a few fields per GPU job: small beside the rows)
         bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False, store_root=root)
         use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
         del table, order
@@ -268,4 +270,5 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
         economics.note_unknown_allocations(report)
     assert use is not None  # (there is always a bucket, if an empty one)
     gpuuse.attach_sums(report, use, config)
+    lemon.attach(report, lemon_jobs, config, period)
     return report

@@ -23,7 +23,7 @@ import pandas as pd
 
 from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import Report, deprecated
-from gpuclust.accounting.output import gpuuse_render, svgplot
+from gpuclust.accounting.output import gpuuse_render, lemon_render, svgplot
 from gpuclust.accounting.output.economics_render import economics_families, economics_html
 from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # (prom, and prometheus_client with it, loads only when gpucl
 
 FORMATS = ("html", "csv", "json", "prom", "parquet")
 # Families other parts of the report add to gpuclust.prom, besides the accounting ones prom.py writes itself.
-PROM_CONTRIBUTORS: tuple[prom.Contributor, ...] = (economics_families, gpuuse_render.prom_families)
+PROM_CONTRIBUTORS: tuple[prom.Contributor, ...] = (economics_families, gpuuse_render.prom_families,
+                                                   lemon_render.prom_families)
 TREND_VIEWS = (30, 90)
 ECONOMICS_SECTION_TABLES = frozenset({"economics_terms", "economics_baselines"})  # shown in its own section  # days shown in the HTML trend view (the report holds the longest)
 
@@ -884,7 +885,7 @@ def render_html(report: Report, previous: Mapping[str, Any] | None = None) -> st
                 f"</div><details><summary>Last {long} days</summary><div class='charts'>",
                 *(f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, long)), "</div></details>"]
         parts.append(section(f"Trend: last {short} days", "\n".join(body), ident="trend"))
-    for extra_section in (gpuuse_render.html_section, *SECTIONS):
+    for extra_section in (gpuuse_render.html_section, lemon_render.html_section, *SECTIONS):
         extra = extra_section(report)
         if extra:
             parts.append(collapsible(extra))
