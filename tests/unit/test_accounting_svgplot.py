@@ -247,3 +247,33 @@ def test_an_empty_bucket_is_no_data_and_a_zero_is_data():
     root = _parse(svgplot.hbar_chart("hbar", ["a", "b", "c"], [3.0, None, 0.0]))
     assert len([r for r in _of_class(root, "no-data") if r.tag == f"{NS}rect"]) == 1
     assert len(_of_class(root, "zero")) == 1
+
+
+def test_a_legend_too_long_for_one_row_wraps_and_stays_inside_the_chart():
+    """Issue 45: legends are laid out with text_width and wrap into rows; none runs past the chart's edge."""
+    names = [f"series with a long legend label {i}" for i in range(7)]
+    root = _parse(svgplot.bar_chart("t", ["a", "b"], [(n, [1, None]) for n in names]))
+    keys = [t for t in root.iter(f"{NS}text") if not t.get("class") and ((t.text or "").startswith("series")
+                                                                         or t.text == "no data")]
+    assert len(keys) == 8
+    assert len({t.get("y") for t in keys}) > 1  # more than one row
+    for t in keys:
+        x = float(t.get("x", "0"))
+        assert x >= 0 and x + svgplot.text_width(t.text or "", svgplot.FONT) <= svgplot.WIDTH
+    assert svgplot.legend_rows([100, 100, 100], 250) == [[0, 1], [2]]
+    assert svgplot.legend_rows([300, 10], 250) == [[0], [1]]
+
+
+def test_economics_legend_is_measured_and_wraps():
+    """Issue 45: "Cost by term" cut its legend ("op") at 7 px per character."""
+    from gpuclust.accounting.figures.economics import TERMS
+    from gpuclust.accounting.output import economics_render
+
+    rows = [{"partition": p, "terms": {t: {"gpu_hours": 1.0, "cost": 2.0} for t in TERMS}} for p in ("gpu", "total")]
+    root = ElementTree.fromstring(economics_render.stacked_bars(rows, "cost", TERMS, "Cost by term, per partition (EUR)"))
+    width = float(root.get("width", "0"))
+    labels = {t.text: t for t in root.iter(f"{NS}text") if t.text in economics_render.LABELS.values()}
+    assert set(labels) == {economics_render.LABELS[t] for t in TERMS}
+    for text, t in labels.items():
+        assert float(t.get("x", "0")) + svgplot.text_width(text, 11) <= width, text
+    assert float(root.get("height", "0")) >= max(float(t.get("y", "0")) for t in labels.values()) + 4

@@ -122,7 +122,11 @@ def test_sections_collapse_and_tables_scroll_in_their_own_box(store_report):
     assert ".table-wrap{max-width:100%;overflow-x:auto" in page
     print_css = page[page.index("@media print{"):]
     assert "details::details-content{content-visibility:visible" in print_css and "break-inside:avoid" in print_css
-    assert "table.t td:not(.n):not(.k){min-width:0;overflow-wrap:anywhere;word-break:break-word}" in print_css
+    # issue 45: a cell's word is never broken (on paper only a word of htmltext.LONG_WORD characters or more, which
+    # no column of a page can hold)
+    assert "table.t td:not(.n):not(.k){min-width:0}" in print_css and ".w.long{white-space:normal;" in print_css
+    assert "overflow-wrap:anywhere" not in page.replace(".w.long{white-space:normal;overflow-wrap:anywhere}", "") \
+        .split("table.t")[1]
 
 
 def test_previous_report_is_the_latest_earlier_one_of_the_same_cluster_and_length(tmp_path):
@@ -166,3 +170,21 @@ def test_report_build_into_dated_directories_compares_with_the_day_before(tmp_pa
     assert "No previous report to compare with." in _band(first)
     band = _band(second)
     assert "Change since the previous report, 2026-12-01 00:00" in band and "+12" in band
+
+
+def test_table_words_are_kept_whole():
+    """Issue 45: a cell breaks between words only; a word a browser could break ("GPU-hours", "user00/0", CJK)
+    is kept on one line, and a very long one may break on paper only."""
+    from gpuclust.accounting.output.htmltext import LONG_WORD, words_whole
+
+    assert words_whole("Start (UTC)") == "Start (UTC)"
+    assert words_whole("Held-idle GPU-hours") == "<span class=w>Held-idle</span> <span class=w>GPU-hours</span>"
+    assert words_whole("user00/0 <b>") == "<span class=w>user00/0</span> &lt;b&gt;"
+    assert words_whole("训练") == "<span class=w>训练</span>"
+    assert words_whole("x" * LONG_WORD) == f"<span class='w long'>{'x' * LONG_WORD}</span>"
+    import pandas as pd
+
+    from gpuclust.accounting.output.render import table_html
+    table = table_html(pd.DataFrame({"account": ["physics/hpc-team"], "gpu_hours": [1.5]}))
+    assert "<td><span class=w>physics/hpc-team</span></td>" in table and "<th scope='col' class=n>GPU-hours" \
+        not in table

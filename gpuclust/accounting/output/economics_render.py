@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.economics import HOUR_TERMS, TERMS
+from gpuclust.accounting.output import svgplot
+from gpuclust.accounting.output.htmltext import words_whole
 
 if TYPE_CHECKING:  # (prometheus_client loads only when gpuclust.prom is written)
     from prometheus_client.metrics_core import Metric
@@ -39,18 +41,28 @@ def _fmt(v: Any, nd: int = 3) -> str:
 
 
 def stacked_bars(rows: list[dict[str, Any]], measure: str, terms: tuple[str, ...], title: str) -> str:
-    """One horizontal stacked bar per row: each term's `measure` (gpu_hours or cost), scaled to the largest row."""
+    """One horizontal stacked bar per row: each term's `measure` (gpu_hours or cost), scaled to the largest row.
+    Labels are measured as svgplot measures them (never narrower than drawn) and the legend wraps into rows, so
+    no text runs past the chart's edge."""
     e = html.escape
     values = [[max(0.0, float(r["terms"][t][measure] or 0.0)) for t in terms] for r in rows]
     biggest = max([sum(v) for v in values] + [1e-12])
-    label_w, bar_w, row_h = 140, 560, 26
-    height = 40 + row_h * len(rows) + 30
-    width = label_w + bar_w + 120  # viewBox: the page scales the chart down to a narrow screen
+    width = svgplot.WIDTH  # shown at its own size (a narrow screen scrolls it): the same as the other charts
+    names = [svgplot.truncate(svgplot.clean(r["partition"]), 200, 12) for r in rows]
+    totals = [f"{sum(vals):,.3f}" for vals in values]
+    label_w = max(100.0, 12 + max(svgplot.text_width(n, 12) for n in names))
+    bar_w = width - label_w - 8 - max(svgplot.text_width(t, 11) for t in totals)
+    row_h = 26
+    keys = [svgplot.text_width(LABELS[t], 11) + 13 + 12 for t in terms]
+    legend = svgplot.legend_rows(keys, width - 8)
+    height = 40 + row_h * len(rows) + 16 * len(legend) + 14
     out = [f"<svg class='chart' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' width='{width}' "
            f"height='{height}' role='img' aria-label='{e(title)}'>", f"<text x='4' y='16' font-size='13' font-weight='bold'>{e(title)}</text>"]
     for i, (r, vals) in enumerate(zip(rows, values, strict=True)):
         y = 28 + i * row_h
-        out.append(f"<text x='4' y='{y + 15}' font-size='12'>{e(str(r['partition']))}</text>")
+        full = svgplot.clean(r["partition"])
+        label = f"<text x='4' y='{y + 15}' font-size='12'>{e(names[i])}</text>"
+        out.append(label if names[i] == full else f"<g><title>{e(full)}</title>{label}</g>")
         x = float(label_w)
         for t, v in zip(terms, vals, strict=True):
             w = bar_w * v / biggest
@@ -59,13 +71,16 @@ def stacked_bars(rows: list[dict[str, Any]], measure: str, terms: tuple[str, ...
             out.append(f"<rect x='{x:.2f}' y='{y}' width='{w:.2f}' height='{row_h - 6}' fill='{COLORS[t]}'>"
                        f"<title>{e(LABELS[t])}: {v:,.4f}</title></rect>")
             x += w
-        out.append(f"<text x='{x + 4:.2f}' y='{y + 15}' font-size='11'>{sum(vals):,.3f}</text>")
+        out.append(f"<text x='{x + 4:.2f}' y='{y + 15}' font-size='11'>{totals[i]}</text>")
     ly = 28 + len(rows) * row_h + 14
-    lx = 4
-    for t in terms:
-        out.append(f"<rect x='{lx}' y='{ly - 9}' width='10' height='10' fill='{COLORS[t]}'/>"
-                   f"<text x='{lx + 13}' y='{ly}' font-size='11'>{e(LABELS[t])}</text>")
-        lx += 16 + 7 * len(LABELS[t])
+    for members in legend:
+        lx = 4.0
+        for k in members:
+            t = terms[k]
+            out.append(f"<rect x='{lx:.2f}' y='{ly - 9}' width='10' height='10' fill='{COLORS[t]}'/>"
+                       f"<text x='{lx + 13:.2f}' y='{ly}' font-size='11'>{e(LABELS[t])}</text>")
+            lx += keys[k]
+        ly += 16
     out.append("</svg>")
     return "".join(out)
 
@@ -88,16 +103,19 @@ def economics_html(data: dict[str, Any]) -> str:
     parts.append(f"<p>Denominator: <b>{e(denominator)}</b>. Window: {e(econ['window']['start'])}, "
                  f"{econ['window']['hours']:.3f} h. Currency: {e(cur or 'none set')}.</p>")
     if econ["capacity"] == "known":  # (unknown capacity: no bar, since its idle part is not known)
-        parts.append(stacked_bars(rows, "gpu_hours", ("completed_run", "retries_failures", "in_progress",
-                                                      "unavailable", "idle"), "Capacity GPU-hours by use, per partition"))
-        parts.append(stacked_bars(rows, "cost", TERMS, f"Cost by term, per partition ({cur})"))
+        parts.append("<figure>" + stacked_bars(rows, "gpu_hours", ("completed_run", "retries_failures", "in_progress",
+                                                                   "unavailable", "idle"),
+                                               "Capacity GPU-hours by use, per partition") + "</figure>")
+        parts.append("<figure>" + stacked_bars(rows, "cost", TERMS, f"Cost by term, per partition ({cur})") + "</figure>")
     # Terms as rows and partitions as columns: a site has few partitions but nine terms, so this fits a page.
-    head = "".join(f"<th scope='col' class=n>{e(str(r['partition']))}</th>" for r in rows)
-    table = [f"<div class='table-wrap'><table class='t'><thead><tr><th scope='col'>term ({e(cur or 'cost')}; "
-             f"GPU-hours below)</th>{head}</tr></thead><tbody>"]
+    corner = f"term ({cur or 'cost'}; GPU-hours below)"
+    head = "".join(f"<th scope='col' class=n>{words_whole(str(r['partition']))}</th>" for r in rows)
+    table = [f"<div class='table-wrap'><table class='t'><thead><tr><th scope='col'>"
+             f"{words_whole(corner)}</th>{head}</tr></thead><tbody>"]
 
     def line(label: str, cells: list[str]) -> None:
-        table.append(f"<tr><th scope='row'>{e(label)}</th>" + "".join(f"<td class=n>{c}</td>" for c in cells) + "</tr>")
+        table.append(f"<tr><th scope='row'>{words_whole(label)}</th>" + "".join(f"<td class=n>{c}</td>" for c in cells)
+                     + "</tr>")
 
     line("capacity GPU-hours", [_fmt(r["capacity_gpu_hours"]) for r in rows])
     for t in TERMS:

@@ -37,8 +37,9 @@ def html_section(report: Report) -> str | None:
         if not sum(h["jobs"]):  # no covered job: "no data", never a row of zero bars
             parts.append(f"<p><em>{html.escape(part)}: no utilisation telemetry</em></p>")
             continue
-        parts.append(svgplot.bar_chart(f"{part}: covered GPU-hours by mean GPU utilisation", labels,
-                                       [("covered GPU-hours", h["covered_gpu_hours"])], y_label="GPU-hours"))
+        parts.append("<figure>" + svgplot.bar_chart(f"{part}: covered GPU-hours by mean GPU utilisation", labels,
+                                                    [("covered GPU-hours", h["covered_gpu_hours"])],
+                                                    y_label="GPU-hours") + "</figure>")
     return "\n".join(parts)
 
 

@@ -25,6 +25,7 @@ from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import Report, deprecated
 from gpuclust.accounting.output import gpuuse_render, lemon_render, svgplot
 from gpuclust.accounting.output.economics_render import economics_families, economics_html
+from gpuclust.accounting.output.htmltext import words_whole
 from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import InputError, Problem
 from gpuclust.output import to_json
@@ -330,8 +331,9 @@ TABLE_TITLES = {
     "economics_terms": "Unit economics terms", "economics_baselines": "Unit economics baselines",
     "telemetry_nodes": "Node telemetry",
 }
-# Short identifiers: never broken inside (free text such as job names and node lists wraps anywhere instead).
-KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "start", "day", "partition", "qos"})
+# Short identifiers: on one line (other cells wrap between words, htmltext.words_whole; a start or end time
+# between its date and its time).
+KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "day", "partition", "qos"})
 # The page's money columns (a currency in the header) and percentages: the runs' and sizing's figures (the tables
 # of the other parts carry neither).
 MONEY_COLUMNS = frozenset(f.name for f in catalog.figures(catalog.RUNS, catalog.SIZING) if f.unit == catalog.MONEY)
@@ -458,6 +460,8 @@ def _cell(column: str, value: Any, decimals: int | None = None) -> tuple[str, st
     return str(value), None
 
 
+# A table of this many columns is wide (data-wide): printed in a smaller font, to fit a portrait A4 or Letter page.
+WIDE_COLUMNS = 10
 # A long table shows its first PAGE_ROWS rows in this order (the rest are in its CSV, which the page links):
 # (column, descending) keys, the first the table has; a table none of them fits keeps its own order.
 PAGE_ROWS = 25
@@ -505,7 +509,7 @@ def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bo
     decimals = [column_decimals(str(c), frame[c]) if n else None for c, n in zip(frame.columns, numeric, strict=True)]
     classes = [" class=n" if n else " class=k" if str(c) in KEEP_WHOLE_COLUMNS else ""
                for c, n in zip(frame.columns, numeric, strict=True)]
-    head = "".join(f"<th scope='col'{cls}>{e(header_text(str(c), currency))}</th>"
+    head = "".join(f"<th scope='col'{cls}>{words_whole(header_text(str(c), currency))}</th>"
                    for c, cls in zip(frame.columns, classes, strict=True))
     rows = []
     for record in frame.itertuples(index=False, name=None):
@@ -514,10 +518,11 @@ def table_html(frame: pd.DataFrame, *, currency: str | None = None, sortable: bo
             shown_text, key = _cell(str(column), value, nd)
             if key is not None:
                 attrs += f" data-v='{e(key)}'"
-            cells.append(f"<td{attrs}>{e(shown_text)}</td>")
+            cells.append(f"<td{attrs}>{e(shown_text) if attrs.startswith(' class=') else words_whole(shown_text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     cls = "t sortable" if sortable else "t"
-    return (f"<div class='table-wrap'><table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
+    wide = " data-wide" if len(frame.columns) >= WIDE_COLUMNS else ""
+    return (f"<div class='table-wrap'><table class='{cls}'{wide}><thead><tr>{head}</tr></thead><tbody>"
             + "".join(rows) + "</tbody></table></div>" + note)
 
 
@@ -529,7 +534,8 @@ def kv_table_html(row: Mapping[str, Any], *, currency: str | None = None) -> str
         shown, _ = _cell(column, value)
         if column == "target_source" and value is None:
             shown = DASH
-        body.append(f"<tr><th scope='row'>{e(header_text(column, currency))}</th><td class=n>{e(shown)}</td></tr>")
+        body.append(f"<tr><th scope='row'>{words_whole(header_text(column, currency))}</th><td class=n>{e(shown)}</td>"
+                    "</tr>")
     return "<div class='table-wrap'><table class='t kv'><tbody>" + "".join(body) + "</tbody></table></div>"
 
 
@@ -606,19 +612,24 @@ _CSS = (
     "body{font-family:sans-serif;margin:1.5em auto;padding:0 1.5em;max-width:80em;color:#222;line-height:1.35}"
     "h1{margin-bottom:.2em;overflow-wrap:anywhere}.meta{color:#444;margin-top:0}"
     ".table-wrap{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
-    "table.t{border-collapse:collapse;font-variant-numeric:tabular-nums}"
-    "table.t td,table.t th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;"
-    "overflow-wrap:anywhere}"
-    "table.t th{background:#eee;font-weight:600}table.t .n{text-align:right;white-space:nowrap;overflow-wrap:normal}"
-    "table.t .k{white-space:nowrap;overflow-wrap:normal}table.t th{overflow-wrap:normal}"
+    "table.t{border-collapse:collapse;font-variant-numeric:tabular-nums;font-size:.9em}"
+    # a cell's text breaks between words only (htmltext.words_whole keeps each word on one line); a table wider
+    # than the page scrolls in its .table-wrap
+    "table.t td,table.t th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;"
+    "word-break:keep-all}.w{white-space:nowrap}"
+    "table.t th{background:#eee;font-weight:600}table.t .n{text-align:right;white-space:nowrap}"
+    "table.t .k{white-space:nowrap}"
     "table.t th.n,table.t th.k{white-space:normal}table.t td:not(.n):not(.k){min-width:4em}"
     "table.kv th{background:#f6f6f6;font-weight:normal}"
     "table.sortable thead th{cursor:pointer;user-select:none}"
     "table.sortable th[aria-sort=ascending]::after{content:' \\25B2'}"
     "table.sortable th[aria-sort=descending]::after{content:' \\25BC'}"
-    "dt{font-weight:bold;margin-top:.4em}dd{overflow-wrap:anywhere}.note{background:#fff4d6;padding:.5em}"
+    "dt{font-weight:bold;margin-top:.4em;overflow-wrap:anywhere}dd{overflow-wrap:anywhere}.note{background:#fff4d6;padding:.5em}"
+    # a chart is shown at its own size (its text as drawn, never shrunk to a few px on a phone); a figure
+    # narrower than its chart scrolls it
     ".charts{display:flex;flex-wrap:wrap;gap:1em}.charts figure{margin:0;max-width:100%;flex:1 1 30em}"
-    "svg.chart{display:block;max-width:100%;height:auto}details{margin:1em 0}summary{cursor:pointer}"
+    "figure{margin:.5em 0;max-width:100%;overflow-x:auto}"
+    "svg.chart{display:block;max-width:none;height:auto}details{margin:1em 0}summary{cursor:pointer}"
     "details.section{border-top:1px solid #ddd;padding-top:.3em}details.section figure{margin:.5em 0}"
     "details.section>summary h2{display:inline;margin:0;font-size:1.3em}"
     # the summary band: the answers first, one card per headline figure, as many per row as fit
@@ -626,20 +637,22 @@ _CSS = (
     ".band h2{margin:0 0 .2em;font-size:1.2em}.band .since{margin:0 0 .6em;color:#444}"
     ".figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(10em,1fr));gap:.6em}"
     ".fig{background:#fff;border:1px solid #d5dde8;border-radius:4px;padding:.4em .6em;min-width:0}"
-    ".fig .name{font-size:.85em;color:#444}.fig .v{font-size:1.35em;font-weight:600;overflow-wrap:anywhere}"
-    ".fig .d{font-size:.85em;color:#555;overflow-wrap:anywhere}.fig .up{color:#0b5394}.fig .down{color:#8a4b00}"
+    ".fig .name{font-size:.85em;color:#444}.fig .v{font-size:1.35em;font-weight:600;overflow-wrap:break-word}"
+    ".fig .d{font-size:.85em;color:#555;overflow-wrap:break-word}.fig .up{color:#0b5394}.fig .down{color:#8a4b00}"
     ".fig .unknown{color:#666;font-style:italic}p.more{color:#444;font-size:.9em;margin:.3em 0}"
     "@media (max-width:600px){body{padding:0 .6em;margin-top:.6em}h1{font-size:1.4em}"
     "table.t td,table.t th{padding:2px 5px}}"
-    # print: everything open, nothing cut (tables wrap and shrink rather than scroll), figures kept whole
+    # print: everything open, nothing cut (tables shrink and wrap between words rather than scroll; charts fit
+    # the page's width), rows and figures kept whole on a page
     "@media print{body{max-width:none;margin:0;padding:0;font-size:10pt}"
     "details::details-content{content-visibility:visible;display:block}"
     "details>summary{list-style:none;cursor:auto}details>summary::-webkit-details-marker{display:none}"
-    ".table-wrap{overflow:visible;max-width:none}"
-    "table.t{width:100%;table-layout:auto;font-size:7.5pt}"
-    # free text wraps anywhere; numbers and identifiers stay whole (a number split over two lines misreads)
-    "table.t td,table.t th{padding:1px 3px}table.t td:not(.n):not(.k){min-width:0;overflow-wrap:anywhere;"
-    "word-break:break-word}thead{display:table-header-group}tr{break-inside:avoid}"
+    ".table-wrap,figure{overflow:visible;max-width:none}svg.chart{max-width:100%}"
+    "table.t{width:100%;table-layout:auto;font-size:7pt}"
+    "table.t[data-wide]{font-size:6.5pt}table.t td,table.t th{padding:1px 2px}table.t td:not(.n):not(.k){min-width:0}"
+    # a word longer than a printed column can hold (htmltext.LONG_WORD) breaks on paper rather than being cut
+    ".w.long{white-space:normal;overflow-wrap:anywhere}"
+    "thead{display:table-header-group}tr{break-inside:avoid}"
     "figure,svg.chart,.fig,.band{break-inside:avoid}h2,h3,summary{break-after:avoid}"
     "table.sortable th[aria-sort]::after{content:''}.band{background:none}"
     "*{position:static!important}}"

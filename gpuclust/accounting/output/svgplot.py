@@ -30,7 +30,9 @@ FONT = 11  # px, tick and category labels
 TITLE_FONT = 14
 LABEL_MAX_PX = 120.0  # rotated category labels are cut to this width (px)
 HLABEL_MAX_PX = 220.0  # horizontal bar labels are cut to this width (px)
-MIN_FONT = 8
+# The smallest text a chart draws (dense category labels, value labels), px. Charts are shown at their own size
+# (never scaled down on a narrow screen; they scroll in their figure instead), so this is the size people read.
+MIN_FONT = 10
 ELLIPSIS = "\u2026"
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
@@ -219,6 +221,20 @@ def _open(title: str, width: float, height: float) -> list[str]:
     ]
 
 
+def legend_rows(widths: Sequence[float], room: float) -> list[list[int]]:
+    """The legend's keys (their widths, measured with text_width) packed into rows no wider than `room`, in
+    order: the indices of each row's keys (a key wider than `room` alone on its row)."""
+    rows: list[list[int]] = []
+    used = 0.0
+    for i, w in enumerate(widths):
+        if not rows or (rows[-1] and used + w > room):
+            rows.append([])
+            used = 0.0
+        rows[-1].append(i)
+        used += w
+    return rows
+
+
 def _header(title: str, subtitle: str, legend: Sequence[str], no_data: bool = False) -> tuple[list[str], float]:
     """Title, subtitle and legend at the top (a "no data" key last when some value is missing); returns the
     elements and the y where the plot may start."""
@@ -233,16 +249,20 @@ def _header(title: str, subtitle: str, legend: Sequence[str], no_data: bool = Fa
         widths = [18 + text_width(label, FONT) + 14 for label in labels]
         title_w = 8 + text_width(clean(title), TITLE_FONT) * 1.1 + 16
         if title_w + sum(widths) <= WIDTH - 8:
-            ly = 14.0  # on the title line, right-aligned
-        else:
-            ly, y = y + 2, y + 16
-        x = WIDTH - 8 - sum(widths)
-        for i, (label, w) in enumerate(zip(labels, widths, strict=True)):
-            key = (f'fill="{NO_DATA_FILL}" stroke="{NO_DATA_STROKE}" stroke-dasharray="2 1" class="no-data-key"'
-                   if no_data and i == len(labels) - 1 else f'fill="{COLORS[i % len(COLORS)]}"')
-            out.append(f'<rect x="{_f(x)}" y="{_f(ly - 9)}" width="12" height="10" {key}/>')
-            out.append(f'<text x="{_f(x + 16)}" y="{_f(ly)}">{html.escape(label, quote=True)}</text>')
-            x += w
+            rows = [(14.0, list(range(len(labels))))]  # on the title line
+        else:  # below the title, in as many rows as the keys need: none runs past the chart's edge
+            rows = []
+            for members in legend_rows(widths, WIDTH - 16):
+                rows.append((y + 2, members))
+                y += 16
+        for ly, members in rows:
+            x = WIDTH - 8 - sum(widths[i] for i in members)  # right-aligned
+            for i in members:
+                key = (f'fill="{NO_DATA_FILL}" stroke="{NO_DATA_STROKE}" stroke-dasharray="2 1" class="no-data-key"'
+                       if no_data and i == len(labels) - 1 else f'fill="{COLORS[i % len(COLORS)]}"')
+                out.append(f'<rect x="{_f(x)}" y="{_f(ly - 9)}" width="12" height="10" {key}/>')
+                out.append(f'<text x="{_f(x + 16)}" y="{_f(ly)}">{html.escape(labels[i], quote=True)}</text>')
+                x += widths[i]
     return out, y + 8
 
 
