@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accounting.figures import economics, gpuuse, lemon, storedtelemetry, trend
+from gpuclust.accounting.figures import economics, findings, gpuuse, lemon, storedtelemetry, trend
 from gpuclust.accounting.figures.economics import (
     attach as attach_economics,  # (one of two stages named attach)
 )
@@ -206,6 +206,19 @@ def read_input(path: str, delimiter: str | None = None, *, options: ReaderOption
 NO_FILTER = JobFilter()  # build's default: every job
 
 
+def _nodes_text(config: SiteConfig, period: Period, input_path: str | None, nodes_path: str | None) -> str | None:
+    """The node records the waste findings take the partitions' shares from: --nodes with --input, else the
+    inventory `report fetch` stored (none: the configured gpus_per_node only)."""
+    if input_path:
+        if not nodes_path:
+            return None
+        try:
+            return Path(nodes_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None  # (the economics' reading of the same file says why)
+    return findings.stored_nodes_text(config.state_dir, period.utc_days())
+
+
 def build(
     config: SiteConfig,
     period: Period | None,
@@ -296,9 +309,10 @@ def build(
         note_no_gpu(info)
     # The GPU use figures (and their Prometheus queries) read only the table: computed beside the report, on
     # the core the report's pandas steps leave idle.
+    shares = findings.partition_shares(config, _nodes_text(config, period, input_path, nodes_path))
     with ThreadPoolExecutor(max_workers=1) as beside:
         use = beside.submit(gpuuse.use_sums, table, config, period,
-                            store_root=None if input_path else store.store_dir(config.state_dir))
+                            store_root=None if input_path else store.store_dir(config.state_dir), shares=shares)
         report = build_report(table, config, period, target=target, top=top, input_info=info)
         if parsed is not None:
             report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])

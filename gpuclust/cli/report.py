@@ -447,7 +447,8 @@ def terminal_width() -> int:
                    "document; jsonl: one JSON object per --rows row, for log shippers.")
 @click.option("--rows", type=HintChoice(SHOW_ROWS), default="jobs", show_default=True,
               help="With --format jsonl: jobs (one per GPU job that ended in the period), runs (the runs table "
-                   "per --by group) or findings (the top failures and the jobs that held GPUs idle longest).")
+                   "per --by group) or findings (the top failures, the jobs that held GPUs idle longest, then every "
+                   "waste finding with its evidence, advice and held-idle cost).")
 @click.option("--top", type=HintIntRange(1, 10000), default=None,
               help="How many top failures (default 5; with --rows findings, to emit) and --by groups (default 10; "
                    "--format json has every group) to show.")

@@ -175,6 +175,21 @@ def elapsed(value: Any, field: str) -> str:
     return f"{days}-{text}" if days else text
 
 
+def time_limit(value: Any, field: str) -> str:
+    """time.limit (minutes: a plain integer or a {set, infinite, number} object) -> the Timelimit text sacct
+    prints: ``[D-]HH:MM:SS``, UNLIMITED, Partition_Limit (NO_VAL), or "" when the object does not say."""
+    if isinstance(value, Mapping) and value.get("infinite") is True:
+        return "UNLIMITED"
+    minutes = count(value, field)
+    if minutes is None:
+        return ""
+    if minutes == INFINITE:
+        return "UNLIMITED"
+    if minutes == NO_VAL:
+        return "Partition_Limit"
+    return elapsed(minutes * 60, field)
+
+
 def text(value: Any, field: str) -> str:
     """A string field ('' for null). Numbers print as sacct would; objects and lists are refused."""
     if value is None:

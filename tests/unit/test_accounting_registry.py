@@ -43,14 +43,17 @@ def _dump(rows: list[dict[str, str]], fields: tuple[str, ...], delimiter: str) -
 
 
 def test_default_registry_gives_the_documented_lists() -> None:
-    assert schema.FETCH_FIELDS[0] == "JobID" and schema.FETCH_FIELDS[-1] == "NNodes"
+    # Timelimit (issue 43): fetched last, after NNodes (a fixed format either way)
+    assert schema.FETCH_FIELDS[0] == "JobID" and schema.FETCH_FIELDS[-2:] == ("NNodes", "Timelimit")
     assert schema.FREE_TEXT_FIELDS == ("JobName", "Reason", "Comment")  # Reason: issue 16 (was a second sacct)
-    assert schema.OPTIONAL_FIELDS == ("Reason", *usage.USAGE_FIELDS, "WCKey", "Comment")
+    assert schema.OPTIONAL_FIELDS == ("Reason", *usage.USAGE_FIELDS, "Timelimit", "WCKey", "Comment")
     assert schema.SCHEMA.names[:3] == ["line", "job_id", "job_id_raw"]
     placed = [name for name in schema.SCHEMA.names if name not in dict(usage.COLUMNS)]
-    assert placed[-3:] == ["gpus", "gpu_type", "mem_mb"]
-    # Usage TRES (issue 26): read on step rows, rolled up to the job's columns, never stored as text.
-    assert schema.SCHEMA.names[-len(usage.COLUMNS):] == [name for name, _ in usage.COLUMNS]
+    assert placed[-4:] == ["gpus", "gpu_type", "mem_mb", "timelimit_s"]
+    # Usage TRES (issue 26): read on step rows, rolled up to the job's columns, never stored as text; a field
+    # added since (Timelimit, issue 43) stays last.
+    assert schema.SCHEMA.names[-len(usage.COLUMNS) - 1:-1] == [name for name, _ in usage.COLUMNS]
+    assert schema.SCHEMA.names[-1] == "timelimit_s"
     assert r.REGISTRY.step_usage == usage.USAGE_FIELDS
     assert not set(usage.TEXT_COLUMNS) & set(schema.SCHEMA.names)
 

@@ -129,3 +129,20 @@ def test_a_day_file_without_a_newer_column_reads_as_null(tmp_path, config):
     by_day = storeread.load_for_report(root, [D1, D2, D3])
     assert by_day.to_pylist() == single.select(by_day.column_names).to_pylist()
     assert by_day.column("comment").null_count == 1
+
+
+def test_a_day_file_from_before_timelimit_reads_it_as_unknown(tmp_path, config):
+    """Issue 43: Timelimit is a store column (timelimit_s) since; a day written before it has it null (unknown,
+    never 0), whichever reader reads it."""
+    import pyarrow.parquet as pq
+
+    fill_store(str(tmp_path))
+    root = store.store_dir(str(tmp_path))
+    path = store.day_file(store.current_snapshot(root), D3)
+    before = pq.read_table(path)
+    assert "timelimit_s" in before.column_names
+    pq.write_table(before.drop_columns(["timelimit_s"]), path)
+    single = store.load(root, [D1, D2, D3])
+    by_day = storeread.load_for_report(root, [D1, D2, D3])
+    assert by_day.to_pylist() == single.select(by_day.column_names).to_pylist()
+    assert by_day.column("timelimit_s").null_count >= 1

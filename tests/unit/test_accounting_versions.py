@@ -90,6 +90,10 @@ def _without_unrecorded_reason(text: list[dict], js: list[dict]) -> None:
     if all(r["reason"] is None for r in text):
         for r in (*text, *js):
             r.pop("reason")
+    # Likewise Timelimit (issue 43): text recorded before it was fetched has it null (unknown), JSON has time.limit.
+    if all(r["timelimit_s"] is None for r in text):
+        for r in (*text, *js):
+            r.pop("timelimit_s")
 
 
 def _figures(version: str) -> dict:

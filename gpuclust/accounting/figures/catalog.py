@@ -66,6 +66,7 @@ ECONOMICS_WEIGHTED = "economics.utilisation_weighted"
 LEMON = "lemon_nodes"  # each row of lemon_nodes.nodes and the lemon_nodes table
 LEMON_FLEET = "lemon_nodes.fleet"
 LEMON_SIZES = "lemon_nodes.by_job_size"
+FINDINGS = "findings"
 
 # Definition sections: the report's own (always there), the trend's (with the trend) and those of GPU use and the
 # unit economics (with them), each place's definitions in one; the prefix of their keys in report.json.
@@ -73,8 +74,9 @@ REPORT = "report"
 DEFINITION_SECTIONS = {RUNS: REPORT, SIZING: REPORT, QUEUE_WAIT: REPORT, TREND: TREND, GPU_USE: GPU_USE,
                        ECONOMICS: ECONOMICS, ECONOMICS_TERMS: ECONOMICS, ECONOMICS_BASELINES: ECONOMICS,
                        ECONOMICS_SIZING: ECONOMICS, ECONOMICS_WEIGHTED: ECONOMICS, LEMON: LEMON, LEMON_FLEET: LEMON,
-                       LEMON_SIZES: LEMON}
-DEFINITION_PREFIX = {REPORT: "", TREND: "", GPU_USE: "gpu_use.", ECONOMICS: "economics.", LEMON: "lemon_nodes."}
+                       LEMON_SIZES: LEMON, FINDINGS: FINDINGS}
+DEFINITION_PREFIX = {REPORT: "", TREND: "", GPU_USE: "gpu_use.", ECONOMICS: "economics.", LEMON: "lemon_nodes.",
+                     FINDINGS: "findings."}
 
 # Breakdowns of the Prometheus families: a figure's family gpuclust_report_<prom> is the whole cluster, and
 # gpuclust_report_<dim>_<prom> (label <dim>) each breakdown its place has.
@@ -339,6 +341,22 @@ ENTRIES: tuple[Figure | Concept, ...] = (
             "With [telemetry] weigh_useful = yes: an economics row's completed-run GPU-hours x the measured mean "
             "per-GPU utilisation of its completed jobs that have telemetry (their coverage beside it); "
             "total_cost_per_completed_run_busy_gpu_hour = the row's total cost / it."),
+    # ---- waste findings (figures/findings.py over figures/waste.py) ------------------------------------------
+    Concept("finding", FINDINGS,
+            "One waste detector's verdict on one ended GPU job (figures/waste.py, the detectors of `gpuclust job`): "
+            "its kind (idle_gpu, idle_stretch, gpu_too_large, time_limit, cpu_share, mem_share, multi_node), the "
+            "evidence it was judged on and its advice. findings.csv holds every finding, report.json the "
+            "`listed_limit` most costly."),
+    Figure("kind", FINDINGS, TEXT),
+    Figure("message", FINDINGS, TEXT, label="What was seen"),
+    Figure("advice", FINDINGS, TEXT, label="Advice"),
+    Figure("evidence", FINDINGS, TEXT, "The numbers the finding was judged on, by name (JSON).", label="Evidence"),
+    Figure("held_idle_cost", FINDINGS, MONEY,
+           "The finding's held-idle GPU-hours (an idle GPU's, or an idle stretch's) x the site's price per GPU-hour "
+           "of the job's GPU type, else its partition; unknown without a price or for a kind with no GPU-hour "
+           "figure (the over-asks).", label="Held-idle cost", glossary="held-idle cost"),
+    Figure("findings", FINDINGS, COUNT, "Per kind: the findings of that kind.", label="Findings"),
+    Figure("jobs", FINDINGS, COUNT, "Per kind: the distinct jobs with a finding of that kind."),
     # ---- unit economics -------------------------------------------------------------------------------------
     # economics_terms' flat columns first: their deprecated columns come first in that table
     Figure("completed_run_gpu_hours", ECONOMICS_TERMS, GPU_HOURS, old_names=("useful_gpu_hours",)),

@@ -22,7 +22,8 @@ efficiency (CPU time / (Elapsed x CPUs)) and memory efficiency (peak RSS / alloc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,12 +33,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuclust.accounting.figures import catalog
+from gpuclust.accounting.figures import catalog, findings
 from gpuclust.accounting.figures.jsonrecords import records
 from gpuclust.slurm import hostlist
 
 if TYPE_CHECKING:
     from gpuclust.accounting.figures.metrics import Report
+    from gpuclust.accounting.figures.waste import PartitionShare
     from gpuclust.accounting.ingest.period import Period
     from gpuclust.config import SiteConfig
 
@@ -46,13 +48,14 @@ WORST_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "allocated_gp
                  "util_mean_pct", "telemetry")
 DIMENSIONS = ("user", "account", "partition")
 DEFINITIONS: dict[str, str] = catalog.definitions(catalog.GPU_USE)  # (report.json: gpu_use.<key>)
+FINDING_DEFINITIONS: dict[str, str] = catalog.definitions(catalog.FINDINGS)  # (report.json: findings.<key>)
 
 
 def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
     cols = ["job_id", "job_id_raw", "user", "account", "partition", "gpus", "elapsed_s", "start", "end",
             "alloc_tres", "nodelist", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
             "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "state", "exit_code", "exit_signal", "job_name",
-            "gpu_type"]
+            "gpu_type", "timelimit_s", "nnodes"]
     present = [c for c in cols if c in table.column_names]
     t = table.select(present)
     lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
@@ -85,11 +88,12 @@ def _cpus(alloc_tres: pd.Series) -> np.ndarray:
     return cpus[np.asarray(codes)]  # (code -1, no AllocTRES: the NaN last)
 
 
-def job_use(table: pa.Table, config: SiteConfig, period: Period, *,
-            store_root: Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """One row per job that ended in the period and holds GPUs, with its use figures; and the source info.
-    `store_root`: the store the rows came from, whose telemetry summaries (storedtelemetry.for_report) give the
-    jobs Prometheus no longer has their figures."""
+def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: Path | None = None,
+            shares: Mapping[str, PartitionShare] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One row per job that ended in the period and holds GPUs, with its use figures; and the source info
+    (info["findings"]: the waste detectors' findings over those jobs, figures/findings.py, with `shares` the
+    partitions' shares per GPU). `store_root`: the store the rows came from, whose telemetry summaries
+    (storedtelemetry.for_report) give the jobs Prometheus no longer has their figures."""
     jobs = _ended_jobs(table, period)
     jobs = jobs[pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0) > 0].reset_index(drop=True)
     tel = config.telemetry
@@ -110,6 +114,7 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *,
     fb_total = np.full(len(jobs), np.nan)
     gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True)
     info: dict[str, Any] = {"prometheus": None}
+    per_gpu: dict[int, Any] = {}  # row -> its GPUs' telemetry (GpuTelemetry), for the waste detectors
 
     if tel.prometheus_url and len(jobs):
         from gpuclust.accounting.figures.telemetry import JobWindow, fetch_telemetry
@@ -136,6 +141,8 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *,
                               "warning_list": result.warnings[:50], "nodes": result.nodes}
         for key, got in result.jobs.items():
             i = int(key)  # type: ignore[call-overload]
+            if got.gpus:
+                per_gpu[i] = got.gpus
             covered[i] = got.covered_gpu_s
             busy[i] = got.busy_gpu_s
             held[i] = got.held_idle_gpu_s
@@ -157,6 +164,8 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *,
             "covered"])[:50]
 
     cpus = _cpus(jobs["alloc_tres"])
+    facts = jobs.assign(gpu_mem_max_mb=gmem) if len(jobs) else jobs
+    info["findings"] = findings.job_findings(facts, cpus, fb_total, per_gpu, shares or {}, config)
     cpu_eff = jobs["cpu_used_s"].to_numpy(dtype=float) / (elapsed * cpus)
     mem_eff = jobs["mem_max_mb"].to_numpy(dtype=float) / jobs["mem_mb"].to_numpy(dtype=float)
     out = pd.DataFrame({
@@ -330,11 +339,16 @@ class UseSums:
     sources: dict[str, int]
     prometheus: dict[str, Any] | None
     jobs: pd.DataFrame | None = None  # the per-job table (gpu_use_jobs): a one-table build's only
+    findings: pd.DataFrame = field(default_factory=findings.empty)  # figures/findings.py, every finding
+    jobs_checked: int = 0  # the jobs the detectors looked at (ended, with GPUs)
+    shares_source: str = "none"  # where the partitions' shares came from (findings.partition_shares)
 
 
 def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: bool = True,
-             store_root: Path | None = None) -> UseSums:
-    jobs, info = job_use(table, config, period, store_root=store_root)
+             store_root: Path | None = None, shares: tuple[Mapping[str, PartitionShare], str] | None = None
+             ) -> UseSums:
+    """The use figures of the table's jobs; `shares`: findings.partition_shares' answer (None: none known)."""
+    jobs, info = job_use(table, config, period, store_root=store_root, shares=shares[0] if shares else None)
     histogram = {}
     for part, sub in jobs.groupby("partition", sort=True):
         known = sub["util_mean_pct"].dropna().clip(0, 100)
@@ -353,6 +367,9 @@ def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: 
                  "none": int(jobs["telemetry"].isna().sum())},
         prometheus=info["prometheus"],
         jobs=jobs if keep_jobs else None,
+        findings=info["findings"],
+        jobs_checked=len(jobs),
+        shares_source=shares[1] if shares else "none",
     )
 
 
@@ -382,6 +399,10 @@ def merge_use_sums(a: UseSums, b: UseSums) -> UseSums:
         rules=a.rules | b.rules,
         sources={k: a.sources[k] + b.sources[k] for k in a.sources},
         prometheus=prometheus,
+        findings=findings.rank(pd.concat([a.findings, b.findings], ignore_index=True)) if len(b.findings)
+        else a.findings,
+        jobs_checked=a.jobs_checked + b.jobs_checked,
+        shares_source=a.shares_source,
     )
 
 
@@ -427,6 +448,11 @@ def attach_sums(report: Report, sums: UseSums, config: SiteConfig, *, usage_warn
     }
     report.data["definitions"] = {**report.data.get("definitions", {}),
                                   **{f"gpu_use.{k}": v for k, v in DEFINITIONS.items()}}
+    report.tables["findings"] = sums.findings
+    report.tables["findings_by_kind"] = findings.by_kind(sums.findings)
+    report.data["findings"] = findings.section(sums.findings, sums.jobs_checked, sums.shares_source,
+                                               config.currency)
+    report.data["definitions"].update({f"findings.{k}": v for k, v in FINDING_DEFINITIONS.items()})
 
 
 SOURCE_WARNINGS_SHOWN = 10

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from gpuclust.accounting.figures import economics, gpuuse, lemon
+from gpuclust.accounting.figures import economics, findings, gpuuse, lemon
 from gpuclust.accounting.figures.jobfilter import JobFilter
 from gpuclust.accounting.figures.metrics import Report
 from gpuclust.accounting.figures.metrics.attempts import coded
@@ -229,6 +229,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
     parts: list[PartialFigures] = []
     # The unit economics sum rows, not runs: any split adds up; not for a filtered report (pipeline.build).
     stored = None if only else sources.stored_sources(config, period)
+    shares = findings.partition_shares(config, findings.stored_nodes_text(config.state_dir, period.utc_days()))
     econ_sums: economics.RowSums | None = None
     use: gpuuse.UseSums | None = None
     rows = filtered_out = 0
@@ -250,7 +251,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
             sums = economics.row_sums(table, config, period, stored[0])
             econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
         lemon_jobs += lemon.job_rows(table, period)  # (a few fields per GPU job: small beside the rows)
-        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False, store_root=root)
+        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False, store_root=root, shares=shares)
         use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
         del table, order
         memory.release_freed()

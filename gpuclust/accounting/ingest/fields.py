@@ -119,6 +119,28 @@ def parse_elapsed(text: str) -> int:
     return value
 
 
+def parse_timelimit(text: str) -> int | None:
+    """Timelimit ``[DD-[HH:]]MM:SS`` -> seconds; None for UNLIMITED, Partition_Limit, Unknown or empty (no
+    limit known: never 0)."""
+    value = parse_slurm_duration(text)
+    if value is None or value < 0:
+        return None
+    return value
+
+
+def v_timelimit(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """parse_timelimit over an array (a dictionary field: called once per distinct value)."""
+    values: list[int | None] = []
+    bad = np.zeros(len(text), dtype=bool)
+    for i, item in enumerate(text.to_pylist()):
+        try:
+            values.append(None if item is None else parse_timelimit(item))
+        except SlurmOutputError:
+            values.append(None)
+            bad[i] = True
+    return pa.array(values, pa.int64()), bad
+
+
 # ---- TRES ---------------------------------------------------------------------------------------------
 
 _MEM_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "": 1.0}

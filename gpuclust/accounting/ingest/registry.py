@@ -418,6 +418,12 @@ FIELDS: tuple[SacctField, ...] = (
         parse=parse_count, vparse=_one("nnodes", f.v_int), dictionary=True, without="node counts",
     ),
     _string("NodeList", "nodelist", 18, 14, at("nodes"), without="node lists (top failures)"),
+    # The time limit (issue 43: the time-limit over-ask finding). Fetched last (a fixed format). Optional: a dump
+    # or store day without it reads null, as do UNLIMITED and Partition_Limit (no limit known, never 0).
+    SacctField(
+        "Timelimit", 25, at("time.limit", sj.time_limit), parsed=(Column("timelimit_s", pa.int64()),),
+        parse=f.parse_timelimit, vparse=_one("timelimit_s", f.v_timelimit), required=False, dictionary=True,
+    ),
     _string("WCKey", "wckey", 4, 12, nested_text("wckey", "wckey"), required=False),
     _string("Comment", "comment", 3, 13, nested_text("comment", "job"), required=False, free_text=True),
 )

@@ -330,13 +330,15 @@ TABLE_TITLES = {
     "refusals_by_partition": "Submit policy refusals by partition",
     "economics_terms": "Unit economics terms", "economics_baselines": "Unit economics baselines",
     "telemetry_nodes": "Node telemetry",
+    "findings": "Waste findings (the most costly first)", "findings_by_kind": "Waste findings by kind",
 }
 # Short identifiers: on one line (other cells wrap between words, htmltext.words_whole; a start or end time
 # between its date and its time).
 KEEP_WHOLE_COLUMNS = frozenset({"job_id", "state", "exit_code", "day", "partition", "qos"})
 # The page's money columns (a currency in the header) and percentages: the runs' and sizing's figures (the tables
 # of the other parts carry neither).
-MONEY_COLUMNS = frozenset(f.name for f in catalog.figures(catalog.RUNS, catalog.SIZING) if f.unit == catalog.MONEY)
+MONEY_COLUMNS = frozenset(f.name for f in catalog.figures(catalog.RUNS, catalog.SIZING, catalog.FINDINGS)
+                          if f.unit == catalog.MONEY)
 RATIO_COLUMNS = frozenset(f.name for f in catalog.FIGURES if f.percent)
 DASH = "\u2014"
 
@@ -475,7 +477,11 @@ PAGE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-PAGE_ORDER_OF: dict[str, tuple[tuple[str, bool], ...]] = {"gpu_use_jobs": (("allocated_gpu_hours", True),)}
+PAGE_ORDER_OF: dict[str, tuple[tuple[str, bool], ...]] = {
+    "gpu_use_jobs": (("allocated_gpu_hours", True),),
+    # (figures/findings.rank already puts the most costly first: a stable sort on it keeps that order)
+    "findings": (("held_idle_cost", True), ("held_idle_gpu_hours", True)),
+}
 
 
 def page_rows(frame: pd.DataFrame, limit: int = PAGE_ROWS, name: str | None = None

@@ -245,8 +245,9 @@ def row_records(report: Report, rows: str, by: str = "partition") -> list[dict[s
     """Row-level records for log shippers, each with `row`, `cluster`, `period_start`, `period_end` first.
 
     jobs: one per job with GPUs that ended in the period (the gpu_use_jobs table); runs: the runs table per
-    `by` group (the report keeps no per-run rows); findings: the top failures (kind failure) and the jobs that held
-    GPUs idle longest (kind held-idle)."""
+    `by` group (the report keeps no per-run rows); findings: the top failures (kind failure), the jobs that held
+    GPUs idle longest (kind held-idle), then every waste finding (kind idle_gpu, idle_stretch, gpu_too_large,
+    time_limit, cpu_share, mem_share, multi_node: figures/findings.py) with its evidence, advice and cost."""
     data = report.data
     head = {"cluster": data.get("cluster"), "period_start": data["period"]["start"],
             "period_end": data["period"]["end"]}
@@ -267,6 +268,10 @@ def row_records(report: Report, rows: str, by: str = "partition") -> list[dict[s
             out.append({"row": "finding", "kind": "failure", **head, **rec})
         for rec in _use(report).get("worst_held_idle", []):
             out.append({"row": "finding", "kind": "held-idle", **head, **rec})
+        # then every waste detector's finding (figures/findings.py), the most costly first, its evidence parsed
+        frame = report.tables.get("findings")
+        for rec in records(frame) if frame is not None else []:
+            out.append({"row": "finding", **head, **rec, "evidence": json.loads(rec["evidence"])})
     else:
         raise ValueError(f"rows must be one of {', '.join(ROWS)}, got {rows!r}")
     return out
