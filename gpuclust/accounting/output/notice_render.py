@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.notices import UseNotice
 from gpuclust.mail import Notice
 from gpuclust.output import terminal_safe
@@ -44,14 +45,23 @@ def subject(notice: UseNotice, template: str) -> str:
     return " ".join(terminal_safe(text).split())
 
 
+def _label(name: str) -> str:
+    """The report's own label of a gpu_use figure (figures.catalog), so a mail says what the page says."""
+    figure = catalog.figure(catalog.GPU_USE, name)
+    return str(figure.label or figure.title)
+
+
+ALLOCATED, BUSY, HELD_IDLE = (_label(n) for n in ("allocated_gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours"))
+
+
 def _figures(n: UseNotice) -> list[tuple[str, str]]:
     use = n.gpu_use or {}
     runs = n.runs or {}
     cov = use.get("coverage")
     rows = [("GPU jobs that ended", str(use.get("jobs", 0))),
-            ("Allocated GPU-hours", _h(use.get("allocated_gpu_hours"))),
-            ("Busy GPU-hours", _h(use.get("busy_gpu_hours"))),
-            ("Held-idle GPU-hours", _h(use.get("held_idle_gpu_hours"))),
+            (ALLOCATED, _h(use.get("allocated_gpu_hours"))),
+            (BUSY, _h(use.get("busy_gpu_hours"))),
+            (HELD_IDLE, _h(use.get("held_idle_gpu_hours"))),
             ("Mean GPU utilisation", _pct(use.get("util_mean_pct"))),
             ("Coverage (share of allocated GPU-hours with utilisation data)",
              "unknown" if cov is None else f"{cov:.0%}")]
@@ -107,7 +117,7 @@ def render(n: UseNotice, *, key: str, to: str, subject_template: str) -> Notice:
     body.append("</table>")
     if n.worst_jobs:
         body.append("<h3>The jobs with the most held-idle GPU-hours</h3><table><tr><th>Job</th><th>Name</th>"
-                    "<th>GPUs</th><th>Held-idle GPU-hours</th><th>Allocated GPU-hours</th><th>Cost of the "
+                    f"<th>GPUs</th><th>{HELD_IDLE}</th><th>{ALLOCATED}</th><th>Cost of the "
                     "held-idle GPU-hours</th><th>Advice</th></tr>")
         for j in n.worst_jobs:
             advice = "<br>".join(esc(f["message"]) for f in j.findings)
@@ -116,8 +126,8 @@ def render(n: UseNotice, *, key: str, to: str, subject_template: str) -> Notice:
                         f"<td>{esc(_money(j.held_idle_cost, n.currency))}</td><td>{advice}</td></tr>")
         body.append("</table>")
     if n.users:
-        body.append("<h3>Its users</h3><table><tr><th>User</th><th>Allocated GPU-hours</th><th>Busy GPU-hours</th>"
-                    "<th>Held-idle GPU-hours</th></tr>")
+        body.append(f"<h3>Its users</h3><table><tr><th>User</th><th>{ALLOCATED}</th><th>{BUSY}</th>"
+                    f"<th>{HELD_IDLE}</th></tr>")
         body += [f"<tr><td>{esc(u['user'])}</td><td>{_h(u['allocated_gpu_hours'])}</td>"
                  f"<td>{_h(u['busy_gpu_hours'])}</td><td>{_h(u['held_idle_gpu_hours'])}</td></tr>" for u in n.users]
         body.append("</table>")
