@@ -322,10 +322,12 @@ def build(
                              offline=bool(input_path), target=target,
                              period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
             economics.note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
-        gpuuse.attach_sums(report, use.result(), config,
+        use_sums = use.result()
+        gpuuse.attach_sums(report, use_sums, config,
                            usage_warnings=parsed.usage_warnings if parsed else 0,
                            usage_problems=parsed.usage_problems if parsed else None)
-    lemon.attach(report, lemon.job_rows(table, period), config, period)
+    lemon.attach(report, lemon.job_rows(table, period), config, period,
+                 gpu_events=use_sums.gpu_events if config.telemetry.prometheus_url else None)
     del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
     if not input_path and trend_days:
         trend.add_to_report(report, store.store_dir(config.state_dir), config, trend_days, lookback_of(config))

@@ -185,3 +185,37 @@ def test_audit_partition_names_the_partition_s_lemons(tmp_path: Path) -> None:
     # no store yet: not checked, never an alarm
     missing = check_lemons(site, ["a"], now, 3)
     assert missing[0].severity == Nagios.OK and "not checked" in missing[0].message
+
+
+def test_the_report_joins_the_jobs_xid_from_the_real_prometheus(tmp_path: Path) -> None:
+    """report build with [telemetry]: job 103 of the recorded-shape Prometheus data (tests/unit/
+    test_telemetry_prometheus.py: Xid 79 at 90 min on n1/3) makes an xid failure hour on n1; job 101 (idle, no
+    Xid) adds none on n1, and job 104's node n2 has none."""
+    from tests.unit.test_telemetry_prometheus import lab_data, require_prometheus, running_prometheus
+
+    require_prometheus()
+    header = "JobID|JobIDRaw|User|Account|Partition|QOS|State|ExitCode|Submit|Start|End|Elapsed|AllocTRES|NNodes|NodeList"
+    rows = [
+        "101|101|alice|ml|gpu|normal|COMPLETED|0:0|2024-01-01T00:00:00|2024-01-01T00:00:00|2024-01-01T01:00:00|"
+        "01:00:00|billing=1,cpu=1,gres/gpu=1,mem=1000M,node=1|1|n1",
+        "103|103|bob|ml|gpu|normal|COMPLETED|0:0|2024-01-01T00:00:00|2024-01-01T00:00:00|2024-01-01T02:00:00|"
+        "02:00:00|billing=1,cpu=1,gres/gpu=1,mem=1000M,node=1|1|n1",
+        "104|104|carol|ml|gpu|normal|COMPLETED|0:0|2024-01-01T00:00:00|2024-01-01T00:00:00|2024-01-01T00:30:00|"
+        "00:30:00|billing=1,cpu=1,gres/gpu=1,mem=1000M,node=1|1|n2",
+    ]
+    dump = tmp_path / "dump.txt"
+    dump.write_text("\n".join([header, *rows]) + "\n")
+    out = tmp_path / "out"
+    with running_prometheus(lab_data(), tmp_path / "prometheus") as url:
+        conf = tmp_path / "site.conf"
+        conf.write_text(f"[site]\ncluster_name = t\ntimezone = UTC\nstate_dir = {tmp_path / 'state'}\n"
+                        f"[telemetry]\nprometheus_url = {url}\nstep = 60\nchunk_hours = 1\n")
+        built = CliRunner().invoke(cli, ["--config", str(conf), "report", "build", "--input", str(dump),
+                                         "--since", "2024-01-01T00:00:00", "--until", "2024-01-02T00:00:00",
+                                         "--out", str(out), "--format", "json"])
+    assert built.exit_code == 0, built.output
+    section = json.loads((out / "report.json").read_text())["lemon_nodes"]
+    assert section["telemetry_joined"] is True, section
+    nodes = {n["node"]: n for n in section["nodes"]}
+    assert nodes["n1"]["xid"] == 1 and nodes["n1"]["failures"] == 1, nodes["n1"]
+    assert nodes["n2"]["xid"] == 0 and nodes["n2"]["failures"] == 0, nodes["n2"]

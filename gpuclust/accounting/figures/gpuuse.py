@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from gpuclust.accounting.figures import catalog, findings
 from gpuclust.accounting.figures.jsonrecords import records
+from gpuclust.accounting.figures.lemon import GpuEvents
 from gpuclust.slurm import hostlist
 
 if TYPE_CHECKING:
@@ -166,6 +167,7 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
     cpus = _cpus(jobs["alloc_tres"])
     facts = jobs.assign(gpu_mem_max_mb=gmem) if len(jobs) else jobs
     info["findings"] = findings.job_findings(facts, cpus, fb_total, per_gpu, shares or {}, config)
+    info["gpu_events"] = _gpu_events(jobs["job_id"], per_gpu)
     cpu_eff = jobs["cpu_used_s"].to_numpy(dtype=float) / (elapsed * cpus)
     mem_eff = jobs["mem_max_mb"].to_numpy(dtype=float) / jobs["mem_mb"].to_numpy(dtype=float)
     out = pd.DataFrame({
@@ -342,6 +344,8 @@ class UseSums:
     findings: pd.DataFrame = field(default_factory=findings.empty)  # figures/findings.py, every finding
     jobs_checked: int = 0  # the jobs the detectors looked at (ended, with GPUs)
     shares_source: str = "none"  # where the partitions' shares came from (findings.partition_shares)
+    # What telemetry saw per job (JobID) and node: Xid points and DBE ECC increase, for the lemon nodes
+    gpu_events: dict[str, list[GpuEvents]] = field(default_factory=dict)
 
 
 def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: bool = True,
@@ -370,7 +374,22 @@ def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: 
         findings=info["findings"],
         jobs_checked=len(jobs),
         shares_source=shares[1] if shares else "none",
+        gpu_events=info["gpu_events"],
     )
+
+
+def _gpu_events(job_ids: pd.Series, per_gpu: Mapping[int, Any]) -> dict[str, list[GpuEvents]]:
+    """Per job (JobID) and node: the Xid points and DBE ECC increase its GPUs' series showed (telemetry.GpuTelemetry;
+    a GPU whose series had neither metric adds 0)."""
+    out: dict[str, list[GpuEvents]] = {}
+    for row, gpus in per_gpu.items():
+        by_node: dict[str, list[float]] = {}
+        for gpu in gpus:
+            sums = by_node.setdefault(str(gpu.node), [0.0, 0.0])
+            sums[0] += gpu.xid_errors or 0.0
+            sums[1] += gpu.ecc_dbe or 0.0
+        out[str(job_ids.iloc[row])] = [GpuEvents(node, xid, ecc) for node, (xid, ecc) in sorted(by_node.items())]
+    return out
 
 
 def merge_use_sums(a: UseSums, b: UseSums) -> UseSums:
@@ -403,6 +422,7 @@ def merge_use_sums(a: UseSums, b: UseSums) -> UseSums:
         else a.findings,
         jobs_checked=a.jobs_checked + b.jobs_checked,
         shares_source=a.shares_source,
+        gpu_events={**a.gpu_events, **b.gpu_events},
     )
 
 

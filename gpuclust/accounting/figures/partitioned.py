@@ -271,5 +271,6 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
         economics.note_unknown_allocations(report)
     assert use is not None  # (there is always a bucket, if an empty one)
     gpuuse.attach_sums(report, use, config)
-    lemon.attach(report, lemon_jobs, config, period)
+    lemon.attach(report, lemon_jobs, config, period,
+                 gpu_events=use.gpu_events if use is not None and config.telemetry.prometheus_url else None)
     return report
