@@ -33,6 +33,7 @@ from gpuclust.accounting.history.fetch import fetch_day, sacct_version
 from gpuclust.accounting.ingest.jsonin import parse_input
 from gpuclust.accounting.ingest.normalize import (
     DEFAULT_OPTIONS,
+    PARALLEL_MIN_ROWS,
     ParseResult,
     ReaderOptions,
     input_period,
@@ -269,9 +270,9 @@ def build(
     if no_gpu_accounted(table):
         note_no_gpu(info)
     # The GPU use figures (and their Prometheus queries) read only the table: computed beside the report, on
-    # the core the report's pandas steps leave idle.
+    # the core the report's pandas steps leave idle (a small table's in turn: there the thread costs more).
     with ThreadPoolExecutor(max_workers=1) as beside:
-        use = beside.submit(gpuuse.use_sums, table, config, period)
+        use = beside.submit(gpuuse.use_sums, table, config, period) if table.num_rows >= PARALLEL_MIN_ROWS else None
         report = build_report(table, config, period, target=target, top=top, input_info=info)
         if parsed is not None:
             report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
@@ -281,7 +282,7 @@ def build(
                              offline=bool(input_path), target=target,
                              period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
             economics.note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
-        gpuuse.attach_sums(report, use.result(), config,
+        gpuuse.attach_sums(report, gpuuse.use_sums(table, config, period) if use is None else use.result(), config,
                            usage_warnings=parsed.usage_warnings if parsed else 0,
                            usage_problems=parsed.usage_problems if parsed else None)
     del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
