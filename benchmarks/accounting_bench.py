@@ -235,9 +235,14 @@ def child_floor(path: str, delimiter: str) -> dict:
 def child_full(path: str, out: str, delimiter: str, bare: bool = False) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuclust.accounting.ingest.fast.memory import before_pyarrow_loads, keep_freed_memory
+    from gpuclust.accounting.ingest.fast.memory import (
+        before_numpy_loads,
+        before_pyarrow_loads,
+        keep_freed_memory,
+    )
 
     before_pyarrow_loads()  # as `gpuclust report` does first
+    before_numpy_loads()
     from gpuclust.accounting.figures import gpuuse
     from gpuclust.accounting.figures.metrics import build_report
     from gpuclust.accounting.history.store import latest_state
@@ -323,9 +328,14 @@ def child_store(path: str, state: str, delimiter: str, days: int, build_only: bo
     import shutil
     from datetime import date, datetime, timedelta, timezone
 
-    from gpuclust.accounting.ingest.fast.memory import before_pyarrow_loads, keep_freed_memory
+    from gpuclust.accounting.ingest.fast.memory import (
+        before_numpy_loads,
+        before_pyarrow_loads,
+        keep_freed_memory,
+    )
 
     before_pyarrow_loads()  # as `gpuclust report` does first
+    before_numpy_loads()
     from gpuclust.accounting import pipeline
     from gpuclust.accounting.history import store
     from gpuclust.accounting.ingest.period import Period

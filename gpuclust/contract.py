@@ -60,6 +60,9 @@ def parse_time(text: str) -> datetime:
 
 def plain(value: Any) -> Any:
     """A value as JSON-ready data."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # (most values: as they are)
+        return value
     if isinstance(value, datetime):
         return format_time(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -45,6 +45,13 @@ def to_json(obj: Any) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def json_values(obj: Any) -> Any:
+    """`obj` as the values to_json writes (numpy scalars as numbers, NaN as null, tuples as lists), read back:
+    json.loads(to_json(obj)) without the indented text, which only the pure-Python encoder writes (this one
+    is compact ASCII, C-encoded: its escapes, lone surrogates' included, read back the same)."""
+    return json.loads(json.dumps(_clean(obj), default=_default))
+
+
 # What a terminal acts on rather than shows: C0 controls (ESC starts every escape sequence; CR, BS and friends
 # overwrite what was printed; a newline forges a line, the Nagios status line's included), DEL, C1 controls
 # (0x9b is a one-byte CSI), the line and paragraph separators, the bidirectional overrides and isolates, and

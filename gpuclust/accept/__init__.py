@@ -2,7 +2,7 @@
 their verdicts.
 
 This module is the plane's public face: what other planes may use of it (the audit's acceptance freshness and
-version drift, the unit economics' measured restore times). They import these names from here, never a module
+version drift, the unit economics' measured restore times and whether there are any). They import these names from here, never a module
 inside (tests/unit/test_import_graph.py holds that). The names load on first use, so the programs that run on
 the compute nodes (`python -m gpuclust.accept.health ...` in a prolog, say) do not load the results reader.
 """
@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpuclust.accept.drift import VERSION_FIELDS
     from gpuclust.accept.drift import across as drift_across
+    from gpuclust.accept.resultfiles import result_files
     from gpuclust.accept.results import JobResult, Versions, last_pass_by_node, scan_results
 
-__all__ = ["VERSION_FIELDS", "JobResult", "Versions", "drift_across", "last_pass_by_node", "scan_results"]
+__all__ = ["VERSION_FIELDS", "JobResult", "Versions", "drift_across", "last_pass_by_node", "result_files",
+           "scan_results"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,6 +26,10 @@ def __getattr__(name: str) -> Any:
         from gpuclust.accept import drift
 
         return drift.VERSION_FIELDS if name == "VERSION_FIELDS" else drift.across
+    if name == "result_files":  # (which files are results, told without loading the reader)
+        from gpuclust.accept.resultfiles import result_files
+
+        return result_files
     if name in ("JobResult", "Versions", "last_pass_by_node", "scan_results"):
         from gpuclust.accept import results
 

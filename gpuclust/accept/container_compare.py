@@ -102,7 +102,7 @@ def container_of(result: R.JobResult) -> dict[str, Any] | None:
 
 def node_versions(result: R.JobResult, node: str) -> dict[str, str | None]:
     """What the node's first rank saw ({} when the result has no rank there, e.g. storage-only records)."""
-    ranks = sorted(result.ranks_on(node), key=lambda r: r.rank)
+    ranks = sorted((r for r in result.ranks if r.node == node), key=lambda r: r.rank)
     if not ranks:
         return {}
     rank = ranks[0]
@@ -114,16 +114,12 @@ def node_versions(result: R.JobResult, node: str) -> dict[str, str | None]:
     return out
 
 
-def compare_results(results_dir: str, config: SiteConfig, since: datetime | None = None,
-                    jobs: tuple[str, ...] = ()) -> ContainerComparison:
-    """`accept report --compare-container`: `compare` over the results directory."""
-    return compare(R.scan_results(results_dir), config, since=since, jobs=jobs)
-
-
 def compare(scan: R.ResultScan, config: SiteConfig, since: datetime | None = None,
             jobs: tuple[str, ...] = ()) -> ContainerComparison:
-    """The latest bare and the latest containerised (with digest) result of each kind for every node, within
-    `since` (or the given job ids); figures compared per node."""
+    """`accept report --compare-container` over a results directory's scan (results.scan_results, read first):
+    the latest bare and the latest containerised (with digest) result of each kind for every node, within
+    `since` (or the given job ids); figures compared per node. What is picked and what it lacks come first,
+    the figures (measures) after: the results travel one way."""
     notes: list[str] = []
     candidates = [r for r in scan.jobs if (since is None or r.job.finished >= since) and (not jobs or r.job_id in jobs)]
     latest: dict[tuple[str, str, bool], R.JobResult] = {}  # (node, kind, containerised) -> result
@@ -135,14 +131,16 @@ def compare(scan: R.ResultScan, config: SiteConfig, since: datetime | None = Non
             continue
         for node in result.nodes:
             latest[(node, result.kind, info is not None)] = result
+    missing = _missing(scan, candidates, latest, since, jobs)  # (said only when no node is compared)
     nodes: dict[str, NodeComparison] = {}
     for (node, kind, inside), result in sorted(latest.items()):
         part_name = result.job.partition
         part = config.partitions.get(part_name or "")
         tol = part.container_tolerance if part is not None else DEFAULT_TOLERANCE
         comp = nodes.setdefault(node, NodeComparison(node, part_name, tol))
-        side = Side(result.job_id, kind, result.job.finished, node_metrics(result, part).get(node, {}),
-                    node_versions(result, node), container_of(result))
+        versions, info = node_versions(result, node), container_of(result)
+        side = Side(result.job_id, kind, result.job.finished, node_metrics(result, part).get(node, {}), versions,
+                    info)
         (comp.container if inside else comp.bare).append(side)
     compared = 0
     for comp in nodes.values():
@@ -173,7 +171,6 @@ def compare(scan: R.ResultScan, config: SiteConfig, since: datetime | None = Non
         status = Nagios.worst(status, Nagios.WARNING)
         reason = reason or notes[0]
     if compared == 0:
-        missing = _missing(scan, candidates, latest, since, jobs)
         notes.append(missing)
         status = Nagios.worst(status, Nagios.UNKNOWN)
         reason = missing if status == Nagios.UNKNOWN else reason

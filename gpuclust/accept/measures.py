@@ -16,10 +16,6 @@ def large_size_busbw(result: R.JobResult, min_size: int) -> float | None:
     return stats.median(large) if large else None
 
 
-def pair_analysis(result: R.JobResult) -> stats.PairAnalysis:
-    return verdict.judge(result.pairs).analysis
-
-
 def node_metrics(result: R.JobResult, part: PartitionConfig | None) -> dict[str, dict[str, float]]:
     """Per node, the figures compared with the node's own history."""
     out: dict[str, dict[str, float]] = {}
@@ -31,7 +27,7 @@ def node_metrics(result: R.JobResult, part: PartitionConfig | None) -> dict[str,
             for node in result.nodes:
                 out.setdefault(node, {})["allreduce_busbw_gbps"] = figure
     elif result.kind == "pairwise":
-        for node, score in pair_analysis(result).node_scores.items():
+        for node, score in verdict.pair_analysis(result).node_scores.items():
             out.setdefault(node, {})["pairwise_busbw_gbps"] = score
     elif result.kind == "storage":
         for rec in result.storage:

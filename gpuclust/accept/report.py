@@ -37,7 +37,7 @@ from typing import Any
 
 from gpuclust.accept import drift, stats, verdict
 from gpuclust.accept import results as R
-from gpuclust.accept.measures import DEFAULT_PARTITION, large_size_busbw, node_metrics, pair_analysis
+from gpuclust.accept.measures import DEFAULT_PARTITION, large_size_busbw, node_metrics
 from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.findings import Finding, Perf, natural_key, status_line
@@ -425,9 +425,9 @@ def pairwise_noise_drop(result: R.JobResult, prior: list[R.JobResult]) -> float:
     """The drop a pairwise figure can show by noise alone against its baseline: each run measured its own noise
     (sigma of log busbw); the figure and the baseline (the last BASELINE_WINDOW of `prior`, oldest first, their
     median sigma) are both that noisy, so PAIR_Z combined sigmas."""
-    now = pair_analysis(result).noise_sigma
+    now = verdict.pair_analysis(result).noise_sigma
     recent = prior[-BASELINE_WINDOW:]
-    before = stats.median([pair_analysis(h).noise_sigma for h in recent]) if recent else 0.0
+    before = stats.median([verdict.pair_analysis(h).noise_sigma for h in recent]) if recent else 0.0
     return 1.0 - math.exp(-verdict.PAIR_Z * math.hypot(now, before))
 
 
@@ -559,7 +559,7 @@ def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
         tail = f", busbw(>= min size) {large:.3f}" if large is not None else ""
         return f"{len(result.ranks)} ranks, busbw {top.busbw_gbps:.3f} GB/s at {top.size} B{tail}, {wrong} wrong"
     if result.kind == "pairwise":
-        analysis = pair_analysis(result)
+        analysis = verdict.pair_analysis(result)
         links = [f"{a}-{b}" for a, b in sorted(analysis.link_outliers)]
         return (f"{len(result.pairs)} pairs, outlier nodes: {', '.join(sorted(analysis.node_outliers)) or 'none'}"
                 + (f", slow links: {', '.join(links)}" if links else ""))

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpuclust import contract
+from gpuclust.accept.resultfiles import FILE_SUFFIX, result_files
 from gpuclust.atomicfile import write_atomic
 from gpuclust.contract import ContractError
 from gpuclust.errors import InputError, Problem
@@ -52,7 +53,6 @@ SCHEMA = "gpuclust.accept.result/1"
 READABLE_SCHEMAS = (SCHEMA, "gpuclust.accept/1")  # and lines without a "schema" key (older history)
 KINDS = ("allreduce", "pairwise", "storage")
 RECORD_TYPES = ("job", "rank", "sweep", "pair", "storage")
-FILE_SUFFIX = ".jsonl"
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 _FILE_NAME = re.compile(r"(allreduce|pairwise|storage)-([0-9]+(?:_[0-9]+)?)\.jsonl")
 
@@ -443,14 +443,6 @@ def read_result_text(path: str | os.PathLike[str]) -> str:
     """A result file's text; bytes that are not UTF-8 become surrogates, which parse_result_text reports
     against their line (one bad byte does not cost the whole file)."""
     return Path(path).read_bytes().decode("utf-8", errors="surrogateescape")
-
-
-def result_files(results_dir: str | os.PathLike[str]) -> list[Path]:
-    """The result files in results_dir (not temp files), sorted by name."""
-    directory = Path(results_dir)
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if p.name.endswith(FILE_SUFFIX) and not p.name.startswith("."))
 
 
 def scan_results(

@@ -100,6 +100,11 @@ def judge(pairs: Iterable[R.PairRecord]) -> PairwiseVerdict:
     return PairwiseVerdict(analysis, wrong, failed, len(nodes), any(p.attempts for p in records))
 
 
+def pair_analysis(result: R.JobResult) -> stats.PairAnalysis:
+    """The analysis of a pairwise result's pairs (`judge`'s, without the reasons)."""
+    return judge(result.pairs).analysis
+
+
 def _noise_text(z: float) -> str:
     import math
 

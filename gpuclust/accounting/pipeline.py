@@ -33,6 +33,7 @@ from gpuclust.accounting.history.fetch import fetch_day, sacct_version
 from gpuclust.accounting.ingest.jsonin import parse_input
 from gpuclust.accounting.ingest.normalize import (
     DEFAULT_OPTIONS,
+    PARALLEL_MIN_ROWS,
     ParseResult,
     ReaderOptions,
     input_period,
@@ -308,11 +309,12 @@ def build(
     if no_gpu_accounted(table):
         note_no_gpu(info)
     # The GPU use figures (and their Prometheus queries) read only the table: computed beside the report, on
-    # the core the report's pandas steps leave idle.
+    # the core the report's pandas steps leave idle (a small table's in turn: there the thread costs more).
     shares = findings.partition_shares(config, _nodes_text(config, period, input_path, nodes_path))
+    store_root = None if input_path else store.store_dir(config.state_dir)
     with ThreadPoolExecutor(max_workers=1) as beside:
-        use = beside.submit(gpuuse.use_sums, table, config, period,
-                            store_root=None if input_path else store.store_dir(config.state_dir), shares=shares)
+        use = beside.submit(gpuuse.use_sums, table, config, period, store_root=store_root, shares=shares) \
+            if table.num_rows >= PARALLEL_MIN_ROWS else None
         report = build_report(table, config, period, target=target, top=top, input_info=info)
         if parsed is not None:
             report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
@@ -322,7 +324,8 @@ def build(
                              offline=bool(input_path), target=target,
                              period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
             economics.note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
-        use_sums = use.result()
+        use_sums = gpuuse.use_sums(table, config, period, store_root=store_root, shares=shares) if use is None \
+            else use.result()
         gpuuse.attach_sums(report, use_sums, config,
                            usage_warnings=parsed.usage_warnings if parsed else 0,
                            usage_problems=parsed.usage_problems if parsed else None)

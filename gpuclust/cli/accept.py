@@ -194,10 +194,13 @@ def _report(app: AppContext, job_id: str | None, since: TimeSpec | None, results
 
 def _compare_container(results_dir: str, config: SiteConfig, job_id: str | None, since: datetime | None,
                        as_json: bool) -> None:
-    """--compare-container: its own table/JSON and Nagios exit status (gpuclust.accept.container_compare)."""
+    """--compare-container: its own table/JSON and Nagios exit status (gpuclust.accept.container_compare): the
+    results read, then compared, then shown."""
     from gpuclust.accept import container_compare as cc
+    from gpuclust.accept.results import scan_results
 
-    comp = cc.compare_results(results_dir, config, since=since, jobs=(job_id,) if job_id else ())
+    scan = scan_results(results_dir)
+    comp = cc.compare(scan, config, since=since, jobs=(job_id,) if job_id else ())
     if as_json:
         echo_json(comp.as_dict())
     else:

@@ -92,9 +92,12 @@ def _check_slurm_version(version: str | None) -> str | None:
 @click.group("report")
 def group() -> None:
     """Accounting: fetch sacct records and build queue-wait, retry and cost reports."""
-    from gpuclust.accounting.ingest.fast.memory import before_pyarrow_loads
+    from gpuclust.accounting.ingest.fast import memory
 
-    before_pyarrow_loads()  # (before any subcommand or its options load pyarrow)
+    memory.before_pyarrow_loads()  # (before any subcommand or its options load pyarrow ...)
+    memory.before_numpy_loads()  # (... and numpy)
+    memory.pause_collection()  # (... which make only long-lived objects: on again at the pipeline's start)
+    click.get_current_context().call_on_close(memory.resume_collection)
 
 
 TELEMETRY_WARNINGS_SHOWN = 10

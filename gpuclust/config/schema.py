@@ -3,7 +3,6 @@ each key. Unknown sections and keys are errors with close-match suggestions."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -139,6 +138,8 @@ def _check_name(name: str) -> None:
 
 def suggest(word: str, candidates: list[str]) -> str:
     """'; did you mean 'x'? Fix the spelling' for the close matches of word, or ''."""
+    import difflib  # (only a config with a misspelt name loads it)
+
     close = difflib.get_close_matches(word, candidates, n=2, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}? Fix the spelling" if close else ""
 

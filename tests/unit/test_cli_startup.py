@@ -94,11 +94,15 @@ def test_audit_partition_imports_no_heavy_library(scenario: str, tmp_path: Path)
 
 
 # What `report build --format json` of a dump does not need: the other commands' code, the Prometheus writer
-# (prometheus_client: only for --format prom), the store's partitioned build, and ClusterShell (no --events: no
-# hostlist to expand).
+# (prometheus_client: only for --format prom), the store's partitioned build and its Parquet reader and writer,
+# ClusterShell (no --events: no hostlist to expand), the readers of the economics' other sources (node events,
+# refusals, Slurm's node records: none given), the acceptance results reader (no result file in the results
+# directory) and difflib (no misspelt config key to suggest a spelling for).
 NOT_FOR_A_JSON_BUILD = ("prometheus_client", "ClusterShell", "gpuclust.accounting.output.prom", "gpuclust.cli.accept",
                         "gpuclust.cli.audit", "gpuclust.cli.policy", "gpuclust.cli.config", "gpuclust.cli.docs",
-                        "gpuclust.audit", "gpuclust.policy", "gpuclust.accounting.figures.partitioned")
+                        "gpuclust.audit", "gpuclust.policy", "gpuclust.accounting.figures.partitioned",
+                        "pyarrow.parquet", "gpuclust.accounting.history.events", "gpuclust.accounting.history.refusals",
+                        "gpuclust.slurm.records", "gpuclust.accept.results", "difflib")
 
 
 # A word being completed (TAB) on each command line: the options before it are parsed resiliently, their
@@ -177,3 +181,31 @@ def test_job_answered_from_the_store_imports_no_pandas(tmp_path):
     assert result["exit"] == 0 and "pandas" not in result["heavy"], result
     (job,) = json.loads(str(result["output"]))["jobs"]
     assert job["source"] == "store" and job["gpu_use"]["util_mean_pct"] == 50.0, job
+
+
+@pytest.mark.parametrize(("argv", "status"), [(["--version"], 0), (["report", "build", "--bogus"], 2),
+                                              (["report", "build", "--input", "/nonexistent"], 2)])
+def test_the_console_script_ends_as_the_interpreter_would(argv: list[str], status: int, tmp_path: Path) -> None:
+    """main() ends without the interpreter's teardown (os._exit), but as it would end: the same status, the exit
+    handlers run, the output flushed, the other threads finished."""
+    mark = tmp_path / "atexit"
+    code = ("import atexit, sys, threading, time\n"
+            f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
+            "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done', file=sys.stderr))).start()\n"
+            "sys.stdout.write('pending')\n"
+            "from gpuclust.cli.main import main\nsys.argv[0] = 'gpuclust'\nmain()\n")
+    cp = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO, env=_env(),
+                        timeout=120)
+    assert cp.returncode == status, cp.stderr
+    assert cp.stdout.startswith("pending") and "thread done" in cp.stderr
+    assert mark.read_text() == "ran"
+
+
+@pytest.mark.parametrize(("code", "status", "stderr"), [(None, 0, ""), (3, 3, ""), (256 + 4, 4, ""),
+                                                         ("no such thing", 1, "no such thing\n")])
+def test_the_console_script_keeps_the_interpreters_exit_status(code: object, status: int, stderr: str) -> None:
+    script = ("import gpuclust.cli.main as m\n"
+              f"m.cli.main = lambda **_: (_ for _ in ()).throw(SystemExit({code!r}))\nm.main()\n")
+    cp = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env=_env(),
+                        timeout=120)
+    assert (cp.returncode, cp.stderr) == (status, stderr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -26,12 +26,14 @@ import pyarrow.compute as pc
 from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics.waits import ValueCounts
 from gpuclust.accounting.history import sources
-from gpuclust.accounting.history.events import EventSource, Node
-from gpuclust.accounting.history.refusals import RefusalSource, counts
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import SiteConfig
 from gpuclust.config.economics import COST_TERMS
 from gpuclust.slurm.hostlist import expand
+
+if TYPE_CHECKING:  # (the sources' readers load only where a source is read: sources.given_sources, stored_sources)
+    from gpuclust.accounting.history.events import EventSource, Node
+    from gpuclust.accounting.history.refusals import RefusalSource
 
 MONTH_HOURS = 730.0  # 365 * 24 / 12
 HOUR_TERMS = ("completed_run", "retries_failures", "in_progress", "idle", "unavailable")
@@ -552,6 +554,8 @@ def _refusals_block(refusal_source: RefusalSource | None) -> dict[str, Any]:
     if refusal_source is None or refusal_source.refusals is None:
         return {"known": False, "why": "no slurmctld log read (site slurmctld_log + `report fetch`, or "
                 "--slurmctld-log with --input)"}
+    from gpuclust.accounting.history.refusals import counts
+
     real = [r for r in refusal_source.refusals if not r.warn]
     warned = [r for r in refusal_source.refusals if r.warn]
     return {"known": True, "total": len(real),
@@ -894,14 +898,14 @@ def attach_sums(report: Any, sums: RowSums, config: SiteConfig, period: Period, 
                 refusal_source: RefusalSource | None, *, target: float | None = None,
                 period_inferred: bool = False) -> None:
     """attach, from the rows' RowSums and the sources they were summed with."""
-    from gpuclust.accounting.history import events as events_mod
-
     data, tables = economics_from(sums, config, period, source, refusal_source, target=target,
                                   restore_measured=sources.measured_restore_seconds(config.results_dir))
     cross = data.get("sreport_cross_check")
     if period_inferred and cross and cross.get("sreport_window") is None:
         # (--sreport FILE: sreport's -n output names no window; only a window the user gave can be the one it
         # was asked for)
+        from gpuclust.accounting.history import events as events_mod
+
         cross["same_window"] = None
         cross["note"] += ("; unknown whether the sreport file covers the report window, which was inferred "
                           "from the dump's rows: give --since/--until and run `sreport "

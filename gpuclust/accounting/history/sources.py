@@ -4,16 +4,16 @@ times that the storage acceptance measured."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuclust.accounting.history import events as events_mod
-from gpuclust.accounting.history import refusals as refusals_mod
-from gpuclust.accounting.history.events import EventSource
-from gpuclust.accounting.history.refusals import RefusalSource
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import SiteConfig
+
+if TYPE_CHECKING:  # (the readers load where a source is read: a build from a dump alone reads none)
+    from gpuclust.accounting.history.events import EventSource
+    from gpuclust.accounting.history.refusals import RefusalSource
 
 
 def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str, Any]:
@@ -21,6 +21,8 @@ def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str,
     day from slurmctld's log. A failure here is reported in the summary; the jobs are stored anyway."""
     from zoneinfo import ZoneInfo
 
+    from gpuclust.accounting.history import events as events_mod
+    from gpuclust.accounting.history import refusals as refusals_mod
     from gpuclust.errors import GpuclustError
 
     out: dict[str, Any] = {"events": [], "refusals": None, "problems": []}
@@ -43,6 +45,8 @@ def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str,
 
 def stored_sources(config: SiteConfig, period: Period) -> tuple[EventSource | None, RefusalSource | None]:
     """The node events and inventory, and the refusals, that `report fetch` stored for the period's days."""
+    from gpuclust.accounting.history import events as events_mod
+    from gpuclust.accounting.history import refusals as refusals_mod
 
     days = period.utc_days()
     return (events_mod.load_stored(config.state_dir, days),
@@ -53,21 +57,31 @@ def given_sources(config: SiteConfig, period: Period, *, events_path: str | None
                   sreport_path: str | None, log_path: str | None,
                   reasons_path: str | None) -> tuple[EventSource | None, RefusalSource | None]:
     """The same sources from the files given beside `--input` (none given: none)."""
-    from zoneinfo import ZoneInfo
+    source = refusal_source = None
+    if events_path or nodes_path or reasons_path:
+        from gpuclust.accounting.history import events as events_mod
 
-    source = events_mod.read_files(events_path, nodes_path, sreport_path, reasons_path) \
-        if (events_path or nodes_path or reasons_path) else None
-    refusal_source = refusals_mod.read_file(log_path, ZoneInfo(config.timezone), float(period.start_epoch),
-                                            float(period.end_epoch)) if log_path else None
+        source = events_mod.read_files(events_path, nodes_path, sreport_path, reasons_path)
+    if log_path:
+        from zoneinfo import ZoneInfo
+
+        from gpuclust.accounting.history import refusals as refusals_mod
+
+        refusal_source = refusals_mod.read_file(log_path, ZoneInfo(config.timezone), float(period.start_epoch),
+                                                float(period.end_epoch))
     return source, refusal_source
 
 
 def measured_restore_seconds(results_dir: str) -> dict[str, float]:
     """Per partition, the median checkpoint restore time (checkpoint_read seconds) of the acceptance storage
     jobs that passed it, from the results directory; {} when there is none."""
-    from gpuclust.accept import scan_results
+    from gpuclust.accept import result_files
 
     try:
+        if not result_files(results_dir):  # (no jobs, found without loading the results reader)
+            return {}
+        from gpuclust.accept import scan_results
+
         scan = scan_results(results_dir)
     except OSError:
         return {}

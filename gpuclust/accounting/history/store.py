@@ -69,7 +69,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gpuclust.accounting.history import storetree
 from gpuclust.accounting.history.storetree import (
@@ -415,6 +414,8 @@ class Stage:
         stamped = _stamp(table, self.fetched, day)
         stamped = stamped.replace_schema_metadata({**(stamped.schema.metadata or {}),
                                                    VERSION_KEY: str(LAYOUT_VERSION).encode()})
+        import pyarrow.parquet as pq  # (here and below: a build from --input never loads Parquet)
+
         pq.write_table(stamped, path, compression="zstd")
         fsync_path(path)
         if problems:
@@ -605,6 +606,8 @@ READ_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, IndexError, Ke
 def read_schema(path: Path) -> pa.Schema:
     """A day file's schema, checked (check_day_schema); a truncated or corrupt file is StoreDamaged: it names
     its day and the fetch that writes it again."""
+    import pyarrow.parquet as pq
+
     try:
         schema = pq.read_schema(path)
     except READ_ERRORS as exc:
@@ -621,6 +624,8 @@ def _reason(exc: BaseException) -> str:
 def read_day_table(path: Path, **kwargs: Any) -> pa.Table:
     """pq.read_table of one day file, with read_schema's checks and errors, and its values checked
     (check_day_values)."""
+    import pyarrow.parquet as pq
+
     read_schema(path)
     try:
         table = pq.read_table(path, **kwargs)

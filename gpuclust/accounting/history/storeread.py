@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gpuclust.accounting.history import store
 from gpuclust.accounting.ingest.schema import STORE_SCHEMA
@@ -144,6 +143,8 @@ def read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
     `pq.read_table(schema=STORE_SCHEMA)` gives it; `dictionary` columns come dictionary-encoded."""
     # (ParquetFile, not read_table: one small file needs none of the dataset machinery, which costs more
     # than the read itself here.)
+    import pyarrow.parquet as pq  # (here and in day_rows: a build from --input never loads Parquet)
+
     present = set(store.read_schema(path).names)  # (checked: version, column types; damage names the day)
     try:
         with pq.ParquetFile(path, read_dictionary=[c for c in dictionary if c in present]) as parquet:
@@ -165,6 +166,8 @@ def read_day(path: Path, columns: list[str], dictionary: list[str]) -> pa.Table:
 
 
 def day_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
     store.read_schema(path)
     try:
         rows = int(pq.read_metadata(path).num_rows)

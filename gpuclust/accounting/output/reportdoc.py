@@ -21,7 +21,7 @@ from gpuclust import contract
 from gpuclust.accounting.figures.metrics import Report, deprecated
 from gpuclust.contract import ContractError
 from gpuclust.errors import InputError, Problem
-from gpuclust.output import to_json
+from gpuclust.output import json_values
 
 SCHEMA = "gpuclust.report/1"
 ISO_8601 = r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)"
@@ -125,7 +125,7 @@ class ReportDocument:
     def from_report(cls, report: Report, cluster: str, generated_at: datetime | None = None,
                     currency: str = "") -> ReportDocument:
         # as JSON values first (numpy scalars, NaN -> null), so the model checks what report.json will hold
-        data = {k: v for k, v in json.loads(to_json(report.data)).items()
+        data = {k: v for k, v in json_values(report.data).items()
                 if k not in ("schema", "cluster", "generated_at", "currency")}
         deprecated.add_keys(data)  # the renamed figures' old keys, for one release
         when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)

@@ -7,16 +7,20 @@ keeps freed memory for reuse: glibc serves large blocks from its heap and does n
 allocates from the same heap (its default mimalloc pool keeps its own pages apart, where numpy cannot
 reuse them). The memory is returned when the process ends, which for the report command is at once.
 
-Three more settings of the same process:
+Four more settings of the same process:
 * mimalloc, which pyarrow.csv reads into, returns the pages it frees after a short delay
   (`before_pyarrow_loads`: its options are read when pyarrow loads, so the command line sets them first). As
   pyarrow ships it, freed columns could stay resident at random and raise the peak; with no delay at all, the
   read's growing columns hand back and fault in the same pages again.
 * pyarrow.csv reads the input into mimalloc's pool (`read_pool`), not into that heap: its column builders grow
   by reallocation, which mimalloc does in place and the kept heap does by a copy.
+* OpenBLAS, which numpy loads, starts no thread pool (`before_numpy_loads`): no figure makes a BLAS call, and
+  starting a thread per core and letting them spin is CPU that a small build's whole process pays for (BENCHMARKS.md,
+  "Whole-process `report build`").
 * The objects alive when the pipeline starts (the imported modules) are set aside from the cyclic garbage
   collector (`gc.freeze`). The readers make many short-lived lists, and each full collection would walk all
-  of those objects again.
+  of those objects again. Until then the collector is off (`pause_collection`): what the libraries' imports
+  make lives as long as the process, so a collection there only walks it.
 Each was measured on a 1M-line dump (BENCHMARKS.md, "Measurements behind the code's design choices").
 """
 
@@ -58,14 +62,50 @@ def before_pyarrow_loads() -> bool:
     return True
 
 
+# OpenBLAS's thread count (read once, when numpy loads it); the report commands run no BLAS code.
+NUMPY_SETTINGS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def before_numpy_loads() -> bool:
+    """Set NUMPY_SETTINGS for this process (a value the environment has already is kept) where numpy is not
+    loaded yet; False where it is, and nothing is set."""
+    if "numpy" in sys.modules:
+        return False
+    for name, value in NUMPY_SETTINGS.items():
+        os.environ.setdefault(name, value)
+    return True
+
+
+_paused = False
+
+
+def pause_collection() -> None:
+    """Turn the cyclic garbage collector off until `resume_collection` (keep_freed_memory calls it, after the
+    freeze; a command that ends before, on closing)."""
+    global _paused
+    if gc.isenabled():
+        gc.disable()
+        _paused = True
+
+
+def resume_collection() -> None:
+    """Turn the collector on again where pause_collection turned it off."""
+    global _paused
+    if _paused:
+        _paused = False
+        gc.enable()
+
+
 def keep_freed_memory() -> bool:
     """Apply the settings above to this process (once; later calls do nothing). False where the C library
     is not glibc, or pyarrow's pool cannot be changed: then only the collector's freeze is applied."""
     global _applied
     if _applied is not None:
+        resume_collection()
         return _applied
     _applied = False
     gc.freeze()
+    resume_collection()
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -51,10 +51,11 @@ def read_direct(src: _Source, body_start: int, delim: bytes, header: list[str], 
         return None  # pyarrow cannot split on it, or a line's blankness would differ from the reference's
     if body_start >= src.size or src.read(body_start, body_start + 3) == _BOM:
         return None
+    # A body of less than one piece is read on this thread: its column tasks cost less than handing them over.
+    workers = opts.workers if src.size - body_start >= opts.min_piece_bytes else 1
     try:
-        with _quiet_row_decode(), ThreadPoolExecutor(max_workers=opts.workers) as threads:
-            return _pipeline(src, body_start, Layout.of(delim, header, opts), source, opts,
-                             Pool(threads, opts.workers))
+        with _quiet_row_decode(), ThreadPoolExecutor(max_workers=workers) as threads:
+            return _pipeline(src, body_start, Layout.of(delim, header, opts), source, opts, Pool(threads, workers))
     except Fallback:
         return None
     except (pa.ArrowException, UnicodeDecodeError, ValueError, OverflowError, IndexError, KeyError):
