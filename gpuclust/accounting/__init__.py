@@ -21,11 +21,24 @@ if TYPE_CHECKING:
 __all__ = ["JobTelemetry", "JobWindow", "TelemetryResult", "fetch_telemetry", "lemon_nodes"]
 
 
+def _lemon_nodes(config: Any, since: Any, until: Any) -> dict[str, Any]:
+    """pipeline.lemon_nodes, which loads the data libraries only when there is a store to read (`audit
+    partition` on a host without one stays light)."""
+    from gpuclust.accounting.history.storepath import store_dir
+
+    root = store_dir(config.state_dir)
+    if not root.is_dir():
+        from gpuclust.errors import InputError
+
+        raise InputError(f"no accounting data in {root}: run `gpuclust report fetch` first")
+    from gpuclust.accounting import pipeline
+
+    return pipeline.lemon_nodes(config, since, until)
+
+
 def __getattr__(name: str) -> Any:
     if name == "lemon_nodes":
-        from gpuclust.accounting import pipeline
-
-        return pipeline.lemon_nodes
+        return _lemon_nodes
     if name in __all__:
         from gpuclust.accounting.figures import telemetry
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from gpuclust.errors import SlurmOutputError
 
 # (ClusterShell is imported by the functions: a report build that expands no hostlist does not load it.)
+_ONE_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # no bracket, comma or space: one node, which NodeSet gives back as is
 
 
 def expand(hostlist: str) -> list[str]:
@@ -14,6 +16,8 @@ def expand(hostlist: str) -> list[str]:
     text = hostlist.strip()
     if not text or text in ("(null)", "None", "None assigned", "Unknown"):
         return []
+    if _ONE_NAME.fullmatch(text):
+        return [text]
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
     try:

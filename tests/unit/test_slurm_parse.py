@@ -1,6 +1,8 @@
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuclust.errors import SlurmOutputError
 from gpuclust.slurm import hostlist
@@ -96,3 +98,15 @@ def test_hostlist_uses_nodeset():
     assert sorted(hostlist.expand("node[1-3],gpu7")) == ["gpu7", "node1", "node2", "node3"]
     assert hostlist.fold(["node1", "node2", "node3", "node5"]) == "node[1-3,5]"
     assert hostlist.expand("(null)") == []
+
+
+@given(st.from_regex(r"[A-Za-z0-9_.-]{1,20}", fullmatch=True))
+def test_one_name_is_what_nodeset_gives(name: str) -> None:
+    # hostlist.expand answers a lone name without ClusterShell: it must be NodeSet's own answer
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    try:
+        expected = list(NodeSet(name))
+    except NodeSetParseError:
+        return
+    assert hostlist.expand(name) == expected

@@ -347,7 +347,7 @@ ENTRIES: tuple[Figure | Concept, ...] = (
             "its kind (idle_gpu, idle_stretch, gpu_too_large, time_limit, cpu_share, mem_share, multi_node), the "
             "evidence it was judged on and its advice. findings.csv holds every finding, report.json the "
             "`listed_limit` most costly."),
-    Figure("kind", FINDINGS, TEXT),
+    Figure("kind", FINDINGS, TEXT, label="Finding"),
     Figure("message", FINDINGS, TEXT, label="What was seen"),
     Figure("advice", FINDINGS, TEXT, label="Advice"),
     Figure("evidence", FINDINGS, TEXT, "The numbers the finding was judged on, by name (JSON).", label="Evidence"),
@@ -461,7 +461,8 @@ ENTRIES: tuple[Figure | Concept, ...] = (
             "telemetry saw an Xid or an uncorrectable ECC error on the node's GPUs during one of them."),
     Figure("failures", LEMON, COUNT,
            "The node's failure hours: hours with node_fail, shared_exit, xid or ecc (each hour once).",
-           prom="lemon_failures", prom_help="Failure hours of the node's production jobs in the period."),
+           prom="lemon_failures", prom_help="Failure hours of the node's production jobs in the period.",
+           label="Failure hours"),
     Figure("node_fail", LEMON, COUNT, label="Node-fail hours"),
     Figure("shared_exit", LEMON, COUNT, label="Shared non-zero exit hours"),
     Figure("xid", LEMON, COUNT, label="Xid hours"),

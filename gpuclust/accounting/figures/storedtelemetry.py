@@ -47,7 +47,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gpuclust.accounting.figures.telemetry import GpuTelemetry, JobTelemetry, JobWindow, fetch_telemetry
 from gpuclust.accounting.history import store, storetree
@@ -179,6 +178,8 @@ def write_day(day_dir: Path, rows: Sequence[StoredTelemetry]) -> None:
             for name in GPU_FIGURES:
                 gpu_cols[name].append(getattr(gpu, name))
             gpu_cols["util_profile"].append(list(gpu.util_profile))
+    import pyarrow.parquet as pq  # (here: a report build that stores nothing never loads the Parquet writer)
+
     meta = {VERSION_KEY: str(VERSION).encode()}
     for name, schema, cols in ((JOBS_FILE, JOBS_SCHEMA, job_cols), (GPUS_FILE, GPUS_SCHEMA, gpu_cols)):
         arrays = [_column(cols[f.name], pa.int64() if f.type == _TIME else f.type) for f in schema]
@@ -235,6 +236,8 @@ def _read(path: Path, want: pa.Schema, ids: set[int] | None) -> pa.Table | None:
 
 
 def _read_open(handle: Any, want: pa.Schema, ids: set[int] | None) -> pa.Table | None:
+    import pyarrow.parquet as pq
+
     meta = pq.read_metadata(handle)
     groups = list(range(meta.num_row_groups))
     if ids is not None:

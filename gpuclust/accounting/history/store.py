@@ -71,6 +71,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting.history import storetree
+from gpuclust.accounting.history.storepath import store_dir as store_dir  # (re-exported: its old home)
 from gpuclust.accounting.history.storetree import (
     AGGREGATES_DIR,
     OLD_PROBLEMS_FILE,
@@ -119,10 +120,6 @@ VERSION_KEY = b"gpuclust.store_version"
 # tests; `report fetch` always names the site config's cluster_name). Alone in a store, it is read for any
 # name, as a version-1 store is.
 DEFAULT_CLUSTER = "default"
-
-
-def store_dir(state_dir: str) -> Path:
-    return Path(state_dir) / "accounting"
 
 
 @contextmanager

@@ -310,6 +310,7 @@ HEADERS = {
     "start": "Start (UTC)", "end": "End (UTC)", "day": "Day", "gpus": "GPUs", "gpu_type": "GPU type",
     "elapsed_s": "Elapsed", "telemetry": "Telemetry source", "pending_reason": "Pending reason",
     "wait_s_total": "Total queue wait", "rule": "Rule", "refusals": "Refusals", "node": "Node",
+    "rank": "Rank",
 }
 TABLE_TITLES = {
     "queue_wait_by_partition": "Queue wait (Start - Eligible) by partition",
