@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -119,8 +120,12 @@ def run_scenario(unique_names: bool = True) -> Scenario:
     scn = Scenario(project=project, suffix=project if unique_names else "")
     gpu1 = "--gres=gpu:h100:1"
     # Physics' GrpTRES gres/gpu=4: the big job takes all four, the next waits (AssocGrpGRES).
-    big = _sb(scn, "phys-big", "-A", "physics", "-J", "acct-phys-big", "--gres=gpu:h100:4", "--wrap", "sleep 4",
-              team="physics")
+    # The big job runs until the test has seen the next job held back (a flag file under /tmp, which every lab
+    # node sees; at most 120 s): a fixed `sleep 4` could end, under load, before the scheduler gave the next job
+    # its reason, and that job would then just start.
+    flag = Path(tempfile.mkdtemp(prefix="acct-phys-big-")) / "seen"
+    big = _sb(scn, "phys-big", "-A", "physics", "-J", "acct-phys-big", "--gres=gpu:h100:4", "--wrap",
+              f"for i in $(seq 1200); do [ -e {flag} ] && exit 0; sleep 0.1; done", team="physics")
     _wait_state(big, {"RUNNING"})
     held_back = _sb(scn, "phys-wait", "-A", "physics", "-J", "acct-phys-wait", "--gres=gpu:h100:2", "--wrap", "sleep 1",
                     team="physics")
@@ -134,19 +139,20 @@ def run_scenario(unique_names: bool = True) -> Scenario:
     held = _sb(scn, "held", "-A", "ml", "-J", "acct-held", "-H", gpu1, "--wrap", "sleep 1")
     _sb(scn, "pipe", "-A", "ml", "-J", 'acct|pipe "q" ü', gpu1, "--wrap", "sleep 1")
     _sb(scn, "newline", "-A", "ml", "-J", "acct-multi\nline", gpu1, "--wrap", "sleep 1")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while _reason(held_back) != "AssocGrpGRES" and time.monotonic() < deadline:
         time.sleep(0.2)
     scn.held_back_reason = _reason(held_back)
+    flag.touch()  # (the big job ends; the held-back one starts)
     _wait_state(requeue, {"RUNNING"})
     # Requeue only once the database holds the first execution's start: requeued before that, the execution
     # has no Start and is no attempt (seen under load: attempts 13, retries 1, not 14 and 2).
     wait_for_recorded_start(requeue)
     run_cmd(["scontrol", "requeue", requeue])
-    time.sleep(1)
-    # A requeued job waits ~2 min (BeginTime) unless its StartTime is moved.
+    # A requeued job waits ~2 min (BeginTime) unless its StartTime is moved, which scontrol takes only once the
+    # job is back in the queue (PENDING): poll for that instead of a fixed pause.
+    _wait_state(requeue, {"PENDING"})
     run_cmd(["scontrol", "update", f"jobid={requeue}", "StartTime=now"], check=False)
-    time.sleep(2)
     run_cmd(["scontrol", "release", held])
     assert wait_job_done(flaky) == "FAILED"
     wait_for_sacct(flaky)
