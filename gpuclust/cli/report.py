@@ -70,6 +70,25 @@ def _named(parse):  # type: ignore[no-untyped-def]
     return callback
 
 
+def _dump_options(more: str):  # type: ignore[no-untyped-def]
+    """--input, --delimiter and --slurm-version of a command that reads the store or, instead, a sacct dump as
+    `report build --input` does (`more`: what the --input help adds for this command)."""
+    def apply(func):  # type: ignore[no-untyped-def]
+        for option in reversed((
+            click.option("--input", "input_path", type=HintPath(dir_okay=False, exists=True),
+                         help="Read this sacct dump (--parsable2 with its header line, or --json) instead of the "
+                              "store, as `report build --input` does." + more),
+            click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
+                         help="Delimiter of a --parsable2 --input file (default: told from the header line)."),
+            click.option("--slurm-version", "slurm_version", callback=_named(_check_slurm_version),
+                         help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), for gres/gpuutil."),
+        )):
+            func = option(func)
+        return func
+
+    return apply
+
+
 # The library parsers behind the option callbacks, imported when an option is parsed (not for --help).
 def _decode_delimiter(text: str | None) -> str | None:
     from gpuclust.accounting.ingest.text import decode_delimiter
@@ -340,13 +359,7 @@ def _say_source_warnings(data: dict[str, Any]) -> str | None:
 
 @group.command("notify")
 @_period_options
-@click.option("--input", "input_path", type=HintPath(dir_okay=False, exists=True),
-              help="Read this sacct dump (--parsable2 with its header line, or --json) instead of the store, as "
-                   "`report build --input` does.")
-@click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
-              help="Delimiter of a --parsable2 --input file (default: told from the header line).")
-@click.option("--slurm-version", "slurm_version", callback=_named(_check_slurm_version),
-              help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), for gres/gpuutil.")
+@_dump_options("")
 @click.option("--dry-run", "dry_run_dir", type=HintPath(file_okay=False),
               help="Write each mail as DIR/KEY.eml (text and HTML parts) instead of sending it; the outbox and "
                    "the SMTP server are not touched.")
@@ -436,13 +449,7 @@ def terminal_width() -> int:
 
 @group.command("show")
 @_period_options
-@click.option("--input", "input_path", type=HintPath(dir_okay=False, exists=True),
-              help="Read this sacct dump (--parsable2 with its header line, or --json) instead of the store, as "
-                   "`report build --input` does. Needs no site config (then: defaults, no prices).")
-@click.option("--delimiter", default=None, callback=_named(_decode_delimiter),
-              help="Delimiter of a --parsable2 --input file (default: told from the header line).")
-@click.option("--slurm-version", "slurm_version", callback=_named(_check_slurm_version),
-              help="With --input: the Slurm release that wrote a text dump (e.g. 23.11), for gres/gpuutil.")
+@_dump_options(" Needs no site config (then: defaults, no prices).")
 @click.option("--by", type=HintChoice(SHOW_BY), default="partition", show_default=True,
               help="Group the detail table (and --rows runs) by partition, account or user.")
 @click.option("--format", "fmt", type=HintChoice(("table", "json", "jsonl")), default="table", show_default=True,
