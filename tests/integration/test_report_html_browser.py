@@ -44,8 +44,17 @@ CHECK_JS = r"""
                     heading: ((w.previousElementSibling || {}).textContent || '').slice(0, 60)});
   });
   document.querySelectorAll('table').forEach(function (t) { if (!t.closest('.table-wrap')) out.tables_outside_wrap++; });
+  // inside a box that scrolls sideways and itself fits (a table's .table-wrap, a chart's figure on a phone), an
+  // element may be wider than the screen: the box scrolls, not the page
+  function inScroller(el) {
+    for (var p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      var o = getComputedStyle(p).overflowX, b = p.getBoundingClientRect();
+      if ((o === 'auto' || o === 'scroll') && b.right <= vw + 0.5 && b.left >= -0.5) return true;
+    }
+    return false;
+  }
   document.querySelectorAll('body *').forEach(function (el) {
-    if (el.closest('.table-wrap') || el.closest('svg') && el.tagName.toLowerCase() !== 'svg') return;
+    if (el.closest('.table-wrap') || el.closest('svg') && el.tagName.toLowerCase() !== 'svg' || inScroller(el)) return;
     var r = el.getBoundingClientRect();
     if (r.width > 0 && (r.right > vw + 0.5 || r.left < -0.5))
       out.past_viewport.push({tag: el.tagName, cls: el.getAttribute('class'), right: Math.round(r.right),

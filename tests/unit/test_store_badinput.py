@@ -110,7 +110,7 @@ def test_a_day_of_a_newer_store_version_is_refused_naming_the_day(tmp_path):
     root = three_days(tmp_path)
     path = store.day_file(store.current_snapshot(root), D2, "t")
     table = pq.read_table(path)
-    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, store.VERSION_KEY: b"3"}), path)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, store.VERSION_KEY: str(store.LAYOUT_VERSION + 1).encode()}), path)
     with pytest.raises(store.StoreError) as err:
         storeread.load_for_report(root, [D1, D2, D3], "t")
     message = str(err.value)

@@ -48,9 +48,13 @@ def partition_shares(config: SiteConfig, nodes_text: str | None) -> tuple[dict[s
 
     shares: dict[str, waste.PartitionShare] = {}
     if nodes_text:
+        from gpuclust.errors import SlurmOutputError
         from gpuclust.slurm.records import parse_nodes_text
 
-        nodes = parse_nodes_text(nodes_text)
+        try:
+            nodes = parse_nodes_text(nodes_text)
+        except SlurmOutputError:  # (the economics' reading of the same records names the file and the fault)
+            nodes = []
         names = sorted({p for n in nodes for p in n.partitions})
         for name in names:
             got = share_of(name, nodes)

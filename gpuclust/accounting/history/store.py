@@ -104,9 +104,10 @@ class StoreDamaged(StoreError):
 
 
 # Version of the layout and of the day files' columns. 1: `snapshots/<id>/day=…` (no cluster level, no version
-# key); 2: `cluster=<name>/day=…`, the schema file, the version key in every day file. A day file's columns are
-# those of version 1 plus, possibly, columns added since (read as null where missing: STORE_SCHEMA).
-LAYOUT_VERSION = 2
+# key); 2: `cluster=<name>/day=…`, the schema file, the version key in every day file; 3: the column timelimit_s
+# (sacct's Timelimit). A day file's columns are those of version 1 plus, possibly, columns added since (read as
+# null where missing: STORE_SCHEMA).
+LAYOUT_VERSION = 3
 # The columns no day file may lack, in any version: an execution's identity and latest state, what its runs are
 # matched on, and its allocated GPU-hours. Without one a day would give other figures, silently: it is refused.
 # Any other STORE_SCHEMA column a day lacks (written before the column existed: reason, the usage columns) reads

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gpuclust.accounting.figures import catalog
+from gpuclust.accounting.output.htmltext import words_whole
 
 if TYPE_CHECKING:  # (prometheus_client loads only when gpuclust.prom is written)
     from prometheus_client.core import Metric
@@ -37,11 +38,13 @@ def html_section(report: Report) -> str | None:
         parts.append("<p>No node fails production jobs beyond chance.</p>")
     mttf = catalog.figure(catalog.LEMON_FLEET, "mttf_hours").title
     ettr = catalog.figure(catalog.LEMON_FLEET, "ettr").title
-    rows = "".join(f"<tr><td>{e(r['job_size'])}</td><td>{r['jobs']}</td><td>{r['failed_jobs']}</td>"
+    w = words_whole  # (cells keep their words whole: a page table never breaks "65-512" or "(node-level)")
+    rows = "".join(f"<tr><td>{w(str(r['job_size']))}</td><td>{r['jobs']}</td><td>{r['failed_jobs']}</td>"
                    f"<td>{_num(r['mttf_hours'], '.1f')}</td><td>{_num(r['ettr'], '.3f')}</td></tr>"
                    for r in lemon["by_job_size"])
-    parts.append(f"<div class='table-wrap'><table class='t'><thead><tr><th>GPUs</th><th>Jobs</th><th>Failed (node-level)</th><th>{e(mttf)}</th>"
-                 f"<th>{e(ettr)}</th></tr></thead><tbody>{rows}<tr><td>all</td><td>{fleet['jobs']}</td>"
+    parts.append(f"<div class='table-wrap'><table class='t'><thead><tr><th>GPUs</th><th>Jobs</th>"
+                 f"<th>{w('Failed (node-level)')}</th><th>{w(mttf)}</th>"
+                 f"<th>{w(ettr)}</th></tr></thead><tbody>{rows}<tr><td>all</td><td>{fleet['jobs']}</td>"
                  f"<td>{fleet['failed_jobs']}</td><td>{_num(fleet['mttf_hours'], '.1f')}</td>"
                  f"<td>{_num(fleet['ettr'], '.3f')}</td></tr></tbody></table></div>")
     parts.append(f"<p class='meta'>Restore {fleet['restore_seconds']:g} s ({e(fleet['restore_source'])}), "

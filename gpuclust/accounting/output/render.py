@@ -475,6 +475,9 @@ PAGE_ORDER: tuple[tuple[str, bool], ...] = (
 PAGE_COLUMNS: dict[str, tuple[str, ...]] = {
     "gpu_use_jobs": ("job_id", "user", "account", "partition", "job_name", "node_list", "gpu_type", "gpus", "start",
                      "end", "allocated_gpu_hours", "busy_gpu_hours", "held_idle_gpu_hours", "util_mean_pct"),
+    # (the causes' split and the partition's pooled rate and expectation stay in lemon_nodes.csv and report.json)
+    "lemon_nodes": ("rank", "node", "partition", "jobs", "gpu_hours", "failures", "failures_per_gpu_hour",
+                    "p_adjusted", "suspect"),
 }
 
 
