@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accounting.figures import economics, findings, gpuuse, lemon, storedtelemetry, trend
+from gpuclust.accounting.figures import economics, findings, gpuuse, lemon, trend
 from gpuclust.accounting.figures.economics import (
     attach as attach_economics,  # (one of two stages named attach)
 )
@@ -105,7 +105,12 @@ def fetch(
     days = period.utc_days() if days is None else sorted(set(days))
     if options.slurm_version is None:
         options = dataclasses.replace(options, slurm_version=sacct_version(client))
-    telemetry = storedtelemetry.TelemetryFetch(config.telemetry) if config.telemetry.prometheus_url else None
+    telemetry = None
+    if config.telemetry.prometheus_url:
+        # (imported here: a build never loads the fetch's telemetry side)
+        from gpuclust.accounting.figures import storedtelemetry
+
+        telemetry = storedtelemetry.TelemetryFetch(config.telemetry)
     with store.staged(root, days, cluster=config.cluster_name) as stage:
         summary.problems += [Problem("", None, line) for line in stage.warnings]
         for day in days:

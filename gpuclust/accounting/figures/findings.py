@@ -44,10 +44,10 @@ def empty() -> pd.DataFrame:
 def partition_shares(config: SiteConfig, nodes_text: str | None) -> tuple[dict[str, waste.PartitionShare], str]:
     """Each partition's share per GPU from `scontrol show node -o` text (jobview.share_of, as `gpuclust job`);
     without node records, the configured gpus_per_node (the multi-node finding only). And where they came from."""
-    from gpuclust.accounting.figures.jobview import share_of
-
     shares: dict[str, waste.PartitionShare] = {}
     if nodes_text:
+        # (imported with node records only: jobview loads the telemetry reader)
+        from gpuclust.accounting.figures.jobview import share_of
         from gpuclust.errors import SlurmOutputError
         from gpuclust.slurm.records import parse_nodes_text
 

@@ -36,7 +36,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,8 @@ from gpuclust.accounting.figures import catalog
 from gpuclust.slurm import hostlist
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from gpuclust.accounting.figures.metrics import Report
     from gpuclust.accounting.ingest.period import Period
     from gpuclust.config import SiteConfig
@@ -94,8 +96,16 @@ class _Node:
     hours: dict[str, set[int]] = field(default_factory=lambda: {c: set() for c in CAUSES})
 
 
-def job_rows(table: pa.Table, period: Period) -> list[JobRow]:
-    """The GPU jobs of `table` (normalized or stored rows) that ended in the period, with their nodes."""
+FRAME_COLUMNS = ("job_id", "user", "partition", "nodes", "state", "nonzero_exit", "gpus", "elapsed_s", "end")
+
+
+def job_rows(table: pa.Table, period: Period) -> pd.DataFrame:
+    """The GPU jobs of `table` (normalized or stored rows) that ended in the period, one row each with JobRow's
+    fields (FRAME_COLUMNS; `nodes` a tuple). Columnar: Arrow filters and converts, each distinct NodeList is
+    expanded once (a 1M-line build has a few thousand), and nothing loops over the jobs in Python."""
+    import numpy as np
+    import pandas as pd
+
     present = [c for c in COLUMNS if c in table.column_names]
     t = table.select(present)
     end = t.column("end")
@@ -103,24 +113,54 @@ def job_rows(table: pa.Table, period: Period) -> list[JobRow]:
         end = end.cast(pa.timestamp("s", tz="UTC"))
     lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
     hi = pa.scalar(period.end, pa.timestamp("s", tz="UTC"))
-    mask = pc.and_(pc.and_(pc.greater_equal(end, lo), pc.less(end, hi)), pc.greater(t.column("gpus"), 0))
-    t = t.filter(pc.fill_null(mask, False))
-    out = []
-    cols = {c: t.column(c).to_pylist() for c in present}
+    mask = pc.fill_null(pc.and_(pc.and_(pc.greater_equal(end, lo), pc.less(end, hi)),
+                                pc.greater(t.column("gpus"), 0)), False)
+    t = t.filter(mask)
     n = t.num_rows
-    empty: list[Any] = [None] * n
-    for i in range(n):
-        state = str(cols["state"][i] or "")
-        code = (cols.get("exit_code") or empty)[i]
-        sig = (cols.get("exit_signal") or empty)[i]
-        nonzero = state == "FAILED" or (state not in NOT_NONZERO and bool(code or sig))
-        ended: datetime = cols["end"][i]
-        nodes = tuple(hostlist.expand(str(cols["nodelist"][i]))) if cols.get("nodelist", empty)[i] else ()
-        out.append(JobRow(str(cols["job_id"][i]), str((cols.get("user") or empty)[i] or ""),
-                          str((cols.get("partition") or empty)[i] or ""), nodes, state, nonzero,
-                          int(cols["gpus"][i] or 0), float(cols["elapsed_s"][i] or 0),
-                          ended.replace(tzinfo=timezone.utc).timestamp() if ended.tzinfo is None else ended.timestamp()))
-    return out
+
+    def column(name: str, kind: str) -> Any:
+        if name not in present:
+            return pd.Series([None] * n, dtype=object) if kind == "object" else pd.Series([0] * n)
+        return t.column(name).to_pandas()
+
+    state = column("state", "object").fillna("").astype(str)
+    code = column("exit_code", "object")
+    sig = column("exit_signal", "object")
+    raised = code.fillna(0).astype(bool) | sig.fillna(0).astype(bool)
+    nonzero = (state == "FAILED") | (~state.isin(NOT_NONZERO) & raised)
+    nodelist = column("nodelist", "object")
+    expanded = {text: tuple(hostlist.expand(str(text))) for text in pd.unique(nodelist.dropna()) if text}
+    nodes = np.empty(n, dtype=object)  # (a tuple per job: filled by hand, as pandas would read tuples as levels)
+    nodes[:] = [expanded.get(x, ()) if x else () for x in nodelist.tolist()]
+    return pd.DataFrame({
+        "job_id": column("job_id", "object").astype(str).to_numpy(),
+        "user": column("user", "object").fillna("").astype(str).to_numpy(),
+        "partition": column("partition", "object").fillna("").astype(str).to_numpy(),
+        "nodes": nodes,
+        "state": state.to_numpy(),
+        "nonzero_exit": nonzero.to_numpy(dtype=bool),
+        "gpus": t.column("gpus").to_pandas().fillna(0).astype(int).to_numpy(),
+        "elapsed_s": column("elapsed_s", "float").fillna(0).astype(float).to_numpy(),
+        "end": pc.cast(pc.cast(end.filter(mask), pa.timestamp("s", tz="UTC")), pa.int64()).to_numpy(
+            zero_copy_only=False).astype(float),
+    }, columns=list(FRAME_COLUMNS))
+
+
+def frame_of(jobs: pd.DataFrame | Iterable[JobRow]) -> pd.DataFrame:
+    """`jobs` as job_rows' frame (a list of JobRow: the tests', and any caller's that builds rows by hand)."""
+    import pandas as pd
+
+    if isinstance(jobs, pd.DataFrame):
+        return jobs
+    import numpy as np
+
+    rows = list(jobs)
+    columns: dict[str, Any] = {name: [getattr(j, name) for j in rows] for name in FRAME_COLUMNS}
+    nodes = np.empty(len(rows), dtype=object)
+    nodes[:] = columns["nodes"]
+    columns["nodes"] = nodes
+    frame = pd.DataFrame(columns, columns=list(FRAME_COLUMNS))
+    return frame.astype({"nonzero_exit": bool, "gpus": "int64", "elapsed_s": float, "end": float})
 
 
 def poisson_sf(k: int, mean: float) -> float:
@@ -179,53 +219,68 @@ def ettr(mttf_hours: float | None, restore_s: float, checkpoint_s: float) -> flo
     return max(0.0, 1.0 - (restore_s + checkpoint_s / 2.0) / (mttf_hours * 3600.0))
 
 
-def compute(jobs: Iterable[JobRow], *, gpu_events: Mapping[str, Sequence[GpuEvents]] | None = None,
+def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, Sequence[GpuEvents]] | None = None,
             restore_s: float = DEFAULT_RESTORE_S, restore_source: str = "default",
             checkpoint_s: float = DEFAULT_CHECKPOINT_INTERVAL_S, alpha: float = ALPHA,
             min_failures: int = MIN_FAILURES) -> dict[str, Any]:
-    """report.json's `lemon_nodes`: per node, the ranking, the named nodes, MTTF and ETTR by job size."""
-    nodes: dict[str, _Node] = defaultdict(_Node)
-    by_hour: dict[tuple[str, int], list[JobRow]] = defaultdict(list)
-    jobs = list(jobs)
+    """report.json's `lemon_nodes`: per node, the ranking, the named nodes, MTTF and ETTR by job size. Grouped
+    by pandas over one row per (job, node): a node's figures are sums over its rows, its failure hours the
+    distinct hours of its rows with a cause (module docstring)."""
+    import numpy as np
+    import pandas as pd
+
+    frame = frame_of(jobs).reset_index(drop=True)
     events = gpu_events or {}
-    for job in jobs:
-        if not job.nodes:
-            continue
-        share = job.gpus * job.elapsed_s / len(job.nodes)
-        hour = int(job.end // 3600)
-        seen = {e.node: e for e in events.get(job.job_id, ())}
-        for node in job.nodes:
-            rec = nodes[node]
-            rec.gpu_s += share
-            rec.jobs += 1
-            rec.by_partition[job.partition] += share
-            by_hour[(node, hour)].append(job)
-            if job.state == "NODE_FAIL":
-                rec.hours["node_fail"].add(hour)
-            got = seen.get(node)
-            if got is not None and got.xid_errors > 0:
-                rec.hours["xid"].add(hour)
-            if got is not None and got.ecc_dbe > 0:
-                rec.hours["ecc"].add(hour)
-    for (node, hour), hour_jobs in by_hour.items():
-        if (len(hour_jobs) >= MIN_SHARED_JOBS and len({j.user for j in hour_jobs}) >= MIN_SHARED_USERS
-                and all(j.nonzero_exit for j in hour_jobs)):
-            nodes[node].hours["shared_exit"].add(hour)
-    failed_hours = {n: set().union(*rec.hours.values()) for n, rec in nodes.items()}
-    primary = {n: max(sorted(rec.by_partition), key=lambda p: rec.by_partition[p]) for n, rec in nodes.items()}
+    frame["hour"] = (frame["end"] // 3600).astype("int64")
+    node_lists = frame["nodes"].tolist()
+    nnodes = np.fromiter((len(x) for x in node_lists), dtype=np.int64, count=len(node_lists))
+    frame["nnodes"] = nnodes
+    # one row per (job, node); a job without nodes has none (it still counts in MTTF below)
+    job_of = np.repeat(np.arange(len(frame)), nnodes)
+    per = frame.drop(columns=["nodes"]).iloc[job_of].reset_index(drop=True)
+    per["node"] = [node for nodes in node_lists for node in nodes]
+    per["job"] = job_of
+    per["share"] = per["gpus"] * per["elapsed_s"] / per["nnodes"]
+    cause_hours = [per.loc[per["state"] == "NODE_FAIL", ["node", "hour"]].assign(cause="node_fail")]
+    if events:  # (a few jobs: those telemetry saw)
+        seen = per[per["job_id"].isin(list(events))]
+        marks = []
+        for node, hour, job_id in zip(seen["node"], seen["hour"], seen["job_id"], strict=True):
+            saw = {e.node: e for e in events.get(job_id, ())}.get(node)
+            if saw is not None and saw.xid_errors > 0:
+                marks.append((node, hour, "xid"))
+            if saw is not None and saw.ecc_dbe > 0:
+                marks.append((node, hour, "ecc"))
+        cause_hours.append(pd.DataFrame(marks, columns=["node", "hour", "cause"]))
+    hourly = per.groupby(["node", "hour"], sort=False).agg(jobs=("job", "size"), users=("user", "nunique"),
+                                                           all_nonzero=("nonzero_exit", "all"))
+    shared = hourly[(hourly["jobs"] >= MIN_SHARED_JOBS) & (hourly["users"] >= MIN_SHARED_USERS)
+                    & hourly["all_nonzero"]].reset_index()[["node", "hour"]]
+    cause_hours.append(shared.assign(cause="shared_exit"))
+    causes = pd.concat(cause_hours, ignore_index=True).drop_duplicates()
+    failure_hours = causes[["node", "hour"]].drop_duplicates()
+    by_node = per.groupby("node", sort=True).agg(gpu_s=("share", "sum"), jobs=("job", "size"))
+    by_part = per.groupby(["node", "partition"], sort=False)["share"].sum().reset_index()
+    # the partition holding most of a node's GPU time (a tie: the first by name)
+    chosen = by_part.sort_values(["node", "share", "partition"], ascending=[True, False, True]).drop_duplicates("node")
+    primary = {str(n): str(p) for n, p in zip(chosen["node"], chosen["partition"], strict=True)}
+    fails_of = failure_hours.groupby("node").size()
+    cause_count = causes.groupby(["node", "cause"]).size()
     pooled: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for n, rec in nodes.items():
-        pooled[primary[n]][0] += len(failed_hours[n])
-        pooled[primary[n]][1] += rec.gpu_s / 3600.0
+    node_gpu_s = {str(n): float(v) for n, v in zip(by_node.index, by_node["gpu_s"], strict=True)}
+    node_jobs = {str(n): int(v) for n, v in zip(by_node.index, by_node["jobs"], strict=True)}
+    for n, gpu_s in node_gpu_s.items():
+        pooled[primary[n]][0] += int(fails_of.get(n, 0))
+        pooled[primary[n]][1] += gpu_s / 3600.0
     rows: list[dict[str, Any]] = []
-    for n, rec in sorted(nodes.items()):
-        gpu_h = rec.gpu_s / 3600.0
-        fails = len(failed_hours[n])
+    for n, gpu_s in node_gpu_s.items():
+        gpu_h = gpu_s / 3600.0
+        fails = int(fails_of.get(n, 0))
         part_fails, part_h = pooled[primary[n]]
         rate = part_fails / part_h if part_h > 0 else 0.0
         expected = rate * gpu_h
-        rows.append({"node": n, "partition": primary[n], "jobs": rec.jobs, "gpu_hours": round(gpu_h, 6),
-                     "failures": fails, **{c: len(rec.hours[c]) for c in CAUSES},
+        rows.append({"node": n, "partition": primary[n], "jobs": int(node_jobs[n]), "gpu_hours": round(gpu_h, 6),
+                     "failures": fails, **{c: int(cause_count.get((n, c), 0)) for c in CAUSES},
                      "failures_per_gpu_hour": fails / gpu_h if gpu_h > 0 else None,
                      "partition_failures_per_gpu_hour": rate, "expected_failures": expected,
                      "p_value": poisson_sf(fails, expected) if gpu_h > 0 else 1.0})
@@ -241,19 +296,28 @@ def compute(jobs: Iterable[JobRow], *, gpu_events: Mapping[str, Sequence[GpuEven
     for rank, r in enumerate(ranked, 1):
         r["rank"] = rank
     findings = [finding_text(r) for r in ranked if r["suspect"]]
-    # MTTF by job size: a job failed for a node-level cause when it ended NODE_FAIL or failed in a failure hour
-    sizes: dict[str, list[float]] = {}
-    for lo, _ in SIZE_BUCKETS:
-        sizes[size_bucket(lo)] = [0.0, 0.0, 0.0]  # jobs, run hours, failed jobs
-    for job in jobs:
-        s = sizes[size_bucket(job.gpus)]
-        s[0] += 1
-        s[1] += job.elapsed_s / 3600.0
-        hour = int(job.end // 3600)
-        node_level = job.state == "NODE_FAIL" or (
-            (job.nonzero_exit or any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in events.get(job.job_id, ())))
-            and any(hour in failed_hours.get(n, ()) for n in job.nodes))
-        s[2] += node_level
+    # MTTF by job size: a job failed for a node-level cause when it ended NODE_FAIL, or when it failed (a
+    # non-zero exit, or an Xid or ECC event of its own) in a failure hour of one of its nodes
+    flagged = {j for j, evs in events.items() if any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in evs)}
+    # (node, hour) as one integer key: a membership test instead of a join
+    codes = pd.Categorical(per["node"])
+    key = codes.codes.astype(np.int64) * (1 << 32) + per["hour"].to_numpy(dtype=np.int64)
+    failed_codes = pd.Categorical(failure_hours["node"], categories=codes.categories).codes.astype(np.int64)
+    failed_key = failed_codes * (1 << 32) + failure_hours["hour"].to_numpy(dtype=np.int64)
+    hit = np.zeros(len(frame), dtype=bool)
+    hit[per["job"].to_numpy()[np.isin(key, failed_key)]] = True
+    own = frame["nonzero_exit"].to_numpy(dtype=bool) | frame["job_id"].isin(list(flagged)).to_numpy()
+    node_level = (frame["state"] == "NODE_FAIL").to_numpy() | (own & hit)
+    gpus = frame["gpus"].to_numpy(dtype=np.int64)
+    names = [size_bucket(lo) for lo, _ in SIZE_BUCKETS]
+    buckets = np.select([(gpus >= lo) & (gpus <= (hi if hi is not None else np.iinfo(np.int64).max))
+                         for lo, hi in SIZE_BUCKETS], names, default="0")
+    sizes: dict[str, list[float]] = {size_bucket(lo): [0.0, 0.0, 0.0] for lo, _ in SIZE_BUCKETS}
+    grouped = pd.DataFrame({"bucket": buckets, "hours": frame["elapsed_s"] / 3600.0, "failed": node_level}) \
+        .groupby("bucket").agg(jobs=("hours", "size"), hours=("hours", "sum"), failed=("failed", "sum"))
+    for size, count, run_hours, failed_jobs in zip(grouped.index, grouped["jobs"], grouped["hours"],
+                                                   grouped["failed"], strict=True):
+        sizes[str(size)] = [float(count), float(run_hours), float(failed_jobs)]
     by_size = []
     total = [0.0, 0.0, 0.0]
     for bucket, (count, hours, failed) in sizes.items():
@@ -330,7 +394,7 @@ def last_pass(results_dir: str) -> dict[str, datetime] | None:
     return last_pass_by_node(scan.jobs)
 
 
-def section_for(jobs: Iterable[JobRow], config: SiteConfig, now: datetime, *,
+def section_for(jobs: pd.DataFrame | Iterable[JobRow], config: SiteConfig, now: datetime, *,
                 gpu_events: Mapping[str, Sequence[GpuEvents]] | None = None) -> dict[str, Any]:
     """report.json's `lemon_nodes` for the site: the restore time from the acceptance results, the
     re-acceptance lines as of `now` (the period's end in a report)."""
@@ -343,7 +407,7 @@ def section_for(jobs: Iterable[JobRow], config: SiteConfig, now: datetime, *,
     return section
 
 
-def attach(report: Report, jobs: Iterable[JobRow], config: SiteConfig, period: Period, *,
+def attach(report: Report, jobs: pd.DataFrame | Iterable[JobRow], config: SiteConfig, period: Period, *,
            gpu_events: Mapping[str, Sequence[GpuEvents]] | None = None) -> None:
     """Add `lemon_nodes`, its table and its definitions to a built report."""
     import pandas as pd

@@ -35,6 +35,7 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -233,7 +234,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
     econ_sums: economics.RowSums | None = None
     use: gpuuse.UseSums | None = None
     rows = filtered_out = 0
-    lemon_jobs: list[lemon.JobRow] = []
+    lemon_jobs: list[pd.DataFrame] = []  # (lemon.job_rows of each bucket: a few fields per GPU job)
     known = True
     sizes: list[int] = []
     for bucket in buckets(root, days, config.cluster_name, rows_per_bucket=rows_per_bucket):
@@ -250,7 +251,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
         if stored is not None:
             sums = economics.row_sums(table, config, period, stored[0])
             econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
-        lemon_jobs += lemon.job_rows(table, period)  # (a few fields per GPU job: small beside the rows)
+        lemon_jobs.append(lemon.job_rows(table, period))
         bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False, store_root=root, shares=shares)
         use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
         del table, order
@@ -271,6 +272,7 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
         economics.note_unknown_allocations(report)
     assert use is not None  # (there is always a bucket, if an empty one)
     gpuuse.attach_sums(report, use, config)
-    lemon.attach(report, lemon_jobs, config, period,
+    lemon.attach(report, pd.concat(lemon_jobs, ignore_index=True) if lemon_jobs else lemon.frame_of([]), config,
+                 period,
                  gpu_events=use.gpu_events if use is not None and config.telemetry.prometheus_url else None)
     return report
