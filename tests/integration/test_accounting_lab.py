@@ -129,6 +129,7 @@ def run_scenario(unique_names: bool = True) -> Scenario:
     _wait_state(big, {"RUNNING"})
     held_back = _sb(scn, "phys-wait", "-A", "physics", "-J", "acct-phys-wait", "--gres=gpu:h100:2", "--wrap", "sleep 1",
                     team="physics")
+    held_back_at = time.monotonic()
     _sb(scn, "ok", "-A", "ml", "-J", "acct-ok", gpu1, "--wrap", "sleep 1")
     flaky = _sb(scn, "flaky-1", "-A", "ml", "-J", "acct-flaky", "--gres=gpu:h100:2", "--wrap", "sleep 1; exit 3")
     requeue = _sb(scn, "requeue", "-A", "ml", "-J", "acct-requeue", gpu1, "--requeue", "--wrap",
@@ -143,7 +144,9 @@ def run_scenario(unique_names: bool = True) -> Scenario:
     while _reason(held_back) != "AssocGrpGRES" and time.monotonic() < deadline:
         time.sleep(0.2)
     scn.held_back_reason = _reason(held_back)
-    flag.touch()  # (the big job ends; the held-back one starts)
+    # the held-back job waits at least 3 s (its queue wait is asserted to be >= 1 s): then the big job ends
+    time.sleep(max(0.0, held_back_at + 3 - time.monotonic()))
+    flag.touch()
     _wait_state(requeue, {"RUNNING"})
     # Requeue only once the database holds the first execution's start: requeued before that, the execution
     # has no Start and is no attempt (seen under load: attempts 13, retries 1, not 14 and 2).
