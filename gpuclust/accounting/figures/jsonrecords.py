@@ -1,4 +1,5 @@
-"""A DataFrame as report.json rows: one dict per row, numpy scalars as plain Python, NaN and NA as null.
+"""A DataFrame as report.json rows: one dict per row, numpy scalars as plain Python, NaN and NA as null, a
+timestamp as ISO 8601 text (iso_utc).
 
 Its own small module, below the stages that write report.json (metrics, gpuuse, show), so that none of them
 reaches into another stage for it."""
@@ -19,9 +20,28 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _plain(value: Any) -> Any:
-    if value is None or value is pd.NA:
+def iso_utc(value: Any) -> str | None:
+    """A timestamp (a tz-aware one is in UTC here) as `YYYY-MM-DDTHH:MM:SS+00:00`; None for none or NaT."""
+    if value is None or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
         return None
+    stamp = pd.Timestamp(value)
+    if stamp.tzinfo is None:
+        stamp = stamp.tz_localize("UTC")
+    return str(stamp.tz_convert("UTC").floor("s").isoformat())
+
+
+def iso_utc_column(column: pd.Series) -> pd.Series:
+    """A column of timestamps as iso_utc's text, for the files a person opens (done only when one is written: a
+    json build of a million jobs never formats them)."""
+    text = pd.to_datetime(column, utc=True, errors="coerce")
+    return text.dt.strftime("%Y-%m-%dT%H:%M:%S+00:00").astype(object).where(text.notna(), None)
+
+
+def _plain(value: Any) -> Any:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, pd.Timestamp):
+        return iso_utc(value)
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (float, np.floating)):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuclust.accounting.figures import waste
+from gpuclust.accounting.figures.jsonrecords import iso_utc
 from gpuclust.errors import SlurmOutputError
 from gpuclust.slurm import hostlist
 
@@ -141,7 +142,7 @@ def _worst_job(row: dict[str, Any], config: SiteConfig) -> WorstJob:
     return WorstJob(
         job_id=str(row.get("job_id")), job_name=_text(row.get("job_name")), partition=_text(row.get("partition")),
         gpu_type=_text(row.get("gpu_type")), gpus=int(row.get("gpus") or 0), node_list=_text(row.get("node_list")),
-        start=_text(row.get("start")), end=_text(row.get("end")), allocated_gpu_hours=allocated,
+        start=iso_utc(row.get("start")), end=iso_utc(row.get("end")), allocated_gpu_hours=allocated,
         busy_gpu_hours=_num(row.get("busy_gpu_hours")), held_idle_gpu_hours=held,
         util_mean_pct=_num(row.get("util_mean_pct")), telemetry=_text(row.get("telemetry")),
         cost=None if price is None else allocated * price, held_idle_cost=None if price is None else held * price,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from gpuclust.accounting.figures import catalog
+from gpuclust.accounting.figures.jsonrecords import iso_utc, iso_utc_column
 from gpuclust.accounting.figures.metrics import Report, deprecated
 from gpuclust.accounting.output import gpuuse_render, lemon_render, svgplot
 from gpuclust.accounting.output.economics_render import economics_families, economics_html
@@ -204,9 +205,11 @@ for _f in catalog.FIGURES:
 
 def round_for_csv(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame with each float column rounded as its figure declares (catalog csv_decimals; a column no figure
-    declares: catalog.CSV_DEFAULT_DECIMALS), so a cell never carries a float's noise (0.5850000000000001).
-    Other columns, and a frame with no float column, are left as they are."""
-    out = frame
+    declares: catalog.CSV_DEFAULT_DECIMALS), so a cell never carries a float's noise (0.5850000000000001), and
+    each timestamp column as ISO 8601 text in UTC (jsonrecords.iso_utc_column). Other columns, and a frame
+    with neither, are left as they are."""
+    out = with_text_times(frame)
+    frame = out
     for i, (name, column) in enumerate(frame.items()):
         if not pd.api.types.is_float_dtype(column.dtype):
             continue
@@ -215,6 +218,15 @@ def round_for_csv(frame: pd.DataFrame) -> pd.DataFrame:
             out = frame.copy()
         out.isetitem(i, column.round(decimals).to_numpy())
     return out
+
+
+def with_text_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with its timestamp columns (gpu_use_jobs' start and end) as ISO 8601 text, as every file and view
+    shows them; the frame itself when it has none."""
+    times = [name for name, column in frame.items() if pd.api.types.is_datetime64_any_dtype(column.dtype)]
+    if not times:
+        return frame
+    return frame.assign(**{str(name): iso_utc_column(frame[name]) for name in times})
 
 
 PREVIOUS_DIR = re.compile(r"\d{4}-\d\d-\d\d")  # the dated directories of examples/cron/gpuclust-report
@@ -283,7 +295,7 @@ def write_report(report: Report, out_dir: Path, formats: Iterable[str]) -> list[
                                  input_error=True)
                 else:
                     buf = io.BytesIO()
-                    with_context(frame, report).to_parquet(buf, index=False)
+                    with_context(with_text_times(frame), report).to_parquet(buf, index=False)
                     write_atomic(path, buf.getvalue(), make_parents=True, input_error=True)
                 written.append(path)
         elif fmt == "html":
@@ -451,6 +463,8 @@ def _cell(column: str, value: Any, decimals: int | None = None) -> tuple[str, st
     if column in RATIO_COLUMNS:
         v = svgplot.to_float(value)
         return (DASH if v is None else f"{v * 100:.1f} %"), "" if v is None else repr(v)
+    if column in ("start", "end") and isinstance(value, pd.Timestamp):
+        value = iso_utc(value)
     if column in ("start", "end") and isinstance(value, str) and "T" in value:
         return value.replace("T", " ").removesuffix("+00:00"), value
     if isinstance(value, str):
