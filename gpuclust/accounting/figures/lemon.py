@@ -163,6 +163,17 @@ def frame_of(jobs: pd.DataFrame | Iterable[JobRow]) -> pd.DataFrame:
     return frame.astype({"nonzero_exit": bool, "gpus": "int64", "elapsed_s": float, "end": float})
 
 
+def _node_codes(lists: Any) -> tuple[list[str], list[Any]]:
+    """Each distinct node list's nodes as integer codes into `names` (every node once)."""
+    import numpy as np
+
+    code: dict[str, int] = {}
+    out = []
+    for nodes in lists:
+        out.append(np.fromiter((code.setdefault(n, len(code)) for n in nodes), dtype=np.int64, count=len(nodes)))
+    return list(code), out
+
+
 def poisson_sf(k: int, mean: float) -> float:
     """P(X >= k) for X ~ Poisson(mean): 1 - sum_{i<k} e^-mean mean^i / i!, summed in log space."""
     if k <= 0:
@@ -232,25 +243,38 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     frame = frame_of(jobs).reset_index(drop=True)
     events = gpu_events or {}
     frame["hour"] = (frame["end"] // 3600).astype("int64")
-    node_lists = frame["nodes"].tolist()
-    nnodes = np.fromiter((len(x) for x in node_lists), dtype=np.int64, count=len(node_lists))
+    # Integer codes throughout (a node, a user, a partition, a job's position): pandas groups integers quickly.
+    list_code, distinct_lists = pd.factorize(frame["nodes"], sort=False)  # each distinct node list once
+    names, node_codes_of = _node_codes(distinct_lists)
+    nn_of_list = np.fromiter((len(x) for x in node_codes_of), dtype=np.int64, count=len(node_codes_of))
+    nnodes = nn_of_list[list_code] if len(frame) else np.zeros(0, dtype=np.int64)
     frame["nnodes"] = nnodes
     # one row per (job, node); a job without nodes has none (it still counts in MTTF below)
     job_of = np.repeat(np.arange(len(frame)), nnodes)
-    per = frame.drop(columns=["nodes"]).iloc[job_of].reset_index(drop=True)
-    per["node"] = [node for nodes in node_lists for node in nodes]
-    per["job"] = job_of
-    per["share"] = per["gpus"] * per["elapsed_s"] / per["nnodes"]
-    cause_hours = [per.loc[per["state"] == "NODE_FAIL", ["node", "hour"]].assign(cause="node_fail")]
+    flat = np.concatenate(node_codes_of) if node_codes_of else np.zeros(0, dtype=np.int64)
+    list_start = np.r_[0, np.cumsum(nn_of_list)[:-1]] if len(nn_of_list) else np.zeros(0, dtype=np.int64)
+    within = np.arange(len(job_of)) - np.repeat(np.cumsum(nnodes) - nnodes, nnodes)
+    node_of = flat[list_start[list_code[job_of]] + within] if len(job_of) else np.zeros(0, dtype=np.int64)
+    user_code = pd.factorize(frame["user"])[0]
+    part_code, part_names = pd.factorize(frame["partition"])
+    hour = frame["hour"].to_numpy(dtype=np.int64)
+    share = (frame["gpus"].to_numpy(dtype=float) * frame["elapsed_s"].to_numpy(dtype=float)
+             / np.where(nnodes > 0, nnodes, 1))
+    per = pd.DataFrame({"node": node_of, "hour": hour[job_of], "job": job_of, "user": user_code[job_of],
+                        "nonzero_exit": frame["nonzero_exit"].to_numpy(dtype=bool)[job_of],
+                        "node_fail": (frame["state"] == "NODE_FAIL").to_numpy()[job_of],
+                        "partition": part_code[job_of], "share": share[job_of]})
+    cause_hours = [per.loc[per["node_fail"], ["node", "hour"]].assign(cause="node_fail")]
     if events:  # (a few jobs: those telemetry saw)
-        seen = per[per["job_id"].isin(list(events))]
+        job_ids = frame["job_id"].to_numpy()
+        seen = per[frame["job_id"].isin(list(events)).to_numpy()[job_of]]
         marks = []
-        for node, hour, job_id in zip(seen["node"], seen["hour"], seen["job_id"], strict=True):
-            saw = {e.node: e for e in events.get(job_id, ())}.get(node)
+        for node, when, job in zip(seen["node"], seen["hour"], seen["job"], strict=True):
+            saw = {e.node: e for e in events.get(job_ids[job], ())}.get(names[node])
             if saw is not None and saw.xid_errors > 0:
-                marks.append((node, hour, "xid"))
+                marks.append((node, when, "xid"))
             if saw is not None and saw.ecc_dbe > 0:
-                marks.append((node, hour, "ecc"))
+                marks.append((node, when, "ecc"))
         cause_hours.append(pd.DataFrame(marks, columns=["node", "hour", "cause"]))
     hourly = per.groupby(["node", "hour"], sort=False).agg(jobs=("job", "size"), users=("user", "nunique"),
                                                            all_nonzero=("nonzero_exit", "all"))
@@ -259,16 +283,20 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     cause_hours.append(shared.assign(cause="shared_exit"))
     causes = pd.concat(cause_hours, ignore_index=True).drop_duplicates()
     failure_hours = causes[["node", "hour"]].drop_duplicates()
-    by_node = per.groupby("node", sort=True).agg(gpu_s=("share", "sum"), jobs=("job", "size"))
+    by_node = per.groupby("node", sort=False).agg(gpu_s=("share", "sum"), jobs=("job", "size"))
     by_part = per.groupby(["node", "partition"], sort=False)["share"].sum().reset_index()
+    by_part["name"] = np.asarray(part_names, dtype=object)[by_part["partition"].to_numpy()] if len(by_part) else []
     # the partition holding most of a node's GPU time (a tie: the first by name)
-    chosen = by_part.sort_values(["node", "share", "partition"], ascending=[True, False, True]).drop_duplicates("node")
-    primary = {str(n): str(p) for n, p in zip(chosen["node"], chosen["partition"], strict=True)}
-    fails_of = failure_hours.groupby("node").size()
-    cause_count = causes.groupby(["node", "cause"]).size()
+    chosen = by_part.sort_values(["node", "share", "name"], ascending=[True, False, True]).drop_duplicates("node")
+    primary = {names[n]: str(p) for n, p in zip(chosen["node"], chosen["name"], strict=True)}
+    counted = failure_hours.groupby("node").size()
+    fails_of = {names[int(n)]: int(v) for n, v in zip(counted.index, counted.to_numpy(), strict=True)}
+    by_cause = causes.groupby(["node", "cause"]).size().reset_index(name="hours")
+    cause_count = {(names[int(n)], str(c)): int(v)
+                   for n, c, v in zip(by_cause["node"], by_cause["cause"], by_cause["hours"], strict=True)}
     pooled: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    node_gpu_s = {str(n): float(v) for n, v in zip(by_node.index, by_node["gpu_s"], strict=True)}
-    node_jobs = {str(n): int(v) for n, v in zip(by_node.index, by_node["jobs"], strict=True)}
+    node_gpu_s = dict(sorted((names[n], float(v)) for n, v in zip(by_node.index, by_node["gpu_s"], strict=True)))
+    node_jobs = {names[n]: int(v) for n, v in zip(by_node.index, by_node["jobs"], strict=True)}
     for n, gpu_s in node_gpu_s.items():
         pooled[primary[n]][0] += int(fails_of.get(n, 0))
         pooled[primary[n]][1] += gpu_s / 3600.0
@@ -300,10 +328,9 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     # non-zero exit, or an Xid or ECC event of its own) in a failure hour of one of its nodes
     flagged = {j for j, evs in events.items() if any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in evs)}
     # (node, hour) as one integer key: a membership test instead of a join
-    codes = pd.Categorical(per["node"])
-    key = codes.codes.astype(np.int64) * (1 << 32) + per["hour"].to_numpy(dtype=np.int64)
-    failed_codes = pd.Categorical(failure_hours["node"], categories=codes.categories).codes.astype(np.int64)
-    failed_key = failed_codes * (1 << 32) + failure_hours["hour"].to_numpy(dtype=np.int64)
+    key = per["node"].to_numpy(dtype=np.int64) * (1 << 32) + per["hour"].to_numpy(dtype=np.int64)
+    failed_key = (failure_hours["node"].to_numpy(dtype=np.int64) * (1 << 32)
+                  + failure_hours["hour"].to_numpy(dtype=np.int64))
     hit = np.zeros(len(frame), dtype=bool)
     hit[per["job"].to_numpy()[np.isin(key, failed_key)]] = True
     own = frame["nonzero_exit"].to_numpy(dtype=bool) | frame["job_id"].isin(list(flagged)).to_numpy()
