@@ -123,7 +123,7 @@ def job_rows(table: pa.Table, period: Period) -> pd.DataFrame:
             return pd.Series([None] * n, dtype=object) if kind == "object" else pd.Series([0] * n)
         return t.column(name).to_pandas()
 
-    state = column("state", "object").fillna("").astype(str)
+    state = column("state", "object").fillna("")
     code = column("exit_code", "object")
     sig = column("exit_signal", "object")
     raised = code.fillna(0).astype(bool) | sig.fillna(0).astype(bool)
@@ -133,11 +133,13 @@ def job_rows(table: pa.Table, period: Period) -> pd.DataFrame:
     nodes = np.empty(n, dtype=object)  # (a tuple per job: filled by hand, as pandas would read tuples as levels)
     nodes[:] = [expanded.get(x, ()) if x else () for x in nodelist.tolist()]
     return pd.DataFrame({
-        "job_id": column("job_id", "object").astype(str).to_numpy(),
-        "user": column("user", "object").fillna("").astype(str).to_numpy(),
-        "partition": column("partition", "object").fillna("").astype(str).to_numpy(),
+        # (the text columns stay as Arrow gives them to pandas: converting 300,000 strings to Python objects cost
+        # more than the whole lemon computation)
+        "job_id": column("job_id", "object").array,
+        "user": column("user", "object").fillna("").array,
+        "partition": column("partition", "object").fillna("").array,
         "nodes": nodes,
-        "state": state.to_numpy(),
+        "state": state.array,
         "nonzero_exit": nonzero.to_numpy(dtype=bool),
         "gpus": t.column("gpus").to_pandas().fillna(0).astype(int).to_numpy(),
         "elapsed_s": column("elapsed_s", "float").fillna(0).astype(float).to_numpy(),
