@@ -242,3 +242,18 @@ def test_cli_json_and_unknown_job_exit_code(tmp_path):
     assert "error: job 77: sacct knows no such job" in got.stderr
     bad = runner.invoke(cli, ["--config", str(conf), "job", "--input", str(STEPS), "2x"])
     assert bad.exit_code == 2 and "job id '2x'" in bad.output
+
+
+def test_a_store_this_user_cannot_read_leaves_the_next_source_to_answer(tmp_path: Path) -> None:
+    # A user's own `gpuclust job` may not read the site's store (seen on the lab: state_dir under a root-only
+    # directory): that is a note on the source, never an error. A path that cannot be listed stands in here.
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "accounting").write_text("not a directory")
+    config = parse_config(f"[site]\ncluster_name = t\nstate_dir = {state}\n")
+    answer = show_jobs(config, ["2"], input_text=STEPS.read_text(), input_name=str(STEPS), now=NOW)
+    assert answer.errors == []
+    (job,) = answer.jobs
+    assert job["source"] is None, job  # (this job's steps recorded no gres/gpuutil: unknown, not 0)
+    assert any(n.startswith("store: cannot read") and "next source" in n for n in job["source_notes"]), job
+    assert any(n.startswith("usage_tres:") for n in job["source_notes"]), job

@@ -22,6 +22,7 @@ A requeued job (several executions with one id, sacct -D) is shown by its latest
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -360,6 +361,17 @@ def _from_usage(fig: JobFigures, tel: TelemetryConfig) -> bool:
     return True
 
 
+def _unreadable(store_root: Path) -> str | None:
+    """Why the store cannot be read (none there, or not readable by this user), or None when it can be."""
+    try:
+        if not store_root.exists():
+            return f"none at {store_root} (`gpuclust report fetch` writes it)"
+        os.listdir(store_root)
+    except OSError as exc:
+        return f"cannot read {store_root} ({exc.strerror or exc}): the next source answers"
+    return None
+
+
 def _days_of(record: JobRecord, now: datetime) -> list[date]:
     """The UTC days whose stored rows can hold this job's summary: `report fetch` stores it under a day its rows
     were fetched for, from its start through its end (or now)."""
@@ -399,17 +411,22 @@ def job_figures(records: Sequence[JobRecord], tel: TelemetryConfig, *, prometheu
             f.source_notes.append("prometheus: no utilisation series for this job in its window (past the "
                                   "retention, or no job label on its GPUs)")
         missing.append(f)
-    if missing and store_root is not None and not store_root.exists():
+    unreadable = _unreadable(store_root) if missing and store_root is not None else None
+    if missing and store_root is not None and unreadable is not None:
+        # (a user's own `gpuclust job` may not read the site's store: then the next source answers)
         for f in missing:
-            f.source_notes.append(f"store: none at {store_root} (`gpuclust report fetch` writes it)")
+            f.source_notes.append(f"store: {unreadable}")
     elif missing and store_root is not None:
         # (imported here: the store's reader loads pyarrow, which a job Prometheus answered never needs)
         from gpuclust.accounting.figures.storedtelemetry import load_job_telemetry
 
         days = {d for f in missing for d in _days_of(f.record, now)}
         warned: list[str] = []
-        stored = load_job_telemetry(store_root, [f.record.job_id_raw for f in missing], days=days or None,
-                                    cluster=cluster, warnings=warned)
+        try:
+            stored = load_job_telemetry(store_root, [f.record.job_id_raw for f in missing], days=days or None,
+                                        cluster=cluster, warnings=warned)
+        except OSError as exc:
+            stored, warned = {}, [f"cannot read {store_root} ({exc.strerror or exc})"]
         for f in missing:
             f.source_notes.extend(f"store: {w}" for w in warned)
             got = stored.get(f.record.job_id_raw)
