@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -123,11 +124,15 @@ def test_ended_job_figures_match_the_samples_and_find_the_idle_gpu(slurm_lab, pr
 
 def test_running_job_of_the_unprivileged_user_asked_by_that_user(slurm_lab, prometheus, tmp_path):  # noqa: F811
     user = slurm_lab["unprivileged_user"]
-    fd = f"{_user_python(user)} {_staged_for_users() / 'fake-dcgm'}"  # (stdlib only)
+    # The job only sleeps; the test sets its GPU's utilisation from outside (slurm-lab gpu-set, as root): a lab
+    # from a Debian root has no Python inside it that the unprivileged user may run.
     sb = _as_user_sbatch(user, slurm_lab.slurm_conf,
                          ["-N1", "--gres=gpu:h100:1", "-A", "physics", "-t", "10", "-o", "/dev/null",
-                          "--wrap", f"{fd} set --util 70 && sleep 300"])
+                          "--wrap", "sleep 300"])
     try:
+        node, gpu = _node_and_gpu(sb)
+        run_cmd([str(REPO / "tests" / "slurm_lab" / "slurm-lab"), "--name", slurm_lab["name"], "gpu-set", node, gpu,
+                 "--util", "70"])
         conf = _conf(prometheus, tmp_path / "state")
         deadline = time.monotonic() + 90
         while True:
@@ -150,6 +155,18 @@ def test_running_job_of_the_unprivileged_user_asked_by_that_user(slurm_lab, prom
         run_cmd(["scancel", sb], check=False)
     other = _as_user(user, slurm_lab.slurm_conf, ["--config", str(conf), "job", "999999999"])
     assert other.returncode == 2 and "job 999999999: sacct knows no such job" in other.stderr, other
+
+
+def _node_and_gpu(job: str) -> tuple[str, str]:
+    """The running job's node and its GPU's index (`scontrol show job -d`: GRES=gpu:h100:1(IDX:2)), once it runs."""
+    deadline = time.monotonic() + 120
+    while True:
+        shown = run_cmd(["scontrol", "show", "job", "-d", job], check=False).stdout
+        found = re.search(r"\bNodes=(\S+) .*?GRES=\S*?\(IDX:(\d+)", shown)
+        if found and "JobState=RUNNING" in shown:
+            return found.group(1), found.group(2)
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
 
 
 def _as_user_sbatch(user: str, slurm_conf: str, argv: list[str]) -> str:
