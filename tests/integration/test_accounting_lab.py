@@ -153,9 +153,11 @@ def run_scenario(unique_names: bool = True) -> Scenario:
     wait_for_recorded_start(requeue)
     run_cmd(["scontrol", "requeue", requeue])
     # A requeued job waits ~2 min (BeginTime) unless its StartTime is moved, which scontrol takes only once the
-    # job is back in the queue (PENDING): poll for that instead of a fixed pause.
+    # job is back in the queue (PENDING). Not to `now`: slurmd refuses a credential of the same job made in the
+    # second it revoked the last one ("Job credential revoked": the execution FAILED, seen under load), so the
+    # next execution starts 3 s on.
     _wait_state(requeue, {"PENDING"})
-    run_cmd(["scontrol", "update", f"jobid={requeue}", "StartTime=now"], check=False)
+    run_cmd(["scontrol", "update", f"jobid={requeue}", "StartTime=now+3"], check=False)
     run_cmd(["scontrol", "release", held])
     assert wait_job_done(flaky) == "FAILED"
     wait_for_sacct(flaky)
