@@ -16,22 +16,30 @@ from gpuclust.config.schema import Key, ParsedSection
 ADDRESS_FIELDS = ("user", "account")
 
 
-def parse_address_template(text: str) -> str:
-    """`{user}@example.org`: an address with {user} (and optionally {account}); any other {field} is refused."""
-    raw = text.strip()
+def template_fields(text: str, known: tuple[str, ...]) -> list[str]:
+    """The {field}s a template names (text stripped), each one of `known`, with no format spec or conversion;
+    ValueError naming the first that is not (a config check reports it with file:line)."""
     try:
-        parsed = list(string.Formatter().parse(raw))
+        parsed = list(string.Formatter().parse(text.strip()))
     except ValueError as exc:
         raise ValueError(f"bad template {text!r}: {exc}") from None
-    names = [name for _, name, _, _ in parsed if name is not None]
+    names = []
     for _, name, spec, conv in parsed:
         if name is None:
             continue
-        if name not in ADDRESS_FIELDS:
+        if name not in known:
             raise ValueError(f"unknown field {{{name}}} in {text!r} (known: "
-                             f"{', '.join('{' + f + '}' for f in ADDRESS_FIELDS)})")
+                             f"{', '.join('{' + f + '}' for f in known)})")
         if spec or conv:
             raise ValueError(f"{{{name}}} takes no format spec or conversion in {text!r}")
+        names.append(name)
+    return names
+
+
+def parse_address_template(text: str) -> str:
+    """`{user}@example.org`: an address with {user} (and optionally {account}); any other {field} is refused."""
+    raw = text.strip()
+    names = template_fields(text, ADDRESS_FIELDS)
     if "user" not in names:
         raise ValueError(f"the template must name {{user}}, got {text!r}")
     if raw.count("@") != 1 or any(c.isspace() or ord(c) < 32 for c in raw):

@@ -5,11 +5,10 @@ Kept apart from site.py like guard.py: site.py lists NOTIFY in SECTIONS and call
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass, field
 
 from gpuclust.config import values as v
-from gpuclust.config.mail import MailConfig, mail_config, mail_keys, parse_mail_address
+from gpuclust.config.mail import MailConfig, mail_config, mail_keys, parse_mail_address, template_fields
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, field_values
 from gpuclust.errors import Problem
 
@@ -22,18 +21,7 @@ def parse_subject_template(text: str) -> str:
     """A subject with {cluster}, {name} (the user or the account), {kind} (user or account), {start}, {end}
     (the period's days); any other {field} is refused."""
     raw = text.strip()
-    try:
-        parsed = list(string.Formatter().parse(raw))
-    except ValueError as exc:
-        raise ValueError(f"bad template {text!r}: {exc}") from None
-    for _, name, spec, conv in parsed:
-        if name is None:
-            continue
-        if name not in SUBJECT_FIELDS:
-            raise ValueError(f"unknown field {{{name}}} in {text!r} (known: "
-                             f"{', '.join('{' + f + '}' for f in SUBJECT_FIELDS)})")
-        if spec or conv:
-            raise ValueError(f"{{{name}}} takes no format spec or conversion in {text!r}")
+    template_fields(text, SUBJECT_FIELDS)
     if not raw or any(ord(c) < 32 for c in raw):
         raise ValueError(f"expected a one-line subject, got {text!r}")
     return raw
