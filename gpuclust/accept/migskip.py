@@ -35,8 +35,10 @@ def skip_note(kind: str, gpu_types: list[str | None]) -> str | None:
 
 
 def job_gpu_types(job_gres: Mapping[str, str]) -> list[str | None]:
-    """The GPU types of a job's per-node GRES (`gpu:1g.10gb:1(IDX:0)`), one entry per GRES item."""
-    return [item.type for text in job_gres.values() for item in parse_gres(text) if item.name == "gpu"]
+    """The GPU types of a job's per-node GRES (`gpu:1g.10gb:1(IDX:0)`), one entry per GRES item it holds (Slurm
+    also lists the node's other types with count 0: `gpu:1g.10gb:1(IDX:0),gpu:3g.40gb:0(IDX:)`)."""
+    return [item.type for text in job_gres.values() for item in parse_gres(text)
+            if item.name == "gpu" and item.count]
 
 
 def main(argv: list[str] | None = None) -> int:

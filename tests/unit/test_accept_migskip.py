@@ -64,6 +64,8 @@ def test_skip_note(kind: str, types: list[str | None], skipped: bool) -> None:
 def test_job_gpu_types() -> None:
     assert migskip.job_gpu_types({"node5": "gpu:1g.10gb:1(IDX:0)", "node6": ""}) == ["1g.10gb"]
     assert migskip.job_gpu_types({"node1": "gpu:h100:2(IDX:0-1)"}) == ["h100"]
+    # as the lab's Slurm 22.05 declared a one-slice job on node5: the unallocated type listed with count 0
+    assert migskip.job_gpu_types({"node5": "gpu:1g.10gb:1(IDX:0),gpu:3g.40gb:0(IDX:)"}) == ["1g.10gb"]
 
 
 def test_submit_all_on_a_mig_partition_leaves_allreduce_out(tmp_path: Path) -> None:
