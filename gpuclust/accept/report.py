@@ -223,6 +223,9 @@ def gate_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
     def add(node: str | None, status: Nagios, message: str, check: str = "gate") -> None:
         f.append(_finding(node, status, check, message, job, kind))
 
+    if result.skipped:  # all_reduce on MIG slices (gpuclust.accept.migskip): a note, nothing to gate
+        add(None, Nagios.OK, f"{kind} job {job}: {result.skipped}", "skipped")
+        return f
     # pairwise: the pairs themselves say who is slow (outlier_findings); only a run without pairs is a crash
     explained = kind == "pairwise" and bool(result.pairs)
     if not result.job.passed and not explained:
@@ -550,6 +553,8 @@ def attribute_job_wide(findings: list[Finding], result: R.JobResult) -> list[Fin
 
 
 def headline(result: R.JobResult, part: PartitionConfig | None) -> str:
+    if result.skipped:
+        return result.skipped
     if result.kind == "allreduce":
         if not result.sweep:
             return "no sweep figures"

@@ -265,6 +265,12 @@ class JobResult:
         return self.job.kind
 
     @property
+    def skipped(self) -> str | None:
+        """Why the test was not run (gpuclust.accept.migskip: all_reduce on MIG slices), or None."""
+        note = self.job.extra.get("skipped")
+        return str(note) if note else None
+
+    @property
     def nodes(self) -> tuple[str, ...]:
         return self.job.nodes
 
@@ -503,6 +509,8 @@ def last_pass_by_node(jobs: Iterable[JobResult], kinds: Sequence[str] = KINDS) -
     out: dict[str, datetime] = {}
     for result in jobs:
         if result.kind not in kinds:
+            continue
+        if result.skipped:  # not run: no evidence either way
             continue
         for node in result.nodes:
             if result.node_passed(node) and (node not in out or result.job.finished > out[node]):

@@ -18,7 +18,7 @@ from gpuclust.exitcodes import Nagios
 from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm.client import SlurmClient
 
-from . import acceptance, baseline, checks, lemon
+from . import acceptance, baseline, checks, lemon, mig
 from .collect import ClusterSnapshot, collect_snapshot
 from .findings import AuditReport, Finding, PartitionFigures, worst
 
@@ -71,6 +71,7 @@ def audit_snapshot(
     if "homogeneity" not in skip:
         report.add(checks.check_homogeneity(nodes))
         report.add(checks.check_site_expectations(nodes, part_cfg))
+        report.add(mig.check_layout(nodes))
     if "limits" not in skip:
         report.add(checks.check_partition(part, part_cfg)[1:])
         report.add(checks.check_limits(snap, part, nodes))
@@ -81,10 +82,12 @@ def audit_snapshot(
         rdir = results_dir if results_dir is not None else (site.results_dir if site else "")
         stale_days = site.acceptance_stale_days if site else SITE.default("acceptance_stale_days")
         if rdir:
-            report.add(acceptance.check_acceptance(rdir, part.nodes, snap.cluster, stale_days, now))
+            report.add(acceptance.check_acceptance(rdir, part.nodes, snap.cluster, stale_days, now,
+                                                   mig_only=mig.mig_only_nodes(nodes)))
         else:
             report.add([Finding.make("acceptance", Nagios.OK,
                                      "acceptance not checked: no results_dir (site config or --results-dir)")])
+        report.add(mig.check_mig_report(rdir or None, nodes))
     if "lemon" not in skip:
         report.add(lemon.check_lemons(site, part.nodes, now, lemon_days))
     if baseline_path:

@@ -2,7 +2,9 @@
 
   acceptance.store      WARNING   no results directory, or unreadable result lines (counted, first one shown)
   acceptance.all_reduce WARNING   no passing all_reduce (allreduce or pairwise job) for a node, or the last one
-                                  is older than [site] acceptance_stale_days; OK with the oldest age otherwise
+                                  is older than [site] acceptance_stale_days; OK with the oldest age otherwise;
+                                  OK "not run" for nodes whose GPUs are all MIG slices (NCCL has no P2P between
+                                  MIG instances: acceptance skips all_reduce there, gpuclust.accept.submit)
   acceptance.storage    WARNING   the same for storage jobs
   acceptance.failures   CRITICAL  a job after the node's last pass named the node in failed_nodes;
                         WARNING   a job after the last pass failed without naming a culprit
@@ -39,7 +41,7 @@ VERSION_FIELDS = ACCEPT_VERSION_FIELDS
 
 
 def check_acceptance(results_dir: str, nodes: Sequence[str], cluster: str | None, stale_days: int,
-                     now: datetime) -> list[Finding]:
+                     now: datetime, mig_only: Sequence[str] = ()) -> list[Finding]:
     if not results_dir or not Path(results_dir).is_dir():
         return [Finding.make("acceptance.store", Nagios.WARNING,
                              f"no acceptance results store at {results_dir or '(results_dir unset)'}: "
@@ -54,7 +56,12 @@ def check_acceptance(results_dir: str, nodes: Sequence[str], cluster: str | None
     jobs = [j for j in scan.jobs if not cluster or not j.job.cluster or j.job.cluster == cluster]
     stale = timedelta(days=stale_days)
     for label, kinds in CATEGORIES:
-        out.extend(_freshness(label, kinds, jobs, nodes, stale, now))
+        judged = [n for n in nodes if n not in mig_only] if label == "all_reduce" else nodes
+        out.extend(_freshness(label, kinds, jobs, judged, stale, now))
+    skipped = [n for n in nodes if n in mig_only]
+    if skipped:
+        out.append(Finding.make("acceptance.all_reduce", Nagios.OK, "all_reduce not run: the nodes' GPUs are MIG "
+                                "slices (NCCL has no P2P between MIG instances)", skipped))
     out.extend(_failures_since(jobs, nodes))
     out.extend(_version_drift(jobs, nodes))
     return out

@@ -83,6 +83,17 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
         values["ACCEPT_DCGM_LEVEL"] = str(dcgm_level)
     templates = S.template_dir(template_dir)
     kinds = ["allreduce", "pairwise", "storage"] if kind == "all" else [kind]
+    skipped = []
+    part_cfg = config.partitions.get(partition)
+    if part_cfg is not None and part_cfg.gpu_type:  # all_reduce on MIG slices: not submitted (accept.migskip)
+        from gpuclust.accept.migskip import skip_note
+
+        for k in list(kinds):
+            note = skip_note(k, [part_cfg.gpu_type])
+            if note:
+                kinds.remove(k)
+                skipped.append({"kind": k, "reason": note})
+                echo_text(f"gpuclust: {k} not submitted: {note}", err=True)
     spec = None
     if container_image is not None:  # image, runtime and digest checked before anything is submitted
         from gpuclust.accept import container as C
@@ -105,7 +116,7 @@ def submit(app: AppContext, kind: str, partition: str, nodes: int, gpus_per_node
             echo_text(f"gpuclust: {note}", err=True)
     if as_json:
         echo_json({"partition": partition, "nodes": nodes, "jobs": jobs,
-                   **({"container": spec.as_dict()} if spec else {})})
+                   **({"container": spec.as_dict()} if spec else {}), **({"skipped": skipped} if skipped else {})})
     else:
         for job in jobs:
             click.echo(f"{job['kind']} {job['job_id']}")

@@ -77,6 +77,7 @@ CLASS_ACTIONS: dict[str, str] = {
     "topology": "CHECK_MECHANICALS",  # an IB port below its rate
     "throttle": "CHECK_MECHANICALS",  # hardware slowdown: cooling, power (Xid 54's bucket)
     "dcgm": "CONTACT_SUPPORT",  # dcgmi diag failed: field diagnostics
+    "mig": "RESET_GPU",  # a pending MIG mode change applies at the next GPU reset
 }
 
 

@@ -17,14 +17,16 @@ A failed snapshot never fails the acceptance job: the report judges a node witho
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from gpuclust.accept import params
+from gpuclust.accept.health import collect
 from gpuclust.accept.health.collect import load_snapshots
 from gpuclust.accept.health.kit import parse_iso_time
 from gpuclust.accept.health.sources.dcgm import DCGM_TIMEOUT_S
@@ -34,6 +36,46 @@ from gpuclust.slurm.runner import run_command
 
 HEALTH_DIR = "health"
 STEP_SLACK_S = 120.0  # srun start-up and the sysfs/tc/journalctl reads, on top of the bounded commands
+
+
+def latest_nvidia_smi(results_dir: str, names: Iterable[str]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Per node of `names`, (job id, snapshot) of its latest health snapshot under RESULTS_DIR/health/ whose
+    nvidia_smi entry is ok and fits its shape (latest by the snapshot's time): what the node's GPUs last reported
+    (the audit compares its MIG devices with Slurm's Gres). The snapshot carries "phase" and the checked
+    "nvidia_smi" entry. Unreadable files are passed over: no snapshot, not an error."""
+    wanted = set(names)
+    root = Path(results_dir) / HEALTH_DIR
+    best: dict[str, tuple[str, str, Mapping[str, Any]]] = {}
+    try:
+        jobs = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return {}
+    for job in jobs:
+        try:
+            if not job.is_dir():
+                continue
+            files = [e for e in os.scandir(job.path) if e.name.endswith(".json")]
+        except OSError:
+            continue
+        for entry in files:
+            node, _, phase = entry.name[:-len(".json")].rpartition("-")
+            if node not in wanted or phase not in ("before", "after"):
+                continue
+            try:
+                if entry.stat().st_size > collect.MAX_SNAPSHOT_BYTES:
+                    continue
+                data = json.loads(Path(entry.path).read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError):
+                continue
+            if not isinstance(data, dict) or not isinstance(data.get("sources"), dict):
+                continue
+            nv = collect.checked_source("nvidia_smi", data["sources"].get("nvidia_smi"))
+            if nv.get("status") != "ok":
+                continue
+            when = str(data.get("time") or "")
+            if node not in best or when >= best[node][0]:
+                best[node] = (when, job.name, {**data, "phase": phase, "nvidia_smi": nv})
+    return {node: (job_id, snap) for node, (_, job_id, snap) in best.items()}
 
 
 def health_dir(results_dir: str | os.PathLike[str], job_id: str) -> Path:

@@ -227,7 +227,7 @@ def guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 #   fabric       Fabric Manager has not trained the GPU into the NVLink fabric (source nvidia_smi)
 #   gres         fewer GPUs answer than the node's GRES (gpuclust health check)
 CLASSES = ("xid", "ecc", "remap", "throttle", "pcie", "link", "topology", "unavailable", "reset", "dcgm",
-           "vanished", "nvlink", "fabric", "gres")
+           "vanished", "nvlink", "fabric", "gres", "mig")
 
 _SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
 

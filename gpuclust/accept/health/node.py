@@ -5,7 +5,8 @@ and the node's previous one instead of before and after a run:
   nvidia_smi   `nvidia-smi -q -x` bounded by [health] check_nvidia_smi_timeout: pending row remaps and page
                retirements, uncorrectable ECC (aggregate, and volatile growth since the last check), PCIe below
                max, clocks held down, NVLink counters that grew, Fabric Manager's state, GPUs gone since the
-               last check; and the number of GPUs against the node's GRES (class gres)
+               last check, a pending MIG mode change and MIG instances' ECC; and the number of GPUs against the
+               node's GRES (class gres; a GPU in MIG mode counts its MIG devices, as the GRES does)
   xid          the kernel log's Xid lines not reported by an earlier check (journalctl -k, else dmesg)
   infiniband   each port's state and rate, error counters that grew since the last check
 
@@ -41,7 +42,7 @@ from typing import Any
 from gpuclust.accept.health.actions import in_catalog
 from gpuclust.accept.health.kit import HealthFinding, HealthPaths, Judge, finding_action, guard, ok, run
 from gpuclust.accept.health.sources.infiniband import collect_infiniband, judge_infiniband
-from gpuclust.accept.health.sources.nvidia_smi import collect_nvidia_smi, judge_nvidia_smi
+from gpuclust.accept.health.sources.nvidia_smi import collect_nvidia_smi, judge_nvidia_smi, visible_devices
 from gpuclust.accept.health.sources.xid import judge_xid, parse_xid_lines
 from gpuclust.atomicfile import write_atomic
 from gpuclust.config.health import HealthConfig
@@ -216,7 +217,9 @@ def check_node(node: str, cfg: HealthConfig, *, paths: HealthPaths | None = None
 
     # -- the check's own state
     nv_ok = nv.get("status") == "ok"
-    gpus = len(nv.get("gpus", [])) if nv_ok else None
+    # a GPU in MIG mode offers its MIG devices, as the node's GRES counts them (gpu:1g.10gb:7 is 7)
+    gpus = visible_devices(nv) if nv_ok else None
+    mig = nv_ok and any(str(g.get("mig_mode_current") or "").lower() == "enabled" for g in nv.get("gpus", []))
     out.gpus_seen = gpus
     if not nv_ok:
         reason = str(nv.get("reason", "unavailable"))
@@ -237,7 +240,8 @@ def check_node(node: str, cfg: HealthConfig, *, paths: HealthPaths | None = None
         judge_nvidia_smi(j, before, {"sources": {"nvidia_smi": nv}})
         if gres_gpus is not None and gpus is not None and gpus != gres_gpus:
             sev = Nagios.CRITICAL if gpus < gres_gpus else Nagios.WARNING
-            j.add("gres", sev, "count", f"{node}: nvidia-smi lists {gpus} GPU(s), the node's GRES declares "
+            what = "GPU(s) and MIG device(s)" if mig else "GPU(s)"
+            j.add("gres", sev, "count", f"{node}: nvidia-smi lists {gpus} {what}, the node's GRES declares "
                   f"{gres_gpus}", gpus=gpus, gres=gres_gpus)
     if ib.get("status") == "ok":
         before_ib = before_sources.get("infiniband")

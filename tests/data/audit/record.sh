@@ -10,6 +10,7 @@
 #              QOS gpu-normal GrpTRES=gres/gpu=999 and MaxTRESPU=gres/gpu:h100=64,
 #              AccountingStorageTRES without gres/gpu:h100
 #   mostly_drained/  node[1-3] drained
+#   mig/       the lab with its MIG node5 and shard node6, as `slurm-lab up` leaves it (recorded first, as clean/)
 # Everything is restored afterwards (slurm.conf/gres.conf edits, drains, QOS, partition settings).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,6 +53,7 @@ restore() {
 trap restore EXIT
 
 record clean
+record mig
 
 # degraded
 sacctmgr -i modify qos gpu-normal set GrpTRES=gres/gpu=999 MaxTRESPU=gres/gpu:h100=64 >/dev/null

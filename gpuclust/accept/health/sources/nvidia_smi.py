@@ -15,6 +15,15 @@ Findings (after the run, against the before snapshot where a delta is needed):
   fabric    Fabric Manager's state for the GPU (R535+ <fabric>, NVSwitch systems) is not Completed, or its
             status not Success: CRITICAL (the GPU is not in the NVLink fabric; jobs fail at NCCL init).
             "N/A" (no NVSwitch fabric) is no finding.
+  mig       a MIG mode change is pending (current_mig differs from pending_mig: the GPU runs in its current mode
+            until it is reset, so Slurm's GRES and the GPU disagree after the next reset): WARNING
+
+MIG: a GPU in MIG mode lists its MIG devices (<mig_devices>): GPU instance id, compute instance id, the shared
+engine counts (multiprocessor_count is the instance's SMs), its memory, and its own ECC counts
+(<ecc_error_count>, volatile SRAM uncorrectable on R470+). An instance's ECC is judged as a GPU's (ecc above),
+the instance matched by (GPU instance id, compute instance id) between the two snapshots. Under MIG the GPU's own
+volatile ECC reads N/A; its aggregate counts remain. nvidia-smi does not name an instance's profile: its memory
+in GB (memory_gb, MiB / 1024 rounded up, 19968 MiB -> 20) is the `<M>gb` of the profile name.
 
 PCIe generation: GPUs drop their link to gen1 when idle to save power, so an idle snapshot says nothing about
 the gen the slot trains to. The generation is judged only when the GPU is not idle (its gpu_idle clock event
@@ -87,6 +96,28 @@ class PcieLink:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a compute instance in a GPU instance) as `nvidia-smi -q -x` lists it."""
+
+    index: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    multiprocessor_count: int | None  # the instance's SMs
+    shared: dict[str, int | None]  # the <device_attributes><shared> engine counts, by nvidia-smi's names
+    memory_total_mib: int | None
+    ecc_volatile: EccCounts
+    ecc_aggregate: EccCounts
+
+    @property
+    def memory_gb(self) -> int | None:
+        """The `<M>gb` of the instance's profile name: its memory in GiB rounded up (19968 MiB -> 20)."""
+        return None if self.memory_total_mib is None else -(-self.memory_total_mib // 1024)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "memory_gb": self.memory_gb}
+
+
+@dataclass(frozen=True)
 class GpuHealth:
     index: int  # order in the document (nvidia-smi's GPU index)
     pci_bus_id: str | None
@@ -109,9 +140,14 @@ class GpuHealth:
     nvlink: dict[str, int | None]  # error counters where the document has them (absent on most drivers)
     fabric_state: str | None = None  # Fabric Manager: Not Started, In Progress, Completed (None: N/A)
     fabric_status: str | None = None  # Success, or the failure's name
+    mig_mode_current: str | None = None  # Enabled, Disabled (None: N/A, no MIG on this GPU)
+    mig_mode_pending: str | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["mig_devices"] = [m.as_dict() for m in self.mig_devices]
+        return out
 
 
 @dataclass(frozen=True)
@@ -138,6 +174,11 @@ GPU_SHAPE = obj({
                                              "width_current", "width_max")}),
     "power_draw_w": number(True), "temperature_c": number(True), "nvlink": map_of(integer(True)),
     "fabric_state": string(True), "fabric_status": string(True),
+    "mig_mode_current": string(True), "mig_mode_pending": string(True),
+    "mig_devices": list_of(obj({
+        "index": integer(True), "gpu_instance_id": integer(True), "compute_instance_id": integer(True),
+        "multiprocessor_count": integer(True), "shared": map_of(integer(True)), "memory_total_mib": integer(True),
+        "memory_gb": integer(True), "ecc_volatile": _ECC_SHAPE, "ecc_aggregate": _ECC_SHAPE})),
 }, required=["index"])
 SHAPE = obj({"driver_version": string(True), "cuda_version": string(True), "gpus": list_of(GPU_SHAPE)},
             required=["gpus"])
@@ -185,6 +226,26 @@ def _ecc(section: ET.Element | None) -> EccCounts:
     if uncorrectable is None:
         uncorrectable = raw.get("double_bit/total")
     return EccCounts(correctable, uncorrectable, raw)
+
+
+def _mig_devices(el: ET.Element) -> tuple[MigDevice, ...]:
+    """<mig_devices> (the text "None" when MIG is on and no instance exists, absent or N/A without MIG)."""
+    out = []
+    for dev in el.findall("mig_devices/mig_device"):
+        shared_el = dev.find("device_attributes/shared")
+        shared = {c.tag: to_int(c.text) for c in shared_el} if shared_el is not None else {}
+        counts = dev.find("ecc_error_count")
+        out.append(MigDevice(
+            index=to_int(_text(dev, "index")),
+            gpu_instance_id=to_int(_text(dev, "gpu_instance_id")),
+            compute_instance_id=to_int(_text(dev, "compute_instance_id")),
+            multiprocessor_count=shared.get("multiprocessor_count"),
+            shared=shared,
+            memory_total_mib=to_int(_text(dev, "fb_memory_usage/total")),  # "19968 MiB"
+            ecc_volatile=_ecc(counts.find("volatile_count") if counts is not None else None),
+            ecc_aggregate=_ecc(counts.find("aggregate_count") if counts is not None else None),
+        ))
+    return tuple(out)
 
 
 def _width(text: str | None) -> int | None:
@@ -251,6 +312,9 @@ def _gpu(el: ET.Element, index: int) -> GpuHealth:
         nvlink=nvlink,
         fabric_state=_text(el, "fabric/state"),
         fabric_status=_text(el, "fabric/status"),
+        mig_mode_current=_text(el, "mig_mode/current_mig"),
+        mig_mode_pending=_text(el, "mig_mode/pending_mig"),
+        mig_devices=_mig_devices(el),
     )
 
 
@@ -337,29 +401,33 @@ def judge_nvidia_smi(j: Judge, before: Snap, after: Snap) -> None:
         _judge_pcie(j, name, g)
         _judge_nvlink(j, name, b, g)
         _judge_fabric(j, name, g)
+        _judge_mig(j, name, b, g)
 
 
-def _judge_ecc(j: Judge, name: str, b: Mapping[str, Any] | None, g: Mapping[str, Any]) -> None:
+def _judge_ecc(j: Judge, name: str, b: Mapping[str, Any] | None, g: Mapping[str, Any], *,
+               tag: str | None = None, prefix: str = "", where: Mapping[str, Any] | None = None) -> None:
+    """A GPU's ECC counts (g: the GPU's data), or a MIG instance's, judged the same way (g: the instance's data;
+    `tag` names its counters, `prefix` starts its detail, `where` is its evidence)."""
+    tag = tag or f"gpu{g.get('index')}"
+    place = dict(where) if where is not None else {"gpu": g.get("index"), "pci": g.get("pci_bus_id")}
     vol_a, agg_a = g.get("ecc_volatile") or {}, g.get("ecc_aggregate") or {}
     vol_b = (b or {}).get("ecc_volatile") or {}
-    unc = j.delta(f"{name} volatile uncorrectable ECC", f"gpu{g.get('index')}-ecc-uncorrectable",
+    unc = j.delta(f"{name} volatile uncorrectable ECC", f"{tag}-ecc-uncorrectable",
                   vol_b.get("uncorrectable"), vol_a.get("uncorrectable")) if b else None
     if unc:
-        j.add("ecc", Nagios.CRITICAL, "uncorrectable", f"{j.node}: {name} uncorrectable volatile ECC "
+        j.add("ecc", Nagios.CRITICAL, f"{prefix}uncorrectable", f"{j.node}: {name} uncorrectable volatile ECC "
               f"errors {vol_b.get('uncorrectable')} -> {vol_a.get('uncorrectable')} during the run",
-              gpu=g.get("index"), pci=g.get("pci_bus_id"), before=vol_b.get("uncorrectable"),
-              after=vol_a.get("uncorrectable"))
+              **place, before=vol_b.get("uncorrectable"), after=vol_a.get("uncorrectable"))
     agg = num(agg_a.get("uncorrectable"))
     if agg is not None and agg > j.cfg.ecc_uncorrectable_max:
-        j.add("ecc", Nagios.CRITICAL, "uncorrectable-aggregate", f"{j.node}: {name} aggregate "
-              f"uncorrectable ECC errors {agg} > {j.cfg.ecc_uncorrectable_max}", gpu=g.get("index"),
-              pci=g.get("pci_bus_id"), aggregate=agg)
-    cor = j.delta(f"{name} volatile correctable ECC", f"gpu{g.get('index')}-ecc-correctable",
+        j.add("ecc", Nagios.CRITICAL, f"{prefix}uncorrectable-aggregate", f"{j.node}: {name} aggregate "
+              f"uncorrectable ECC errors {agg} > {j.cfg.ecc_uncorrectable_max}", **place, aggregate=agg)
+    cor = j.delta(f"{name} volatile correctable ECC", f"{tag}-ecc-correctable",
                   vol_b.get("correctable"), vol_a.get("correctable")) if b else None
     if cor is not None and cor > j.cfg.ecc_correctable_max:
-        j.add("ecc", Nagios.WARNING, "correctable", f"{j.node}: {name} correctable volatile ECC errors "
+        j.add("ecc", Nagios.WARNING, f"{prefix}correctable", f"{j.node}: {name} correctable volatile ECC errors "
               f"{vol_b.get('correctable')} -> {vol_a.get('correctable')} (+{cor} > "
-              f"{j.cfg.ecc_correctable_max})", gpu=g.get("index"), pci=g.get("pci_bus_id"), delta=cor)
+              f"{j.cfg.ecc_correctable_max})", **place, delta=cor)
 
 
 def _judge_remap(j: Judge, name: str, g: Mapping[str, Any]) -> None:
@@ -421,6 +489,40 @@ def _judge_fabric(j: Judge, name: str, g: Mapping[str, Any]) -> None:
     j.add("fabric", Nagios.CRITICAL, f"gpu{g.get('index')}-{state}-{status}", f"{j.node}: {name} Fabric Manager "
           f"state {state}, status {status} (expected Completed, Success): not in the NVLink fabric",
           gpu=g.get("index"), pci=g.get("pci_bus_id"), state=state, status=status)
+
+
+def _instance_key(m: Mapping[str, Any]) -> tuple[Any, Any]:
+    return m.get("gpu_instance_id"), m.get("compute_instance_id")
+
+
+def _judge_mig(j: Judge, name: str, b: Mapping[str, Any] | None, g: Mapping[str, Any]) -> None:
+    """A pending MIG mode change, and each MIG instance's ECC (as a GPU's; the instance matched between the two
+    snapshots by its GPU and compute instance ids)."""
+    current, pending = g.get("mig_mode_current"), g.get("mig_mode_pending")
+    if isinstance(current, str) and isinstance(pending, str) and current.lower() != pending.lower():
+        j.add("mig", Nagios.WARNING, f"gpu{g.get('index')}-pending-{pending}", f"{j.node}: {name} MIG mode "
+              f"{current}, {pending} pending: the change takes effect at the GPU's next reset, and the node's GRES "
+              "then no longer matches the GPU", gpu=g.get("index"), pci=g.get("pci_bus_id"), current=current,
+              pending=pending)
+    prior = {_instance_key(m): m for m in (b or {}).get("mig_devices") or [] if isinstance(m, Mapping)}
+    for m in g.get("mig_devices") or []:
+        if not isinstance(m, Mapping):
+            continue
+        gi, ci = _instance_key(m)
+        _judge_ecc(j, f"{name} MIG instance GI {gi} CI {ci}", prior.get((gi, ci)) if b else None, m,
+                   tag=f"gpu{g.get('index')}-gi{gi}-ci{ci}", prefix=f"gi{gi}-ci{ci}-",
+                   where={"gpu": g.get("index"), "pci": g.get("pci_bus_id"), "gpu_instance": gi,
+                          "compute_instance": ci})
+
+
+def visible_devices(data: Mapping[str, Any]) -> int:
+    """The GPU devices a node offers jobs, as its GRES counts them: each MIG device of a GPU in MIG mode (none
+    on a MIG GPU without instances), and every other GPU once."""
+    total = 0
+    for g in data.get("gpus") or []:
+        mig = str(g.get("mig_mode_current") or "").lower() == "enabled"
+        total += len(g.get("mig_devices") or []) if mig else 1
+    return total
 
 
 SOURCE = Source("nvidia_smi", lambda r: collect_nvidia_smi(r.paths, r.nvidia_smi_timeout),
