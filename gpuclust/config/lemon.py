@@ -43,10 +43,10 @@ def parse_failure_window(text: str) -> int:
     return value
 
 
-def parse_checkpoint_interval(text: str) -> int:
+def parse_positive_duration(text: str) -> int:
     value = v.parse_duration(text)
     if value <= 0:
-        raise ValueError(f"must be a positive duration (e.g. 30m or 1h), got {text!r}")
+        raise ValueError(f"must be a positive duration (e.g. 30m, 1h or 7d), got {text!r}")
     return value
 
 
@@ -70,7 +70,9 @@ LEMON = SectionSpec(
             "with at least this many GPU jobs in the period.", default=0),
         Key("min_gpu_hours", v.parse_nonneg_float, "... and at least this many GPU-hours allocated on it (a "
             "node with none is never judged).", default=0.0),
-        Key("checkpoint_interval", parse_checkpoint_interval, "ETTR: the checkpoint interval of the training "
+        Key("audit_lookback", parse_positive_duration, "`audit partition`'s lemon check: the production jobs of the "
+            "accounting store that ended this long before now (--lemon-days overrides it).", default=7 * DAY_S),
+        Key("checkpoint_interval", parse_positive_duration, "ETTR: the checkpoint interval of the training "
             "jobs; a failure loses half of it on average.", default=3600),
         Key("default_restore_seconds", v.parse_nonneg_float, "ETTR: the restart (checkpoint restore) time when "
             "the acceptance storage job measured none and no partition has expect_restore_seconds.",
@@ -80,7 +82,7 @@ LEMON = SectionSpec(
 
 # key -> LemonConfig field, where they differ
 FIELD_OF_KEY = {"failure_window": "failure_window_s", "checkpoint_interval": "checkpoint_interval_s",
-                "default_restore_seconds": "default_restore_s"}
+                "default_restore_seconds": "default_restore_s", "audit_lookback": "audit_lookback_s"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class LemonConfig:
     failure_window_s: int = LEMON.default("failure_window")
     min_jobs: int = LEMON.default("min_jobs")
     min_gpu_hours: float = LEMON.default("min_gpu_hours")
+    audit_lookback_s: int = LEMON.default("audit_lookback")
     checkpoint_interval_s: int = LEMON.default("checkpoint_interval")
     default_restore_s: float = LEMON.default("default_restore_seconds")
 

@@ -64,7 +64,7 @@ def test_defaults_are_the_old_constants() -> None:
     assert cfg == LemonConfig()
     assert (cfg.alpha, cfg.min_failures, cfg.min_shared_jobs, cfg.min_shared_users) == (0.01, 3, 2, 2)
     assert (cfg.failure_window_s, cfg.min_jobs, cfg.min_gpu_hours) == (3600, 0, 0.0)
-    assert (cfg.checkpoint_interval_s, cfg.default_restore_s) == (3600, 600.0)
+    assert (cfg.checkpoint_interval_s, cfg.default_restore_s, cfg.audit_lookback_s) == (3600, 600.0, 7 * 86400)
     assert (lemon.ALPHA, lemon.MIN_FAILURES, lemon.MIN_SHARED_JOBS, lemon.MIN_SHARED_USERS) == (0.01, 3, 2, 2)
     assert (lemon.DEFAULT_RESTORE_S, lemon.DEFAULT_CHECKPOINT_INTERVAL_S, lemon.FAILURE_WINDOW_S) == (600.0, 3600.0,
                                                                                                     3600)
@@ -79,9 +79,10 @@ def test_the_example_configs_lemon_section_is_the_defaults(example_config_path: 
 def test_keys_are_read() -> None:
     cfg = parse_config(BASE + "[lemon]\nalpha = 5%\nmin_failures = 2\nmin_shared_jobs = 3\nmin_shared_users = 1\n"
                        "failure_window = 10m\nmin_jobs = 5\nmin_gpu_hours = 1.5\ncheckpoint_interval = 00:30:00\n"
-                       "default_restore_seconds = 90\n").lemon
+                       "default_restore_seconds = 90\naudit_lookback = 6h\n").lemon
     assert cfg == LemonConfig(alpha=0.05, min_failures=2, min_shared_jobs=3, min_shared_users=1, failure_window_s=600,
-                              min_jobs=5, min_gpu_hours=1.5, checkpoint_interval_s=1800, default_restore_s=90.0)
+                              min_jobs=5, min_gpu_hours=1.5, checkpoint_interval_s=1800, default_restore_s=90.0,
+                              audit_lookback_s=6 * 3600)
 
 
 @pytest.mark.parametrize(("line", "message"), [
@@ -99,6 +100,7 @@ def test_keys_are_read() -> None:
     ("min_gpu_hours = -2", "finite number >= 0"),
     ("checkpoint_interval = 0", "positive duration"),
     ("default_restore_seconds = soon", "expected a number"),
+    ("audit_lookback = 0", "positive duration"),
     ("alpah = 0.05", "alpha"),  # an unknown key, with the close match
 ])
 def test_bad_values_are_refused_with_the_line(line: str, message: str) -> None:
@@ -182,3 +184,26 @@ def test_report_build_reads_the_lemon_section(tmp_path: Path) -> None:
     assert tuned["min_failures"] == 2
     assert "failure 600 s windows;" in (tmp_path / "out-tuned" / "report.html").read_text()
     assert math.isclose(tuned["nodes"][0]["gpu_hours"], 4 / 60, abs_tol=1e-6)  # (rounded to 6 places)
+
+
+def test_audit_lookback_is_the_lemon_checks_window(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from gpuclust.audit.lemon import check_lemons
+    from gpuclust.exitcodes import Nagios
+
+    now = datetime(2026, 12, 2, tzinfo=timezone.utc)
+    asked: list[tuple[datetime, datetime]] = []
+
+    def source(site: object, since: datetime, until: datetime) -> dict:
+        asked.append((since, until))
+        return lemon.compute([])
+
+    for section, days, since, words in (("", None, now - timedelta(days=7), "7 day(s)"),
+                                        ("[lemon]\naudit_lookback = 6h\n", None, now - timedelta(hours=6), "6 hour(s)"),
+                                        ("[lemon]\naudit_lookback = 90s\n", None, now - timedelta(seconds=90), "90 s"),
+                                        ("[lemon]\naudit_lookback = 6h\n", 2, now - timedelta(days=2), "2 day(s)")):
+        site = parse_config(f"{BASE}state_dir = {tmp_path}\n{section}")
+        (found,) = check_lemons(site, ["a"], now, days, source=source)
+        assert asked[-1] == (since, now)
+        assert found.severity == Nagios.OK and f"no lemon node over the last {words} " in found.message, found
