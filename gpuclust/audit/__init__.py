@@ -43,7 +43,7 @@ def audit_snapshot(
     skip: Sequence[str] = (),
     results_dir: str | None = None,
     thresholds: Thresholds | None = None,
-    lemon_days: int = lemon.DEFAULT_LOOKBACK_DAYS,
+    lemon_days: int | None = None,  # None: [lemon] audit_lookback
 ) -> AuditReport:
     now = now or datetime.now(timezone.utc)
     report = AuditReport(partition, cluster=snap.cluster, generated_at=now.isoformat(timespec="seconds"),
@@ -106,7 +106,7 @@ def audit_partitions(
     skip: Sequence[str] = (),
     results_dir: str | None = None,
     thresholds: Thresholds | None = None,
-    lemon_days: int = lemon.DEFAULT_LOOKBACK_DAYS,
+    lemon_days: int | None = None,  # None: [lemon] audit_lookback
 ) -> list[AuditReport]:
     """Audit the named partitions (None: every partition). Raises SlurmError when scontrol cannot be read."""
     snap = collect_snapshot(client, source, accounting="limits" not in skip)

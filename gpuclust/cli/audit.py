@@ -55,15 +55,15 @@ def group() -> None:
               help="CRITICAL when the unavailable nodes are outside this Nagios range; -w 1 -c 4: 2 to 4 "
                    "unavailable WARNING, 5 or more CRITICAL. Ranges: N (alert above N), N: (below N), ~:N, "
                    "A:B (outside), @A:B (inside).")
-@click.option("--lemon-days", type=HintIntRange(min=1), default=7, show_default=True,
+@click.option("--lemon-days", type=HintIntRange(min=1), default=None,
               help="Lookback of the lemon check: production jobs of the accounting store that ended this many days "
-                   "before now.")
+                   "before now.  [default: the site config's [lemon] audit_lookback, 7 days]")
 @check_timeout_option("audit")
 @pass_app
 def partition(app: AppContext, name: str | None, all_partitions: bool, as_json: bool, baseline_path: str | None,
               source: str, skip: tuple[str, ...], results_dir: str | None, problems_only: bool,
               warning: NagiosRange | None = None, critical: NagiosRange | None = None,
-              timeout: int | None = None, lemon_days: int = 7) -> None:
+              timeout: int | None = None, lemon_days: int | None = None) -> None:
     """Audit partition NAME (or --all) and exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
 
     \b

@@ -21,6 +21,7 @@ from gpuclust.config.economics import (
 from gpuclust.config.guard import GUARD, GuardConfig, guard_config
 from gpuclust.config.health import HEALTH, HealthConfig, health_config
 from gpuclust.config.ini import decode_config, parse_ini
+from gpuclust.config.lemon import LEMON, LemonConfig, lemon_config
 from gpuclust.config.notify import NOTIFY, NotifyConfig, notify_config
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.config.telemetry import TELEMETRY, TelemetryConfig, telemetry_config
@@ -163,7 +164,8 @@ SLURM = SectionSpec(
     ),
 )
 
-SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH, SLURM, GUARD, NOTIFY)
+SECTIONS = (SITE, PARTITION, GPU_TYPE, ACCOUNT, QOS, POLICY, *ECONOMICS_SECTIONS, TELEMETRY, HEALTH, LEMON, SLURM, GUARD,
+            NOTIFY)
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ class SiteConfig:
     economics: EconomicsConfig = field(default_factory=EconomicsConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    lemon: LemonConfig = field(default_factory=LemonConfig)
     slurm_backend: str = SLURM.default("backend")  # [slurm] backend
     guard: GuardConfig = field(default_factory=GuardConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
@@ -357,6 +360,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         economics=economics,
         telemetry=telemetry_config(by_kind.get("telemetry", [])),
         health=health_config(by_kind.get("health", [])),
+        lemon=lemon_config(by_kind.get("lemon", [])),
         slurm_backend=by_kind["slurm"][0].get("backend") if by_kind.get("slurm") else SLURM.default("backend"),
         guard=guard,
         notify=notify,

@@ -454,8 +454,9 @@ ENTRIES: tuple[Figure | Concept, ...] = (
            old_names=("cost_per_useful_busy_gpu_hour",)),
     # ---- lemon nodes (figures/lemon.py) ----------------------------------------------------------------------
     Concept("rule", LEMON,
-            "Per node and UTC hour (the hour a job's End falls in), over the GPU jobs that ended in the period on the "
-            "node: node_fail when one ended NODE_FAIL; shared_exit when at least 2 jobs of at least 2 users ended "
+            "Per node and UTC hour (the hour a job's End falls in; [lemon] failure_window), over the GPU jobs that "
+            "ended in the period on the node: node_fail when one ended NODE_FAIL; shared_exit when at least 2 jobs "
+            "of at least 2 users ([lemon] min_shared_jobs, min_shared_users) ended "
             "and every one with a non-zero exit (FAILED, or a non-zero ExitCode other than CANCELLED, TIMEOUT, "
             "PREEMPTED): one user's failing array on a node is that user's bug, never node-level; xid and ecc when "
             "telemetry saw an Xid or an uncorrectable ECC error on the node's GPUs during one of them."),
@@ -479,12 +480,14 @@ ENTRIES: tuple[Figure | Concept, ...] = (
            label="Expected failures"),
     Figure("p_value", LEMON, RATIO,
            "One-sided Poisson test: P(X >= failures) for X ~ Poisson(expected_failures).", label="p-value"),
-    Figure("p_adjusted", LEMON, RATIO, "p_value after Holm's step-down correction over every node with GPU-hours.",
+    Figure("p_adjusted", LEMON, RATIO, "p_value after Holm's step-down correction over every judged node (with "
+           "GPU-hours, and at least [lemon] min_jobs and min_gpu_hours); 1 for a node not judged.",
            label="Holm-corrected p-value", prom="lemon_p_adjusted",
            prom_help="Holm-corrected one-sided Poisson p-value of the node's failures against its partition."),
     Figure("suspect", LEMON, FLAG,
-           "A lemon: p_adjusted under the alpha (0.01), at least min_failures (3) failures and a rate above the "
-           "pooled one. A node with more jobs at the same rate is never one.", label="Lemon",
+           "A lemon: p_adjusted under the alpha ([lemon] alpha, 0.01 by default), at least min_failures (3 by "
+           "default) failures and a rate above the pooled one. A node with more jobs at the same rate is never one.",
+           label="Lemon",
            prom="lemon_suspect", prom_help="1 when the node fails production jobs beyond chance (a lemon)."),
     Figure("mttf_hours", LEMON_FLEET, HOURS,
            "Mean time to failure: run hours (Elapsed) of the GPU jobs / those of them that failed for a node-level "
@@ -495,7 +498,8 @@ ENTRIES: tuple[Figure | Concept, ...] = (
            "Effective training time ratio (Meta, arXiv 2410.21680): productive run time / wall-clock time, "
            "E[ETTR] = 1 - (restore_seconds + checkpoint_interval_seconds / 2) / MTTF, at least 0. restore_seconds: "
            "the median checkpoint restore the acceptance storage job measured, else the partitions' "
-           "expect_restore_seconds, else 600 s; checkpoint_interval_seconds 3600.",
+           "expect_restore_seconds, else [lemon] default_restore_seconds (600 s); checkpoint_interval_seconds: "
+           "[lemon] checkpoint_interval (3600 s).",
            prom="lemon_ettr_ratio", prom_help="Effective training time ratio at the fleet's MTTF."),
     Figure("mttf_hours", LEMON_SIZES, HOURS, prom="lemon_mttf_seconds",
            prom_help="Mean time to failure of the GPU jobs of this size (GPUs).", prom_scale=3600.0),

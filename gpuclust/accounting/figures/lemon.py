@@ -2,8 +2,8 @@
 fleet's mean time to failure by job size and its effective training time ratio (report.json `lemon_nodes`, the
 lemon_nodes table; output/lemon_render.py draws them; `audit partition` names a partition's lemons).
 
-The rule, per node and UTC hour (the hour a job's End falls in), over the GPU jobs that ended in the period on
-that node (its NodeList, expanded):
+The rule, per node and UTC hour (the hour a job's End falls in; [lemon] failure_window sets another window), over
+the GPU jobs that ended in the period on that node (its NodeList, expanded):
 
 * node_fail: a job of the hour ended NODE_FAIL;
 * shared_exit: at least MIN_SHARED_JOBS jobs of at least MIN_SHARED_USERS users ended in the hour, and every one
@@ -19,15 +19,16 @@ Poisson, P(X >= failures) for X ~ Poisson(pooled rate of the node's partition x 
 being the failures / GPU-hours of every node whose partition (the one it gave most GPU-hours to) is the same;
 Holm's step-down correction over every node with GPU-hours. A node is named (`suspect`) when its corrected
 p-value is under ALPHA, it has at least MIN_FAILURES failures and its rate is above the pooled rate. A node
-with more jobs at the same rate expects as many more failures, so it is never named.
+with more jobs at the same rate expects as many more failures, so it is never named. The thresholds are [lemon]'s
+keys (gpuclust.config.lemon); these constants are their defaults.
 
 MTTF by job size: the run hours (Elapsed) of the GPU jobs of each size bucket (GPUs) / how many of them failed
 for a node-level cause (ended NODE_FAIL, or failed in one of a node's failure hours). ETTR as Meta defines it
 (Kokolis et al., "Revisiting Reliability in Large-Scale ML Research Clusters", arXiv 2410.21680): productive
 run time / wall-clock time; each failure costs the restart (restore) time plus, on average, half a checkpoint
-interval of lost work, so E[ETTR] = 1 - (restore + checkpoint_interval / 2) / MTTF (0 at worst). The restore is
-the median checkpoint restore the acceptance storage job measured (accept's results), else the partitions'
-expect_restore_seconds, else DEFAULT_RESTORE_S.
+interval of lost work, so E[ETTR] = 1 - (restore + checkpoint_interval / 2) / MTTF (0 at worst; `ettr`). The
+restore is the median checkpoint restore the acceptance storage job measured (accept's results), else the
+partitions' expect_restore_seconds, else [lemon] default_restore_seconds.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting.figures import catalog
+from gpuclust.config.lemon import LemonConfig
 from gpuclust.slurm import hostlist
 
 if TYPE_CHECKING:
@@ -53,12 +55,14 @@ if TYPE_CHECKING:
     from gpuclust.accounting.ingest.period import Period
     from gpuclust.config import SiteConfig
 
-MIN_SHARED_JOBS = 2  # shared_exit: at least this many jobs ended on the node in the hour ...
-MIN_SHARED_USERS = 2  # ... of at least this many users
-MIN_FAILURES = 3  # a node is named with at least this many failure hours
-ALPHA = 0.01  # ... and a Holm-corrected p-value under this
-DEFAULT_RESTORE_S = 600.0  # ETTR's restore time when acceptance measured none and no partition expects one
-DEFAULT_CHECKPOINT_INTERVAL_S = 3600.0  # ETTR: work lost per failure is half of this
+# The defaults of [lemon] (gpuclust.config.lemon, where each is explained)
+MIN_SHARED_JOBS: int = LemonConfig.min_shared_jobs  # shared_exit: at least this many jobs ended in the window ...
+MIN_SHARED_USERS: int = LemonConfig.min_shared_users  # ... of at least this many users
+MIN_FAILURES: int = LemonConfig.min_failures  # a node is named with at least this many failure windows
+ALPHA: float = LemonConfig.alpha  # ... and a Holm-corrected p-value under this
+FAILURE_WINDOW_S: int = LemonConfig.failure_window_s  # the UTC hour
+DEFAULT_RESTORE_S: float = LemonConfig.default_restore_s  # ETTR's restore time when none is measured or expected
+DEFAULT_CHECKPOINT_INTERVAL_S = float(LemonConfig.checkpoint_interval_s)  # ETTR: a failure loses half of this
 SIZE_BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 8), (9, 64), (65, 512), (513, None))
 TEST = "one-sided Poisson vs the partition's pooled rate, Holm-corrected over nodes"
 NOT_NONZERO = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "REQUEUED", "COMPLETED", "RUNNING", "PENDING"})
@@ -213,7 +217,8 @@ def size_bucket(gpus: int) -> str:
     return "0"
 
 
-def restore_seconds(measured: Mapping[str, float], expected: Mapping[str, float | None]) -> tuple[float, str]:
+def restore_seconds(measured: Mapping[str, float], expected: Mapping[str, float | None],
+                    default: float = DEFAULT_RESTORE_S) -> tuple[float, str]:
     """ETTR's restore time and where it came from (the module docstring's order)."""
     if measured:
         values = sorted(measured.values())
@@ -223,28 +228,43 @@ def restore_seconds(measured: Mapping[str, float], expected: Mapping[str, float 
     given = [float(v) for v in expected.values() if v is not None]
     if given:
         return max(given), "expect_restore_seconds (site config, largest over partitions)"
-    return DEFAULT_RESTORE_S, "default (no restore measured or expected)"
+    return default, "default (no restore measured or expected)"
 
 
 def ettr(mttf_hours: float | None, restore_s: float, checkpoint_s: float) -> float | None:
+    """Expected ETTR of a job that fails every `mttf_hours` of its run, restarts in `restore_s` and checkpoints
+    every `checkpoint_s`; None with no failure seen (MTTF unknown)."""
     if mttf_hours is None or mttf_hours <= 0:
         return None
+    # Kokolis et al., arXiv 2410.21680, section "Effective Training Time Ratio": ETTR = productive runtime /
+    # wall-clock time available, and its expected value E[ETTR] ~= 1 - (u0 + dt_cp / 2) / MTTF, u0 the restart
+    # overhead and dt_cp the checkpoint interval (a failure lands on average half an interval after the last
+    # checkpoint). The approximation holds while u0 + dt_cp / 2 << MTTF; past MTTF it would go negative: 0.
     return max(0.0, 1.0 - (restore_s + checkpoint_s / 2.0) / (mttf_hours * 3600.0))
 
 
+def window_words(window_s: int) -> str:
+    """How the findings name a failure window: "hour" for the default, else its length."""
+    return "hour" if window_s == 3600 else f"{window_s} s window"
+
+
 def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, Sequence[GpuEvents]] | None = None,
-            restore_s: float = DEFAULT_RESTORE_S, restore_source: str = "default",
-            checkpoint_s: float = DEFAULT_CHECKPOINT_INTERVAL_S, alpha: float = ALPHA,
-            min_failures: int = MIN_FAILURES) -> dict[str, Any]:
+            restore_s: float | None = None, restore_source: str = "default",
+            settings: LemonConfig | None = None) -> dict[str, Any]:
     """report.json's `lemon_nodes`: per node, the ranking, the named nodes, MTTF and ETTR by job size. Grouped
     by pandas over one row per (job, node): a node's figures are sums over its rows, its failure hours the
-    distinct hours of its rows with a cause (module docstring)."""
+    distinct hours (failure windows) of its rows with a cause (module docstring). `settings`: [lemon] (its
+    defaults when None); `restore_s` None: its default_restore_seconds."""
     import numpy as np
     import pandas as pd
 
+    cfg = settings or LemonConfig()
+    restore = cfg.default_restore_s if restore_s is None else restore_s
+    checkpoint_s = float(cfg.checkpoint_interval_s)
     frame = frame_of(jobs).reset_index(drop=True)
     events = gpu_events or {}
-    frame["hour"] = (frame["end"] // 3600).astype("int64")
+    # ("hour" is the failure window's index: the UTC hour by default)
+    frame["hour"] = (frame["end"] // cfg.failure_window_s).astype("int64")
     # Integer codes throughout (a node, a user, a partition, a job's position): pandas groups integers quickly.
     list_code, distinct_lists = pd.factorize(frame["nodes"], sort=False)  # each distinct node list once
     names, node_codes_of = _node_codes(distinct_lists)
@@ -280,7 +300,7 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
         cause_hours.append(pd.DataFrame(marks, columns=["node", "hour", "cause"]))
     hourly = per.groupby(["node", "hour"], sort=False).agg(jobs=("job", "size"), users=("user", "nunique"),
                                                            all_nonzero=("nonzero_exit", "all"))
-    shared = hourly[(hourly["jobs"] >= MIN_SHARED_JOBS) & (hourly["users"] >= MIN_SHARED_USERS)
+    shared = hourly[(hourly["jobs"] >= cfg.min_shared_jobs) & (hourly["users"] >= cfg.min_shared_users)
                     & hourly["all_nonzero"]].reset_index()[["node", "hour"]]
     cause_hours.append(shared.assign(cause="shared_exit"))
     causes = pd.concat(cause_hours, ignore_index=True).drop_duplicates()
@@ -314,18 +334,19 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
                      "failures_per_gpu_hour": fails / gpu_h if gpu_h > 0 else None,
                      "partition_failures_per_gpu_hour": rate, "expected_failures": expected,
                      "p_value": poisson_sf(fails, expected) if gpu_h > 0 else 1.0})
-    tested = [i for i, r in enumerate(rows) if r["gpu_hours"] > 0]
+    tested = [i for i, r in enumerate(rows) if r["gpu_hours"] > 0 and r["jobs"] >= cfg.min_jobs
+              and r["gpu_hours"] >= cfg.min_gpu_hours]
     adjusted = holm([rows[i]["p_value"] for i in tested])
     for i, p in zip(tested, adjusted, strict=True):
         rows[i]["p_adjusted"] = p
     for r in rows:
         r.setdefault("p_adjusted", 1.0)
-        r["suspect"] = bool(r["failures"] >= min_failures and r["p_adjusted"] < alpha
+        r["suspect"] = bool(r["failures"] >= cfg.min_failures and r["p_adjusted"] < cfg.alpha
                             and (r["failures_per_gpu_hour"] or 0) > r["partition_failures_per_gpu_hour"])
     ranked = sorted(rows, key=lambda r: (-(r["failures_per_gpu_hour"] or 0.0), r["p_value"], r["node"]))
     for rank, r in enumerate(ranked, 1):
         r["rank"] = rank
-    findings = [finding_text(r) for r in ranked if r["suspect"]]
+    findings = [finding_text(r, cfg.failure_window_s) for r in ranked if r["suspect"]]
     # MTTF by job size: a job failed for a node-level cause when it ended NODE_FAIL, or when it failed (a
     # non-zero exit, or an Xid or ECC event of its own) in a failure hour of one of its nodes
     flagged = {j for j, evs in events.items() if any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in evs)}
@@ -353,24 +374,27 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
         total = [total[0] + count, total[1] + hours, total[2] + failed]
         mttf = hours / failed if failed else None
         by_size.append({"job_size": bucket, "jobs": int(count), "run_hours": round(hours, 6),
-                        "failed_jobs": int(failed), "mttf_hours": mttf, "ettr": ettr(mttf, restore_s, checkpoint_s)})
+                        "failed_jobs": int(failed), "mttf_hours": mttf, "ettr": ettr(mttf, restore, checkpoint_s)})
     fleet_mttf = total[1] / total[2] if total[2] else None
     return {
-        "test": TEST, "alpha": alpha, "min_failures": min_failures, "min_shared_jobs": MIN_SHARED_JOBS,
-        "min_shared_users": MIN_SHARED_USERS, "nodes_tested": len(tested), "telemetry_joined": bool(gpu_events),
+        "test": TEST, "alpha": cfg.alpha, "min_failures": cfg.min_failures, "min_shared_jobs": cfg.min_shared_jobs,
+        "min_shared_users": cfg.min_shared_users, "failure_window_seconds": cfg.failure_window_s,
+        "min_jobs": cfg.min_jobs, "min_gpu_hours": cfg.min_gpu_hours, "nodes_tested": len(tested),
+        "telemetry_joined": bool(gpu_events),
         "suspects": [r["node"] for r in ranked if r["suspect"]], "findings": findings,
         "nodes": ranked,
         "fleet": {"jobs": int(total[0]), "run_hours": round(total[1], 6), "failed_jobs": int(total[2]),
-                  "mttf_hours": fleet_mttf, "ettr": ettr(fleet_mttf, restore_s, checkpoint_s),
-                  "restore_seconds": restore_s, "restore_source": restore_source,
+                  "mttf_hours": fleet_mttf, "ettr": ettr(fleet_mttf, restore, checkpoint_s),
+                  "restore_seconds": restore, "restore_source": restore_source,
                   "checkpoint_interval_seconds": checkpoint_s},
         "by_job_size": by_size,
     }
 
 
-def finding_text(row: Mapping[str, Any]) -> str:
+def finding_text(row: Mapping[str, Any], window_s: int = FAILURE_WINDOW_S) -> str:
     causes = ", ".join(f"{row[c]} {c}" for c in CAUSES if row[c])
-    return (f"{row['node']}: {row['failures']} failure hour(s) ({causes}) in {row['gpu_hours']:.1f} GPU-hours, "
+    return (f"{row['node']}: {row['failures']} failure {window_words(window_s)}(s) ({causes}) in "
+            f"{row['gpu_hours']:.1f} GPU-hours, "
             f"{row['failures_per_gpu_hour']:.4g}/GPU-hour vs {row['partition_failures_per_gpu_hour']:.4g} pooled "
             f"on {row['partition'] or '(none)'} (expected {row['expected_failures']:.2f}); {TEST}: "
             f"p = {row['p_value']:.3g}, Holm-corrected p = {row['p_adjusted']:.3g}")
@@ -430,8 +454,9 @@ def section_for(jobs: pd.DataFrame | Iterable[JobRow], config: SiteConfig, now: 
     from gpuclust.accounting.history.sources import measured_restore_seconds
 
     measured = measured_restore_seconds(config.results_dir) if config.results_dir else {}
-    restore, source = restore_seconds(measured, {p: c.expect_restore_seconds for p, c in config.partitions.items()})
-    section = compute(jobs, gpu_events=gpu_events, restore_s=restore, restore_source=source)
+    restore, source = restore_seconds(measured, {p: c.expect_restore_seconds for p, c in config.partitions.items()},
+                                      config.lemon.default_restore_s)
+    section = compute(jobs, gpu_events=gpu_events, restore_s=restore, restore_source=source, settings=config.lemon)
     section["reaccept"] = reaccept_lines(section, last_pass(config.results_dir), now, config.acceptance_stale_days)
     return section
 

@@ -23,6 +23,8 @@ def _num(value: Any, fmt: str) -> str:
 
 def html_section(report: Report) -> str | None:
     """The page's lemon section: findings, MTTF and ETTR by job size, the `accept submit` lines."""
+    from gpuclust.accounting.figures.lemon import window_words
+
     lemon = report.data.get("lemon_nodes")
     if not lemon:
         return None
@@ -30,7 +32,8 @@ def html_section(report: Report) -> str | None:
     fleet = lemon["fleet"]
     parts = ["<h2 id='lemon-nodes'>Lemon nodes: production failures per node</h2>",
              f"<p class='meta'>Test: {e(lemon['test'])}; alpha {lemon['alpha']:g}, at least {lemon['min_failures']} "
-             f"failure hours; {lemon['nodes_tested']} node(s) tested; telemetry "
+             f"failure {e(window_words(lemon.get('failure_window_seconds', 3600)))}s; {lemon['nodes_tested']} "
+             f"node(s) tested; telemetry "
              f"{'joined' if lemon['telemetry_joined'] else 'not joined (Xid and ECC not counted)'}.</p>"]
     if lemon["findings"]:
         parts.append("<ul>" + "".join(f"<li>{e(text)}</li>" for text in lemon["findings"]) + "</ul>")
