@@ -13,6 +13,10 @@ local POLICY = {
   qos_typed = {},
   has_qos_typed = false,
   warn = {},
+  count_eq = false, need_amounts = false, unit = 1.0, mps_units = 0.0,
+  share_units = {},
+  card_slices = 7, a30_slices = 4, a30_profiles = {["1g.6gb"] = true, ["2g.12gb"] = true, ["4g.24gb"] = true},
+  valid_slices = {[4] = {[1] = true, [2] = true, [4] = true}, [7] = {[1] = true, [2] = true, [3] = true, [4] = true, [7] = true}},
   labels = {
     { key = "team", key_eq = "team=", any = false, exact = {["ml"] = true, ["ops"] = true, ["physics"] = true}, patterns = {}, allowed = "physics, ml, ops",
       has_exact = true, any_glob = false, wild = {},
@@ -24,7 +28,7 @@ local POLICY = {
       first_byte = false, by_first = {} },
   },
   partitions = {
-    ["gpu"] = { name = "gpu", need_gpu = true, need_typed_gpu = true, need_wckey = false, max_gpus = 16, gpus_per_node = 4, max_time_s = 172800, max_time_str = "2-00:00:00", allowed_accounts = {["ml"] = true, ["ops"] = true, ["physics"] = true}, allowed_accounts_str = "physics, ml, ops", typed_limits = false, gpu_types = {["h100"] = true}, gpu_types_str = "h100" },
+    ["gpu"] = { name = "gpu", need_gpu = true, need_typed_gpu = true, need_wckey = false, max_gpus = 16, gpus_per_node = 4, max_time_s = 172800, max_time_str = "2-00:00:00", allowed_accounts = {["ml"] = true, ["ops"] = true, ["physics"] = true}, allowed_accounts_str = "physics, ml, ops", typed_limits = false, gpu_types = {["h100"] = true}, gpu_types_str = "h100", shard_units = 0.0, max_cpus_per_gpu = nil, max_mem_per_gpu = nil, allowed_qos = nil, allowed_qos_str = "" },
   },
   accounts = {
     ["ml"] = { name = "ml", allowed_partitions = {["gpu"] = true}, allowed_partitions_str = "gpu", max_gpus = 16, typed_limits = false },
@@ -361,6 +365,201 @@ local function gpu_request(job)
   return total, untyped, nil, nil, nodes, why, exclusive, ntypes
 end
 
+-- ===== GPU amounts: GPU-equivalents ([policy] count_gpus = equivalents) and the per-GPU ratios =====
+-- Amounts are integers in units of 1/P.unit GPU, held as floats (P.unit is rendered 700.0 ...), so they are exact in
+-- doubles and never wrap as Lua 5.3 integers do. A typed GPU counts its share: the site's gpu_share
+-- (P.share_units), else a MIG profile name read as gpuclust's slurm/gpushare.py reads it (N of the card's 7 compute
+-- slices, 4 on A30; P.card_slices, P.a30_profiles, P.valid_slices are its facts), else a whole GPU. In devices
+-- mode P.unit is 1 and every GPU counts 1. Shards and MPS are counted apart: their share is a partition's.
+local slower = string.lower
+local function type_units(t)
+  if not P.count_eq then return P.unit end
+  local u = P.share_units[t]
+  if u then return u end
+  local pre, s, m, x = smatch(slower(t), "^(.-)(%d+)g%.(%d+)gb([%+%-]?%a*)$")
+  if not s or (pre ~= "" and not sfind(pre, "[_%-]$")) or (x ~= "" and not sfind(x, "^[%+%-]%a+$")) then
+    return P.unit -- not a MIG profile name: a whole GPU
+  end
+  s = sgsub(s, "^0+(%d)", "%1")
+  m = sgsub(m, "^0+(%d)", "%1")
+  local card = P.card_slices
+  if P.a30_profiles[s .. "g." .. m .. "gb"] or sfind(ssub(pre, 1, -2), "a30", 1, true) then card = P.a30_slices end
+  if #s > 2 or tonumber(s) > card then return nil, "mig_slice_exceeds_card", s, card end
+  if not P.valid_slices[card][tonumber(s)] then return nil, "unknown_mig_profile", s, card end
+  return tonumber(s) * (P.unit / card)
+end
+
+-- Count of a shard / MPS item: `=N`, or the last `:N`, else 1.
+local function unit_count(head, eq, cnt)
+  if eq then
+    if sfind(cnt, DIGITS) then return to_count(cnt) end
+    return 1
+  end
+  local last = smatch(head, ":([^:]*)$")
+  if last and sfind(last, DIGITS) then return to_count(last) end
+  return 1
+end
+
+-- One field's GPU units, shards and MPS (a field gres_syntax passed), then the first type of unknown share (type,
+-- code, slices, card). Memoised per value as GPU_MEMO.
+local UNITS_MEMO, UNITS_MEMO_N = {}, 0
+local SCAN1 = {}
+local function scan_units(v)
+  if type(v) ~= "string" then return 0, 0, 0 end
+  local e = UNITS_MEMO[v]
+  if e then return e[1], e[2], e[3], e[4], e[5], e[6], e[7] end
+  local satu = SAT * P.unit
+  local units, shards, mps = 0, 0, 0
+  local bt, bc, bs, bk
+  for item in sgmatch(v, "[^,]+") do
+    local rest, skip = item, false
+    if ssub(item, 1, 5) == "gres:" and #item > 5 then
+      rest = ssub(item, 6)
+    else
+      local slash = sfind(item, "/", 1, true)
+      if slash then
+        if ssub(item, 1, slash - 1) ~= "gres" then skip = true else rest = ssub(item, slash + 1) end
+      end
+    end
+    if not skip then
+      local eqp = sfind(rest, "=", 1, true)
+      local head, cnt = rest, nil
+      if eqp then head, cnt = ssub(rest, 1, eqp - 1), ssub(rest, eqp + 1) end
+      local c1 = sfind(head, ":", 1, true)
+      local name = head
+      if c1 then name = ssub(head, 1, c1 - 1) end
+      if name == "gpu" then
+        local count, typed = scan_item(item, SCAN1, 0)
+        local u = P.unit
+        if typed then
+          local code, sl, card
+          u, code, sl, card = type_units(SCAN1[1])
+          if not u then
+            bt, bc, bs, bk = SCAN1[1], code, sl, card
+            break
+          end
+        end
+        local p = count * u
+        if p > satu then p = satu end
+        units = units + p
+        if units > satu then units = satu end
+      elseif name == "shard" and P.count_eq then
+        shards = sat_add(shards, unit_count(head, eqp, cnt))
+      elseif name == "mps" and P.count_eq then
+        mps = sat_add(mps, unit_count(head, eqp, cnt))
+      end
+    end
+  end
+  if #v <= CACHE_LEN then
+    if UNITS_MEMO_N >= CACHE_MAX then UNITS_MEMO, UNITS_MEMO_N = {}, 0 end
+    UNITS_MEMO[v] = { units, shards, mps, bt, bc, bs, bk }
+    UNITS_MEMO_N = UNITS_MEMO_N + 1
+  end
+  return units, shards, mps, bt, bc, bs, bk
+end
+
+-- The job's amounts (evaluate.py's Amounts): at the most (gpu_request's node and task counts) in A_UNITS, A_SHARDS,
+-- A_MPS; on the fewest nodes (min_nodes, or 1; num_tasks raised to ntasks_per_node there, or a task per node) in
+-- L_UNITS, L_SHARDS, L_MPS, L_NODES, L_TASKS. Returns the first type of unknown share (type, code, slices, card).
+local A_UNITS, A_SHARDS, A_MPS, L_UNITS, L_SHARDS, L_MPS, L_NODES, L_TASKS = 0, 0, 0, 0, 0, 0, 1, 1
+local function amounts(job, nodes)
+  local unit = P.unit
+  local satu = SAT * unit
+  local function smul(a, b)
+    local p = a * b
+    if p > satu then return satu end
+    return p
+  end
+  local function sadd(a, b)
+    local x = a + b
+    if x > satu then return satu end
+    return x
+  end
+  local per_node = job.tres_per_node
+  if per_node == nil or per_node == "" then per_node = job.gres end
+  local ju, js, jm, bt, bc, bs, bk = scan_units(job.tres_per_job)
+  if bt then return bt, bc, bs, bk end
+  local nu, ns, nm
+  nu, ns, nm, bt, bc, bs, bk = scan_units(per_node)
+  if bt then return bt, bc, bs, bk end
+  local su, ss, sm
+  su, ss, sm, bt, bc, bs, bk = scan_units(job.tres_per_socket)
+  if bt then return bt, bc, bs, bk end
+  local tu, ts, tm
+  tu, ts, tm, bt, bc, bs, bk = scan_units(job.tres_per_task)
+  if bt then return bt, bc, bs, bk end
+  local per_gpu = nil
+  if ju == 0 and nu == 0 and su == 0 and tu == 0 then per_gpu = valid_count(job.ntasks_per_tres, NO_VAL16) end
+  local tasks = valid_count(job.num_tasks, NO_VAL)
+  local spn = valid_count(job.sockets_per_node, NO_VAL16)
+  local tpn = valid_count(job.ntasks_per_node, NO_VAL16)
+  if not tpn then
+    local tps = valid_count(job.ntasks_per_socket, NO_VAL16)
+    if tps and spn then tpn = sat_mul(tps, spn) end
+  end
+  local t = tasks or valid_count(job.min_cpus, NO_VAL)
+  if tpn then
+    local x = sat_mul(tpn, nodes)
+    if not t or x > t then t = x end
+  end
+  if not t then t = nodes end
+  local m = sat_mul(spn or SAT, nodes)
+  A_UNITS = sadd(sadd(sadd(ju, smul(nu, nodes)), smul(su, m)), smul(tu, t))
+  A_SHARDS = sat_add(sat_add(sat_add(js, sat_mul(ns, nodes)), sat_mul(ss, m)), sat_mul(ts, t))
+  A_MPS = sat_add(sat_add(sat_add(jm, sat_mul(nm, nodes)), sat_mul(sm, m)), sat_mul(tm, t))
+  if per_gpu then A_UNITS = sadd(A_UNITS, smul(mceil(t / per_gpu), unit)) end
+  local lo = valid_count(job.min_nodes, NO_VAL) or 1
+  local lt = tasks
+  if tpn then
+    local x = sat_mul(tpn, lo)
+    if not lt or x > lt then lt = x end
+  end
+  if not lt then lt = lo end
+  local lm = sat_mul(spn or 1, lo)
+  L_NODES, L_TASKS = lo, lt
+  L_UNITS = sadd(sadd(sadd(ju, smul(nu, lo)), smul(su, lm)), smul(tu, lt))
+  L_SHARDS = sat_add(sat_add(sat_add(js, sat_mul(ns, lo)), sat_mul(ss, lm)), sat_mul(ts, lt))
+  L_MPS = sat_add(sat_add(sat_add(jm, sat_mul(nm, lo)), sat_mul(sm, lm)), sat_mul(tm, lt))
+  if per_gpu then L_UNITS = sadd(L_UNITS, smul(mceil(lt / per_gpu), unit)) end
+  return nil
+end
+
+-- The job's GPU units in partition `name`, its shards and MPS counted at that partition's share; nil: shards of
+-- unknown share there (count_gpus = equivalents and no shards_per_gpu).
+local function partition_units(name, lo)
+  local pr = name and P.partitions[name]
+  local units, shards, mps = A_UNITS, A_SHARDS, A_MPS
+  if lo then units, shards, mps = L_UNITS, L_SHARDS, L_MPS end
+  local su
+  if pr then su = pr.shard_units elseif not P.count_eq then su = 0 end
+  if shards > 0 and not su then return nil end
+  local satu = SAT * P.unit
+  local x = units
+  local p = shards * (su or 0)
+  if p > satu then p = satu end
+  x = x + p
+  if x > satu then x = satu end
+  p = mps * P.mps_units
+  if p > satu then p = satu end
+  x = x + p
+  if x > satu then x = satu end
+  return x
+end
+
+-- A GPU amount in a message: whole as an integer, anything else with two decimals (evaluate.py's fmt_amount).
+local function fmt_amount(x)
+  if x == x and x % 1 == 0 and x < 1e15 then return sformat("%d", x) end
+  return sformat("%.2f", x)
+end
+
+-- N of a cpus_per_tres / mem_per_tres value: `gres:gpu:N` (22.05), `gres/gpu:N`, `gpu=N`; nil otherwise.
+local function per_gpu_value(v)
+  if type(v) ~= "string" then return nil end
+  local n = smatch(v, "^gres[:/]gpu[:=]([0-9]+)$") or smatch(v, "^gpu[:=]([0-9]+)$")
+  if n then return to_count(n) end
+  return nil
+end
+
 -- GPUs an exclusive job gets on partition `name`: every GPU of its nodes (needs gpus_per_node in the config).
 local function whole_nodes(name, nodes)
   local pr = P.partitions[name]
@@ -379,6 +578,104 @@ local function too_many(rule, total, what, name, max)
     .. "largest node and task counts Slurm may give it); %s %s allows at most %d per job; fix the counts with "
     .. "-N <nodes> and -n <tasks>, or ask with --gpus=<total>", total, what, name, max))
 end
+
+-- partition_max_gpus / account_max_gpus in GPU-equivalents (count_gpus = equivalents): the largest amount over the
+-- job's partitions (each counts its shards at its own share), or every GPU of the nodes for --exclusive.
+local function eq_limit(rule, what, name, max, parts, nparts, why, exclusive, nodes)
+  local w, unit, x = why, P.unit, 0
+  if exclusive then
+    if nparts == 0 then w = w or "--exclusive gets every GPU of its nodes, and the job names no partition" end
+    for i = 1, nparts do
+      local _, xw = whole_nodes(parts[i], nodes)
+      w = w or xw
+    end
+  end
+  if nparts == 0 then
+    x = partition_units(nil, false)
+    if not x then
+      w = w or "shards count 1/shards_per_gpu of a GPU, and the job names no partition"
+      x = 0
+    end
+  end
+  for i = 1, nparts do
+    local y = partition_units(parts[i], false)
+    if not y then
+      w = w or sformat("shards count 1/shards_per_gpu of a GPU, and partition %s has no shards_per_gpu in the site "
+        .. "config", shown(parts[i]))
+    else
+      if exclusive then
+        local whole = whole_nodes(parts[i], nodes)
+        if whole * unit > y then y = whole * unit end
+      end
+      if y > x then x = y end
+    end
+  end
+  if w then return unbounded(w, what, name, max) end
+  if x > max * unit then
+    return reject(RC_ERROR, rule, sformat("job asks for %s GPU-equivalents at most (a MIG slice, shard or MPS share "
+      .. "counts as its share of one GPU; per-node and per-task requests count at the largest node and task counts "
+      .. "Slurm may give it); %s %s allows at most %d per job; fix the counts with -N <nodes> and -n <tasks>, or ask "
+      .. "with --gpus=<total>", fmt_amount(x / unit), what, name, max))
+  end
+  return nil
+end
+
+-- partition_cpus_per_gpu and partition_mem_per_gpu: --cpus-per-gpu and --mem-per-gpu as given; otherwise the CPUs
+-- (-c x tasks) or the memory (--mem x nodes, --mem-per-cpu x CPUs) on the fewest nodes the job may get, per GPU it
+-- gets there (in GPU-equivalents with count_gpus = equivalents). A job without GPUs there is not judged.
+local function ratios(job, pr)
+  local g = partition_units(pr.name, true)
+  if not g or g <= 0 then return nil end
+  local unit = P.unit
+  local cpus = sat_mul(valid_count(job.cpus_per_task, NO_VAL16) or 1, L_TASKS)
+  local limit = pr.max_cpus_per_gpu
+  if limit then
+    local k = per_gpu_value(job.cpus_per_tres)
+    local ratio = nil
+    if k then
+      if k > limit then ratio = k end
+    elseif cpus * unit > limit * g then
+      ratio = cpus * unit / g
+    end
+    if ratio then
+      local rc, r, m = reject(RC_ERROR, "partition_cpus_per_gpu", sformat("job asks for %s CPUs per GPU (on the fewest "
+        .. "nodes Slurm may give it); partition %s allows at most %d per GPU; ask for fewer CPUs (--cpus-per-gpu, or -c "
+        .. "and -n) or more GPUs", fmt_amount(ratio), pr.name, limit))
+      if rc then return rc, r, m end
+    end
+  end
+  limit = pr.max_mem_per_gpu
+  if limit then
+    local mpt = per_gpu_value(job.mem_per_tres)
+    local ratio = nil
+    if mpt then
+      if mpt > limit then ratio = mpt end
+    else
+      local node, cpu = job.min_mem_per_node, job.min_mem_per_cpu
+      if type(node) ~= "number" then node = nil end
+      if type(cpu) ~= "number" then cpu = nil end
+      if node == 0 then
+        return reject(RC_ERROR, "partition_mem_per_gpu", sformat("job asks for all the memory of its nodes (--mem=0); "
+          .. "partition %s allows at most %d MB per GPU; ask with --mem-per-gpu=<size> or --mem=<size>", pr.name, limit))
+      end
+      local total = nil
+      if node and node > 0 and node < NO_VAL64 then
+        total = node * L_NODES
+      elseif cpu and cpu >= 0 and cpu < NO_VAL64 then
+        total = cpu * cpus
+      end
+      if total and total * unit > limit * g then ratio = total * unit / g end
+    end
+    if ratio then
+      return reject(RC_ERROR, "partition_mem_per_gpu", sformat("job asks for %s MB of memory per GPU (on the fewest "
+        .. "nodes Slurm may give it); partition %s allows at most %d MB per GPU; ask for less with --mem-per-gpu, --mem "
+        .. "or --mem-per-cpu", fmt_amount(ratio), pr.name, limit))
+    end
+  end
+  return nil
+end
+
+local ONE_PART = {} -- a one-partition list for eq_limit (reused for every job)
 
 -- Label values in --comment: tokens are separated by commas, semicolons or blanks, a token is key=value (split
 -- at its first '='), and the first token with the key and a non-empty value wins. Searched per key with plain
@@ -579,6 +876,17 @@ local function evaluate(job)
     return reject(RC_INVALID_GRES, "gres_syntax", sformat(
       "cannot parse GPU request '%s' in %s; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>", shown(bad), field))
   end
+  if P.need_amounts then
+    local bt, bc, bs, bk = amounts(job, nodes)
+    if bt then -- never in warn mode (ALWAYS_ENFORCED): a share not known is not counted
+      if bc == "mig_slice_exceeds_card" then
+        return reject(RC_INVALID_GRES, "mig_profile", sformat("MIG profile '%s' asks for %s compute slices and its card "
+          .. "has %d; ask for a profile of at most %d slices", shown(bt), bs, bk, bk))
+      end
+      return reject(RC_INVALID_GRES, "mig_profile", sformat("unknown MIG profile '%s': no MIG profile has %s of %d "
+        .. "compute slices; ask for one of the profiles the cluster's GPUs are cut into", shown(bt), bs, bk))
+    end
+  end
   local labels = P.labels
   if labels[1] then
     local comment = job.comment
@@ -635,7 +943,12 @@ local function evaluate(job)
           end
         end
       end
-      if pr.max_gpus then
+      if pr.max_gpus and P.count_eq then
+        ONE_PART[1] = parts[i]
+        local rc, r, m = eq_limit("partition_max_gpus", "partition", pr.name, pr.max_gpus, ONE_PART, 1, why, exclusive,
+          nodes)
+        if rc then return rc, r, m end
+      elseif pr.max_gpus then
         local g, w = gpu_total, why
         if exclusive then
           local x, xw = whole_nodes(parts[i], nodes)
@@ -659,6 +972,19 @@ local function evaluate(job)
           pr.max_time_str))
         if rc then return rc, r, m end
       end
+      if pr.max_cpus_per_gpu or pr.max_mem_per_gpu then
+        local rc, r, m = ratios(job, pr)
+        if rc then return rc, r, m end
+      end
+      if pr.allowed_qos then
+        local qos = nonempty(job.qos) or nonempty(job.default_qos)
+        if not (qos and pr.allowed_qos[qos]) then
+          local rc, r, m = reject(RC_ERROR, "partition_qos", sformat(
+            "QOS %s may not be used in partition %s; use --qos with one of: %s", qos and shown(qos) or "(none)", pr.name,
+            pr.allowed_qos_str))
+          if rc then return rc, r, m end
+        end
+      end
       if pr.typed_limits then typed_limits = true end
     end
   end
@@ -675,7 +1001,10 @@ local function evaluate(job)
         end
       end
     end
-    if ar.max_gpus then
+    if ar.max_gpus and P.count_eq then
+      local rc, r, m = eq_limit("account_max_gpus", "account", ar.name, ar.max_gpus, parts, nparts, why, exclusive, nodes)
+      if rc then return rc, r, m end
+    elseif ar.max_gpus then
       local g, w = gpu_total, why
       if exclusive then
         if nparts == 0 then w = w or "--exclusive gets every GPU of its nodes, and the job names no partition" end

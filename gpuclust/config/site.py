@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,11 @@ from gpuclust.config.notify import NOTIFY, NotifyConfig, notify_config
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.config.telemetry import TELEMETRY, TelemetryConfig, telemetry_config
 from gpuclust.errors import ConfigError, Problem
+from gpuclust.slurm.gpushare import parse_share
+
+
+def share_value(text: str) -> Fraction:
+    return parse_share(text)
 
 DEFAULT_CONFIG_PATH = "/etc/gpuclust/site.conf"
 CONFIG_ENV = "GPUCLUST_CONFIG"
@@ -33,9 +39,10 @@ CONFIG_ENV = "GPUCLUST_CONFIG"
 LUA_VERSIONS = ("5.1", "5.2", "5.3", "5.4", "luajit")
 # The rules a submit policy checks, in the engine's order (gpuclust/policy/engine.lua); mode.RULE names one.
 POLICY_RULES = (
-    "account_missing", "gres_syntax", "label_missing", "label_value", "partition_account", "partition_wckey",
+    "account_missing", "gres_syntax", "mig_profile", "label_missing", "label_value", "partition_account", "partition_wckey",
     "partition_gpu", "partition_typed_gpu", "partition_gpu_type", "partition_max_gpus", "gpu_unbounded",
-    "partition_max_time", "account_partition", "account_max_gpus", "untyped_gpu",
+    "partition_max_time", "partition_cpus_per_gpu", "partition_mem_per_gpu", "partition_qos", "account_partition",
+    "account_max_gpus", "untyped_gpu",
 )
 
 SITE = SectionSpec(
@@ -81,6 +88,12 @@ PARTITION = SectionSpec(
         Key("allowed_accounts", v.parse_name_list, "Policy: only these accounts may submit here."),
         Key("require_wckey", v.parse_bool, "Policy: jobs here must set --wckey.", default=False),
         Key("qos", v.parse_slurm_name, "The partition QOS that carries its GPU limits, if any."),
+        Key("shards_per_gpu", v.parse_positive_int, "Shards each GPU of this partition's nodes is cut into (Gres=shard:N "
+            "over its GPUs); with [policy] count_gpus = equivalents a shard counts 1/N of a GPU."),
+        Key("max_cpus_per_gpu", v.parse_positive_int, "Policy: most CPUs a job may ask for per GPU (partition_cpus_per_gpu)."),
+        Key("max_mem_per_gpu", v.parse_mem_mb, "Policy: most memory a job may ask for per GPU, as --mem writes it (64G, "
+            "64000 in MB) (partition_mem_per_gpu)."),
+        Key("allowed_qos", v.parse_name_list, "Policy: jobs here must name (or default to) one of these QOS (partition_qos)."),
         # the topology the vendor announced; `accept report` compares it with what the jobs saw (check topology)
         Key("nics_per_node", v.parse_nonneg_int, "Announced: fabric NICs per node (those matching nic_names)."),
         Key("nic_speed_mbps", v.parse_positive_int, "Announced: speed of each fabric NIC in Mb/s (e.g. 200000 for HDR)."),
@@ -93,7 +106,11 @@ PARTITION = SectionSpec(
 GPU_TYPE = SectionSpec(
     "gpu_type",
     "Per GPU model: price per GPU-hour.",
-    (Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type.", required=True),),
+    (
+        Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type.", required=True),
+        Key("gpu_share", share_value, "Share of one physical GPU of one GRES of this type (1/7, 0.25); default: read "
+            "from a MIG profile name, else a whole GPU."),
+    ),
     named=True,
 )
 
@@ -147,6 +164,9 @@ POLICY = SectionSpec(
         Key("enforce_from", v.parse_date, "The date (YYYY-MM-DD) users are told warn-mode rules will be enforced from; "
             "enforcing is still `mode = enforce` and a re-render."),
         Key("enforce_from.*", v.parse_date, "The enforcement date of one rule, overriding enforce_from."),
+        Key("count_gpus", v.parse_choice("devices", "equivalents"), "How max_gpus_per_job counts: devices (a MIG slice, "
+            "a GPU) or equivalents (a MIG slice, shard or MPS share counts as its share of one GPU, gpuclust.slurm.gpushare).",
+            default="devices"),
         Key("lua", v.parse_choice(*LUA_VERSIONS), "The Lua slurmctld's job_submit_lua.so links (5.1, 5.2, 5.3, 5.4, "
             "luajit): `policy render --out` validates the script under it. Default: read from the plugin's "
             "shared-library dependencies, else 5.1."),
@@ -203,6 +223,10 @@ class PartitionConfig:
     allowed_accounts: tuple[str, ...] | None = None
     require_wckey: bool = PARTITION.default("require_wckey")
     qos: str | None = None
+    shards_per_gpu: int | None = None
+    max_cpus_per_gpu: int | None = None
+    max_mem_per_gpu: int | None = None  # MB
+    allowed_qos: tuple[str, ...] | None = None
     nics_per_node: int | None = None
     nic_speed_mbps: int | None = None
     nvlink: bool | None = None
@@ -240,6 +264,7 @@ class PolicyConfig:
     enforce_from: str | None = None  # YYYY-MM-DD
     rule_enforce_from: dict[str, str] = field(default_factory=dict)  # rule -> YYYY-MM-DD (enforce_from.RULE)
     lua: str | None = None  # the Lua slurmctld links; None: detect
+    count_gpus: str = POLICY.default("count_gpus")  # devices | equivalents
 
 
 @dataclass(frozen=True)
@@ -256,6 +281,7 @@ class SiteConfig:
     acceptance_stale_days: int = SITE.default("acceptance_stale_days")
     partitions: dict[str, PartitionConfig] = field(default_factory=dict)
     gpu_type_prices: dict[str, float] = field(default_factory=dict)
+    gpu_shares: dict[str, Fraction] = field(default_factory=dict)  # [gpu_type NAME] gpu_share
     accounts: dict[str, AccountConfig] = field(default_factory=dict)
     qos: dict[str, QosConfig] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -329,6 +355,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
     accounts = {s.name: _account(s) for s in by_kind.get("account", []) if s.name}
     qos = {s.name: QosConfig(s.name, s.line, _limits(s)) for s in by_kind.get("qos", []) if s.name}
     prices = {s.name: s.values["price_per_gpu_hour"] for s in by_kind.get("gpu_type", []) if s.name and "price_per_gpu_hour" in s.values}
+    shares = {s.name: s.values["gpu_share"] for s in by_kind.get("gpu_type", []) if s.name and "gpu_share" in s.values}
     policy_cfg = _policy(policy) if policy else PolicyConfig()
     problems += _cross_check(path, partitions, accounts, qos, policy, policy_cfg)
     economics, economics_problems = economics_config(path, site, by_kind.get("account", []), by_kind.get("costs", []),
@@ -354,6 +381,7 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         acceptance_stale_days=site.get("acceptance_stale_days"),
         partitions=partitions,
         gpu_type_prices=prices,
+        gpu_shares=shares,
         accounts=accounts,
         qos=qos,
         policy=policy_cfg,
@@ -406,6 +434,7 @@ def _policy(s: ParsedSection) -> PolicyConfig:
         enforce_from=s.get("enforce_from"),
         rule_enforce_from=s.family("enforce_from"),
         lua=s.get("lua"),
+        count_gpus=s.get("count_gpus"),
     )
 
 
@@ -450,4 +479,7 @@ def _cross_check(
         if policy_cfg.rule_modes.get("gres_syntax") == "warn":
             problems.append(Problem(path, policy.lines.get("mode.gres_syntax"), "mode.gres_syntax = warn: a GPU request "
                                     "the policy cannot read cannot be counted, so gres_syntax is always enforced"))
+        if policy_cfg.rule_modes.get("mig_profile") == "warn":
+            problems.append(Problem(path, policy.lines.get("mode.mig_profile"), "mode.mig_profile = warn: a MIG profile "
+                                    "of unknown share cannot be counted, so mig_profile is always enforced"))
     return problems

@@ -140,6 +140,19 @@ def parse_size(text: str) -> int:
     return int(size)
 
 
+def parse_mem_mb(text: str) -> int:
+    """Memory in MB as Slurm writes it (--mem): `64000`, `64G`, `512M`, `1T`; no suffix is MB."""
+    match = re.fullmatch(r"([0-9]+)\s*([KMGT]?)(?:i?B)?", text.strip(), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"expected a memory size like 64000 (MB), 512M, 64G or 1T, got {text!r}")
+    mb = int(match.group(1))
+    unit = match.group(2).upper()
+    mb = -(-mb // 1024) if unit == "K" else mb * {"": 1, "M": 1, "G": 1024, "T": 1024**2}[unit]
+    if not 0 < mb <= 2**40:
+        raise ValueError(f"must be > 0 and at most 1 EiB, got {text!r}")
+    return mb
+
+
 def parse_timezone(text: str) -> str:
     try:
         if len(text) > 255:

@@ -7,13 +7,21 @@ are computed here once, so the rejection messages of both sides are byte-identic
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from gpuclust.config.site import POLICY_RULES, GpuLimits, PolicyConfig, SiteConfig
+from gpuclust.errors import ConfigError, Problem
+from gpuclust.slurm.gpushare import CARD_SLICES_DEFAULT, MPS_PER_GPU_DEFAULT
 
-# A GPU request the policy cannot read cannot be counted: gres_syntax refuses in warn mode too.
-ALWAYS_ENFORCED = frozenset({"gres_syntax"})
+# A GPU request the policy cannot read (or a MIG profile of unknown share) cannot be counted: these refuse in warn
+# mode too.
+ALWAYS_ENFORCED = frozenset({"gres_syntax", "mig_profile"})
+# With count_gpus = equivalents, GPU amounts are integers in units of 1/unit GPU (exact in doubles in every Lua):
+# unit is the lcm of every share's denominator, at most MAX_UNIT so that SAT * unit stays below 2^53.
+MAX_UNIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,11 @@ class PartitionRule:
     typed_limits: bool = False  # its partition QOS has typed GPU limits
     gpu_types: frozenset[str] | None = None  # the GPU types its nodes have (site config gpu_type); None: unchecked
     gpu_types_str: str = ""
+    shard_units: int | None = None  # units of one shard (count_gpus = equivalents: unit / shards_per_gpu; devices: 0)
+    max_cpus_per_gpu: int | None = None
+    max_mem_per_gpu: int | None = None  # MB
+    allowed_qos: frozenset[str] | None = None
+    allowed_qos_str: str = ""
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,23 @@ class CompiledPolicy:
     qos_typed: frozenset[str] = frozenset()  # QOS names that carry typed GPU limits
     # rules in warn mode -> when they will be refused, as the user is told: "from 2026-09-01"
     warn: dict[str, str] = field(default_factory=dict)
+    count_eq: bool = False  # [policy] count_gpus = equivalents
+    unit: int = 1  # GPU amounts are counted in 1/unit of a GPU (1: devices)
+    share_overrides: dict[str, Fraction] = field(default_factory=dict)  # [gpu_type NAME] gpu_share
+
+    @property
+    def share_units(self) -> dict[str, int]:
+        """Units of one GRES of each type the site gives a share ([gpu_type NAME] gpu_share)."""
+        return {name: int(share * self.unit) for name, share in self.share_overrides.items()}
+
+    @property
+    def mps_units(self) -> int:
+        return self.unit // MPS_PER_GPU_DEFAULT if self.count_eq else 0
+
+    @property
+    def need_amounts(self) -> bool:
+        """Whether the engine reads GPU amounts (equivalents, or the per-GPU ratios at the fewest nodes)."""
+        return self.count_eq or any(p.max_cpus_per_gpu or p.max_mem_per_gpu for p in self.partitions.values())
 
     @property
     def rule_count(self) -> int:
@@ -185,7 +215,8 @@ class CompiledPolicy:
         n = int(self.need_account) + len(self.labels) + int(self.reject_untyped)
         for p in self.partitions.values():
             n += sum(map(bool, (p.need_gpu, p.need_typed_gpu, p.need_wckey, p.max_gpus,
-                                p.max_time_s is not None, p.allowed_accounts is not None, p.gpu_types is not None)))
+                                p.max_time_s is not None, p.allowed_accounts is not None, p.gpu_types is not None,
+                                p.max_cpus_per_gpu, p.max_mem_per_gpu, p.allowed_qos is not None)))
         for a in self.accounts.values():
             n += sum(map(bool, (a.allowed_partitions is not None, a.max_gpus)))
         return n
@@ -246,8 +277,25 @@ def warn_rules(pol: PolicyConfig) -> dict[str, str]:
     return out
 
 
+def share_unit(config: SiteConfig) -> int:
+    """The unit GPU amounts are counted in: 1 (devices), or the lcm of every share's denominator (equivalents)."""
+    if config.policy.count_gpus != "equivalents":
+        return 1
+    dens = [CARD_SLICES_DEFAULT, 4, MPS_PER_GPU_DEFAULT]
+    dens += [share.denominator for share in config.gpu_shares.values()]
+    dens += [p.shards_per_gpu for p in config.partitions.values() if p.shards_per_gpu]
+    unit = math.lcm(*dens)
+    if unit > MAX_UNIT:
+        raise ConfigError(Problem(config.path, None, f"count_gpus = equivalents: the GPU shares (gpu_share, "
+                                  f"shards_per_gpu) need a common denominator of {unit}, more than {MAX_UNIT}; give "
+                                  "shares with smaller denominators"))
+    return unit
+
+
 def compile_policy(config: SiteConfig) -> CompiledPolicy:
     pol = config.policy
+    unit = share_unit(config)
+    count_eq = pol.count_gpus == "equivalents"
     qos_typed = frozenset(name for name, q in config.qos.items() if _typed(q.limits))
     labels = tuple(
         LabelRule(key, tuple(pol.label_patterns.get(key, ())), ", ".join(pol.label_patterns.get(key, ())) or "any value")
@@ -269,6 +317,11 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
             typed_limits=bool(p.qos and p.qos in qos_typed),
             gpu_types=frozenset((p.gpu_type,)) if p.gpu_type else None,
             gpu_types_str=p.gpu_type or "",
+            shard_units=(unit // p.shards_per_gpu if p.shards_per_gpu else None) if count_eq else 0,
+            max_cpus_per_gpu=p.max_cpus_per_gpu,
+            max_mem_per_gpu=p.max_mem_per_gpu,
+            allowed_qos=frozenset(p.allowed_qos) if p.allowed_qos is not None else None,
+            allowed_qos_str=", ".join(p.allowed_qos or ()),
         )
     accounts = {}
     for name, a in config.accounts.items():
@@ -292,4 +345,7 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
         accounts=accounts,
         qos_typed=qos_typed,
         warn=warn_rules(pol),
+        count_eq=count_eq,
+        unit=unit,
+        share_overrides=dict(config.gpu_shares) if count_eq else {},
     )

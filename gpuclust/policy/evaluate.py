@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclust.policy.compile import CompiledPolicy
+from gpuclust.slurm.gpushare import mig_profile, type_share
 
 NO_VAL = 4294967294.0
 NO_VAL16 = 65534.0
@@ -305,6 +306,53 @@ def gpu_request(job: Mapping[str, Any]) -> GpuRequest:
     return GpuRequest(total, untyped, None, None, nodes, why, exclusive, types)
 
 
+@dataclass
+class Amounts:
+    """GPU amounts in units of 1/policy.unit GPU (engine.lua's amounts): the most the job may get (at gpu_request's
+    node and task counts) and what it gets on the fewest nodes (min_nodes, or 1), with the tasks there; shards and
+    MPS apart (their share is a partition's). `bad`: the first GPU type of unknown share (type, code, slices, card)."""
+
+    units: float = 0.0
+    shards: float = 0.0
+    mps: float = 0.0
+    lo_units: float = 0.0
+    lo_shards: float = 0.0
+    lo_mps: float = 0.0
+    lo_nodes: float = 1.0
+    lo_tasks: float = 1.0
+    bad: tuple[str, str, str, int] | None = None
+
+
+_MEM_PER_GPU = re.compile(r"(?:gres[:/])?gpu[:=]([0-9]+)")
+
+
+def per_gpu_value(v: Any) -> float | None:
+    """N of a cpus_per_tres / mem_per_tres value `gres:gpu:N` (22.05), `gres/gpu:N`, `gpu=N`; None otherwise."""
+    if isinstance(v, str):
+        m = _MEM_PER_GPU.fullmatch(v)
+        if m:
+            return _to_count(m.group(1))
+    return None
+
+
+def fmt_amount(x: float) -> str:
+    """engine.lua's fmt_amount: a whole amount as an integer, anything else with two decimals."""
+    if x.is_integer() and x < 1e15:
+        return str(int(x))
+    return f"{x:.2f}"
+
+
+def _unit_count(item: str, eq: bool, cnt: str, head: str, c1: bool) -> float:
+    """Count of a shard / MPS item: `=N`, or the last `:N`, else 1 (engine.lua's unit_count)."""
+    if eq:
+        return _to_count(cnt) if _DIGITS.fullmatch(cnt) else 1.0
+    if c1:
+        last = head.rsplit(":", 1)[1]
+        if _DIGITS.fullmatch(last):
+            return _to_count(last)
+    return 1.0
+
+
 def labels_of(comment: Any, keys: frozenset[str]) -> dict[str, bytes]:
     found: dict[str, bytes] = {}
     if not isinstance(comment, str):
@@ -326,6 +374,138 @@ class Evaluator:
         self._label_keys = frozenset(label.key for label in policy.labels)
         self._label_regexes = [label.regexes for label in policy.labels]
         self._label_exact = [frozenset(_b(v) for v in label.exact) for label in policy.labels]
+
+    def _type_units(self, gtype: str) -> tuple[float, tuple[str, str, str, int] | None]:
+        """Units of one GRES of a GPU type, from gpuclust.slurm.gpushare (the Lua reads the rendered tables)."""
+        pol = self.policy
+        if not pol.count_eq:
+            return 1.0, None
+        share, warning = type_share(gtype, pol.share_overrides)
+        if share is None:
+            assert warning is not None
+            prof = mig_profile(gtype)
+            assert prof is not None
+            return 0.0, (gtype, warning.code, str(prof.compute_slices), prof.card_slices)
+        return float(share * pol.unit), None
+
+    def _scan_units(self, v: Any) -> tuple[float, float, float, tuple[str, str, str, int] | None]:
+        """One field's GPU units, shards and MPS (a field gres_syntax passed); engine.lua's scan_units."""
+        if not isinstance(v, str):
+            return 0.0, 0.0, 0.0, None
+        satu = SAT * self.policy.unit
+        units = shards = mps = 0.0
+        for item in v.split(","):
+            if not item:
+                continue
+            rest = item
+            if item[:5] == "gres:" and len(_b(item)) > 5:
+                rest = item[5:]
+            else:
+                slash = item.find("/")
+                if slash >= 0:
+                    if item[:slash] != "gres":
+                        continue
+                    rest = item[slash + 1:]
+            head, eq, cnt = rest.partition("=")
+            name, c1, _ = head.partition(":")
+            if name == "gpu":
+                types: list[str] = []
+                total, untyped, _bad = scan_gpus(item, types)
+                u = float(self.policy.unit) if untyped > 0 or not types else None
+                if u is None:
+                    u, bad = self._type_units(types[0])
+                    if bad is not None:
+                        return units, shards, mps, bad
+                p = total * u
+                units = min(units + min(p, satu), satu)
+            elif name == "shard" and self.policy.count_eq:
+                shards = _sat_add(shards, _unit_count(item, bool(eq), cnt, head, bool(c1)))
+            elif name == "mps" and self.policy.count_eq:
+                mps = _sat_add(mps, _unit_count(item, bool(eq), cnt, head, bool(c1)))
+        return units, shards, mps, None
+
+    def amounts(self, job: Mapping[str, Any], gpus: GpuRequest) -> Amounts:
+        """engine.lua's amounts: the job's GPU units, shards and MPS at the most and at the fewest nodes."""
+        pol = self.policy
+        unit = float(pol.unit)
+        satu = SAT * unit
+        per_node = job.get("tres_per_node")
+        if per_node is None or per_node == "":
+            per_node = job.get("gres")
+        fields = []
+        for v in (job.get("tres_per_job"), per_node, job.get("tres_per_socket"), job.get("tres_per_task")):
+            u, sh, mp, bad = self._scan_units(v)
+            if bad is not None:
+                return Amounts(bad=bad)
+            fields.append((u, sh, mp))
+        (ju, js, jm), (nu, ns, nm), (su, ss, sm), (tu, ts, tm) = fields
+
+        def smul(a: float, b: float) -> float:
+            p = a * b
+            return satu if p > satu else p
+
+        def sadd(a: float, b: float) -> float:
+            x = a + b
+            return satu if x > satu else x
+
+        per_gpu = None
+        if ju == 0 and nu == 0 and su == 0 and tu == 0:
+            per_gpu = _valid_count(job.get("ntasks_per_tres"), NO_VAL16)
+        tasks = _valid_count(job.get("num_tasks"), NO_VAL)
+        spn = _valid_count(job.get("sockets_per_node"), NO_VAL16)
+        tpn = _valid_count(job.get("ntasks_per_node"), NO_VAL16)
+        if tpn is None:
+            tps = _valid_count(job.get("ntasks_per_socket"), NO_VAL16)
+            if tps is not None and spn is not None:
+                tpn = _sat_mul(tps, spn)
+        # the most: gpu_request's node and task counts
+        nodes = gpus.nodes
+        t = tasks if tasks is not None else _valid_count(job.get("min_cpus"), NO_VAL)
+        if tpn is not None:
+            x = _sat_mul(tpn, nodes)
+            if t is None or x > t:
+                t = x
+        if t is None:
+            t = nodes
+        m = _sat_mul(spn if spn is not None else SAT, nodes)
+        out = Amounts()
+        out.units = sadd(sadd(sadd(ju, smul(nu, nodes)), smul(su, m)), smul(tu, t))
+        out.shards = _sat_add(_sat_add(_sat_add(js, _sat_mul(ns, nodes)), _sat_mul(ss, m)), _sat_mul(ts, t))
+        out.mps = _sat_add(_sat_add(_sat_add(jm, _sat_mul(nm, nodes)), _sat_mul(sm, m)), _sat_mul(tm, t))
+        if per_gpu is not None:
+            out.units = sadd(out.units, smul(float(math.ceil(t / per_gpu)), unit))
+        # the fewest nodes: min_nodes (or 1), num_tasks raised to ntasks_per_node there (or one task per node)
+        lo = _valid_count(job.get("min_nodes"), NO_VAL) or 1.0
+        lt = tasks
+        if tpn is not None:
+            x = _sat_mul(tpn, lo)
+            if lt is None or x > lt:
+                lt = x
+        if lt is None:
+            lt = lo
+        lm = _sat_mul(spn if spn is not None else 1.0, lo)
+        out.lo_nodes, out.lo_tasks = lo, lt
+        out.lo_units = sadd(sadd(sadd(ju, smul(nu, lo)), smul(su, lm)), smul(tu, lt))
+        out.lo_shards = _sat_add(_sat_add(_sat_add(js, _sat_mul(ns, lo)), _sat_mul(ss, lm)), _sat_mul(ts, lt))
+        out.lo_mps = _sat_add(_sat_add(_sat_add(jm, _sat_mul(nm, lo)), _sat_mul(sm, lm)), _sat_mul(tm, lt))
+        if per_gpu is not None:
+            out.lo_units = sadd(out.lo_units, smul(float(math.ceil(lt / per_gpu)), unit))
+        return out
+
+    def _partition_units(self, a: Amounts, name: str, lo: bool) -> float | None:
+        """The job's GPU units in partition `name` with its shards and MPS; None: shards of unknown share there."""
+        pol = self.policy
+        pr = pol.partitions.get(name)
+        units, shards, mps = (a.lo_units, a.lo_shards, a.lo_mps) if lo else (a.units, a.shards, a.mps)
+        shard_units = pr.shard_units if pr is not None else (0 if not pol.count_eq else None)
+        if shards > 0 and shard_units is None:
+            return None
+        satu = SAT * float(pol.unit)
+        x = units
+        for p in (shards * (shard_units or 0), mps * pol.mps_units):
+            x = x + (satu if p > satu else p)
+            x = satu if x > satu else x
+        return x
 
     def _partitions_of(self, job: Mapping[str, Any]) -> list[str]:
         p = job.get("partition")
@@ -376,12 +556,95 @@ class Evaluator:
                             "fix the counts with -N <nodes> and -n <tasks>, or ask with --gpus=<total>")
             return None
 
-        verdict = self._evaluate(job, fail, gpu_limit)
+        def eq_limit(rule: str, what: str, name: str, limit: int, gpus: GpuRequest, a: Amounts,
+                     parts: list[str]) -> Verdict | None:
+            """gpu_limit in GPU-equivalents (count_gpus = equivalents): engine.lua's eq_limit."""
+            _, w = self._most_gpus(gpus, parts)
+            unit = float(pol.unit)
+            x = self._partition_units(a, "", False) if not parts else 0.0
+            if x is None:
+                w = w or "shards count 1/shards_per_gpu of a GPU, and the job names no partition"
+                x = 0.0
+            for p in parts:
+                y = self._partition_units(a, p, False)
+                if y is None:
+                    w = w or (f"shards count 1/shards_per_gpu of a GPU, and partition {shown(p)} has no "
+                              "shards_per_gpu in the site config")
+                    continue
+                if gpus.exclusive:
+                    whole, _ = self._whole_nodes(p, gpus.nodes)
+                    y = max(y, whole * unit)
+                x = max(x, y)
+            if w is not None:
+                return fail(RC_ERROR, "gpu_unbounded",
+                            f"cannot bound the GPUs this job may be allocated: {w}; {what} {name} allows at most {limit} per job")
+            if x > limit * unit:
+                return fail(RC_ERROR, rule,
+                            f"job asks for {fmt_amount(x / unit)} GPU-equivalents at most (a MIG slice, shard or MPS "
+                            "share counts as its share of one GPU; per-node and per-task requests count at the largest "
+                            f"node and task counts Slurm may give it); {what} {name} allows at most {limit} per job; "
+                            "fix the counts with -N <nodes> and -n <tasks>, or ask with --gpus=<total>")
+            return None
+
+        verdict = self._evaluate(job, fail, gpu_limit, eq_limit)
         if verdict is not None:
             return verdict
         return Verdict(RC_OK, "ok", None, tuple(RuleWarning(r, m, pol.warn[r]) for r, m in warnings))
 
-    def _evaluate(self, job: Mapping[str, Any], fail: Any, gpu_limit: Any) -> Verdict | None:
+    def _ratios(self, job: Mapping[str, Any], pr: Any, a: Amounts, fail: Any) -> Verdict | None:
+        """partition_cpus_per_gpu and partition_mem_per_gpu (engine.lua's ratios): --cpus-per-gpu and --mem-per-gpu as
+        given; otherwise the CPUs (-c x tasks) or memory (--mem x nodes, --mem-per-cpu x CPUs) on the fewest nodes
+        the job may get, per GPU it gets there (in GPU-equivalents with count_gpus = equivalents)."""
+        g = self._partition_units(a, pr.name, True)
+        if g is None or g <= 0:
+            return None
+        unit = float(self.policy.unit)
+        c = _valid_count(job.get("cpus_per_task"), NO_VAL16) or 1.0
+        cpus = _sat_mul(c, a.lo_tasks)
+        if pr.max_cpus_per_gpu:
+            k = per_gpu_value(job.get("cpus_per_tres"))
+            ratio = None
+            if k is not None:
+                if k > pr.max_cpus_per_gpu:
+                    ratio = k
+            elif cpus * unit > pr.max_cpus_per_gpu * g:
+                ratio = cpus * unit / g
+            if ratio is not None:
+                v = fail(RC_ERROR, "partition_cpus_per_gpu",
+                         f"job asks for {fmt_amount(ratio)} CPUs per GPU (on the fewest nodes Slurm may give it); "
+                         f"partition {pr.name} allows at most {pr.max_cpus_per_gpu} per GPU; ask for fewer CPUs "
+                         "(--cpus-per-gpu, or -c and -n) or more GPUs")
+                if v:
+                    return v
+        if pr.max_mem_per_gpu:
+            limit = pr.max_mem_per_gpu
+            mpt = per_gpu_value(job.get("mem_per_tres"))
+            ratio = None
+            if mpt is not None:
+                if mpt > limit:
+                    ratio = mpt
+            else:
+                node = _num(job.get("min_mem_per_node"))
+                cpu = _num(job.get("min_mem_per_cpu"))
+                total = None
+                if node is not None and node == 0:
+                    return fail(RC_ERROR, "partition_mem_per_gpu",
+                                f"job asks for all the memory of its nodes (--mem=0); partition {pr.name} allows at "
+                                f"most {limit} MB per GPU; ask with --mem-per-gpu=<size> or --mem=<size>")
+                if node is not None and 0 < node < NO_VAL64:
+                    total = node * a.lo_nodes
+                elif cpu is not None and 0 <= cpu < NO_VAL64:
+                    total = cpu * cpus
+                if total is not None and total * unit > limit * g:
+                    ratio = total * unit / g
+            if ratio is not None:
+                return fail(RC_ERROR, "partition_mem_per_gpu",
+                            f"job asks for {fmt_amount(ratio)} MB of memory per GPU (on the fewest nodes Slurm may "
+                            f"give it); partition {pr.name} allows at most {limit} MB per GPU; ask for less with "
+                            "--mem-per-gpu, --mem or --mem-per-cpu")
+        return None
+
+    def _evaluate(self, job: Mapping[str, Any], fail: Any, gpu_limit: Any, eq_limit: Any = None) -> Verdict | None:
         pol = self.policy
         user = job.get("user_name")
         account = _nonempty(job.get("account"))
@@ -396,6 +659,18 @@ class Evaluator:
         if gpus.bad is not None:  # never in warn mode (compile.ALWAYS_ENFORCED)
             return Verdict(RC_INVALID_GRES, "gres_syntax", f"gpuclust policy [gres_syntax]: cannot parse GPU request "
                            f"'{shown(gpus.bad)}' in {gpus.field}; use --gres=gpu:<type>:<count> or --gpus=<type>:<count>")
+        amounts = Amounts()
+        if pol.need_amounts:
+            amounts = self.amounts(job, gpus)
+            if amounts.bad is not None:  # never in warn mode (compile.ALWAYS_ENFORCED)
+                gtype, code, slices, card = amounts.bad
+                if code == "mig_slice_exceeds_card":
+                    msg = (f"MIG profile '{shown(gtype)}' asks for {slices} compute slices and its card has {card}; "
+                           f"ask for a profile of at most {card} slices")
+                else:
+                    msg = (f"unknown MIG profile '{shown(gtype)}': no MIG profile has {slices} of {card} compute "
+                           "slices; ask for one of the profiles the cluster's GPUs are cut into")
+                return Verdict(RC_INVALID_GRES, "mig_profile", f"gpuclust policy [mig_profile]: {msg}")
         if pol.labels:
             found = labels_of(job.get("comment"), self._label_keys)
             for label, regexes, exact in zip(pol.labels, self._label_regexes, self._label_exact, strict=True):
@@ -446,8 +721,11 @@ class Evaluator:
                             return v
                         break
             if pr.max_gpus is not None:
-                g, w = self._most_gpus(gpus, [name])
-                v = gpu_limit("partition_max_gpus", "partition", pr.name, pr.max_gpus, g, w)
+                if pol.count_eq:
+                    v = eq_limit("partition_max_gpus", "partition", pr.name, pr.max_gpus, gpus, amounts, [name])
+                else:
+                    g, w = self._most_gpus(gpus, [name])
+                    v = gpu_limit("partition_max_gpus", "partition", pr.name, pr.max_gpus, g, w)
                 if v:
                     return v
             t = _num(job.get("time_limit"))
@@ -459,6 +737,18 @@ class Evaluator:
                          f"use --time={pr.max_time_str} or less")
                 if v:
                     return v
+            if pr.max_cpus_per_gpu or pr.max_mem_per_gpu:
+                v = self._ratios(job, pr, amounts, fail)
+                if v:
+                    return v
+            if pr.allowed_qos is not None:
+                qos = _nonempty(job.get("qos")) or _nonempty(job.get("default_qos"))
+                if not (qos and qos in pr.allowed_qos):
+                    v = fail(RC_ERROR, "partition_qos",
+                             f"QOS {shown(qos) if qos else '(none)'} may not be used in partition {pr.name}; use "
+                             f"--qos with one of: {pr.allowed_qos_str}")
+                    if v:
+                        return v
             if pr.typed_limits:
                 typed_limits = True
         ar = pol.accounts.get(eff_account) if eff_account else None
@@ -472,8 +762,11 @@ class Evaluator:
                             return v
                         break
             if ar.max_gpus is not None:
-                g, w = self._most_gpus(gpus, parts)
-                v = gpu_limit("account_max_gpus", "account", ar.name, ar.max_gpus, g, w)
+                if pol.count_eq:
+                    v = eq_limit("account_max_gpus", "account", ar.name, ar.max_gpus, gpus, amounts, parts)
+                else:
+                    g, w = self._most_gpus(gpus, parts)
+                    v = gpu_limit("account_max_gpus", "account", ar.name, ar.max_gpus, g, w)
                 if v:
                     return v
             if ar.typed_limits:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpuclust.policy.compile import CompiledPolicy
 from gpuclust.policy.luastring import FORBIDDEN_WORDS, lua_string
+from gpuclust.slurm.gpushare import A30_PROFILES, CARD_SLICES_DEFAULT, VALID_SLICES
 
 __all__ = ["FORBIDDEN", "FORBIDDEN_WORDS", "SLURM_NAMES_22_05", "lint", "lua_string", "render_lua", "write_lua"]
 
@@ -52,6 +53,11 @@ def _opt_num(value: int | None) -> str:
     return "nil" if value is None else str(int(value))
 
 
+def _float(value: int | None) -> str:
+    """An integer as a Lua float literal: GPU units stay floats under Lua 5.3+ (no integer wrap-around)."""
+    return "nil" if value is None else f"{int(value)}.0"
+
+
 def _bool(value: bool) -> str:
     return "true" if value else "false"
 
@@ -69,6 +75,15 @@ def render_tables(policy: CompiledPolicy) -> str:
     lines.append(f"  qos_typed = {_set(policy.qos_typed)},")
     lines.append(f"  has_qos_typed = {_bool(bool(policy.qos_typed))},")
     lines.append("  warn = {" + ", ".join(f"[{lua_string(r)}] = {lua_string(w)}" for r, w in sorted(policy.warn.items())) + "},")
+    lines.append(f"  count_eq = {_bool(policy.count_eq)}, need_amounts = {_bool(policy.need_amounts)}, "
+                 f"unit = {_float(policy.unit)}, mps_units = {_float(policy.mps_units)},")
+    lines.append("  share_units = {" + ", ".join(f"[{lua_string(n)}] = {_float(u)}" for n, u in sorted(policy.share_units.items()))
+                 + "},")
+    # gpuclust.slurm.gpushare's MIG facts, for the engine's type_units
+    lines.append(f"  card_slices = {CARD_SLICES_DEFAULT}, a30_slices = 4, a30_profiles = {_set(A30_PROFILES)},")
+    lines.append("  valid_slices = {" + ", ".join(
+        f"[{card}] = {{{', '.join(f'[{n}] = true' for n in sorted(VALID_SLICES[card]))}}}" for card in sorted(VALID_SLICES))
+        + "},")
     lines.append("  labels = {")
     for label in policy.labels:
         g = label.glob_checks
@@ -90,7 +105,9 @@ def render_tables(policy: CompiledPolicy) -> str:
             f"max_time_str = {lua_string(p.max_time_str) if p.max_time_str else 'nil'}, "
             f"allowed_accounts = {_set(p.allowed_accounts)}, allowed_accounts_str = {lua_string(p.allowed_accounts_str)}, "
             f"typed_limits = {_bool(p.typed_limits)}, gpu_types = {_set(p.gpu_types)}, "
-            f"gpu_types_str = {lua_string(p.gpu_types_str)} }},"
+            f"gpu_types_str = {lua_string(p.gpu_types_str)}, shard_units = {_float(p.shard_units)}, "
+            f"max_cpus_per_gpu = {_opt_num(p.max_cpus_per_gpu)}, max_mem_per_gpu = {_opt_num(p.max_mem_per_gpu)}, "
+            f"allowed_qos = {_set(p.allowed_qos)}, allowed_qos_str = {lua_string(p.allowed_qos_str)} }},"
         )
     lines.append("  },")
     lines.append("  accounts = {")

@@ -560,6 +560,11 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.strings[name] = value
     elif name == "tres-per-task" and value is not None:
         opts.strings[name] = value
+    elif name in ("mem", "mem-per-cpu") and value is not None:
+        mb = _str_to_mbytes(value)
+        if mb is None:
+            raise SbatchRefusal(Problem(loc, None, f"Invalid --{name} specification"))
+        opts.ints["mem_per_node" if name == "mem" else "mem_per_cpu"] = mb
     elif name == "mem-per-gpu" and value is not None:
         num, rest = _strtol(value)
         mult = {"": 1, "m": 1, "k": 0, "g": 1024, "t": 1024**2}.get(rest.lower())
@@ -582,6 +587,26 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.ints["shared"] = shared
     elif name == "oversubscribe":
         opts.ints["shared"] = 1
+
+
+def _str_to_mbytes(text: str) -> int | None:
+    """src/common/proc_args.c str_to_mbytes: strtoll, then nothing (MB), K (rounded up), M, G or T, each with an
+    optional B; None where sbatch says `Invalid --mem specification`."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
+    if not m:
+        return None
+    value, rest = int(m.group(1)), text[m.end():]
+    if value < 0 or value > 2**63 - 1:
+        return None
+    if rest == "":
+        return value
+    if rest[1:] not in ("", "B", "b"):
+        return None
+    unit = rest[0].lower()
+    if unit == "k":
+        return (value + 1023) // 1024
+    mult = {"m": 1, "g": 1024, "t": 1024 * 1024}.get(unit)
+    return None if mult is None else (value * mult) % 2**64
 
 
 def profile(version: str) -> Profile:
@@ -736,6 +761,11 @@ def _build(opts: _Opts, gres_names: frozenset[str], table: OptionTable,
         job["cpus_per_tres"] = f"{pre}gpu:{ints['cpus_per_gpu']}"
     if "mem_per_gpu" in ints:
         job["mem_per_tres"] = f"{pre}gpu:{ints['mem_per_gpu']}"
+    # job_submit.lua reads pn_min_memory as min_mem_per_node / min_mem_per_cpu (nil when unset)
+    if "mem_per_node" in ints:
+        job["min_mem_per_node"] = ints["mem_per_node"]
+    if "mem_per_cpu" in ints:
+        job["min_mem_per_cpu"] = ints["mem_per_cpu"]
     job["tres_per_job"] = _xfmt_tres(opts.strings.get("gpus"), pre)
     per_node = _xfmt_tres(opts.strings.get("gpus-per-node"), pre)
     gres = opts.strings.get("gres")

@@ -26,6 +26,9 @@ _A30_PROFILES = frozenset({"1g.6gb", "2g.12gb", "4g.24gb"})
 # Slice counts NVIDIA defines on a 7-slice card (there is no 5g or 6g profile).
 _VALID_SLICES = {7: frozenset({1, 2, 3, 4, 7}), 4: frozenset({1, 2, 4})}
 MPS_PER_GPU_DEFAULT = 100
+# The same facts under public names, for the submit policy's rendered tables (gpuclust/policy/render.py).
+A30_PROFILES = _A30_PROFILES
+VALID_SLICES = _VALID_SLICES
 
 # <optional card prefix>_<N>g.<M>gb[+me|+gfx|-me]; Slurm's AutoDetect=nvml prefixes the card's name.
 _MIG_NAME = re.compile(r"^(?:(?P<card>.*?)[_-])?(?P<slices>[0-9]+)g\.(?P<mem>[0-9]+)gb(?P<extra>[+-][a-z]+)?$",
