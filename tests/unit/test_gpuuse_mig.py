@@ -61,7 +61,7 @@ def test_mig_rows_by_type_and_by_the_partitions_configured_type(tmp_path: Path) 
     config = parse_config(_config(tmp_path) + "\n[partition mig]\ngpu_type = 3g.40gb\n")
     jobs = pd.DataFrame({"gpu_type": ["h100", "1g.10gb", "a100=1,nvidia_h100_80gb_hbm3_2g.20gb=2", None, None],
                          "partition": ["gpu", "gpu", "gpu", "gpu", "mig"]})
-    assert gpuuse.mig_rows(jobs, config).tolist() == [False, True, True, False, True]
+    assert gpuuse.mig_rows(gpuuse._gpu_kind(jobs, config)).tolist() == [False, True, True, False, True]
 
 
 def test_gpuclust_job_says_why_a_mig_slice_has_no_usage_tres_figure() -> None:

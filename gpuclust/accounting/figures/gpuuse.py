@@ -111,7 +111,8 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
     held = np.where(np.isnan(covered), np.nan,
                     np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
     rules = jobs["gpu_util_rule"]
-    mig = mig_rows(jobs, config)
+    kind = _gpu_kind(jobs, config) if len(jobs) else None
+    mig = mig_rows(kind)
     if mig.any():  # (usage TRES on a MIG slice reads 0 whatever it did: unknown, never held idle)
         covered[mig] = busy[mig] = held[mig] = mean[mig] = np.nan
         rules = rules.astype(object).where(~(mig & jobs["gpu_util_gpu_s"].notna().to_numpy()), RULE_MIG)
@@ -133,9 +134,9 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
             start = _utc(row.start)
             end = _utc(row.end)
             nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
-            kind = row.gpu_type if isinstance(row.gpu_type, str) and row.gpu_type else None
+            typed = row.gpu_type if isinstance(row.gpu_type, str) and row.gpu_type else None
             windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i, nodes=nodes,
-                                     gpu_type=kind))
+                                     gpu_type=typed))
         result = fetch_telemetry(tel, windows, period.start, period.end)
         with_series = len(result.jobs)
         stored: dict[object, Any] = {}
@@ -194,7 +195,7 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
         "completed": (jobs["state"].astype(str).str.startswith("COMPLETED")
                       & (pd.to_numeric(jobs["exit_code"], errors="coerce").fillna(0) == 0)
                       & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
-        **job_identity(jobs, config),
+        **job_identity(jobs, config, kind),
     })
     return out, info
 
@@ -202,14 +203,13 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
 RULE_MIG = "mig"  # gpu_util_rule of a job on MIG slices whose usage TRES was not read (module docstring)
 
 
-def mig_rows(jobs: pd.DataFrame, config: SiteConfig) -> np.ndarray:
-    """Which jobs hold a MIG slice: a MIG profile in their GPU type (AllocTRES's, alone or in a mix
+def mig_rows(kind: pd.Series | None) -> np.ndarray:
+    """Which jobs hold a MIG slice: a MIG profile in their GPU type (`_gpu_kind`: AllocTRES's, alone or in a mix
     `1g.10gb=1,h100=2`; else the partition's configured type), read once per distinct type (slurm.gpushare)."""
     from gpuclust.slurm.gpushare import is_mig_type
 
-    if not len(jobs):
+    if kind is None or not len(kind):
         return np.zeros(0, dtype=bool)
-    kind = _gpu_kind(jobs, config)
     codes, uniques = pd.factorize(kind.astype(object))
     mig = np.array([any(is_mig_type(part.partition("=")[0].strip()) for part in str(u).split(","))
                     for u in uniques] + [False], dtype=bool)
@@ -227,7 +227,7 @@ def _gpu_kind(jobs: pd.DataFrame, config: SiteConfig) -> pd.Series:
     return kind
 
 
-def job_identity(jobs: pd.DataFrame, config: SiteConfig) -> dict[str, Any]:
+def job_identity(jobs: pd.DataFrame, config: SiteConfig, kind: pd.Series | None = None) -> dict[str, Any]:
     """Which job held which GPUs, where and when (the jobs table's last columns): its name, NodeList, GPU type
     (its AllocTRES type, else its partition's configured one) and Start and End (UTC timestamps)."""
     def text(column: str) -> pd.Series:
@@ -239,7 +239,9 @@ def job_identity(jobs: pd.DataFrame, config: SiteConfig) -> dict[str, Any]:
         # (the files and views that show it format them: jsonrecords.iso_utc)
         return pd.to_datetime(jobs[column], utc=True, errors="coerce")
 
-    return {"job_name": text("job_name"), "node_list": text("nodelist"), "gpu_type": _gpu_kind(jobs, config),
+    if kind is None:
+        kind = _gpu_kind(jobs, config)
+    return {"job_name": text("job_name"), "node_list": text("nodelist"), "gpu_type": kind,
             "start": utc("start"), "end": utc("end")}
 
 

@@ -171,6 +171,11 @@ class GpuTelemetry:
     instance: str = ""  # the MIG GPU instance id (GPU_I_ID); "" for a whole GPU
     profile: str = ""  # the MIG profile (GPU_I_PROFILE), e.g. 1g.10gb; "" for a whole GPU
 
+    @property
+    def name(self) -> str:
+        """The GPU as messages name it: its index, and a MIG slice's profile and instance."""
+        return f"{self.gpu} (MIG {self.profile or '?'} instance {self.instance})" if self.instance else self.gpu
+
 
 @dataclass
 class JobTelemetry:
