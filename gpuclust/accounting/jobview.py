@@ -58,7 +58,7 @@ def _sacct_version(client: SlurmClient | None) -> str | None:
 
 
 def _gpu_facts(fig: jv.JobFigures) -> tuple[waste.GpuFacts, ...]:
-    return tuple(waste.GpuFacts(g.node, g.gpu, g.covered_s, g.util_mean_pct, g.idle_s, g.longest_idle_s,
+    return tuple(waste.GpuFacts(g.node, g.name, g.covered_s, g.util_mean_pct, g.idle_s, g.longest_idle_s,
                                 g.longest_idle_start, g.fb_used_max_mib, g.fb_total_mib) for g in fig.gpus)
 
 

@@ -53,6 +53,30 @@ def parse_metric_name(text: str) -> str:
     return text
 
 
+# DCGM_FI_DEV_GPU_UTIL reads 0 on every MIG instance (dcgm-exporter issue #216): never a MIG utilisation.
+MIG_UNTRUSTED_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+MAX_MIG_UTIL_SCALE = 1_000_000.0
+
+
+def parse_mig_util_metric(text: str) -> str:
+    """The metric read as a MIG instance's utilisation: a ratio such as DCGM_FI_PROF_GR_ENGINE_ACTIVE."""
+    name = parse_metric_name(text.strip())
+    if name == MIG_UNTRUSTED_METRIC:
+        raise ValueError(f"{name} reads 0 on every MIG instance (dcgm-exporter issue #216); name a "
+                         "DCGM_FI_PROF_* ratio such as DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_PROF_SM_ACTIVE")
+    return name
+
+
+def parse_mig_util_scale(text: str) -> float:
+    """The factor that turns mig_util_metric's value into percent (100 for a 0-1 ratio)."""
+    value = v.parse_positive_float(text)
+    if not math.isfinite(value) or value > MAX_MIG_UTIL_SCALE:
+        raise ValueError(f"must be a positive number up to {MAX_MIG_UTIL_SCALE:g} that turns mig_util_metric's "
+                         f"value into percent (100 for a 0-1 ratio such as DCGM_FI_PROF_GR_ENGINE_ACTIVE), got "
+                         f"{text!r}")
+    return value
+
+
 def parse_percent(text: str) -> float:
     """A utilisation in percent, 0-100: `10` or `10%`."""
     raw = text.strip().removesuffix("%")
@@ -68,6 +92,7 @@ MIN_STEP_S = 1.0
 MIN_CHUNK_HOURS = 0.1
 MAX_STEPS_PER_QUERY = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
 DCGM_QUERIES_PER_WINDOW = 7  # util, fb_used, fb_used + fb_free, power, temp, xid, ecc_dbe
+MIG_QUERIES_PER_WINDOW = 1  # mig_util_metric, only in a window whose utilisation answer has MIG instances
 NODE_QUERIES = 6  # the node_exporter figures: instant queries, once per report
 MAX_GAP_FACTOR = 1000.0
 MAX_RESPONSE_MIB = 4096
@@ -160,6 +185,15 @@ TELEMETRY = SectionSpec(
         Key("metric.xid", parse_metric_name, "The GPU's last Xid error code.", default="DCGM_FI_DEV_XID_ERRORS"),
         Key("metric.ecc_dbe", parse_metric_name, "Double-bit volatile ECC errors (a counter).",
             default="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+        Key("mig_util_metric", parse_mig_util_metric, "Utilisation of a MIG instance (a series with the "
+            "gpu_instance_label), read instead of metric.util, which dcgm-exporter gives as 0 there; a DCGM_FI_PROF_* "
+            "ratio.", default="DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+        Key("mig_util_scale", parse_mig_util_scale, "mig_util_metric x this = percent (100 for a 0-1 ratio).",
+            default=100.0),
+        Key("gpu_instance_label", parse_label_name, "Label with the MIG GPU instance id on the DCGM series "
+            "(absent or empty: a whole GPU).", default="GPU_I_ID"),
+        Key("gpu_profile_label", parse_label_name, "Label with the MIG profile on the DCGM series (1g.10gb).",
+            default="GPU_I_PROFILE"),
         Key("idle_threshold", parse_percent, "held-idle: a GPU under this utilisation (percent, 0-100) ...",
             default=10.0),
         Key("idle_min", v.parse_duration, "... for at least this long (30m, 1800).", default=1800),
@@ -192,6 +226,10 @@ class TelemetryConfig:
     metric_temp: str = TELEMETRY.default("metric.temp")
     metric_xid: str = TELEMETRY.default("metric.xid")
     metric_ecc_dbe: str = TELEMETRY.default("metric.ecc_dbe")
+    mig_util_metric: str = TELEMETRY.default("mig_util_metric")  # a MIG instance's utilisation (a ratio) ...
+    mig_util_scale: float = TELEMETRY.default("mig_util_scale")  # ... x this = percent
+    gpu_instance_label: str = TELEMETRY.default("gpu_instance_label")  # MIG GPU instance id (GPU_I_ID)
+    gpu_profile_label: str = TELEMETRY.default("gpu_profile_label")  # MIG profile (GPU_I_PROFILE)
     idle_threshold_pct: float = TELEMETRY.default("idle_threshold")  # glossary held-idle: under this ...
     idle_min_s: float = float(TELEMETRY.default("idle_min"))  # ... for at least this long
     join: str = TELEMETRY.default("join")  # hpc_job | node

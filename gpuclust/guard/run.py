@@ -183,7 +183,8 @@ def _run(site: SiteConfig, slurm: QueueClient, directory: Path, dry_run: bool, n
         tcfg = dataclasses.replace(t, idle_threshold_pct=idle_threshold(site))
         end = datetime.fromtimestamp(t_now, timezone.utc)
         start = end - timedelta(seconds=g.lookback_s)
-        windows = [JobWindow(j.job_id, min(j.start, end), end, j.gpus, key=j.job_id, nodes=j.nodes) for j in jobs]
+        windows = [JobWindow(j.job_id, min(j.start, end), end, j.gpus, key=j.job_id, nodes=j.nodes, gpu_type=j.gpu_type)
+                   for j in jobs]
         result = telemetry(tcfg, windows, start, end, util_only=True)
         report.queries += result.queries
         if result.util_failed:

@@ -33,7 +33,7 @@ from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.cli.context import AppContext
 from gpuclust.cli.main import cli
 from gpuclust.config import parse_config
-from gpuclust.config.site import SiteConfig
+from gpuclust.config.site import SiteConfig, TelemetryConfig
 from gpuclust.slurm.replay import ReplaySlurmClient
 from tests.unit.test_telemetry_prometheus import (
     P0,
@@ -369,3 +369,59 @@ def test_one_job_is_read_without_pandas(fetched: tuple[Path, pipeline.FetchSumma
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+# ---- MIG instances (issue 44): stored per (node, GPU, instance); a version 1 file reads them as whole GPUs ------
+
+
+def _mig_summary() -> storedtelemetry.StoredTelemetry:
+    from datetime import datetime, timezone
+
+    from gpuclust.accounting.figures.telemetry import GpuTelemetry, JobTelemetry
+
+    def gpu(instance: str, profile: str, busy: float) -> GpuTelemetry:
+        return GpuTelemetry(node="node5", gpu="0", covered_s=600.0, busy_s=busy, util_mean_pct=busy / 6,
+                            util_max_pct=busy / 6, idle_s=0.0, under_threshold_s=0.0, longest_idle_s=0.0,
+                            longest_idle_start=None, trailing_idle_s=0.0, instance=instance, profile=profile)
+
+    gpus = [gpu("7", "1g.10gb", 540.0), gpu("2", "3g.40gb", 60.0)]
+    tel = JobTelemetry(gpus_seen=2, util_mean_pct=50.0, util_max_pct=90.0, fb_used_max_mib=None, fb_total_mib=None,
+                       power_mean_w=None, energy_j=None, temp_max_c=None, xid_errors=None, ecc_dbe=None,
+                       held_idle_gpu_s=0.0, covered_gpu_s=1200.0, busy_gpu_s=600.0, gpus=gpus)
+    start = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    return storedtelemetry.StoredTelemetry(job="42", start=start, window_start=start,
+                                           window_end=start + timedelta(minutes=10), partial=False, gpus=2,
+                                           settings={"step_s": 60.0}, telemetry=tel)
+
+
+def test_mig_instances_are_stored_apart(tmp_path: Path) -> None:
+    storedtelemetry.write_day(tmp_path, [_mig_summary()])
+    (row,) = storedtelemetry.read_day(tmp_path, None)
+    assert [(g.gpu, g.instance, g.profile, g.busy_s) for g in row.telemetry.gpus] == [
+        ("0", "2", "3g.40gb", 60.0), ("0", "7", "1g.10gb", 540.0)]  # two slices of one card, never merged
+
+
+def test_a_version_1_file_reads_as_whole_gpus(tmp_path: Path) -> None:
+    summary = _mig_summary()
+    summary.telemetry.gpus = summary.telemetry.gpus[:1]
+    summary.telemetry.gpus[0].instance = summary.telemetry.gpus[0].profile = ""
+    summary.telemetry.gpus_seen = 1
+    storedtelemetry.write_day(tmp_path, [summary])
+    (fresh,) = storedtelemetry.read_day(tmp_path, None)
+    for name in (storedtelemetry.JOBS_FILE, storedtelemetry.GPUS_FILE):  # as gpuclust wrote them before issue 44
+        table = pq.read_table(tmp_path / name)
+        if name == storedtelemetry.GPUS_FILE:
+            table = table.drop_columns(["instance", "profile"])
+        pq.write_table(table.replace_schema_metadata({storedtelemetry.VERSION_KEY: b"1"}), tmp_path / name)
+    warnings: list[str] = []
+    (old,) = storedtelemetry.read_day(tmp_path, None, warnings)
+    assert warnings == [] and old.telemetry == fresh.telemetry and old.telemetry.gpus[0].instance == ""
+    # a setting added with the MIG instances is compared only where the summary names it
+    cfg = TelemetryConfig(step_s=60.0)
+    old.settings = storedtelemetry.settings_of(cfg, 0.0)
+    for name in storedtelemetry.LATER_SETTINGS:
+        del old.settings[name]
+    s, e = old.window_start.timestamp(), old.window_end.timestamp()
+    assert storedtelemetry.mismatch(old, cfg, s, e, s) is None
+    old.settings["mig_util_metric"] = "DCGM_FI_PROF_SM_ACTIVE"
+    assert "mig_util_metric" in (storedtelemetry.mismatch(old, cfg, s, e, s) or "")

@@ -156,7 +156,7 @@ def job_findings(jobs: pd.DataFrame, cpus: np.ndarray, gpu_mem_total: np.ndarray
             nodes=int(nnodes) if nnodes is not None else 1, alloc_cpus=int(cpu) if cpu is not None else None,
             mem_mb=_num(cols["mem_mb"][k]), gpu_type=gtype, idle_threshold_pct=tel.idle_threshold_pct,
             idle_min_s=tel.idle_min_s,
-            gpu_facts=tuple(waste.GpuFacts(g.node, g.gpu, g.covered_s, g.util_mean_pct, g.idle_s, g.longest_idle_s,
+            gpu_facts=tuple(waste.GpuFacts(g.node, g.name, g.covered_s, g.util_mean_pct, g.idle_s, g.longest_idle_s,
                                            g.longest_idle_start, g.fb_used_max_mib, g.fb_total_mib)
                             for g in per_gpu.get(int(i), ())),
             gpu_mem_max_mib=_num(cols["gpu_mem_max_mb"][k]), gpu_mem_total_mib=_num(cols["gpu_mem_total_mib"][k]),

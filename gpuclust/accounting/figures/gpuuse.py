@@ -9,7 +9,9 @@ report's definitions table, is made from it):
 * coverage: the share of allocated GPU-hours that has utilisation telemetry. A job is covered by the
   Prometheus source (dcgm-exporter series carrying its job id) where one is configured and has its series,
   else by Slurm's usage TRES (a step recorded gres/gpuutil), else not at all: its busy and held-idle figures
-  are unknown, counted in `unknown_jobs`, never 0;
+  are unknown, counted in `unknown_jobs`, never 0. A job on MIG slices (its GPU type a MIG profile, alone or in
+  a mix) has no usage-TRES utilisation: NVML gives a MIG instance none, so gres/gpuutil reads 0 there; its
+  figure is unknown (gpu_util_rule `mig`), and only Prometheus (mig_util_metric) covers it;
 * busy: covered GPU-hours x measured mean per-GPU utilisation;
 * held-idle: covered GPU-hours during which a GPU ran under `idle_threshold` for at least `idle_min`. From
   Prometheus, the idle stretches of each GPU's series; from usage TRES (an average, no time series), the
@@ -108,9 +110,16 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
     mean = np.where(covered > 0, busy / np.where(covered > 0, covered, 1) * 100, np.nan)
     held = np.where(np.isnan(covered), np.nan,
                     np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
+    rules = jobs["gpu_util_rule"]
+    kind = _gpu_kind(jobs, config) if len(jobs) else None
+    mig = mig_rows(kind)
+    if mig.any():  # (usage TRES on a MIG slice reads 0 whatever it did: unknown, never held idle)
+        covered[mig] = busy[mig] = held[mig] = mean[mig] = np.nan
+        rules = rules.astype(object).where(~(mig & jobs["gpu_util_gpu_s"].notna().to_numpy()), RULE_MIG)
     source = np.full(len(covered), None, dtype=object)
     source[~np.isnan(covered)] = "usage_tres"
     util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True)
+    util_max[mig] = np.nan
     energy_j = jobs["energy_j"].to_numpy(dtype=float, copy=True)
     fb_total = np.full(len(jobs), np.nan)
     gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True)
@@ -125,7 +134,9 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
             start = _utc(row.start)
             end = _utc(row.end)
             nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
-            windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i, nodes=nodes))
+            typed = row.gpu_type if isinstance(row.gpu_type, str) and row.gpu_type else None
+            windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i, nodes=nodes,
+                                     gpu_type=typed))
         result = fetch_telemetry(tel, windows, period.start, period.end)
         with_series = len(result.jobs)
         stored: dict[object, Any] = {}
@@ -179,17 +190,44 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
         "gpu_mem_max_mib": gmem, "gpu_mem_total_mib": fb_total,
         "energy_kwh": energy_j / 3.6e6, "cpu_efficiency": np.where(np.isfinite(cpu_eff), cpu_eff, np.nan),
         "mem_efficiency": np.where(np.isfinite(mem_eff), mem_eff, np.nan),
-        "telemetry": source, "gpu_util_rule": jobs["gpu_util_rule"],
+        "telemetry": source, "gpu_util_rule": rules,
         # completed-run (the economics' term): COMPLETED with exit 0:0, or an exit code the input cannot know
         "completed": (jobs["state"].astype(str).str.startswith("COMPLETED")
                       & (pd.to_numeric(jobs["exit_code"], errors="coerce").fillna(0) == 0)
                       & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
-        **job_identity(jobs, config),
+        **job_identity(jobs, config, kind),
     })
     return out, info
 
 
-def job_identity(jobs: pd.DataFrame, config: SiteConfig) -> dict[str, Any]:
+RULE_MIG = "mig"  # gpu_util_rule of a job on MIG slices whose usage TRES was not read (module docstring)
+
+
+def mig_rows(kind: pd.Series | None) -> np.ndarray:
+    """Which jobs hold a MIG slice: a MIG profile in their GPU type (`_gpu_kind`: AllocTRES's, alone or in a mix
+    `1g.10gb=1,h100=2`; else the partition's configured type), read once per distinct type (slurm.gpushare)."""
+    from gpuclust.slurm.gpushare import is_mig_type
+
+    if kind is None or not len(kind):
+        return np.zeros(0, dtype=bool)
+    codes, uniques = pd.factorize(kind.astype(object))
+    mig = np.array([any(is_mig_type(part.partition("=")[0].strip()) for part in str(u).split(","))
+                    for u in uniques] + [False], dtype=bool)
+    return mig[np.asarray(codes)]  # (code -1, no type: the False last)
+
+
+def _gpu_kind(jobs: pd.DataFrame, config: SiteConfig) -> pd.Series:
+    """Each job's GPU type: its AllocTRES type, else its partition's configured one."""
+    values = jobs["gpu_type"]
+    kind = values.where(values.notna() & (values != ""))
+    configured = {name: part.gpu_type for name, part in config.partitions.items() if part.gpu_type}
+    missing = kind.isna()
+    if configured and missing.any():  # (the partition's configured type where AllocTRES names none)
+        kind = kind.astype(object).where(~missing, jobs["partition"].map(configured))
+    return kind
+
+
+def job_identity(jobs: pd.DataFrame, config: SiteConfig, kind: pd.Series | None = None) -> dict[str, Any]:
     """Which job held which GPUs, where and when (the jobs table's last columns): its name, NodeList, GPU type
     (its AllocTRES type, else its partition's configured one) and Start and End (UTC timestamps)."""
     def text(column: str) -> pd.Series:
@@ -201,11 +239,8 @@ def job_identity(jobs: pd.DataFrame, config: SiteConfig) -> dict[str, Any]:
         # (the files and views that show it format them: jsonrecords.iso_utc)
         return pd.to_datetime(jobs[column], utc=True, errors="coerce")
 
-    configured = {name: part.gpu_type for name, part in config.partitions.items() if part.gpu_type}
-    kind = text("gpu_type")
-    missing = kind.isna()
-    if configured and missing.any():  # (the partition's configured type where AllocTRES names none)
-        kind = kind.astype(object).where(~missing, jobs["partition"].map(configured))
+    if kind is None:
+        kind = _gpu_kind(jobs, config)
     return {"job_name": text("job_name"), "node_list": text("nodelist"), "gpu_type": kind,
             "start": utc("start"), "end": utc("end")}
 

@@ -15,7 +15,8 @@ prometheus  [telemetry] prometheus_url: one fetch_telemetry call for all the job
 store       the summary `report fetch` stored (figures.storedtelemetry.load_job_telemetry), per GPU
 usage_tres  sacct's own TRESUsageInAve/Max/Tot gres/gpuutil and gres/gpumem of the steps, by the rules of
             ingest/usage.py (per job only: no GPU or time detail); held-idle: the whole covered time when the
-            mean is under the idle threshold and the job ran at least idle_min
+            mean is under the idle threshold and the job ran at least idle_min. Never for a job on MIG slices:
+            gres/gpuutil reads 0 on a MIG instance (NVML gives it none), so its use is unknown there
 
 A requeued job (several executions with one id, sacct -D) is shown by its latest execution, and says so.
 """
@@ -43,9 +44,11 @@ from gpuclust.accounting.ingest.usage_rules import clock as _clock
 from gpuclust.accounting.ingest.usage_rules import rule_for_version as rule_for_version
 from gpuclust.config.telemetry import TelemetryConfig
 from gpuclust.errors import InputError, SlurmOutputError
+from gpuclust.slurm.gpushare import is_mig_type
 from gpuclust.slurm.parse import (
     gpu_count,
     gpu_type,
+    gpu_types,
     parse_memory_mb,
     parse_slurm_duration,
     parse_slurm_time,
@@ -87,6 +90,12 @@ class JobRecord:
     usage: UsageFigures
     executions: int = 1
     line: int = 0
+    gpu_mix: str | None = None  # every GPU type of AllocTRES: `1g.10gb`, or `1g.10gb=1,h100=2` (its MIG slices)
+
+    @property
+    def mig(self) -> bool:
+        """Whether the job holds a MIG slice (a MIG profile among its GPU types)."""
+        return any(is_mig_type(item.partition("=")[0]) for item in (self.gpu_mix or "").split(",") if item)
 
     @property
     def running(self) -> bool:
@@ -167,6 +176,7 @@ def _record(requested: str, job: Mapping[str, str], steps: Sequence[Mapping[str,
         tres = parse_tres(_opt(job, "AllocTRES"))
         gpus = gpu_count(tres)
         typ = gpu_type(tres)
+        kinds = gpu_types(tres)
     except SlurmOutputError as exc:
         raise field_error("AllocTRES", exc) from None
     try:
@@ -234,7 +244,9 @@ def _record(requested: str, job: Mapping[str, str], steps: Sequence[Mapping[str,
         elapsed_s=float(elapsed or 0), timelimit_s=float(limit) if limit is not None and limit > 0 else None,
         alloc_cpus=cpus, gpus=gpus, gpu_type=typ, mem_mb=mem, nodes=nodes, nnodes=nnodes or len(nodes),
         total_cpu_s=total_cpu, max_rss_mb=max(rss) if rss else usage.mem_max_mb, usage=usage,
-        executions=executions, line=int(line) if line.isdigit() else 0)
+        executions=executions, line=int(line) if line.isdigit() else 0,
+        gpu_mix=(next(iter(kinds)) if len(kinds) == 1 else ",".join(f"{k}={n}" for k, n in sorted(kinds.items()))
+                 if kinds else None))
 
 
 def select_jobs(rows: Sequence[Mapping[str, str]], requested: Sequence[str], *, rule: str | None = None,
@@ -316,6 +328,10 @@ class JobFigures:
         return r.elapsed_s / r.timelimit_s
 
 
+MIG_USAGE_NOTE = ("a MIG slice: gres/gpuutil reads 0 on a MIG instance (NVML gives it no utilisation), so its "
+                  "GPU use is unknown, not 0")
+
+
 def window_of(record: JobRecord, key: object, now: datetime, join: str = "hpc_job") -> JobWindow | None:
     """The job's telemetry window: [Start, End), a running job's up to now."""
     if record.start is None or record.gpus <= 0:
@@ -324,7 +340,7 @@ def window_of(record: JobRecord, key: object, now: datetime, join: str = "hpc_jo
     if end <= record.start:
         return None
     return JobWindow(record.job_id_raw, record.start, end, record.gpus, key=key,
-                     nodes=record.nodes if join == "node" else ())
+                     nodes=record.nodes if join == "node" else (), gpu_type=record.gpu_mix)
 
 
 def _from_telemetry(fig: JobFigures, tel: JobTelemetry, source: str) -> None:
@@ -345,7 +361,7 @@ def _from_telemetry(fig: JobFigures, tel: JobTelemetry, source: str) -> None:
 
 def _from_usage(fig: JobFigures, tel: TelemetryConfig) -> bool:
     u, r = fig.record.usage, fig.record
-    if u.gpu_util_gpu_s is None or u.gpu_busy_gpu_s is None:
+    if u.gpu_util_gpu_s is None or u.gpu_busy_gpu_s is None or r.mig:
         return False
     covered = min(u.gpu_util_gpu_s, fig.allocated_gpu_s)
     busy = min(u.gpu_busy_gpu_s, covered)
@@ -443,6 +459,9 @@ def job_figures(records: Sequence[JobRecord], tel: TelemetryConfig, *, prometheu
             continue
         if not _from_usage(f, tel):
             u = f.record.usage
+            if f.record.mig and u.problem is None:
+                f.source_notes.append(f"usage_tres: {MIG_USAGE_NOTE} (GPU type {f.record.gpu_mix})")
+                continue
             f.source_notes.append(f"usage_tres: {u.problem}" if u.problem else
                                   "usage_tres: no step recorded gres/gpuutil (Slurm before 23.02, or no gpu/nvml "
                                   "plugin): GPU use unknown, not 0")

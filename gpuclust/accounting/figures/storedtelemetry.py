@@ -11,7 +11,9 @@ What is stored, and where
 
         _telemetry_jobs.parquet  one row per execution (JobIDRaw, Start): its window, partial or not, the
                                  settings its figures depend on (SETTINGS), and JobTelemetry's figures
-        _telemetry_gpus.parquet  one row per (execution, node, GPU): GpuTelemetry's figures and profile
+        _telemetry_gpus.parquet  one row per (execution, node, GPU, MIG instance): GpuTelemetry's figures and
+                                 profile (version 2 added the MIG instance and profile; a version 1 file reads
+                                 them as "", a whole GPU)
 
     Both are written into the fetch's staged snapshot, so they are replaced with their day in its one swap. A
     re-fetch keeps what Prometheus no longer gives: an execution without a fresh summary keeps its stored one,
@@ -59,16 +61,22 @@ __all__ = ["StoredTelemetry", "TelemetryFetch", "for_report", "load_job_telemetr
 JOBS_FILE = storetree.TELEMETRY_JOBS_FILE
 GPUS_FILE = storetree.TELEMETRY_GPUS_FILE
 VERSION_KEY = b"gpuclust.telemetry_version"
-VERSION = 1
+VERSION = 2
+# Columns a file of an older version lacks, by the version that added them (read as "").
+_SINCE = {"instance": 2, "profile": 2}
 
 # The [telemetry] settings a summary's figures depend on: a report with other values cannot take it.
 SETTINGS = ("step_s", "gap_factor", "idle_threshold_pct", "idle_min_s", "join", "job_label", "node_label",
             "gpu_label", "metric_util", "metric_fb_used", "metric_fb_free", "metric_power", "metric_temp",
             "metric_xid", "metric_ecc_dbe")
+# Settings added later (the MIG instances'): compared only where the stored summary names them (one stored
+# before them read no MIG instance apart).
+LATER_SETTINGS = ("mig_util_metric", "mig_util_scale", "gpu_instance_label", "gpu_profile_label")
 
 _TIME = pa.timestamp("s", tz="UTC")
 JOB_FIGURES = tuple(f.name for f in fields(JobTelemetry) if f.name != "gpus")
-GPU_FIGURES = tuple(f.name for f in fields(GpuTelemetry) if f.name not in ("node", "gpu", "util_profile"))
+GPU_FIGURES = tuple(f.name for f in fields(GpuTelemetry) if f.name not in ("node", "gpu", "util_profile", "instance",
+                                                                            "profile"))
 _INTS = frozenset({"gpus_seen"})
 _NOT_NULL_FIGURES = ("gpus_seen", "held_idle_gpu_s", "covered_gpu_s", "busy_gpu_s")
 
@@ -83,7 +91,8 @@ GPUS_SCHEMA = pa.schema(
     [pa.field("job_id_raw", pa.int64(), nullable=False), pa.field("start", _TIME, nullable=False),
      pa.field("node", pa.string(), nullable=False), pa.field("gpu", pa.string(), nullable=False)]
     + [pa.field(name, pa.float64()) for name in GPU_FIGURES]
-    + [pa.field("util_profile", pa.list_(pa.float64()))])
+    + [pa.field("util_profile", pa.list_(pa.float64())), pa.field("instance", pa.string()),
+       pa.field("profile", pa.string())])
 
 
 @dataclass
@@ -115,7 +124,7 @@ def _utc(seconds: float) -> datetime:
 
 
 def settings_of(cfg: TelemetryConfig, grid_origin: float) -> dict[str, Any]:
-    out: dict[str, Any] = {name: getattr(cfg, name) for name in SETTINGS}
+    out: dict[str, Any] = {name: getattr(cfg, name) for name in (*SETTINGS, *LATER_SETTINGS)}
     out["grid_phase_s"] = math.fmod(grid_origin, cfg.step_s) if cfg.step_s > 0 else 0.0
     return out
 
@@ -132,6 +141,9 @@ def mismatch(row: StoredTelemetry, cfg: TelemetryConfig, start: float, end: floa
     for name in SETTINGS:
         if row.settings.get(name) != getattr(cfg, name):
             return f"stored with [telemetry] {name} = {row.settings.get(name)!r}, now {getattr(cfg, name)!r}"
+    for name in LATER_SETTINGS:
+        if name in row.settings and row.settings[name] != getattr(cfg, name):
+            return f"stored with [telemetry] {name} = {row.settings[name]!r}, now {getattr(cfg, name)!r}"
     phase = row.settings.get("grid_phase_s")
     step = float(cfg.step_s)
     if not isinstance(phase, (int, float)) or step <= 0:
@@ -178,6 +190,8 @@ def write_day(day_dir: Path, rows: Sequence[StoredTelemetry]) -> None:
             for name in GPU_FIGURES:
                 gpu_cols[name].append(getattr(gpu, name))
             gpu_cols["util_profile"].append(list(gpu.util_profile))
+            gpu_cols["instance"].append(gpu.instance)
+            gpu_cols["profile"].append(gpu.profile)
     import pyarrow.parquet as pq  # (here: a report build that stores nothing never loads the Parquet writer)
 
     meta = {VERSION_KEY: str(VERSION).encode()}
@@ -210,6 +224,8 @@ def _check_schema(schema: pa.Schema, want: pa.Schema) -> None:
         raise _Damaged(f"has no {VERSION_KEY.decode()} gpuclust writes (not a file gpuclust wrote)")
     for f in want:
         if f.name not in schema.names:
+            if version < _SINCE.get(f.name, 0):
+                continue  # (an older version's file: read as "")
             raise _Damaged(f"has no column {f.name} (another schema)")
         have = schema.field(f.name).type
         if pa.types.is_dictionary(have):
@@ -255,7 +271,7 @@ def _read_open(handle: Any, want: pa.Schema, ids: set[int] | None) -> pa.Table |
         return None
     pf = pq.ParquetFile(handle, metadata=meta)
     _check_schema(pf.schema_arrow, want)
-    table = pf.read_row_groups(groups, columns=want.names)
+    table = pf.read_row_groups(groups, columns=[name for name in want.names if name in pf.schema_arrow.names])
     if ids is not None:
         table = table.filter(pc.is_in(table.column("job_id_raw"), value_set=_int64s(sorted(ids))))
     return table
@@ -320,12 +336,15 @@ def read_day(day_dir: Path, ids: set[int] | None, warnings: list[str] | None = N
 def _rows(jobs: pa.Table, gpus: pa.Table, path: Path) -> list[StoredTelemetry]:
     per_gpu: dict[tuple[Any, Any], list[GpuTelemetry]] = {}
     g = {name: gpus.column(name).to_pylist() for name in ("job_id_raw", "node", "gpu", *GPU_FIGURES, "util_profile")}
+    for name in _SINCE:
+        g[name] = gpus.column(name).to_pylist() if name in gpus.column_names else [""] * gpus.num_rows
     g_start = _seconds(gpus.column("start"))
     for k in range(gpus.num_rows):
         profile = g["util_profile"][k]
         per_gpu.setdefault((g["job_id_raw"][k], g_start[k]), []).append(GpuTelemetry(
             node=g["node"][k], gpu=g["gpu"][k], **{name: _float(g[name][k]) for name in GPU_FIGURES},  # type: ignore[arg-type]
-            util_profile=tuple(_float(v) for v in profile) if profile is not None else ()))
+            util_profile=tuple(_float(v) for v in profile) if profile is not None else (),
+            instance=g["instance"][k] or "", profile=g["profile"][k] or ""))
     j = {name: jobs.column(name).to_pylist() for name in ("job_id_raw", "partial", "gpus", "settings", "source",
                                                           *JOB_FIGURES)}
     times = {name: _seconds(jobs.column(name)) for name in ("start", "window_start", "window_end", "fetched_at")}
@@ -340,7 +359,7 @@ def _rows(jobs: pa.Table, gpus: pa.Table, path: Path) -> list[StoredTelemetry]:
         if not isinstance(settings, dict):
             raise _Damaged(f"has settings that are no JSON object for job {raw}")
         figures = {name: (int(j[name][k]) if name in _INTS else _float(j[name][k])) for name in JOB_FIGURES}
-        gpu_rows = sorted(per_gpu.get((raw, start), []), key=lambda x: (x.node, x.gpu))
+        gpu_rows = sorted(per_gpu.get((raw, start), []), key=lambda x: (x.node, x.gpu, x.instance))
         if len(gpu_rows) != figures["gpus_seen"]:
             raise _Damaged(f"holds {len(gpu_rows)} GPU row(s) of job {raw}, which saw {figures['gpus_seen']}")
         fetched = times["fetched_at"][k]
@@ -479,6 +498,7 @@ class _Execution:
     gpus: int
     nodelist: str
     day: date  # the last fetched day whose rows hold it
+    gpu_type: str | None = None  # AllocTRES's GPU type or mix (tells its MIG slices)
 
 
 @dataclass
@@ -502,19 +522,20 @@ class TelemetryFetch:
         if not all(c in names for c in ("job_id_raw", "start", "end", "gpus")) or not table.num_rows:
             return
         mask = pc.and_(pc.greater(pc.fill_null(table.column("gpus"), 0), 0), pc.is_valid(table.column("start")))
-        rows = table.select([c for c in ("job_id_raw", "start", "end", "gpus", "nodelist") if c in names]).filter(
-            pc.fill_null(mask, False))
+        rows = table.select([c for c in ("job_id_raw", "start", "end", "gpus", "nodelist", "gpu_type")
+                             if c in names]).filter(pc.fill_null(mask, False))
         raws = rows.column("job_id_raw").to_pylist()
         starts = _seconds(rows.column("start"))
         ends = _seconds(rows.column("end"))
         gpus = rows.column("gpus").to_pylist()
         nodes = rows.column("nodelist").cast(pa.string()).to_pylist() if "nodelist" in names else [""] * len(raws)
-        for raw, start, end, n, nodelist in zip(raws, starts, ends, gpus, nodes, strict=True):
+        kinds = rows.column("gpu_type").cast(pa.string()).to_pylist() if "gpu_type" in names else [None] * len(raws)
+        for raw, start, end, n, nodelist, kind in zip(raws, starts, ends, gpus, nodes, kinds, strict=True):
             if raw is None or start is None:
                 continue
             # (days come in order: the later day's row is the execution's latest state, as latest_state keeps)
             self.executions[(int(raw), int(start))] = _Execution(int(raw), int(start), end, int(n), nodelist or "",
-                                                                 day)
+                                                                 day, kind or None)
 
     def store_into(self, stage: store.Stage, previous: Path | None, now: datetime) -> dict[str, Any]:
         """Fetch and write the summaries of the fetched days (`stage.days`) into `stage`; `previous`: the cluster
@@ -581,7 +602,8 @@ class TelemetryFetch:
                     nodes = tuple(hostlist.expand(e.nodelist))
                 except Exception:  # noqa: BLE001 (a NodeList that does not parse: unknown under join = node)
                     nodes = ()
-            windows.append(JobWindow(str(e.raw), _utc(start), _utc(end), e.gpus, key=key, nodes=nodes))
+            windows.append(JobWindow(str(e.raw), _utc(start), _utc(end), e.gpus, key=key, nodes=nodes,
+                                     gpu_type=e.gpu_type))
         if not windows:
             return {}, 0
         step = float(cfg.step_s)

@@ -21,12 +21,28 @@ Join by node ([telemetry] join = node, for sites whose dcgm-exporter has no HPC 
     without the job label, which of a shared node's GPUs were whose cannot be told, and it is never guessed.
 
 Attribution
-    A returned series belongs to the job whose id is its job label, on GPU (node label, gpu label); series
-    with the same (job, node, gpu) (e.g. a driver-version label change, an Xid code change) are merged by
-    time, the larger value winning a tie. A job window is clipped to the period: [max(job.start, start),
+    A returned series belongs to the job whose id is its job label, on GPU (node label, gpu label, GPU instance
+    label: GPU_I_ID, empty for a whole GPU); series with the same (job, node, gpu, instance) (e.g. a driver-version
+    label change, an Xid code change) are merged by time, the larger value winning a tie. A job window is clipped to the period: [max(job.start, start),
     min(job.end, end)). Of a series of job J, a window of J takes the points t with window start <= t < window
     end (so a requeued job's executions, which share J, each take their own points). Points are Prometheus's
     evaluations on the grid: the latest raw sample within its lookback (5 min by default).
+
+MIG instances (shared/gpu-hours-glossary.md: a MIG slice is one GPU of its job)
+    A series with a non-empty GPU instance label is a MIG instance. dcgm-exporter gives it metric.util
+    (DCGM_FI_DEV_GPU_UTIL) as 0 whatever it does (dcgm-exporter issue #216), so those points are never read:
+    in each query window whose utilisation answer has MIG instances, one more query_range asks
+    ``MIG_UTIL{job_label!="",instance_label!=""}`` ([telemetry] mig_util_metric, default
+    DCGM_FI_PROF_GR_ENGINE_ACTIVE, a 0-1 ratio) and its values x mig_util_scale (default 100) are the instances'
+    utilisation in percent. A window without MIG instances asks nothing more.
+    Which slice is the job's (join = hpc_job): dcgm-exporter's HPC job mapping names a file per GPU index, so
+    every instance of a card carries the labels of every job on that card (a mapping per instance, as
+    dcgm-exporter issue #369's patch writes, labels only the job's own). A job window keeps the MIG instances that
+    carry its label and whose profile (gpu_profile_label) is one of its allocation's MIG types (JobWindow.gpu_type;
+    any profile when it names none), where no profile has more such instances than the job holds slices of it
+    (nor more in all than its GPUs). Otherwise which slice was its cannot be told from the labels: its MIG
+    instances are dropped (unknown, never guessed, counted in one warning), so they count against its coverage
+    and never as held-idle; a job left without a series is absent.
 
 Points are sorted by time and deduplicated (the larger value winning) before use, whatever order the answer
 gave them in; a point whose time is not a finite number is dropped and counted like an impossible value.
@@ -104,6 +120,7 @@ from gpuclust.config.telemetry import (
 )
 from gpuclust.output import terminal_safe
 from gpuclust.prometheus import MIB, PrometheusClient, QueryFailed
+from gpuclust.slurm.gpushare import mig_profile
 
 _FINITE = sys.float_info.max
 _NODE_LABEL = "gpuclust_node"  # the label label_replace() writes: the node label without its :port
@@ -120,6 +137,7 @@ class JobWindow:
     gpus: int  # GPUs allocated (from AllocTRES)
     key: object = None  # the caller's row key, returned as is (a requeued job's executions share `job`)
     nodes: tuple[str, ...] = ()  # the job's nodes (NodeList expanded); read only with [telemetry] join = node
+    gpu_type: str | None = None  # AllocTRES's GPU type, or the mix `1g.10gb=1,h100=2`: tells its MIG slices
 
 
 PROFILE_BUCKETS = 120  # GpuTelemetry.util_profile: enough for a terminal-wide sparkline, small to store
@@ -150,6 +168,13 @@ class GpuTelemetry:
     ecc_dbe: float | None = None
     # Mean utilisation in PROFILE_BUCKETS equal slices of the window (None: no sample held in that slice).
     util_profile: tuple[float | None, ...] = ()
+    instance: str = ""  # the MIG GPU instance id (GPU_I_ID); "" for a whole GPU
+    profile: str = ""  # the MIG profile (GPU_I_PROFILE), e.g. 1g.10gb; "" for a whole GPU
+
+    @property
+    def name(self) -> str:
+        """The GPU as messages name it: its index, and a MIG slice's profile and instance."""
+        return f"{self.gpu} (MIG {self.profile or '?'} instance {self.instance})" if self.instance else self.gpu
 
 
 @dataclass
@@ -261,11 +286,15 @@ class _Metric:
     label: str  # what warnings call it
     high: float  # points outside [0, high] (and NaN) cannot be: dropped and counted
     low: float = 0.0
-    series: dict[tuple[str, str, str], _Series] = field(default_factory=dict)
+    scale: float = 1.0  # each value x this (mig_util_metric's ratio -> percent)
+    mig: bool = False  # the MIG instances' utilisation query (mig_util_metric)
+    series: dict[tuple[str, str, str, str], _Series] = field(default_factory=dict)  # (job, node, gpu, instance)
     failed: list[tuple[float, float]] = field(default_factory=list)  # query windows without an answer
     dropped: int = 0
     dropped_example: str = ""
     returned: int = 0  # series returned, over all windows
+    mig_windows: list[tuple[float, float]] = field(default_factory=list)  # util: query windows with MIG instances
+    profiles: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (node, gpu, instance) -> profile
 
 
 def _all_within(values: list[float], low: float, high: float) -> bool:
@@ -289,6 +318,12 @@ def _metrics(cfg: TelemetryConfig) -> list[_Metric]:
         _Metric("xid", sel(cfg.metric_xid), cfg.metric_xid, _FINITE),
         _Metric("ecc_dbe", sel(cfg.metric_ecc_dbe), cfg.metric_ecc_dbe, _FINITE),
     ]
+
+
+def _mig_metric(cfg: TelemetryConfig) -> _Metric:
+    sel = _selector(cfg.mig_util_metric, cfg.node_label if cfg.join == "node" else cfg.job_label)
+    query = sel[:-1] + f',{cfg.gpu_instance_label}!=""}}'
+    return _Metric("util", query, cfg.mig_util_metric, 100.0, scale=cfg.mig_util_scale, mig=True)
 
 
 def _grid_windows(start: float, end: float, step: float, chunk_hours: float) -> list[tuple[float, float]]:
@@ -328,6 +363,7 @@ class _Win:
     gpus: int
     key: object
     nodes: tuple[str, ...] = ()
+    gpu_type: str | None = None
 
 
 def _overlaps(win: _Win, failed: Iterable[tuple[float, float]], step: float) -> bool:
@@ -338,7 +374,7 @@ def _overlaps(win: _Win, failed: Iterable[tuple[float, float]], step: float) -> 
 def _aggregate(metric: _Metric, wins_by_job: dict[str, list[_Win]], cfg: TelemetryConfig,
                out: dict[int, dict[str, Any]]) -> None:
     """Adds this metric's figures to out[window index] (a dict of figure -> value)."""
-    for (job, node, gpu), series in metric.series.items():
+    for (job, node, gpu, instance), series in metric.series.items():
         series.settle()
         for win in wins_by_job.get(job, ()):
             got = series.window(win.s, win.e, cfg.step_s, cfg.gap_factor * cfg.step_s)
@@ -347,7 +383,7 @@ def _aggregate(metric: _Metric, wins_by_job: dict[str, list[_Win]], cfg: Telemet
             vs, ds, gaps, ts = got
             acc = out.setdefault(win.index, {})
             per = acc.setdefault(metric.name, {})
-            per[(node, gpu)] = _per_gpu(metric.name, vs, ds, gaps, cfg, ts, win)
+            per[(node, gpu, instance)] = _per_gpu(metric.name, vs, ds, gaps, cfg, ts, win)
     metric.series.clear()  # the points are no longer needed: free them before the next metric
 
 
@@ -420,10 +456,10 @@ def _per_gpu(name: str, vs: Sequence[float], ds: Sequence[float], gaps: Sequence
     return max(vs)  # fb_used, fb_total, temp
 
 
-def _gpu_figures(acc: dict[str, Any]) -> list[GpuTelemetry]:
-    util: dict[tuple[str, str], _UtilGpu] = acc["util"]
+def _gpu_figures(acc: dict[str, Any], profiles: dict[tuple[str, str, str], str]) -> list[GpuTelemetry]:
+    util: dict[tuple[str, str, str], _UtilGpu] = acc["util"]
 
-    def of(name: str, where: tuple[str, str]) -> Any:
+    def of(name: str, where: tuple[str, str, str]) -> Any:
         return acc.get(name, {}).get(where)
 
     out: list[GpuTelemetry] = []
@@ -439,12 +475,14 @@ def _gpu_figures(acc: dict[str, Any]) -> list[GpuTelemetry]:
             power_mean_w=power[0] if power else None, power_max_w=power[2] if power else None,
             energy_j=power[1] if power else None, temp_max_c=of("temp", where),
             xid_errors=of("xid", where), ecc_dbe=of("ecc_dbe", where), util_profile=u.profile,
+            instance=where[2], profile=profiles.get(where, "") if where[2] else "",
         ))
     return out
 
 
-def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
-    util: dict[tuple[str, str], _UtilGpu] = acc["util"]
+def _job_figures(win: _Win, acc: dict[str, Any],
+                 profiles: dict[tuple[str, str, str], str] | None = None) -> JobTelemetry:
+    util: dict[tuple[str, str, str], _UtilGpu] = acc["util"]
     seen = len(util)
     integral = sum(u.integral for u in util.values())
     covered_raw = sum(u.covered for u in util.values())
@@ -478,7 +516,7 @@ def _job_figures(win: _Win, acc: dict[str, Any]) -> JobTelemetry:
         held_idle_gpu_s=held,
         covered_gpu_s=covered,
         busy_gpu_s=busy,
-        gpus=_gpu_figures(acc),
+        gpus=_gpu_figures(acc, profiles or {}),
     )
 
 
@@ -511,9 +549,9 @@ def _whole_node_only(by_node: dict[str, list[_Win]], util: _Metric, warnings: li
                      url: str) -> dict[str, list[_Win]]:
     """join = node: keep the windows whose GPUs per node equal the GPUs with utilisation series on each of
     their nodes (a job on part of a node cannot be told from the GPUs beside it)."""
-    gpus_on: dict[str, set[str]] = {}
-    for _job, node, gpu in util.series:
-        gpus_on.setdefault(node, set()).add(gpu)
+    gpus_on: dict[str, set[tuple[str, str]]] = {}
+    for _job, node, gpu, instance in util.series:
+        gpus_on.setdefault(node, set()).add((gpu, instance))  # (a MIG instance is one GPU of the node's)
     partial: set[int] = set()
     for on_node in by_node.values():
         for win in on_node:
@@ -532,7 +570,8 @@ def _collect(client: PrometheusClient, metric: _Metric, cfg: TelemetryConfig, jo
         params = {"query": metric.query, "start": _fmt(a), "end": _fmt(b), "step": f"{cfg.step_s:g}"}
         try:
             doc = client.call("/api/v1/query_range", params)
-            _take_matrix(doc, metric, cfg, jobs)
+            if _take_matrix(doc, metric, cfg, jobs):
+                metric.mig_windows.append((a, b))
         except QueryFailed as exc:
             metric.failed.append((a, b))
             if not exc.skipped:
@@ -540,7 +579,10 @@ def _collect(client: PrometheusClient, metric: _Metric, cfg: TelemetryConfig, jo
                                 f"its figures stay unknown for the jobs in that window")
 
 
-def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, jobs: set[str]) -> None:
+def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, jobs: set[str]) -> bool:
+    """The answer's points into metric.series; True when it holds a MIG instance's metric.util series (whose
+    points are never read: dcgm-exporter gives them as 0)."""
+    mig = False
     data = doc["data"]
     result = data.get("result")
     if data.get("resultType") != "matrix" or not isinstance(result, list):
@@ -557,13 +599,24 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
                 continue
             node = labels.get(cfg.node_label, "")
             gpu = labels.get(cfg.gpu_label, "")
-            if not isinstance(node, str) or not isinstance(gpu, str):
-                raise TypeError(f"label {cfg.node_label} or {cfg.gpu_label} is not a string")
+            instance = labels.get(cfg.gpu_instance_label, "")
+            if not isinstance(node, str) or not isinstance(gpu, str) or not isinstance(instance, str):
+                raise TypeError(f"label {cfg.node_label}, {cfg.gpu_label} or {cfg.gpu_instance_label} is not a "
+                                "string")
+            if instance:
+                if metric.name == "util" and not metric.mig:
+                    mig = True  # (DCGM_FI_DEV_GPU_UTIL of a MIG instance: 0 whatever it does; mig_util_metric's)
+                    continue
+                profile = labels.get(cfg.gpu_profile_label, "")
+                if isinstance(profile, str) and profile:
+                    metric.profiles[(node, gpu, instance)] = terminal_safe(profile)[:64]
             points = item["values"]
             if not isinstance(points, list):
                 raise TypeError("a series' values is not a list")
             times = [float(t) for t, _ in points]
             values = [float(raw) for _, raw in points]
+            if metric.scale != 1.0:
+                values = [value * metric.scale for value in values]
             # A time that is no number (NaN, Inf) and a value that cannot be are dropped, counted.
             if values and not (_all_within(values, metric.low, metric.high) and _all_within(times, 0.0, _FINITE)):
                 keep = [k for k, value in enumerate(values) if metric.low <= value <= metric.high
@@ -576,12 +629,89 @@ def _take_matrix(doc: dict[str, Any], metric: _Metric, cfg: TelemetryConfig, job
                     f"{what} for job {job} on {node} gpu {gpu}"[:200])
                 times = [times[k] for k in keep]
                 values = [values[k] for k in keep]
-            series = metric.series.get((job, node, gpu))
+            series = metric.series.get((job, node, gpu, instance))
             if series is None:
-                series = metric.series[(job, node, gpu)] = _Series()
+                series = metric.series[(job, node, gpu, instance)] = _Series()
             series.extend(times, values)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as exc:
         raise QueryFailed(f"malformed answer ({type(exc).__name__}: {terminal_safe(str(exc))[:200]})") from None
+    return mig
+
+
+def _collect_mig(client: PrometheusClient, util: _Metric, cfg: TelemetryConfig, jobs: set[str],
+                 warnings: list[str], url: str) -> list[tuple[float, float]]:
+    """The MIG instances' utilisation (mig_util_metric x mig_util_scale) in the query windows whose metric.util
+    answer had MIG instances, into util's series; returns the windows that failed (their instances stay
+    unknown)."""
+    mig = _mig_metric(cfg)
+    _collect(client, mig, cfg, jobs, util.mig_windows, warnings)
+    if mig.dropped:
+        warnings.append(f"{url}: {mig.label} x {cfg.mig_util_scale:g}: {mig.dropped} point(s) dropped as impossible "
+                        f"values (outside 0-100 %: is mig_util_scale right?) (e.g. {mig.dropped_example})")
+    if mig.returned == 0 and len(mig.failed) < len(util.mig_windows):
+        warnings.append(f"{url}: query_range {mig.query}: empty result where {cfg.metric_util} has MIG instances; "
+                        f"their utilisation is unknown (not 0: {cfg.metric_util} reads 0 on a MIG instance)")
+    util.series.update(mig.series)  # (keys with an instance: never one of metric.util's)
+    util.profiles.update(mig.profiles)
+    return mig.failed
+
+
+def _job_mig_types(gpu_type: str | None) -> dict[str, int] | None:
+    """The MIG profiles (by name, 1g.10gb) a job's AllocTRES type holds, with their counts; None when it names no
+    type (any profile may be its). `1g.10gb` alone counts as the job's GPUs (filled in by the caller)."""
+    if not gpu_type:
+        return None
+    out: dict[str, int] = {}
+    for item in gpu_type.split(","):
+        name, _, count = item.partition("=")
+        profile = mig_profile(name.strip())
+        if profile is not None:
+            out[profile.name] = out.get(profile.name, 0) + (int(count) if count.strip().isdigit() else -1)
+    return out
+
+
+def _keep_own_slices(win: _Win, figures: dict[str, Any], profiles: dict[tuple[str, str, str], str]) -> str | None:
+    """join = hpc_job: keep, of the MIG instances carrying the job's label, those that are its slices (module
+    docstring, MIG instances); drop the others from every figure. Returns why its instances were dropped (None:
+    none were, or it has none)."""
+    util = figures["util"]
+    mig = [where for where in util if where[2]]
+    if not mig:
+        return None
+    types = _job_mig_types(win.gpu_type)
+    if types is not None and "=" not in (win.gpu_type or "") and types:
+        types = {name: max(win.gpus, 0) for name in types}  # one type: all the job's GPUs are of it
+    keep = mig
+    why: str | None = None
+    if types is not None:
+        def name_of(where: tuple[str, str, str]) -> str | None:
+            got = mig_profile(profiles.get(where, ""))
+            return got.name if got else None
+
+        keep = [where for where in mig if name_of(where) in types]
+        per: dict[str | None, int] = {}
+        for where in keep:
+            per[name_of(where)] = per.get(name_of(where), 0) + 1
+        over = [f"{n} {name} instances, {types[name or '']} held" for name, n in sorted(per.items(), key=str)
+                if n > types[name or '']]
+        if not types:
+            why = f"{len(mig)} MIG instance(s) carry its label but it holds no MIG type ({win.gpu_type})"
+            keep = []
+        elif over:
+            why = "; ".join(over)
+            keep = []
+    if why is None and len(keep) > max(win.gpus, 0):
+        why = f"{len(keep)} MIG instances carry its label, {win.gpus} GPU(s) held"
+        keep = []
+    dropped = set(mig) - set(keep)
+    if dropped:
+        for name in list(figures):
+            per_gpu = figures[name]
+            for where in dropped:
+                per_gpu.pop(where, None)
+            if not per_gpu:
+                del figures[name]
+    return why
 
 
 def _node_queries(cfg: TelemetryConfig, range_s: int) -> dict[str, str]:
@@ -672,7 +802,7 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
     for index, job in enumerate(jobs):
         s, e = max(job.start.timestamp(), t0), min(job.end.timestamp(), t1)
         if s < e:
-            wins.append(_Win(index, str(job.job).strip(), s, e, job.gpus, job.key, tuple(job.nodes)))
+            wins.append(_Win(index, str(job.job).strip(), s, e, job.gpus, job.key, tuple(job.nodes), job.gpu_type))
     wins_by_job: dict[str, list[_Win]] = {}
     if cfg.join == "node":
         wins_by_job = _exclusive_by_node(wins, warnings, url)
@@ -682,10 +812,13 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
 
     acc: dict[int, dict[str, Any]] = {}
     metrics = _metrics(cfg)[:1] if util_only else _metrics(cfg)
+    mig_failed: list[tuple[float, float]] = []
     if wins:
         windows = _grid_windows(t0, t1, cfg.step_s, cfg.chunk_hours)
         for metric in metrics:
             _collect(client, metric, cfg, set(wins_by_job), windows, warnings)
+            if metric is metrics[0] and metric.mig_windows:
+                mig_failed = _collect_mig(client, metric, cfg, set(wins_by_job), warnings, url)
             if cfg.join == "node" and metric is metrics[0]:
                 wins_by_job = _whole_node_only(wins_by_job, metric, warnings, url)
             if metric.dropped:
@@ -697,17 +830,23 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
             _aggregate(metric, wins_by_job, cfg, acc)
 
     util_failed = metrics[0].failed
+    profiles = metrics[0].profiles
     missing: list[str] = []
     partial: list[str] = []
+    untold: list[str] = []
     for win in wins:
         figures = acc.get(win.index, {})
+        if "util" in figures and cfg.join != "node":
+            why = _keep_own_slices(win, figures, profiles)
+            if why:
+                untold.append(f"{win.job} ({why})")
         if "util" not in figures or _overlaps(win, util_failed, cfg.step_s):
             missing.append(win.job)
             continue
         for metric in metrics[1:]:
             if metric.name in figures and _overlaps(win, metric.failed, cfg.step_s):
                 del figures[metric.name]
-        tel = _job_figures(win, figures)
+        tel = _job_figures(win, figures, profiles)
         if tel.gpus_seen > win.gpus:
             warnings.append(f"{url}: job {win.job}: {tel.gpus_seen} GPUs have series, {win.gpus} allocated; "
                             f"covered counts {win.gpus} (each series weighs {win.gpus}/{tel.gpus_seen}: never extra "
@@ -718,6 +857,12 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
         if win.key in result.jobs:
             warnings.append(f"telemetry: two job windows share the key {win.key!r}; the later one is kept")
         result.jobs[win.key] = tel
+    if untold:
+        shown = "; ".join(untold[:10]) + ("; ..." if len(untold) > 10 else "")
+        warnings.append(f"{url}: {len(untold)} job window(s) on MIG slices: which instance was theirs cannot be "
+                        f"told from the {cfg.job_label} labels (dcgm-exporter's job mapping labels every instance of "
+                        f"a card), so those slices are unknown (not 0, never held-idle; they count against "
+                        f"coverage): job (why) {shown}")
     if missing:
         shown = ", ".join(missing[:10]) + (", ..." if len(missing) > 10 else "")
         warnings.append(f"{url}: {len(missing)} of {len(wins)} job window(s) have no {cfg.metric_util} points "
@@ -729,7 +874,7 @@ def fetch_telemetry(cfg: TelemetryConfig, jobs: Sequence[JobWindow], start: date
                         f"than gap_factor x step = {cfg.gap_factor * cfg.step_s:g} s, or a GPU without a series: "
                         f"no data there, in neither busy nor held-idle): job (coverage) {shown}")
 
-    result.util_failed = len(util_failed)
+    result.util_failed = len(util_failed) + len(mig_failed)
     if not util_only:
         result.nodes = _fetch_nodes(client, cfg, t0, t1, warnings)
     if client.dead is not None:

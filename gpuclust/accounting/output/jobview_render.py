@@ -12,7 +12,7 @@ source (prometheus | store | usage_tres | null) and source_notes (why an earlier
 gpu_use: report.json gpu_use's per-job names (allocated_gpu_hours, covered_gpu_hours, coverage, busy_gpu_hours,
 held_idle_gpu_hours, util_mean_pct, util_max_pct, gpu_mem_max_mib, gpu_mem_total_mib, energy_kwh,
 cpu_efficiency, mem_efficiency) and time_limit_efficiency, held_idle_cost, currency (null: unknown);
-gpus: per (node, GPU): node, gpu, covered_s, busy_s, util_mean_pct, util_max_pct, held_idle_s,
+gpus: per (node, GPU; a MIG slice also instance and profile): node, gpu, covered_s, busy_s, util_mean_pct, util_max_pct, held_idle_s,
 under_threshold_s, longest_idle_s, longest_idle_start (ISO), fb_used_max_mib, fb_total_mib, power_mean_w,
 power_max_w, energy_j, temp_max_c, xid_errors, ecc_dbe, util_profile (utilisation in 120 equal slices of the
 job's window, null: no sample);
@@ -76,6 +76,7 @@ def job_document(fig: JobFigures, findings: Sequence[Finding], price: float | No
             "power_mean_w": _r(g.power_mean_w, 3), "power_max_w": _r(g.power_max_w, 3),
             "energy_j": _r(g.energy_j, 3), "temp_max_c": _r(g.temp_max_c, 3), "xid_errors": g.xid_errors,
             "ecc_dbe": g.ecc_dbe, "util_profile": [_r(v, 2) for v in g.util_profile],
+            **({"instance": g.instance, "profile": g.profile} if g.instance else {}),  # (a MIG slice)
         } for g in fig.gpus],
         "findings": [f.as_dict() for f in findings],
     }
@@ -142,7 +143,8 @@ def render_text(doc: dict[str, Any], width: int | None, style: Callable[[str], s
                      f"{_num(u['util_max_pct'], '.0f', '%')}; GPU memory peak {_gb(u['gpu_mem_max_mib'])}"
                      f"{' of ' + _gb(u['gpu_mem_total_mib']) if u['gpu_mem_total_mib'] else ''}")
     for g in j["gpus"]:
-        lines.append(f"  {g['node']} GPU {g['gpu']}: util mean {_num(g['util_mean_pct'], '.1f', '%')} max "
+        mig = f" (MIG {g['profile'] or '?'} instance {g['instance']})" if g.get("instance") else ""
+        lines.append(f"  {g['node']} GPU {g['gpu']}{mig}: util mean {_num(g['util_mean_pct'], '.1f', '%')} max "
                      f"{_num(g['util_max_pct'], '.0f', '%')}; under the threshold {duration(g['under_threshold_s'])}"
                      f" (longest {duration(g['longest_idle_s'])}); memory {_gb(g['fb_used_max_mib'])} of "
                      f"{_gb(g['fb_total_mib'])}")
