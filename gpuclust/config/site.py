@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from gpuclust.config.notify import NOTIFY, NotifyConfig, notify_config
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.config.telemetry import TELEMETRY, TelemetryConfig, telemetry_config
 from gpuclust.errors import ConfigError, Problem
+from gpuclust.slurm.gpushare import parse_share as _parse_share
 
 DEFAULT_CONFIG_PATH = "/etc/gpuclust/site.conf"
 CONFIG_ENV = "GPUCLUST_CONFIG"
@@ -85,14 +87,24 @@ PARTITION = SectionSpec(
         Key("nic_speed_mbps", v.parse_positive_int, "Announced: speed of each fabric NIC in Mb/s (e.g. 200000 for HDR)."),
         Key("nvlink", v.parse_bool, "Announced: GPUs linked by NVLink (checked in `nvidia-smi topo -m`)."),
         Key("nic_names", v.parse_list, "Interfaces that count as fabric NICs: names or globs (default: all but lo)."),
+        Key("shards_per_gpu", v.parse_positive_int, "Shards of one GPU on this partition's nodes (Gres=gpu:4,shard:32: "
+            "8), where no node inventory gives them: a job's gres/shard=N counts as N / shards_per_gpu "
+            "GPU-equivalents."),
     ),
     named=True,
 )
 
 GPU_TYPE = SectionSpec(
     "gpu_type",
-    "Per GPU model: price per GPU-hour.",
-    (Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type.", required=True),),
+    "Per GPU model (or MIG profile): price per GPU-hour, and its share of one physical GPU.",
+    (
+        Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type (per price_unit). "
+            "Required unless the section gives gpu_share."),
+        Key("price_unit", v.parse_choice("card", "slice"), "card: the price is per GPU-equivalent hour (one "
+            "whole card); slice: per device-hour of one GRES of this type (a MIG slice).", default="card"),
+        Key("gpu_share", _parse_share, "This type's share of one physical GPU (1/7, 0.25) where its name does "
+            "not say it (a site's own MIG type names)."),
+    ),
     named=True,
 )
 
@@ -205,6 +217,7 @@ class PartitionConfig:
     nic_speed_mbps: int | None = None
     nvlink: bool | None = None
     nic_names: tuple[str, ...] | None = None
+    shards_per_gpu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +267,8 @@ class SiteConfig:
     acceptance_stale_days: int = SITE.default("acceptance_stale_days")
     partitions: dict[str, PartitionConfig] = field(default_factory=dict)
     gpu_type_prices: dict[str, float] = field(default_factory=dict)
+    gpu_type_price_units: dict[str, str] = field(default_factory=dict)  # [gpu_type] price_unit given: card | slice
+    gpu_type_shares: dict[str, Fraction] = field(default_factory=dict)  # [gpu_type] gpu_share
     accounts: dict[str, AccountConfig] = field(default_factory=dict)
     qos: dict[str, QosConfig] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -326,6 +341,16 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
     accounts = {s.name: _account(s) for s in by_kind.get("account", []) if s.name}
     qos = {s.name: QosConfig(s.name, s.line, _limits(s)) for s in by_kind.get("qos", []) if s.name}
     prices = {s.name: s.values["price_per_gpu_hour"] for s in by_kind.get("gpu_type", []) if s.name and "price_per_gpu_hour" in s.values}
+    price_units = {s.name: s.values["price_unit"] for s in by_kind.get("gpu_type", []) if s.name and "price_unit" in s.values}
+    shares = {s.name: s.values["gpu_share"] for s in by_kind.get("gpu_type", []) if s.name and "gpu_share" in s.values}
+    for s in by_kind.get("gpu_type", []):
+        title = f"[gpu_type {s.name}]"
+        # (price_per_gpu_hour is required unless gpu_share is given; a bad value of either is reported as such)
+        if not {"price_per_gpu_hour", "gpu_share"} & set(s.values) and not any(
+                p.message.startswith(f"{title} price_per_gpu_hour:") or p.message.startswith(f"{title} gpu_share:")
+                for p in problems):
+            problems.append(Problem(path, s.line, f"{title} is missing required key 'price_per_gpu_hour': add "
+                                    f"`price_per_gpu_hour = ...` under {title}", "price_per_gpu_hour"))
     policy_cfg = _policy(policy) if policy else PolicyConfig()
     problems += _cross_check(path, partitions, accounts, qos, policy, policy_cfg)
     economics, economics_problems = economics_config(path, site, by_kind.get("account", []), by_kind.get("costs", []),
@@ -351,6 +376,8 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         acceptance_stale_days=site.get("acceptance_stale_days"),
         partitions=partitions,
         gpu_type_prices=prices,
+        gpu_type_price_units=price_units,
+        gpu_type_shares=shares,
         accounts=accounts,
         qos=qos,
         policy=policy_cfg,
