@@ -15,6 +15,8 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gpuclust.accounting.figures import economics, findings, gpuuse, lemon, trend
 from gpuclust.accounting.figures.economics import (
     attach as attach_economics,  # (one of two stages named attach)
@@ -225,6 +227,62 @@ def _nodes_text(config: SiteConfig, period: Period, input_path: str | None, node
     return findings.stored_nodes_text(config.state_dir, period.utc_days())
 
 
+@dataclass
+class GpuShares:
+    """The table's GPU-equivalents (figures.shares) and what the report says of them."""
+
+    equivalents: np.ndarray | None
+    row_warnings: list[dict[str, Any]]
+    node_warnings: list[dict[str, Any]]
+
+
+def table_gpu_shares(table: Any, config: SiteConfig, period: Period, nodes_text: str | None, *,
+                     input_path: str | None = None, events_path: str | None = None,
+                     nodes_path: str | None = None) -> GpuShares | None:
+    """Each row's GPU-equivalents where the table or the inventory has MIG slices, shards or MPS (None: whole
+    GPUs everywhere, every figure as before). The node events are read only then (a layout changed)."""
+    from gpuclust.accounting.figures import shares as shares_mod
+    from gpuclust.accounting.history import events as events_mod
+
+    nodes = None
+    if nodes_text:
+        try:
+            nodes = events_mod.parse_nodes(nodes_text, nodes_path or "scontrol show node -o")
+        except InputError:
+            nodes = None  # (the economics' reading of the same records names the file and the fault)
+    layouts = shares_mod.layouts_of(config, nodes)
+    got = shares_mod.table_shares(table, config, layouts)
+    mig_nodes = any(layout.slices or layout.shards or layout.mps for layout in layouts.nodes.values())
+    if got.equivalents is None and not mig_nodes:
+        return None
+    source = None
+    try:
+        if input_path:
+            source, _ = sources.given_sources(config, period, events_path=events_path, nodes_path=None,
+                                              sreport_path=None, log_path=None, reasons_path=None)
+        else:
+            source, _ = sources.stored_sources(config, period)
+    except InputError:
+        source = None  # (the economics names a bad events file)
+    if source is not None and source.events is not None and source.events.nodes:
+        layouts = shares_mod.layouts_of(config, nodes, source)
+        if layouts.changed:
+            got = shares_mod.table_shares(table, config, layouts)
+    return GpuShares(got.equivalents, got.warning_list(), shares_mod.node_warnings(layouts))
+
+
+def gpu_shares_note(info: dict[str, Any], got: GpuShares, config: SiteConfig) -> None:
+    """report.json input.gpu_share_warnings (named, per row and per node) and a note on the price units."""
+    if got.row_warnings or got.node_warnings:
+        info["gpu_share_warnings"] = got.row_warnings + got.node_warnings
+    slice_priced = sorted(name for name, unit in config.gpu_type_price_units.items() if unit == "slice")
+    info.setdefault("notes", []).append(
+        "GPU-hours count GPU-equivalents (MIG slices, shards and MPS as shares of one physical GPU; definitions "
+        "gpu_equivalents); gpu_device_hours counts GRES devices, a slice as one. Prices are per GPU-equivalent "
+        "hour (price_unit = card)" + (f", except per device-hour of one slice for {', '.join(slice_priced)} "
+                                      "(price_unit = slice)" if slice_priced else "") + ".")
+
+
 def build(
     config: SiteConfig,
     period: Period | None,
@@ -315,22 +373,30 @@ def build(
         note_no_gpu(info)
     # The GPU use figures (and their Prometheus queries) read only the table: computed beside the report, on
     # the core the report's pandas steps leave idle (a small table's in turn: there the thread costs more).
-    shares = findings.partition_shares(config, _nodes_text(config, period, input_path, nodes_path))
+    nodes_text = _nodes_text(config, period, input_path, nodes_path)
+    shares = findings.partition_shares(config, nodes_text)
+    gpu_shares = table_gpu_shares(table, config, period, nodes_text, input_path=input_path, events_path=events_path,
+                                  nodes_path=nodes_path)
+    equivalents = gpu_shares.equivalents if gpu_shares else None
     store_root = None if input_path else store.store_dir(config.state_dir)
     with ThreadPoolExecutor(max_workers=1) as beside:
-        use = beside.submit(gpuuse.use_sums, table, config, period, store_root=store_root, shares=shares) \
-            if table.num_rows >= PARALLEL_MIN_ROWS else None
-        report = build_report(table, config, period, target=target, top=top, input_info=info)
+        use = beside.submit(gpuuse.use_sums, table, config, period, store_root=store_root, shares=shares,
+                            equivalents=equivalents) if table.num_rows >= PARALLEL_MIN_ROWS else None
+        report = build_report(table, config, period, target=target, top=top, input_info=info,
+                              equivalents=equivalents)
+        if gpu_shares is not None:
+            gpu_shares_note(report.data["input"], gpu_shares, config)
         if parsed is not None:
             report.data["input"]["rows_accounted"] = rows_accounted(parsed, report.data["input"])
         if not only:
             attach_economics(report, table, config, period, events_path=events_path, nodes_path=nodes_path,
                              sreport_path=sreport_path, log_path=log_path, reasons_path=reasons_path,
                              offline=bool(input_path), target=target,
-                             period_inferred=bool(info.get("window", {}).get("source") == "inferred"))
+                             period_inferred=bool(info.get("window", {}).get("source") == "inferred"),
+                             equivalents=equivalents)
             economics.note_unknown_allocations(report, "AllocTRES" in (parsed.missing_columns if parsed else {}))
-        use_sums = gpuuse.use_sums(table, config, period, store_root=store_root, shares=shares) if use is None \
-            else use.result()
+        use_sums = gpuuse.use_sums(table, config, period, store_root=store_root, shares=shares,
+                                   equivalents=equivalents) if use is None else use.result()
         gpuuse.attach_sums(report, use_sums, config,
                            usage_warnings=parsed.usage_warnings if parsed else 0,
                            usage_problems=parsed.usage_problems if parsed else None)

@@ -27,11 +27,7 @@ from gpuclust.config.notify import NOTIFY, NotifyConfig, notify_config
 from gpuclust.config.schema import Key, ParsedSection, SectionSpec, suggest, validate
 from gpuclust.config.telemetry import TELEMETRY, TelemetryConfig, telemetry_config
 from gpuclust.errors import ConfigError, Problem
-from gpuclust.slurm.gpushare import parse_share
-
-
-def share_value(text: str) -> Fraction:
-    return parse_share(text)
+from gpuclust.slurm.gpushare import parse_share as _parse_share
 
 DEFAULT_CONFIG_PATH = "/etc/gpuclust/site.conf"
 CONFIG_ENV = "GPUCLUST_CONFIG"
@@ -88,8 +84,9 @@ PARTITION = SectionSpec(
         Key("allowed_accounts", v.parse_name_list, "Policy: only these accounts may submit here."),
         Key("require_wckey", v.parse_bool, "Policy: jobs here must set --wckey.", default=False),
         Key("qos", v.parse_slurm_name, "The partition QOS that carries its GPU limits, if any."),
-        Key("shards_per_gpu", v.parse_positive_int, "Shards each GPU of this partition's nodes is cut into (Gres=shard:N "
-            "over its GPUs); with [policy] count_gpus = equivalents a shard counts 1/N of a GPU."),
+        Key("shards_per_gpu", v.parse_positive_int, "Shards of one GPU on this partition's nodes (Gres=gpu:4,shard:32: "
+            "8): the submit policy's count_gpus = equivalents counts a shard as 1/N of a GPU, and the report does "
+            "where no node inventory gives the node's own."),
         Key("max_cpus_per_gpu", v.parse_positive_int, "Policy: most CPUs a job may ask for per GPU (partition_cpus_per_gpu)."),
         Key("max_mem_per_gpu", v.parse_mem_mb, "Policy: most memory a job may ask for per GPU, as --mem writes it (64G, "
             "64000 in MB) (partition_mem_per_gpu)."),
@@ -105,11 +102,14 @@ PARTITION = SectionSpec(
 
 GPU_TYPE = SectionSpec(
     "gpu_type",
-    "Per GPU model: price per GPU-hour.",
+    "Per GPU model (or MIG profile): price per GPU-hour, and its share of one physical GPU.",
     (
-        Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type.", required=True),
-        Key("gpu_share", share_value, "Share of one physical GPU of one GRES of this type (1/7, 0.25); default: read "
-            "from a MIG profile name, else a whole GPU."),
+        Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type (per price_unit). "
+            "Required unless the section gives gpu_share."),
+        Key("price_unit", v.parse_choice("card", "slice"), "card: the price is per GPU-equivalent hour (one "
+            "whole card); slice: per device-hour of one GRES of this type (a MIG slice).", default="card"),
+        Key("gpu_share", _parse_share, "This type's share of one physical GPU (1/7, 0.25) where its name does "
+            "not say it (a site's own MIG type names)."),
     ),
     named=True,
 )
@@ -281,7 +281,8 @@ class SiteConfig:
     acceptance_stale_days: int = SITE.default("acceptance_stale_days")
     partitions: dict[str, PartitionConfig] = field(default_factory=dict)
     gpu_type_prices: dict[str, float] = field(default_factory=dict)
-    gpu_shares: dict[str, Fraction] = field(default_factory=dict)  # [gpu_type NAME] gpu_share
+    gpu_type_price_units: dict[str, str] = field(default_factory=dict)  # [gpu_type] price_unit given: card | slice
+    gpu_type_shares: dict[str, Fraction] = field(default_factory=dict)  # [gpu_type] gpu_share
     accounts: dict[str, AccountConfig] = field(default_factory=dict)
     qos: dict[str, QosConfig] = field(default_factory=dict)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -355,7 +356,16 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
     accounts = {s.name: _account(s) for s in by_kind.get("account", []) if s.name}
     qos = {s.name: QosConfig(s.name, s.line, _limits(s)) for s in by_kind.get("qos", []) if s.name}
     prices = {s.name: s.values["price_per_gpu_hour"] for s in by_kind.get("gpu_type", []) if s.name and "price_per_gpu_hour" in s.values}
+    price_units = {s.name: s.values["price_unit"] for s in by_kind.get("gpu_type", []) if s.name and "price_unit" in s.values}
     shares = {s.name: s.values["gpu_share"] for s in by_kind.get("gpu_type", []) if s.name and "gpu_share" in s.values}
+    for s in by_kind.get("gpu_type", []):
+        title = f"[gpu_type {s.name}]"
+        # (price_per_gpu_hour is required unless gpu_share is given; a bad value of either is reported as such)
+        if not {"price_per_gpu_hour", "gpu_share"} & set(s.values) and not any(
+                p.message.startswith(f"{title} price_per_gpu_hour:") or p.message.startswith(f"{title} gpu_share:")
+                for p in problems):
+            problems.append(Problem(path, s.line, f"{title} is missing required key 'price_per_gpu_hour': add "
+                                    f"`price_per_gpu_hour = ...` under {title}", "price_per_gpu_hour"))
     policy_cfg = _policy(policy) if policy else PolicyConfig()
     problems += _cross_check(path, partitions, accounts, qos, policy, policy_cfg)
     economics, economics_problems = economics_config(path, site, by_kind.get("account", []), by_kind.get("costs", []),
@@ -381,7 +391,8 @@ def parse_config(text: str, path: str = "<string>", problems: list[Problem] | No
         acceptance_stale_days=site.get("acceptance_stale_days"),
         partitions=partitions,
         gpu_type_prices=prices,
-        gpu_shares=shares,
+        gpu_type_price_units=price_units,
+        gpu_type_shares=shares,
         accounts=accounts,
         qos=qos,
         policy=policy_cfg,

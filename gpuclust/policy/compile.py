@@ -282,7 +282,7 @@ def share_unit(config: SiteConfig) -> int:
     if config.policy.count_gpus != "equivalents":
         return 1
     dens = [CARD_SLICES_DEFAULT, 4, MPS_PER_GPU_DEFAULT]
-    dens += [share.denominator for share in config.gpu_shares.values()]
+    dens += [share.denominator for share in config.gpu_type_shares.values()]
     dens += [p.shards_per_gpu for p in config.partitions.values() if p.shards_per_gpu]
     unit = math.lcm(*dens)
     if unit > MAX_UNIT:
@@ -347,5 +347,5 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
         warn=warn_rules(pol),
         count_eq=count_eq,
         unit=unit,
-        share_overrides=dict(config.gpu_shares) if count_eq else {},
+        share_overrides=dict(config.gpu_type_shares) if count_eq else {},
     )

@@ -82,6 +82,8 @@ def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
     gtype = df["gpu_type"].astype(object).where(df["gpu_type"].notna(), df["partition"].map(part_type))
     df["gpu_type_eff"] = gtype
     df["gpu_hours"] = df["elapsed_s"].astype(float) * df["gpus"].astype(float) / 3600.0
+    # device-hours: GPU GRES devices x Elapsed (the reference's inputs have whole GPUs only: the same product)
+    df["gpu_device_hours"] = df["elapsed_s"].astype(float) * df["gpus"].astype(float) / 3600.0
     # The price of each distinct (GPU type, partition) pair, taken to the rows by integer codes (a merge on
     # the two string columns would hash a million rows twice).
     t_codes, t_values = pd.factorize(df["gpu_type_eff"])
@@ -105,11 +107,11 @@ def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
         # job_id_order column is not made at all).
         h = df[het]
         keys = [h["job_base"], h["start"]]
-        sums = h.groupby(keys, sort=False)[["gpu_hours", "gpus", "unpriced_gpu_hours"]].sum()
+        sums = h.groupby(keys, sort=False)[["gpu_hours", "gpus", "unpriced_gpu_hours", "gpu_device_hours"]].sum()
         cost = h.groupby(keys, sort=False)["cost"].sum(min_count=1)
         lead = h.sort_values("het_offset", kind="stable").drop_duplicates(["job_base", "start"]).copy()
         idx = pd.MultiIndex.from_arrays([lead["job_base"], lead["start"]])
-        for col in ("gpu_hours", "gpus", "unpriced_gpu_hours"):
+        for col in ("gpu_hours", "gpus", "unpriced_gpu_hours", "gpu_device_hours"):
             lead[col] = sums[col].reindex(idx).to_numpy()
         lead["cost"] = cost.reindex(idx).to_numpy()
         lead["job_id"] = lead["job_base"].astype("int64").astype(str)
@@ -202,7 +204,7 @@ def assign_runs(att: pd.DataFrame, retry_window_s: float) -> pd.Series:
 
 
 _RUNS_FRAME_INPUTS = ("run", "start", "job_key", "job_key_rank", "account", "partition", "wckey", "user", "job_name",
-                      "job_id", "gpu_hours", "cost", "unpriced_gpu_hours", "end", "done", "comment")
+                      "job_id", "gpu_hours", "cost", "unpriced_gpu_hours", "end", "done", "comment", "gpu_device_hours")
 
 
 def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -> pd.DataFrame:
@@ -224,6 +226,7 @@ def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -
             "gpu_hours": g["gpu_hours"].sum(),
             "cost": g["cost"].sum(min_count=1),
             "unpriced_gpu_hours": g["unpriced_gpu_hours"].sum(),
+            "gpu_device_hours": g["gpu_device_hours"].sum(),
             "end": last["end"],
             "completed": last["done"],
         }
@@ -352,7 +355,8 @@ def _num(value: Any) -> float | None:
 
 
 def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
-    cols = ["runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "cost", "unpriced_gpu_hours"]
+    cols = ["runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "cost", "unpriced_gpu_hours",
+            "gpu_device_hours"]
     if runs.empty:
         return pd.DataFrame(columns=[name, *GROUP_COLUMNS])
     r = runs.assign(runs=1, completed=runs["completed"].astype(int))
@@ -368,7 +372,8 @@ def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
 def _finish_group(out: pd.DataFrame, name: str) -> pd.DataFrame:
     out["retries"] = out["attempts"] - out["runs"]
     out["cost_per_completed_run"] = np.where(out["completed"] > 0, out["cost"] / out["completed"].where(out["completed"] > 0, 1), np.nan)
-    for col in ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours"):
+    for col in ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours",
+                "gpu_device_hours"):
         out[col] = out[col].astype(float).round(9)
     return out[[name, *GROUP_COLUMNS]]
 
@@ -387,6 +392,7 @@ def totals(runs: pd.DataFrame) -> dict[str, Any]:
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
         "unpriced_gpu_hours": round(float(runs["unpriced_gpu_hours"].sum()), 9) if len(runs) else 0.0,
+        "gpu_device_hours": round(float(runs["gpu_device_hours"].sum()), 9) if len(runs) else 0.0,
     }
 
 
@@ -447,7 +453,7 @@ def build_report(
     labels = tuple(config.report_labels)
     runs = runs_frame(att, labels, config) if len(att) else pd.DataFrame(
         columns=["account", "partition", "wckey", "attempts", "gpu_hours", "cost", "unpriced_gpu_hours", "end",
-                 "completed", "completed_run_gpu_hours", *[f"label_{k}" for k in labels]]
+                 "completed", "completed_run_gpu_hours", "gpu_device_hours", *[f"label_{k}" for k in labels]]
     )
     lo, hi = float(period.start_epoch), float(period.end_epoch)
     runs_p = runs[(runs["end"] >= lo) & (runs["end"] < hi)]

@@ -177,7 +177,15 @@ ENTRIES: tuple[Figure | Concept, ...] = (
             "its typed keys when they name one type, else the partition's configured gpu_type; GPUs of several types"
             " (gres/gpu:a100=1,gres/gpu:h100=3) are a mix, and GPUs of the untyped total beyond the typed ones are "
             "of the partition's type."),
-    Concept("gpu_hours", RUNS, 'GPU-hours = Elapsed seconds x GPUs / 3600.'),
+    Concept("gpu_hours", RUNS, 'GPU-hours = Elapsed seconds x GPU-equivalents / 3600: allocated, in hours of whole '
+            'physical GPUs.'),
+    Concept("gpu_equivalents", RUNS,
+            "A row's GPU-equivalents: its GPUs' share of physical GPUs. A whole GPU is 1; a MIG slice Ng.Mgb is N of "
+            "the card's 7 compute slices (4 on A30), or its [gpu_type NAME] gpu_share; gres/shard=N is N / the "
+            "node's shards per GPU (its Gres, e.g. gpu:4,shard:32: 1/8; else [partition NAME] shards_per_gpu); "
+            "gres/mps=N is N / the node's MPS per GPU (100). A share the input cannot give (an unknown profile, "
+            "shards without a known layout, a node whose layout changed in the period) is unknown: counted and "
+            "named in input.unknown and input.gpu_share_warnings, never 0 and never a whole GPU."),
     Concept("attempt", RUNS,
             "An allocation row that started and ended. The components of a het job (123+0, 123+1) form one attempt: "
             "GPU-hours and cost are summed; times, state and name come from component +0."),
@@ -200,7 +208,9 @@ ENTRIES: tuple[Figure | Concept, ...] = (
             " last attempt ended; all its attempts, GPU-hours and cost count there."),
     Concept("cost", RUNS,
             "Cost of an attempt = GPU-hours x the price per GPU-hour of its GPU type (site config [gpu_type]), "
-            "falling back to the partition's price_per_gpu_hour. A mix of types is priced type by type: each type's "
+            "falling back to the partition's price_per_gpu_hour. A [gpu_type] price is per GPU-equivalent hour "
+            "(price_unit = card, the default), or per device-hour of one GRES of the type (price_unit = slice: "
+            "device-hours x price). A mix of types is priced type by type: each type's "
             "share of the GPUs at its own price (a100=1,h100=3 for 1 h: 1 x a100 + 3 x h100). GPU-hours without any "
             "price are reported as unpriced_gpu_hours and add nothing to cost."),
     # runs: totals, runs.by_* (in the order of their Prometheus families: GPU time before money)
@@ -224,6 +234,12 @@ ENTRIES: tuple[Figure | Concept, ...] = (
            old_prom_breakdowns=("partition", "account")),
     Figure("unpriced_gpu_hours", RUNS, GPU_HOURS, decimals=9, label="Unpriced GPU-hours", prom="unpriced_gpu_seconds",
            prom_help=f"GPU time without any configured price {_GPU_TIME}", prom_scale=PROM_SCALE_GPU_SECONDS),
+    Figure("gpu_device_hours", RUNS, GPU_HOURS,
+           "device-hours: GPU GRES devices x Elapsed / 3600, a MIG slice counting as one device and shards and MPS "
+           "as none (what gpu_hours was before slices were counted); gpu_hours counts GPU-equivalents.",
+           decimals=9, label="Device-hours", glossary="device-hours", prom="gpu_device_seconds",
+           prom_help="GPU GRES device time of those runs' attempts, a slice counting as one (device-hours x 3600)",
+           prom_scale=PROM_SCALE_GPU_SECONDS),
     Figure("cost", RUNS, MONEY, decimals=9, label="Cost", glossary="cost", show="cost", show_rank=8, prom="cost",
            prom_help="Cost of all attempts (GPU-hours x price)", money=True),
     Figure("cost_per_completed_run", RUNS, MONEY,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,11 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting.figures import catalog
+from gpuclust.accounting.figures.metrics.attempts import card_price
 from gpuclust.accounting.figures.metrics.waits import ValueCounts
+from gpuclust.accounting.figures.shares import node_equivalents
 from gpuclust.accounting.history import sources
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import SiteConfig
 from gpuclust.config.economics import COST_TERMS
+from gpuclust.slurm.gpushare import is_mig_type, type_share
 from gpuclust.slurm.hostlist import expand
 
 if TYPE_CHECKING:  # (the sources' readers load only where a source is read: sources.given_sources, stored_sources)
@@ -88,7 +91,7 @@ class Pricing:
             return self.compute_rate
         total, priced = 0.0, False
         for kind, share in _mix(gpu_type).items():
-            p = self.config.price_per_gpu_hour(kind or self.config.partition_gpu_type(partition), partition)
+            p = card_price(self.config, kind or self.config.partition_gpu_type(partition), partition)
             if p is not None:
                 total += p * share
                 priced = True
@@ -97,9 +100,38 @@ class Pricing:
     def node_price(self, node: Node, partition: str) -> float | None:
         if self.compute_rate is not None:
             return self.compute_rate
+        if len(node.gpu_types) > 1 and any(is_mig_type(k, self.config.gpu_type_shares) for k in node.gpu_types):
+            return self._slices_price(node, partition)
         if len(node.gpu_types) > 1:
             return self.price(",".join(f"{k}={v}" for k, v in sorted(node.gpu_types.items())), partition)
         return self.price(next(iter(node.gpu_types), ""), partition)
+
+
+    def _slices_price(self, node: Node, partition: str) -> float | None:
+        """A MIG node's price per GPU-equivalent hour: its slice types weighed by their GPU-equivalents."""
+        weights = {k: v * float(type_share(k, self.config.gpu_type_shares)[0] or 0) for k, v in node.gpu_types.items()}
+        total = sum(weights.values())
+        money = [(card_price(self.config, k, partition), w) for k, w in weights.items()]
+        if not total or all(p is None for p, _ in money):
+            return None
+        return sum(p * w for p, w in money if p is not None) / total
+
+
+def _equivalent_nodes(nodes: list[Node], config: SiteConfig) -> tuple[list[Node], list[str]]:
+    """The nodes with their GPUs counted as GPU-equivalents (figures.shares.node_equivalents), and the names of
+    those whose share is unknown. A node of whole GPUs stays as it is."""
+    out: list[Node] = []
+    unknown: list[str] = []
+    for nd in nodes:
+        eq = node_equivalents(nd, config)
+        if eq is None:
+            unknown.append(nd.name)
+            out.append(nd)
+        elif eq != nd.gpus:
+            out.append(replace(nd, gpus=eq))  # type: ignore[arg-type]
+        else:
+            out.append(nd)
+    return out, unknown
 
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -188,8 +220,10 @@ def _event_intervals(events: EventSource | None, win: Window) -> dict[str, list[
     return ev_by_node
 
 
-def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventSource | None) -> RowSums:
-    """The RowSums of the rows of `table`."""
+def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventSource | None,
+             equivalents: np.ndarray | None = None) -> RowSums:
+    """The RowSums of the rows of `table`. `equivalents`: each row's GPU-equivalents (figures.shares; NaN:
+    unknown, counted as none here as in the totals); None: its GPUs are whole GPUs."""
     econ = config.economics
     win = _window(period, events)
     out = RowSums()
@@ -200,7 +234,7 @@ def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventS
     n = table.num_rows
     start = _floats(table, "start")
     end = _floats(table, "end")
-    gpus = np.nan_to_num(_floats(table, "gpus"))
+    gpus = np.nan_to_num(_floats(table, "gpus") if equivalents is None else equivalents)
     alloc = _alloc_mask(table)
     running = np.isnan(end) & ~np.isnan(start)
     end_eff = np.where(running, win.end, end)
@@ -313,6 +347,13 @@ def economics_from(
     waits, wait_note = _pending_waits_of(sums.waits, sums.reason_known,
                                          events.reasons if events is not None else None)
     node_list = nodes or []
+    if node_list:  # (capacity in GPU-equivalents: a MIG node's slices sum to its cards)
+        node_list, unknown_nodes = _equivalent_nodes(node_list, config)
+        if unknown_nodes:
+            capacity_known = False
+            notes.append("Capacity, idle and unavailable are unknown: the GPU-equivalents of node(s) "
+                         f"{', '.join(unknown_nodes)} are unknown (a MIG profile of unknown share in their Gres; "
+                         "input.gpu_share_warnings names it).")
     cap_total_h: float | None = sum(nd.gpus for nd in node_list) * win.hours if capacity_known else None
     pricing = _pricing(config, win, cap_total_h, notes)
 
@@ -880,7 +921,7 @@ def _file_reasons(reasons: dict[tuple[int, float], str], raw: np.ndarray, start:
 def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, events_path: str | None = None,
            nodes_path: str | None = None, sreport_path: str | None = None, log_path: str | None = None,
            reasons_path: str | None = None, offline: bool = False, target: float | None = None,
-           period_inferred: bool = False) -> None:
+           period_inferred: bool = False, equivalents: np.ndarray | None = None) -> None:
     """Add the economics block, its tables and definitions to a built Report (from the store, or offline from
     the files given beside --input). `period_inferred`: the window came from the dump's rows, not from the user:
     an sreport file that does not say its own window cannot be taken to cover it."""
@@ -890,7 +931,7 @@ def attach(report: Any, table: pa.Table, config: SiteConfig, period: Period, *, 
                                                        log_path=log_path, reasons_path=reasons_path)
     else:
         source, refusal_source = sources.stored_sources(config, period)
-    attach_sums(report, row_sums(table, config, period, source), config, period, source, refusal_source,
+    attach_sums(report, row_sums(table, config, period, source, equivalents), config, period, source, refusal_source,
                 target=target, period_inferred=period_inferred)
 
 

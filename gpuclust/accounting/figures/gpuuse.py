@@ -59,7 +59,7 @@ def _ended_jobs(table: pa.Table, period: Period) -> pd.DataFrame:
             "alloc_tres", "nodelist", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
             "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "state", "exit_code", "exit_signal", "job_name",
             "gpu_type", "timelimit_s", "nnodes"]
-    present = [c for c in cols if c in table.column_names]
+    present = [c for c in [*cols, "gpu_equivalents"] if c in table.column_names]
     t = table.select(present)
     lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
     hi = pa.scalar(period.end, pa.timestamp("s", tz="UTC"))
@@ -92,11 +92,15 @@ def _cpus(alloc_tres: pd.Series) -> np.ndarray:
 
 
 def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: Path | None = None,
-            shares: Mapping[str, PartitionShare] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+            shares: Mapping[str, PartitionShare] | None = None, equivalents: np.ndarray | None = None
+            ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One row per job that ended in the period and holds GPUs, with its use figures; and the source info
     (info["findings"]: the waste detectors' findings over those jobs, figures/findings.py, with `shares` the
     partitions' shares per GPU). `store_root`: the store the rows came from, whose telemetry summaries
-    (storedtelemetry.for_report) give the jobs Prometheus no longer has their figures."""
+    (storedtelemetry.for_report) give the jobs Prometheus no longer has their figures. `equivalents`: each
+    table row's GPU-equivalents (figures.shares; None: whole GPUs): the allocated basis."""
+    if equivalents is not None:
+        table = table.append_column("gpu_equivalents", pa.array(equivalents, pa.float64()))
     jobs = _ended_jobs(table, period)
     jobs = jobs[pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0) > 0].reset_index(drop=True)
     tel = config.telemetry
@@ -167,6 +171,13 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
             if np.isnan(energy_j[i]) and got.energy_j is not None:
                 energy_j[i] = got.energy_j
             source[i] = "prometheus"
+    if "gpu_equivalents" in jobs.columns:
+        # Allocated in GPU-equivalents (an unknown share: none, as in the totals); the device-based use
+        # figures scaled alike, so that a job's utilisation stays what its devices showed.
+        eq = np.nan_to_num(jobs["gpu_equivalents"].to_numpy(dtype=float))
+        scale = np.where(gpus > 0, eq / np.where(gpus > 0, gpus, 1.0), 0.0)
+        alloc_s = eq * elapsed
+        covered, busy, held = covered * scale, busy * scale, held * scale
     clamped = hold_invariants(alloc_s, covered, busy, held)
     if clamped and info["prometheus"] is not None:
         info["prometheus"]["warnings"] += 1
@@ -387,10 +398,12 @@ class UseSums:
 
 
 def use_sums(table: pa.Table, config: SiteConfig, period: Period, *, keep_jobs: bool = True,
-             store_root: Path | None = None, shares: tuple[Mapping[str, PartitionShare], str] | None = None
-             ) -> UseSums:
-    """The use figures of the table's jobs; `shares`: findings.partition_shares' answer (None: none known)."""
-    jobs, info = job_use(table, config, period, store_root=store_root, shares=shares[0] if shares else None)
+             store_root: Path | None = None, shares: tuple[Mapping[str, PartitionShare], str] | None = None,
+             equivalents: np.ndarray | None = None) -> UseSums:
+    """The use figures of the table's jobs; `shares`: findings.partition_shares' answer (None: none known);
+    `equivalents`: each row's GPU-equivalents (None: whole GPUs)."""
+    jobs, info = job_use(table, config, period, store_root=store_root, shares=shares[0] if shares else None,
+                         equivalents=equivalents)
     histogram = {}
     for part, sub in jobs.groupby("partition", sort=True):
         known = sub["util_mean_pct"].dropna().clip(0, 100)

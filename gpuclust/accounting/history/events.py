@@ -27,6 +27,7 @@ from gpuclust.atomicfile import write_atomic
 from gpuclust.errors import GpuclustError, InputError, Problem, SlurmOutputError
 from gpuclust.slurm.client import SLURM_TIME_FORMAT, SlurmClient
 from gpuclust.slurm.parse import (
+    Gres,
     gpu_count,
     gpu_types,
     parse_scontrol_oneliners,
@@ -98,11 +99,12 @@ class Node:
     partitions: tuple[str, ...]
     gpus: int
     gpu_types: dict[str, int] = field(default_factory=dict)
+    gres: tuple[Gres, ...] = ()  # its configured Gres: its layout in GPU-equivalents (gpuclust.slurm.gpushare)
 
     @classmethod
     def of(cls, record: NodeRecord) -> Node:
         gpus, types = record.capacity_gpus()
-        return cls(record.name, record.partitions, gpus, types)
+        return cls(record.name, record.partitions, gpus, types, tuple(record.gres))
 
 
 def _iso(epoch: float) -> str:

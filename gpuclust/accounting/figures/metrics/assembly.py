@@ -173,13 +173,15 @@ def build_report(
     top: int = DEFAULT_TOP,
     input_info: dict[str, Any] | None = None,
     parallel_min_attempts: int = PARALLEL_MIN_ATTEMPTS,
+    equivalents: np.ndarray | None = None,
 ) -> Report:
     """The report of `table` over `period`. From `parallel_min_attempts` rows on, pricing, waits and top
-    failures run on a second thread."""
+    failures run on a second thread. `equivalents`: each row's GPU-equivalents (figures.shares; None: whole
+    GPUs)."""
     check_target(target)
     lo, hi = float(period.start_epoch), float(period.end_epoch)
     if table.num_rows < parallel_min_attempts:
-        att = attempts(table, config)
+        att = attempts(table, config, equivalents=equivalents)
         started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
         ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
         waits = wait_tables(att, started_p)
@@ -190,7 +192,7 @@ def build_report(
         # runs: the time columns, pricing and the top failures while this thread assigns the runs (the
         # memory-bound run assignment is quickest alone), then the waits while it sums the runs.
         with ThreadPoolExecutor(max_workers=1) as pool:
-            att = attempts(table, config, pool)
+            att = attempts(table, config, pool, equivalents)
             started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
             ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
             priced = pool.submit(att.price)
@@ -217,8 +219,21 @@ def build_report(
                              target=target, input_info=input_info)
     report.data["input"]["left_out"] = att.left_out
     add_unknown_gpus(report.data["input"],
-                     int(np.count_nonzero(att.gpus_unknown[ended_p])) if len(att.gpus_unknown) else 0)
+                     int(np.count_nonzero(att.gpus_unknown[ended_p] & ~att.share_unknown[ended_p]))
+                     if len(att.gpus_unknown) else 0)
+    if equivalents is not None:
+        add_unknown_shares(report.data["input"], int(np.count_nonzero(att.share_unknown[ended_p])))
     return report
+
+
+def add_unknown_shares(info: dict[str, Any], count: int) -> None:
+    """Name the `count` attempts of the period whose share of a GPU is unknown (figures.shares), if any."""
+    if count:
+        add_unknown(info, "GPU share", count,
+                    "GPU-hours and cost of attempts whose AllocTRES has a GPU share the input cannot give (an "
+                    "unknown MIG profile, shards without a known node layout, a node whose layout changed; "
+                    "input.gpu_share_warnings names each): totals gpu_hours, completed_run_gpu_hours and cost sum "
+                    "the other attempts; gpu_device_hours counts their devices")
 
 
 def add_unknown_gpus(info: dict[str, Any], count: int) -> None:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from gpuclust.accounting.ingest import fields
 from gpuclust.accounting.ingest.fast import sorting
 from gpuclust.config import SiteConfig
+from gpuclust.slurm import gpushare
 
 # ---- columns as codes and numbers ----------------------------------------------------------------------
 
@@ -163,6 +164,11 @@ class Attempts:
     # as 0 in gpu_hours/cost so that sums stay sums of what is known; counted and named wherever shown).
     gpus_unknown: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     pricing: Callable[[], None] | None = None  # while gpu_hours, cost and unpriced_gpu_hours are not computed
+    # GPU GRES devices x elapsed (a slice counts 1: glossary "device-hours"); gpu_hours itself where every GPU is
+    # whole
+    device_hours: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Attempts with an AllocTRES whose share of a GPU is unknown (figures.shares): part of gpus_unknown
+    share_unknown: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     left_out: dict[str, Any] = field(default_factory=dict)  # rows that are no attempt, counted by reason
 
     def price(self) -> None:
@@ -228,10 +234,12 @@ def left_out_counts(ran: np.ndarray, started: np.ndarray, ended: np.ndarray,
             "attempt_rows_gpus_unknown": gpus_unknown, "rows_total": left + counts["attempt"], "why": LEFT_OUT_WHY}
 
 
-def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | None = None) -> Attempts:
+def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | None = None,
+             equivalents: np.ndarray | None = None) -> Attempts:
     """The attempts of `table` (normalized schema; string columns plain or dictionary-encoded). With a
     `pool`, its thread takes the time columns meanwhile, and GPU-hours and cost are left to `Attempts.price`
-    (for that thread to compute while the runs are assigned, which needs neither)."""
+    (for that thread to compute while the runs are assigned, which needs neither). `equivalents`: each row's
+    GPU-equivalents (figures.shares; NaN: unknown); None: each row's GPUs are whole GPUs."""
     start_all = _numbers(table.column("start"))
     end_all = _numbers(table.column("end"))
     allocated = allocated_mask(table)
@@ -240,6 +248,11 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
     rows = np.flatnonzero(ran & started & ended)
     unknown_all = ~allocated  # (an attempt without AllocTRES: its GPUs are unknown)
     left_out = left_out_counts(ran, started, ended, int(np.count_nonzero(unknown_all[rows])))
+    share_unknown_all = np.zeros(len(allocated), dtype=bool)
+    if equivalents is not None:  # (a share the input cannot give: unknown as an AllocTRES missing, named apart)
+        share_unknown_all = np.isnan(equivalents) & allocated
+        unknown_all = unknown_all | share_unknown_all
+        equivalents = np.nan_to_num(equivalents)
     partition_all = coded(table.column("partition"))
     gtype_all = coded(table.column("gpu_type"))
 
@@ -250,7 +263,7 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
     def money(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """gpu_hours, cost (NaN = unpriced) and unpriced GPU-hours of the rows `at`."""
         gpu_hours = _numbers(table.column("elapsed_s"), 0.0, rows=at)
-        gpu_hours *= _numbers(table.column("gpus"), 0.0, rows=at)
+        gpu_hours *= _numbers(table.column("gpus"), 0.0, rows=at) if equivalents is None else equivalents[at]
         gpu_hours /= 3600.0
         pair = gtype_all.codes[at].astype(np.int64)
         pair *= prices.shape[1]
@@ -289,12 +302,28 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         gpus_unknown[merged[0]] = [execution_unknown[(int(job_base_all[r]), float(start_all[r]))]
                                    for r in lead_rows.tolist()]
 
+    def device_hours(at: np.ndarray) -> np.ndarray:
+        hours = _numbers(table.column("elapsed_s"), 0.0, rows=at)
+        hours *= _numbers(table.column("gpus"), 0.0, rows=at)
+        hours /= 3600.0
+        return hours
+
     def pricing() -> None:
         gpu_hours, cost, unpriced = money(rows)
         if merged is not None:
             at, hours_sum, cost_sum, unpriced_sum = merged
             gpu_hours[at], cost[at], unpriced[at] = hours_sum, cost_sum, unpriced_sum
         att.gpu_hours, att.cost, att.unpriced_gpu_hours = gpu_hours, cost, unpriced
+        if equivalents is None:  # (whole GPUs: the device-hours are the GPU-hours)
+            att.device_hours = gpu_hours
+            return
+        devices = device_hours(rows)
+        if merged is not None and len(het_rows):
+            zeros = np.zeros(len(het_rows))
+            _, (device_sum, _, _) = _merge_het(job_base_all[het_rows], het_offset_all[het_rows],
+                                               start_all[het_rows], device_hours(het_rows), zeros, zeros)
+            devices[merged[0]] = device_sum
+        att.device_hours = devices
 
     def ints(name: str, null: int) -> np.ndarray:
         return _ints(table.column(name), null, rows)
@@ -318,7 +347,7 @@ def attempts(table: pa.Table, config: SiteConfig, pool: ThreadPoolExecutor | Non
         start=start, end=end, gpu_hours=unset, cost=unset, unpriced_gpu_hours=unset,
         done=completed_state & (exit_ok | ~exit_known), het_lead=het_lead,
         coded_columns={"partition": partition_all, "gpu_type": gtype_all, "state": state}, pricing=pricing,
-        left_out=left_out, gpus_unknown=gpus_unknown,
+        left_out=left_out, gpus_unknown=gpus_unknown, share_unknown=share_unknown_all[rows],
     )
     if pool is None:
         att.price()
@@ -340,23 +369,49 @@ def price_table(
     unpriced = np.zeros(prices.shape, dtype=np.float64)
     for t, own_type in enumerate([*gpu_types, None]):
         mix = fields.gpu_mix(own_type)
+        if mix is not None:  # (slices in a mix weigh by their GPU-equivalents, whole GPUs by their count)
+            mix = {name: count * _share(config, None if name == fields.MIX_OTHER else name)
+                   for name, count in mix.items()}
         for p, part in enumerate(parts):
             if mix is None:
-                price = config.price_per_gpu_hour(own_type or config.partition_gpu_type(part), part)
+                price = card_price(config, own_type or config.partition_gpu_type(part), part)
                 prices[t, p] = np.nan if price is None else price
                 unpriced[t, p] = 1.0 if price is None else 0.0
                 continue
             total = sum(mix.values())
+            if not total:  # (every type of the mix a slice of unknown share)
+                unpriced[t, p] = 1.0
+                continue
             priced_cost, priced_share = 0.0, 0.0
             for name, count in mix.items():
                 kind = config.partition_gpu_type(part) if name == fields.MIX_OTHER else name
-                price = config.price_per_gpu_hour(kind, part)
+                price = card_price(config, kind, part)
                 if price is not None:
                     priced_cost += price * count / total
                     priced_share += count / total
             prices[t, p] = priced_cost if priced_share > 0 else np.nan
             unpriced[t, p] = 0.0 if priced_share >= 1 else 1.0 - priced_share
     return prices, unpriced
+
+
+def _share(config: SiteConfig, gpu_type: str | None) -> Any:
+    """A GPU type's share of one GPU (a whole GPU: the int 1, so whole-GPU weights stay integers; unknown: 0)."""
+    if gpu_type is None or not gpushare.is_mig_type(gpu_type, config.gpu_type_shares):
+        return 1
+    share, _ = gpushare.type_share(gpu_type, config.gpu_type_shares)
+    return 0 if share is None else float(share)
+
+
+def card_price(config: SiteConfig, gpu_type: str | None, partition: str | None) -> float | None:
+    """The price of one GPU-equivalent hour of `gpu_type` on `partition`: the configured price, or where the
+    type's price is per slice (`[gpu_type] price_unit = slice`), that price / the slice's share (so that
+    GPU-equivalent hours x it = device-hours x the slice price). None: unpriced (or a slice of unknown share)."""
+    price = config.price_per_gpu_hour(gpu_type, partition)
+    if price is None or not gpu_type or gpu_type not in config.gpu_type_prices \
+            or config.gpu_type_price_units.get(gpu_type) != "slice":
+        return price
+    share, _ = gpushare.type_share(gpu_type, config.gpu_type_shares)
+    return None if share is None else price / float(share)
 
 
 def _job_key(job_base: np.ndarray, array_task: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ DEFAULT_TOP = 20
 DEFINITIONS: dict[str, str] = catalog.definitions(catalog.REPORT)
 
 GROUP_COLUMNS = ("runs", "completed", "attempts", "retries", "gpu_hours", "completed_run_gpu_hours", "cost",
-                 "cost_per_completed_run", "unpriced_gpu_hours")
+                 "cost_per_completed_run", "unpriced_gpu_hours", "gpu_device_hours")
 WAIT_COLUMNS = ("jobs", "median_s", "p90_s", "max_s")
 NONE_LABEL = "(none)"
 PARALLEL_MIN_ATTEMPTS = 20_000  # rows; below this a second thread costs more than it saves

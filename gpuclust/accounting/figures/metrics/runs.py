@@ -146,6 +146,7 @@ class Runs:
     completed: np.ndarray
     completed_run_gpu_hours: np.ndarray
     end: np.ndarray
+    device_hours: np.ndarray  # gpu_device_hours: a slice counts as 1 device
 
     def __len__(self) -> int:
         return len(self.first)
@@ -161,6 +162,7 @@ def runs_of(att: Attempts, run: np.ndarray) -> Runs:
         first=single, last=single, attempts=np.ones(len(single), dtype=np.int64), gpu_hours=att.gpu_hours[single],
         cost=att.cost[single], unpriced_gpu_hours=att.unpriced_gpu_hours[single], completed=att.done[single],
         completed_run_gpu_hours=np.where(att.done[single], att.gpu_hours[single], 0.0), end=att.end[single],
+        device_hours=att.device_hours[single],
     )]
     shared = np.flatnonzero(~alone)
     if len(shared):
@@ -179,6 +181,7 @@ def runs_of(att: Attempts, run: np.ndarray) -> Runs:
             cost=np.where(any_priced, np.add.reduceat(np.where(priced, cost, 0.0), starts), np.nan),
             unpriced_gpu_hours=np.add.reduceat(att.unpriced_gpu_hours[order], starts), completed=completed,
             completed_run_gpu_hours=np.where(completed, att.gpu_hours[last], 0.0), end=att.end[last],
+            device_hours=np.add.reduceat(att.device_hours[order], starts),
         ))
     return Runs(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in Runs.__dataclass_fields__})
 
@@ -224,7 +227,8 @@ def _groups(codes: np.ndarray, names: Sequence[str]) -> tuple[list[str], np.ndar
 
 # The group table's figures report.json rounds (figures.catalog: their decimals).
 ROUNDED = tuple(f for f in catalog.figures(catalog.RUNS) if f.decimals is not None)
-SUM_FIELDS = ("runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "unpriced_gpu_hours", "cost", "priced")
+SUM_FIELDS = ("runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "unpriced_gpu_hours", "cost", "priced",
+              "gpu_device_hours")
 
 
 def run_sums(runs: Runs, ids: np.ndarray, k: int) -> dict[str, np.ndarray]:
@@ -233,7 +237,7 @@ def run_sums(runs: Runs, ids: np.ndarray, k: int) -> dict[str, np.ndarray]:
     weights = {
         "completed": runs.completed, "attempts": runs.attempts, "gpu_hours": runs.gpu_hours,
         "completed_run_gpu_hours": runs.completed_run_gpu_hours, "unpriced_gpu_hours": runs.unpriced_gpu_hours,
-        "cost": np.where(priced, runs.cost, 0.0), "priced": priced,
+        "cost": np.where(priced, runs.cost, 0.0), "priced": priced, "gpu_device_hours": runs.device_hours,
     }
     out: dict[str, np.ndarray] = {"runs": np.bincount(ids, minlength=k).astype(np.float64)}
     out.update({name: np.bincount(ids, weights=w, minlength=k) for name, w in weights.items()})
@@ -265,6 +269,7 @@ def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[
         "cost": cost[present],
         "cost_per_completed_run": per_run[present],
         "unpriced_gpu_hours": total["unpriced_gpu_hours"][present],
+        "gpu_device_hours": total["gpu_device_hours"][present],
     })
     for f in ROUNDED:
         out[f.name] = out[f.name].astype(float).round(f.decimals or 0)
@@ -276,7 +281,8 @@ def run_totals(runs: Runs) -> dict[str, Any]:
     buckets) before `finish_totals` rounds them."""
     sums = _raw_sums(runs)
     sums.update(runs=len(runs), attempts=int(runs.attempts.sum()),
-                unpriced_gpu_hours=float(runs.unpriced_gpu_hours.sum()))
+                unpriced_gpu_hours=float(runs.unpriced_gpu_hours.sum()),
+                gpu_device_hours=float(runs.device_hours.sum()))
     return sums
 
 
@@ -300,6 +306,7 @@ def finish_totals(sums: dict[str, Any]) -> dict[str, Any]:
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
         "unpriced_gpu_hours": round(sums["unpriced_gpu_hours"], 9),
+        "gpu_device_hours": round(sums["gpu_device_hours"], 9),
     }
 
 
