@@ -28,7 +28,7 @@ local POLICY = {
       first_byte = false, by_first = {} },
   },
   partitions = {
-    ["gpu"] = { name = "gpu", need_gpu = true, need_typed_gpu = true, need_wckey = false, max_gpus = 16, gpus_per_node = 4, max_time_s = 172800, max_time_str = "2-00:00:00", allowed_accounts = {["ml"] = true, ["ops"] = true, ["physics"] = true}, allowed_accounts_str = "physics, ml, ops", typed_limits = false, gpu_types = {["h100"] = true}, gpu_types_str = "h100", shard_units = 0.0, max_cpus_per_gpu = nil, max_mem_per_gpu = nil, allowed_qos = nil, allowed_qos_str = "" },
+    ["gpu"] = { name = "gpu", need_gpu = true, need_typed_gpu = true, need_wckey = false, max_gpus = 16, gpus_per_node = 4, max_time_s = 172800, max_time_str = "2-00:00:00", allowed_accounts = {["ml"] = true, ["ops"] = true, ["physics"] = true}, allowed_accounts_str = "physics, ml, ops", typed_limits = false, gpu_types = {["h100"] = true}, gpu_types_str = "h100", shard_units = 0.0, max_cpus_per_gpu = nil, max_mem_per_gpu = nil, allowed_qos = nil, allowed_qos_str = "", need_qos = false },
   },
   accounts = {
     ["ml"] = { name = "ml", allowed_partitions = {["gpu"] = true}, allowed_partitions_str = "gpu", max_gpus = 16, typed_limits = false },
@@ -977,8 +977,10 @@ local function evaluate(job)
         if rc then return rc, r, m end
       end
       if pr.allowed_qos then
+        -- neither --qos nor a default QOS seen here (default_qos is nil for an association without DefaultQOS):
+        -- slurmctld picks the job's QOS after this plugin, so such a job is judged only where the site asks (need_qos)
         local qos = nonempty(job.qos) or nonempty(job.default_qos)
-        if not (qos and pr.allowed_qos[qos]) then
+        if (qos or pr.need_qos) and not (qos and pr.allowed_qos[qos]) then
           local rc, r, m = reject(RC_ERROR, "partition_qos", sformat(
             "QOS %s may not be used in partition %s; use --qos with one of: %s", qos and shown(qos) or "(none)", pr.name,
             pr.allowed_qos_str))

@@ -90,7 +90,10 @@ PARTITION = SectionSpec(
         Key("max_cpus_per_gpu", v.parse_positive_int, "Policy: most CPUs a job may ask for per GPU (partition_cpus_per_gpu)."),
         Key("max_mem_per_gpu", v.parse_mem_mb, "Policy: most memory a job may ask for per GPU, as --mem writes it (64G, "
             "64000 in MB) (partition_mem_per_gpu)."),
-        Key("allowed_qos", v.parse_name_list, "Policy: jobs here must name (or default to) one of these QOS (partition_qos)."),
+        Key("allowed_qos", v.parse_name_list, "Policy: jobs here must name (or default to) one of these QOS (partition_qos); "
+            "a job with neither --qos nor a default QOS job_submit.lua sees is accepted (Slurm picks its QOS later)."),
+        Key("require_qos", v.parse_bool, "Policy: with allowed_qos, also refuse a job with neither --qos nor a default "
+            "QOS job_submit.lua sees (partition_qos).", default=False),
         # the topology the vendor announced; `accept report` compares it with what the jobs saw (check topology)
         Key("nics_per_node", v.parse_nonneg_int, "Announced: fabric NICs per node (those matching nic_names)."),
         Key("nic_speed_mbps", v.parse_positive_int, "Announced: speed of each fabric NIC in Mb/s (e.g. 200000 for HDR)."),
@@ -227,6 +230,7 @@ class PartitionConfig:
     max_cpus_per_gpu: int | None = None
     max_mem_per_gpu: int | None = None  # MB
     allowed_qos: tuple[str, ...] | None = None
+    require_qos: bool = PARTITION.default("require_qos")
     nics_per_node: int | None = None
     nic_speed_mbps: int | None = None
     nvlink: bool | None = None
@@ -470,6 +474,8 @@ def _cross_check(
                 unknown("account", account, accounts, part.line)
         if part.qos and part.qos not in qos:
             unknown("qos", part.qos, qos, part.line)
+        if part.require_qos and part.allowed_qos is None:
+            problems.append(Problem(path, part.line, f"[partition {part.name}] require_qos = yes needs allowed_qos"))
     for acct in accounts.values():
         for name in acct.allowed_partitions or ():
             if name not in partitions:

@@ -165,6 +165,7 @@ class PartitionRule:
     max_mem_per_gpu: int | None = None  # MB
     allowed_qos: frozenset[str] | None = None
     allowed_qos_str: str = ""
+    need_qos: bool = False  # partition_qos also refuses a job with neither --qos nor a default QOS seen
 
 
 @dataclass(frozen=True)
@@ -322,6 +323,7 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
             max_mem_per_gpu=p.max_mem_per_gpu,
             allowed_qos=frozenset(p.allowed_qos) if p.allowed_qos is not None else None,
             allowed_qos_str=", ".join(p.allowed_qos or ()),
+            need_qos=p.require_qos,
         )
     accounts = {}
     for name, a in config.accounts.items():

@@ -938,8 +938,10 @@ local function evaluate(job)
         if rc then return rc, r, m end
       end
       if pr.allowed_qos then
+        -- neither --qos nor a default QOS seen here (default_qos is nil for an association without DefaultQOS):
+        -- slurmctld picks the job's QOS after this plugin, so such a job is judged only where the site asks (need_qos)
         local qos = nonempty(job.qos) or nonempty(job.default_qos)
-        if not (qos and pr.allowed_qos[qos]) then
+        if (qos or pr.need_qos) and not (qos and pr.allowed_qos[qos]) then
           local rc, r, m = reject(RC_ERROR, "partition_qos", sformat(
             "QOS %s may not be used in partition %s; use --qos with one of: %s", qos and shown(qos) or "(none)", pr.name,
             pr.allowed_qos_str))

@@ -743,7 +743,7 @@ class Evaluator:
                     return v
             if pr.allowed_qos is not None:
                 qos = _nonempty(job.get("qos")) or _nonempty(job.get("default_qos"))
-                if not (qos and qos in pr.allowed_qos):
+                if (qos or pr.need_qos) and not (qos and qos in pr.allowed_qos):
                     v = fail(RC_ERROR, "partition_qos",
                              f"QOS {shown(qos) if qos else '(none)'} may not be used in partition {pr.name}; use "
                              f"--qos with one of: {pr.allowed_qos_str}")

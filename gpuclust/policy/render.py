@@ -107,7 +107,8 @@ def render_tables(policy: CompiledPolicy) -> str:
             f"typed_limits = {_bool(p.typed_limits)}, gpu_types = {_set(p.gpu_types)}, "
             f"gpu_types_str = {lua_string(p.gpu_types_str)}, shard_units = {_float(p.shard_units)}, "
             f"max_cpus_per_gpu = {_opt_num(p.max_cpus_per_gpu)}, max_mem_per_gpu = {_opt_num(p.max_mem_per_gpu)}, "
-            f"allowed_qos = {_set(p.allowed_qos)}, allowed_qos_str = {lua_string(p.allowed_qos_str)} }},"
+            f"allowed_qos = {_set(p.allowed_qos)}, allowed_qos_str = {lua_string(p.allowed_qos_str)}, "
+            f"need_qos = {_bool(p.need_qos)} }},"
         )
     lines.append("  },")
     lines.append("  accounts = {")

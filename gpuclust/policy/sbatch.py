@@ -589,9 +589,16 @@ def _apply(opts: _Opts, name: str, value: str | None, loc: str) -> None:
         opts.ints["shared"] = 1
 
 
+def _wrap64(x: int) -> int:
+    """x as a C long long after wrapping (two's complement)."""
+    return (x + 2**63) % 2**64 - 2**63
+
+
 def _str_to_mbytes(text: str) -> int | None:
-    """src/common/proc_args.c str_to_mbytes: strtoll, then nothing (MB), K (rounded up), M, G or T, each with an
-    optional B; None where sbatch says `Invalid --mem specification`."""
+    """src/common/proc_args.c str_to_mbytes (22.05; 24.11's refuses the same values, both measured on the lab by
+    tests/integration/test_policy_shares_lab.py): strtoll, then nothing (MB), K (rounded up), M, G or T, each with
+    an optional B (a bare B is refused); None where sbatch says `Invalid --mem specification`. The result is C's
+    uint64 cast of a long long that may have wrapped ((LLONG_MAX + 1023) / 1024, 2^53 G)."""
     m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
     if not m:
         return None
@@ -604,9 +611,13 @@ def _str_to_mbytes(text: str) -> int | None:
         return None
     unit = rest[0].lower()
     if unit == "k":
-        return (value + 1023) // 1024
+        x = _wrap64(value + 1023)
+        return (abs(x) // 1024 * (1 if x >= 0 else -1)) % 2**64  # C division truncates toward zero
     mult = {"m": 1, "g": 1024, "t": 1024 * 1024}.get(unit)
     return None if mult is None else (value * mult) % 2**64
+
+
+MEM_PER_CPU = 2**63  # slurm.h: the bit of pn_min_memory that makes it per CPU
 
 
 def profile(version: str) -> Profile:
@@ -761,11 +772,13 @@ def _build(opts: _Opts, gres_names: frozenset[str], table: OptionTable,
         job["cpus_per_tres"] = f"{pre}gpu:{ints['cpus_per_gpu']}"
     if "mem_per_gpu" in ints:
         job["mem_per_tres"] = f"{pre}gpu:{ints['mem_per_gpu']}"
-    # job_submit.lua reads pn_min_memory as min_mem_per_node / min_mem_per_cpu (nil when unset)
+    # job_submit.lua reads pn_min_memory as min_mem_per_node / min_mem_per_cpu (nil when unset): sbatch sends --mem
+    # as it is and --mem-per-cpu with MEM_PER_CPU set, so a --mem of 2^63 MB or more arrives per CPU (seen on 22.05 and 24.11)
     if "mem_per_node" in ints:
-        job["min_mem_per_node"] = ints["mem_per_node"]
+        mb = ints["mem_per_node"]
+        job["min_mem_per_cpu" if mb & MEM_PER_CPU else "min_mem_per_node"] = mb & ~MEM_PER_CPU
     if "mem_per_cpu" in ints:
-        job["min_mem_per_cpu"] = ints["mem_per_cpu"]
+        job["min_mem_per_cpu"] = ints["mem_per_cpu"] & ~MEM_PER_CPU
     job["tres_per_job"] = _xfmt_tres(opts.strings.get("gpus"), pre)
     per_node = _xfmt_tres(opts.strings.get("gpus-per-node"), pre)
     gres = opts.strings.get("gres")

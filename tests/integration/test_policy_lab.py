@@ -172,7 +172,7 @@ _FIELDS = ("account", "default_account", "default_qos", "user_name", "partition"
            "time_limit", "gres", "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "min_nodes",
            "max_nodes", "num_tasks", "min_cpus", "ntasks_per_node", "sockets_per_node", "ntasks_per_socket",
            "ntasks_per_tres", "shared")
-_WRAPPER = r"""
+_WRAPPER_TEMPLATE = r"""
 -- ===== test-only recording wrapper (tests/integration/test_policy_lab.py) =====
 local GPC_F = {@FIELDS@}
 local function gpc_q(v)
@@ -207,7 +207,15 @@ function slurm_job_modify(d, r, p, uid)
     .. ", " .. gpc_dump(d) .. ", " .. gpc_dump(r) .. "]")
   return rc
 end
-""".replace("@FIELDS@", ", ".join(f'"{f}"' for f in _FIELDS))
+"""
+
+
+def recording_wrapper(fields: tuple[str, ...]) -> str:
+    """The recording wrapper logging these job_desc / job_rec fields (appended before the policy's last return)."""
+    return _WRAPPER_TEMPLATE.replace("@FIELDS@", ", ".join(f'"{f}"' for f in fields))
+
+
+_WRAPPER = recording_wrapper(_FIELDS)
 
 _BASE = ["-A", "physics", "--comment", "team=physics project=x", "-t", "5"]
 # lab-site.conf: partition gpu needs typed GPUs, allows 8 per job, 4 per node; accounts physics/ml allow 8.

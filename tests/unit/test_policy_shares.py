@@ -150,9 +150,14 @@ def test_ratio_rules_and_qos_under_every_lua(version):
         (_job(partition="mig", qos="mig", tres_per_node="gres:gpu:1g.10gb:1", num_tasks=2), "partition_cpus_per_gpu",
          "job asks for 14 CPUs per GPU"),
         (_job(partition="mig", qos="mig", tres_per_node="gres:gpu:1g.10gb:1"), "ok", None),
-        # QOS per partition
-        (_job(partition="mig", tres_per_node="gres:gpu:1g.10gb:1"), "partition_qos",
-         "QOS (none) may not be used in partition mig; use --qos with one of: mig, normal"),
+        # QOS per partition; neither --qos nor a default QOS seen: Slurm picks the QOS later, judged only with
+        # require_qos (shared)
+        (_job(partition="mig", tres_per_node="gres:gpu:1g.10gb:1"), "ok", None),
+        (_job(partition="mig", qos="shared", tres_per_node="gres:gpu:1g.10gb:1"), "partition_qos",
+         "QOS shared may not be used in partition mig; use --qos with one of: mig, normal"),
+        (_job(partition="shared", tres_per_node="gres:shard:1"), "partition_qos",
+         "QOS (none) may not be used in partition shared; use --qos with one of: shared"),
+        (_job(partition="shared", default_qos="shared", tres_per_node="gres:shard:1"), "ok", None),
         (_job(partition="mig", default_qos="normal", tres_per_node="gres:gpu:1g.10gb:1"), "ok", None),
         (_job(partition="shared", qos="mig", tres_per_node="gres:shard:1"), "partition_qos", "QOS mig may not"),
         # a job without GPUs is not judged per GPU
@@ -167,7 +172,7 @@ def test_ratio_rules_and_qos_under_every_lua(version):
 
 def test_warn_mode_new_rules_warn_and_log():
     lua, py = _engines("5.4", WARN)
-    job = _job(partition="mig", tres_per_node="gres:gpu:1g.10gb:1", num_tasks=2)
+    job = _job(partition="mig", qos="other", tres_per_node="gres:gpu:1g.10gb:1", num_tasks=2)
     v = _same((lua, py), job)
     assert v.accepted and [w.rule for w in v.warnings] == ["partition_cpus_per_gpu", "partition_qos"]
     assert lua.submit(job).infos[0].startswith("gpuclust-policy-warn v1 op=submit rule=partition_cpus_per_gpu ")
@@ -187,6 +192,8 @@ def test_share_unit_and_config_errors():
         _policy(CONF + "mode.mig_profile = warn\n")
     with pytest.raises(ConfigError, match="gpu_share"):
         _policy(CONF.replace("gpu_share = 1/3", "gpu_share = 3/2"))
+    with pytest.raises(ConfigError, match=r"\[partition cpu\] require_qos = yes needs allowed_qos"):
+        _policy(CONF.replace("[partition cpu]\n", "[partition cpu]\nrequire_qos = yes\n"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -203,6 +210,11 @@ def test_share_unit_and_config_errors():
     (["--mem=1536K"], "min_mem_per_node", 2, 2),
     (["--mem=2GB"], "min_mem_per_node", 2048, 2048),
     (["--mem-per-cpu=4000"], "min_mem_per_cpu", 4000, 4000),
+    # C's wrapped long long, then sbatch's MEM_PER_CPU bit (seen on the 22.05 lab, test_policy_shares_lab.py)
+    (["--mem=8796093022208T"], "min_mem_per_cpu", 0, 0),
+    (["--mem=9223372036854775807K"], "min_mem_per_cpu", 9214364837600034817, 9214364837600034817),
+    (["--mem=18014398509481984G"], "min_mem_per_node", 0, 0),
+    (["--mem-per-cpu=8796093022208T"], "min_mem_per_cpu", 0, 0),
     (["--mem-per-gpu=10G", "--gpus=1"], "mem_per_tres", "gres:gpu:10240", "gres/gpu:10240"),
 ])
 def test_sbatch_fields(args, field, v2205, v2411):
@@ -211,7 +223,8 @@ def test_sbatch_fields(args, field, v2205, v2411):
         assert job[field] == want, (version, job)
 
 
-@pytest.mark.parametrize("arg", ["--mem=12X", "--mem=-1", "--mem=G", "--mem-per-cpu=1GX"])
+@pytest.mark.parametrize("arg", ["--mem=12X", "--mem=-1", "--mem=G", "--mem-per-cpu=1GX", "--mem=1B", "--mem=0B",
+                                 "--mem=1GiB", "--mem=1.5G", "--mem=9223372036854775808"])
 def test_sbatch_bad_memory(arg):
     with pytest.raises(SbatchRefusal, match=r"Invalid --mem(-per-cpu)? specification"):
         job_desc_from_options(["--wrap=true", arg])
@@ -268,7 +281,7 @@ random_job = st.fixed_dictionaries({
 SEEN: set[str] = set()
 
 
-@settings(max_examples=100, deadline=None, database=None,
+@settings(max_examples=30, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(jobs=st.lists(random_job, min_size=10, max_size=10))
 @pytest.mark.parametrize("version", sorted(RUNTIMES))
