@@ -37,6 +37,7 @@ REFUSED = {  # each one over a GPU limit of lab-site.conf, so its line carries a
     "10 gpus by task": ["-A", "physics", "--gpus-per-task=h100:1", "-n", "10", "--comment", "team=physics project=x",
                         "-t", "5"],
 }
+ACCEPTED = ["-A", "ml", "--gres=gpu:h100:1", *LABEL]  # the policy accepts it: only REFUSED are counted
 # Logged at the first submit: the interpreter, and math.type of a job_desc number (nil before Lua 5.3).
 _PROBE = r"""
 local gpc_probe_submit, gpc_probed = slurm_job_submit, false
@@ -77,7 +78,7 @@ def test_refusal_lines_are_integers_and_the_report_counts_them(slurm_lab, tmp_pa
         deadline = time.monotonic() + 60
         while "GPCPROBE" not in _read_since(log, offset):
             assert time.monotonic() < deadline, "the probed policy never took effect"
-            cp = run_cmd(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "-A", "root", "--wrap", "true"],
+            cp = run_cmd(["sbatch", "--parsable", "--hold", "-o", "/dev/null", *ACCEPTED, "--wrap", "true"],
                          check=False)
             if cp.returncode == 0:
                 run_cmd(["scancel", cp.stdout.strip().split(";")[0]], check=False)
@@ -90,7 +91,7 @@ def test_refusal_lines_are_integers_and_the_report_counts_them(slurm_lab, tmp_pa
         for row, args in REFUSED.items():
             cp = run_cmd(["sbatch", "-o", "/dev/null", *args, "--wrap", "true"], check=False)
             assert cp.returncode == 1 and "gpuclust policy [" in cp.stderr, (row, cp.stderr)
-        job = submit(["-o", "/dev/null", "-A", "ml", "--gres=gpu:h100:1", *LABEL, "--wrap", "true"])
+        job = submit(["-o", "/dev/null", *ACCEPTED, "--wrap", "true"])
         assert wait_job_done(job) == "COMPLETED"
     finally:
         run_cmd([str(SLURM_LAB), "--name", slurm_lab.name, "policy", "default"], timeout=60)

@@ -72,7 +72,7 @@ def test_lua_rebuild_roots_are_named_apart_and_only_where_built(lab: ModuleType)
     with pytest.raises(lab.UsageError, match="24.11 with Lua 5.4"):
         lab.check_lua_arg("26.05", "5.4")
     pkgs = lab.root_packages("trixie", "5.4")
-    assert "lua5.4" in pkgs and "lua5.4" not in lab.root_packages("trixie")
+    assert {"lua5.4", "liblua5.4-0"} <= set(pkgs) and "lua5.4" not in lab.root_packages("trixie")
     # the build's configure runs out of tree like dh's, so Debian's own plugin is reproduced byte for byte
     assert "--sysconfdir=/etc/slurm" in lab.LUA_BUILD_CONFIGURE and ".text" in lab.LUA_BUILD_SECTIONS
 
