@@ -3,7 +3,8 @@
 `slurm_lab` (session): runs `slurm-lab --name $GPUCLUST_LAB_NAME up` (default name gpuclust), loads
 `slurm-lab env --json` and exports its "env" block (PATH with the lab's client wrappers first when it runs a
 non-host Slurm version, SLURM_CONF, SLURM_LAB_*) into os.environ for the session, so every Slurm command a test
-or gpuclust runs is the lab's version.  GPUCLUST_LAB_SLURM=24.11 brings a new lab up on that version.
+or gpuclust runs is the lab's version.  GPUCLUST_LAB_SLURM=24.11 brings a new lab up on that version
+(GPUCLUST_LAB_LUA=5.4 with it: job_submit/lua rebuilt against Lua 5.4).
 If the lab cannot start: pytest.fail under CI=true, else pytest.skip with the reason.
 The lab is left running afterwards (set GPUCLUST_LAB_DOWN_AFTER=1 to stop it at session end).
 """
@@ -72,8 +73,10 @@ def slurm_lab() -> Iterator[SlurmLab]:
         # GPUCLUST_LAB_SLURM (set by scripts/test --slurm V) names the version a new lab must run; an existing
         # lab keeps its own (slurm-lab refuses a different one)
         version = os.environ.get("GPUCLUST_LAB_SLURM")
+        lua = os.environ.get("GPUCLUST_LAB_LUA")  # scripts/test --slurm V --lua 5.4: job_submit/lua rebuilt on it
         cp = subprocess.run(
-            [str(SLURM_LAB), "--name", name, "up", *(["--slurm", version] if version else [])],
+            [str(SLURM_LAB), "--name", name, "up", *(["--slurm", version] if version else []),
+             *(["--lua", lua] if lua else [])],
             capture_output=True,
             text=True,
             timeout=600,

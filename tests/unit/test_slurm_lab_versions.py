@@ -61,3 +61,23 @@ def test_minimal_binds_drop_nested_paths(lab: ModuleType, tmp_path: Path) -> Non
     (tmp_path / "repo" / ".venv").mkdir(parents=True)
     got = lab.minimal_binds([str(tmp_path / "repo" / ".venv"), str(tmp_path / "repo"), str(tmp_path / "repo")])
     assert got == [str(tmp_path / "repo")]
+
+
+def test_lua_rebuild_roots_are_named_apart_and_only_where_built(lab: ModuleType) -> None:
+    assert lab.root_name("24.11") == "24.11" and lab.root_name("24.11", "5.1") == "24.11"
+    assert lab.root_name("24.11", "5.4") == "24.11-lua5.4"
+    assert lab.root_path("24.11", "5.4").name == "24.11-lua5.4"
+    lab.check_lua_arg("24.11", "5.4")
+    lab.check_lua_arg("22.05", "5.1")
+    with pytest.raises(lab.UsageError, match="24.11 with Lua 5.4"):
+        lab.check_lua_arg("26.05", "5.4")
+    pkgs = lab.root_packages("trixie", "5.4")
+    assert {"lua5.4", "liblua5.4-0"} <= set(pkgs) and "lua5.4" not in lab.root_packages("trixie")
+    # the build's configure runs out of tree like dh's, so Debian's own plugin is reproduced byte for byte
+    assert "--sysconfdir=/etc/slurm" in lab.LUA_BUILD_CONFIGURE and ".text" in lab.LUA_BUILD_SECTIONS
+
+
+def test_unbuilt_lua_exits_2_naming_the_builds() -> None:
+    cp = subprocess.run([sys.executable, str(SCRIPT), "up", "--name", "nolab", "--slurm", "26.05", "--lua", "5.4"],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "24.11 with Lua 5.4" in cp.stderr, cp.stderr
