@@ -74,7 +74,9 @@ def test_busy_mig_slice_is_never_held_idle_and_an_idle_one_is(slurm_lab, prometh
     assert b["telemetry"] == "prometheus" and float(b["util_mean_pct"]) >= 80, b
     assert float(b["held_idle_gpu_hours"]) == 0, b  # DCGM_FI_DEV_GPU_UTIL read 0 all along
     assert i["telemetry"] == "prometheus" and float(i["util_mean_pct"]) < 10, i
-    assert float(i["held_idle_gpu_hours"]) * 3600 >= RUN_S - 8, i  # held idle
+    # held idle, in GPU-equivalent hours (the glossary's allocated unit): a 3g.40gb slice is 3/7 of its card
+    assert float(i["held_idle_gpu_hours"]) * 3600 >= (RUN_S - 8) * 3 / 7, i
+    assert float(i["held_idle_gpu_hours"]) <= float(i["allocated_gpu_hours"]) * (1 + 1e-9), i
     assert side["telemetry"] == "" and side["held_idle_gpu_hours"] == "" and side["covered_gpu_hours"] == "", side
     doc = json.loads((out / "report.json").read_text())
     warnings = doc["gpu_use"]["prometheus"]["warning_list"]

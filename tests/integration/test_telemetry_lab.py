@@ -134,29 +134,42 @@ def _sacct_dump(job_ids: list[str], path: str) -> None:
         f.write(cp.stdout)
 
 
-def _hand_figures(base: str, job: str) -> tuple[float, float]:
+def _hand_figures(base: str, job: str, step: float = 1.0, gap_factor: float = 3.0) -> tuple[float, float]:
     """(mean utilisation over the job's GPUs, held-idle GPU-seconds) from the job's raw 1 s points in [Start, End),
-    by telemetry.py's documented rule: a point holds its value until the next one, the first back to Start and
-    the last until End; the mean is per GPU, then over GPUs; held-idle = runs under 10 % that hold >= 10 s."""
+    by telemetry.py's documented rule (its module docstring, "Held durations and coverage"), written out again
+    here: with G = gap_factor x step, a point holds its value until the next one when that is at most G away,
+    else one step and the time after it has no data; the first point holds back to Start only when it came at
+    most G after it (on a loaded machine the first scrape can come later: that time is not covered); the last
+    holds until End under the same bound. The mean is busy / covered summed over the GPUs; held-idle = runs
+    under 10 % that hold >= 10 s, a run ending where the data does."""
     row = run_cmd(["sacct", "-a", "-X", "-n", "-P", "-j", job, "-o", "Start,End"]).stdout.split()[0]
     start, end = (time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%S")) for t in row.split("|"))
     data = _api(base, "/api/v1/query_range", query=f'DCGM_FI_DEV_GPU_UTIL{{hpc_job="{job}"}}',
                 start=f"{start:.0f}", end=f"{end - 1:.0f}", step="1")
-    means, held = [], 0.0
+    gap = gap_factor * step
+    integral = covered = held = 0.0
     for series in data["result"]:
         points = [(float(t), float(v)) for t, v in series["values"]]
-        times = [start] + [t for t, _ in points[1:]] + [end]
-        held_for = [b - a for a, b in zip(times, times[1:], strict=False)]
-        means.append(sum(v * d for (_, v), d in zip(points, held_for, strict=True)) / (end - start))
         run = 0.0
-        for (_, v), d in [*zip(points, held_for, strict=True), ((0, 100.0), 0.0)]:
+        for k, (t, v) in enumerate(points):
+            following = (points[k + 1][0] if k + 1 < len(points) else end) - t
+            pause = following > gap
+            held_for = min(step, following) if pause else following
+            if k == 0 and t - start <= gap:
+                held_for += t - start
+            integral += v * held_for
+            covered += held_for
             if v < 10:
-                run += d
-                continue
-            held += run if run >= 10 else 0
-            run = 0.0
-    assert means, f"no samples of job {job}"
-    return sum(means) / len(means), held
+                run += held_for
+            else:
+                held += run if run >= 10 else 0
+                run = 0.0
+            if pause:
+                held += run if run >= 10 else 0
+                run = 0.0
+        held += run if run >= 10 else 0
+    assert covered > 0, f"no samples of job {job}"
+    return integral / covered, held
 
 
 def test_report_busy_and_held_idle_from_prometheus_match_the_jobs_we_ran(slurm_lab, prometheus, tmp_path):
