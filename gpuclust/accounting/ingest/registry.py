@@ -403,12 +403,13 @@ FIELDS: tuple[SacctField, ...] = (
     ),
     # The submit line (issue 47: `policy replay`): sbatch/salloc/srun's argv joined by spaces, as sacct has printed
     # it since Slurm 21.08 (sacct.c's SubmitLine; every release the fetch supports); the JSON of data_parser
-    # v0.0.39 on has `submit_line`, 22.05's dbv0.0.38 none ("" there). Mostly distinct values: read as text. Free
-    # text (a `|` of a --wrap or a job name), placed between two fields with a parser in both orders (in the plain
+    # v0.0.39 on has `submit_line`, 22.05's dbv0.0.38 none ("" there). Read dictionary-encoded, as the other free
+    # text is (the direct reader's "text" read does not place a repaired record's fields as the reference does).
+    # Free text (a `|` of a --wrap or a job name), placed between two fields with a parser in both orders (in the plain
     # order after Elapsed, before AllocTRES, so a `|` in it cannot be taken for one of Comment's, nor the reverse).
     # Optional and null where a dump or store day lacks it (unknown, not "no line"); fetched before AllocTRES.
     SacctField("SubmitLine", 16, at("submit_line"), copy=Column("submit_line", pa.string()), required=False,
-               free_text=True, absent=None, direct="text"),
+               free_text=True, absent=None, dictionary=True),
     SacctField(
         "AllocTRES", 17, at("tres.allocated", sj.tres_text), copy=Column("alloc_tres", pa.string(), 27),
         parsed=(Column("gpus", pa.int64(), 28), Column("gpu_type", pa.string(), 29),
