@@ -216,6 +216,59 @@ def _sbatch_quiet(args: list[str], version: str) -> bool:
     return any(name == table.key.get("quiet") for name, _, _ in parsed.options)
 
 
+@group.command("replay")
+@click.option("--since", "since", required=True,
+              help="Replay the jobs submitted from then on: 30d, 12h, 2026-11-01, 2026-11-01T08:00 (site time zone).")
+@click.option("--until", "until", default=None, help="Up to then (exclusive), same forms (default: now).")
+@click.option("--config", "new_config", type=HintPath(exists=True, dir_okay=False),
+              help="A second site config (the new policy) to replay beside the current one: lists the jobs whose "
+                   "verdict would change.")
+@click.option("--slurm-version", "slurm_version", default=None,
+              help="Read the submit lines as this Slurm release's sbatch does (default: env GPUCLUST_SLURM_VERSION, "
+                   "else the local `sbatch --version`, else 22.05).")
+@click.option("--gres-types", "gres_types", default=None,
+              help="GRES names the cluster defines, comma-separated (default: GresTypes from scontrol when "
+                   "SLURM_CONF is set, else gpu).")
+@click.option("--limit", "limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Changed verdicts listed in the table (--json lists all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the replay as JSON.")
+@pass_app
+def replay_cmd(app: AppContext, since: str, until: str | None, new_config: str | None, slurm_version: str | None,
+               gres_types: str | None, limit: int, as_json: bool) -> None:
+    """Run the stored jobs' requests through the submit policy, as `policy check` decides one: what this config
+    (and, with --config NEW, the new one) would have refused, per rule, account and user, in jobs and allocated
+    GPU-hours; which jobs would change verdict; and what could not be replayed, and why.
+
+    \b
+    Reads the accounting store `report fetch` writes (jobs submitted in --since..--until). Each request comes from
+    its submit line (sacct SubmitLine) over its recorded fields, or from the fields alone where there is no line
+    (a day stored before SubmitLine was fetched) or no reading of it agrees with the record; an array is replayed
+    once. Exit 0 when the config replayed (NEW with --config) refuses none of the jobs, 1 when it refuses some,
+    2 on bad input (a config error names its file, line and key).
+    """
+    from gpuclust.accounting import stored_requests
+    from gpuclust.accounting.ingest.period import resolve_period
+    from gpuclust.config import load_config
+    from gpuclust.policy.replay import render_table, replay
+
+    period = resolve_period(since, until, None, app.config.timezone)
+    assert period is not None  # (--since is required)
+    evaluators = {"current": Evaluator(compile_policy(app.config))}
+    if new_config:
+        evaluators["new"] = Evaluator(compile_policy(load_config(new_config)))
+    version = slurm_version or os.environ.get("GPUCLUST_SLURM_VERSION") or _detect_version(app)
+    names = frozenset(n.strip() for n in gres_types.split(",") if n.strip()) if gres_types else _detect_gres(app)
+    table = stored_requests(app.config, period.start, period.end)
+    result = replay(table, evaluators, since=period.start.isoformat(), until=period.end.isoformat(),
+                    version=table_for(version), gres_names=names)
+    if as_json:
+        echo_json(result.as_dict())
+    else:
+        click.echo(render_table(result, limit), nl=False)
+    final = result.configs["new" if new_config else "current"]
+    raise SystemExit(EXIT_NEGATIVE if final.refused.submissions else EXIT_OK)
+
+
 @group.group("quotas")
 def quotas() -> None:
     """GPU quotas as QOS and association limits in slurmdbd (sacctmgr)."""

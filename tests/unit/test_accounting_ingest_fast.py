@@ -36,7 +36,7 @@ from tests.unit.test_accounting_perf_equivalence import ROW, _bench, _mutate, du
 D = FETCH_DELIMITER.encode()
 # String columns the direct reader dictionary-encodes (the others keep exactly their SCHEMA type).
 DICT_COLUMNS = {"job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",
-                "state_raw", "alloc_tres", "gpu_type", "reason"}
+                "state_raw", "alloc_tres", "gpu_type", "reason", "req_tres", "submit_line"}
 
 
 @contextlib.contextmanager

@@ -49,9 +49,10 @@ def test_fetch_asks_for_reason_once():
     # a fixed-format field last (Timelimit, issue 43; NNodes before it), so a free-text value cannot end a record
     assert "Reason" in FETCH_FIELDS and FETCH_FIELDS[0] == "JobID" and FETCH_FIELDS[-2:] == ("NNodes", "Timelimit")
     header = (DATA / "22.05" / "lab-parsable.txt").read_bytes().split(b"\n", 1)[0]
-    # recorded with this very list, before the step usage fields (issue 26) and Timelimit (issue 43) joined it
-    assert header.decode().split(FETCH_DELIMITER) == [f for f in FETCH_FIELDS
-                                                      if f not in REGISTRY.step_usage and f != "Timelimit"]
+    # recorded with this very list, before the step usage fields (issue 26), Timelimit (issue 43), SubmitLine and
+    # ReqTRES (issue 47) joined it
+    assert header.decode().split(FETCH_DELIMITER) == [f for f in FETCH_FIELDS if f not in REGISTRY.step_usage
+                                                      and f not in ("Timelimit", "SubmitLine", "ReqTRES")]
 
 
 @pytest.mark.parametrize("fast", [True, False])

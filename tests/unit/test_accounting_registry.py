@@ -45,15 +45,17 @@ def _dump(rows: list[dict[str, str]], fields: tuple[str, ...], delimiter: str) -
 def test_default_registry_gives_the_documented_lists() -> None:
     # Timelimit (issue 43): fetched last, after NNodes (a fixed format either way)
     assert schema.FETCH_FIELDS[0] == "JobID" and schema.FETCH_FIELDS[-2:] == ("NNodes", "Timelimit")
-    assert schema.FREE_TEXT_FIELDS == ("JobName", "Reason", "Comment")  # Reason: issue 16 (was a second sacct)
-    assert schema.OPTIONAL_FIELDS == ("Reason", *usage.USAGE_FIELDS, "Timelimit", "WCKey", "Comment")
+    # Reason: issue 16 (was a second sacct); SubmitLine: issue 47 (policy replay)
+    assert schema.FREE_TEXT_FIELDS == ("JobName", "Reason", "SubmitLine", "Comment")
+    assert schema.OPTIONAL_FIELDS == ("Reason", "SubmitLine", *usage.USAGE_FIELDS, "Timelimit", "ReqTRES", "WCKey",
+                                      "Comment")
     assert schema.SCHEMA.names[:3] == ["line", "job_id", "job_id_raw"]
     placed = [name for name in schema.SCHEMA.names if name not in dict(usage.COLUMNS)]
-    assert placed[-4:] == ["gpus", "gpu_type", "mem_mb", "timelimit_s"]
+    assert placed[-6:] == ["gpus", "gpu_type", "mem_mb", "submit_line", "timelimit_s", "req_tres"]
     # Usage TRES (issue 26): read on step rows, rolled up to the job's columns, never stored as text; a field
-    # added since (Timelimit, issue 43) stays last.
-    assert schema.SCHEMA.names[-len(usage.COLUMNS) - 1:-1] == [name for name, _ in usage.COLUMNS]
-    assert schema.SCHEMA.names[-1] == "timelimit_s"
+    # added since (Timelimit, issue 43; SubmitLine and ReqTRES, issue 47, in registry order) stays after them.
+    assert schema.SCHEMA.names[-len(usage.COLUMNS) - 3:-3] == [name for name, _ in usage.COLUMNS]
+    assert schema.SCHEMA.names[-3:] == ["submit_line", "timelimit_s", "req_tres"]
     assert r.REGISTRY.step_usage == usage.USAGE_FIELDS
     assert not set(usage.TEXT_COLUMNS) & set(schema.SCHEMA.names)
 

@@ -94,6 +94,11 @@ def _without_unrecorded_reason(text: list[dict], js: list[dict]) -> None:
     if all(r["timelimit_s"] is None for r in text):
         for r in (*text, *js):
             r.pop("timelimit_s")
+    # And SubmitLine, ReqTRES (issue 47): text recorded before they were fetched has them null.
+    for name in ("submit_line", "req_tres"):
+        if all(r[name] is None for r in text):
+            for r in (*text, *js):
+                r.pop(name)
 
 
 def _figures(version: str) -> dict:

@@ -105,9 +105,9 @@ class StoreDamaged(StoreError):
 
 # Version of the layout and of the day files' columns. 1: `snapshots/<id>/day=…` (no cluster level, no version
 # key); 2: `cluster=<name>/day=…`, the schema file, the version key in every day file; 3: the column timelimit_s
-# (sacct's Timelimit). A day file's columns are those of version 1 plus, possibly, columns added since (read as
+# (sacct's Timelimit); 4: the columns submit_line and req_tres (SubmitLine, ReqTRES: `policy replay`). A day file's columns are those of version 1 plus, possibly, columns added since (read as
 # null where missing: STORE_SCHEMA).
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 # The columns no day file may lack, in any version: an execution's identity and latest state, what its runs are
 # matched on, and its allocated GPU-hours. Without one a day would give other figures, silently: it is refused.
 # Any other STORE_SCHEMA column a day lacks (written before the column existed: reason, the usage columns) reads
@@ -323,6 +323,8 @@ MEANINGS = {
     "job_base": "the number before _ or + of JobID (array master, het leader)",
     "het_offset": "het component (123+1 -> 1); null if none: the components of one het job are one attempt",
     "account": "Account", "partition": "Partition",
+    "submit_line": "SubmitLine: the submitting command's argv joined by spaces (its quoting lost); null: not fetched",
+    "req_tres": "ReqTRES: the TRES the job asked for (cpu, mem, node, gres/gpu...); null: not fetched",
     "start": "Start (UTC); null: never started (pending)",
     "end": "End (UTC); null: still running when fetched",
     "elapsed_s": "Elapsed in seconds",

@@ -34,8 +34,9 @@ from gpuclust.accounting.history import store
 from gpuclust.accounting.ingest.schema import STORE_SCHEMA
 
 # Columns no figure of the report reads (metrics, economics, trend): not in the table. (fetched_at and window
-# order the executions for latest_state: the first pass reads them.)
-UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "fetched_at", "window"})
+# order the executions for latest_state: the first pass reads them; submit_line and req_tres are `policy
+# replay`'s: load_columns.)
+UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "fetched_at", "window", "submit_line", "req_tres"})
 # Strings that repeat from row to row: read as dictionary codes (a few bytes a row, not the text).
 # (JobID is nearly unique per row: a dictionary would not save anything there.)
 DICTIONARY_COLUMNS = ("job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",
@@ -224,9 +225,19 @@ def stored_rows(files: list[Path]) -> int:
     return sum(day_rows(path) for path in files)
 
 
-def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Path | None = None) -> pa.Table:
+def load_columns(root: Path, days: list[date], columns: list[str], cluster: str | None = None, *,
+                 dictionary: tuple[str, ...] = DICTIONARY_COLUMNS) -> pa.Table:
+    """`columns` of the rows load_for_report gives (same rows, same order, the same day-by-day read), the
+    `dictionary` ones among them dictionary-encoded: for a reader of a few columns (`policy replay`)."""
+    with store.reading(root):
+        return _load_for_report(root, days, cluster, None, columns, dictionary)
+
+
+def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Path | None = None,
+                     columns: list[str] | None = None,
+                     dictionary: tuple[str, ...] = DICTIONARY_COLUMNS) -> pa.Table:
     files = day_files(root, days, cluster, snap)
-    columns = report_columns()
+    columns = report_columns() if columns is None else columns
     if not files:
         return STORE_SCHEMA.empty_table().select(columns)
 
@@ -236,7 +247,7 @@ def _load_for_report(root: Path, days: list[date], cluster: str | None, snap: Pa
     del keys
 
     types = {name: STORE_SCHEMA.field(name).type for name in columns}
-    encoders = {name: SharedDictionary(rows) for name in DICTIONARY_COLUMNS if name in columns}
+    encoders = {name: SharedDictionary(rows) for name in dictionary if name in columns}
     fixed = {name: FixedWidthColumn(types[name], rows) for name in columns
              if name not in encoders and FixedWidthColumn.fits(types[name])}
     other: dict[str, list[pa.Array]] = {name: [] for name in columns if name not in encoders and name not in fixed}
@@ -303,3 +314,26 @@ def store_warnings(root: Path, cluster: str | None) -> list[str]:
 
 def exit_codes_known(table: pa.Table) -> bool:
     return bool(pc.all(table.column("exit_code_known")).as_py()) if table.num_rows else True
+
+
+# What `policy replay` reads of each stored execution: who, the request (submit line, its fields), its allocation
+# and how long it held it (gpuclust.accounting.stored_requests).
+REQUEST_COLUMNS = ("job_id", "job_id_raw", "job_base", "array_task", "het_offset", "job_name", "user", "account",
+                   "partition", "qos", "wckey", "comment", "state", "submit", "elapsed_s", "nnodes", "alloc_tres",
+                   "timelimit_s", "submit_line", "req_tres")
+REQUEST_DICTIONARY = ("user", "account", "partition", "qos", "wckey", "comment", "state", "alloc_tres", "req_tres")
+
+
+def requests_submitted(root: Path, since: Any, until: Any, cluster: str | None = None) -> pa.Table:
+    """REQUEST_COLUMNS of the stored executions (latest state, as load_for_report keeps them) of the jobs
+    submitted in since..until (aware datetimes), read from the UTC days of the period. A day stored before
+    submit_line or req_tres existed reads them as null."""
+    from gpuclust.accounting.ingest.period import Period
+
+    period = Period(since, until)
+    table = load_columns(root, period.utc_days(), list(REQUEST_COLUMNS), cluster, dictionary=REQUEST_DICTIONARY)
+    if table.num_rows == 0:
+        return table
+    submit = pc.cast(table.column("submit"), pa.int64())
+    inside = pc.and_(pc.greater_equal(submit, int(period.start_epoch)), pc.less(submit, int(period.end_epoch)))
+    return table.filter(pc.fill_null(inside, False))

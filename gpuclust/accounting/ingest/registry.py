@@ -386,7 +386,7 @@ FIELDS: tuple[SacctField, ...] = (
     # between ExitCode and Submit, both parsed; in the fetch order after AllocTRES (parsed) and before
     # NodeList and NNodes (parsed), never last (a newline at its end would look like a blank line).
     # Absent from older dumps and stores: null there (unknown), never "".
-    SacctField("Reason", 17, at("state.reason"), copy=Column("reason", pa.string(), 17), required=False,
+    SacctField("Reason", 18, at("state.reason"), copy=Column("reason", pa.string(), 17), required=False,
                free_text=True, dictionary=True, absent=None),
     _time("Submit", "submit", 11, 21, "time.submission", without="hold; queue wait where Eligible is missing too"),
     _time("Eligible", "eligible", 12, 22, "time.eligible", like="Submit",
@@ -401,8 +401,17 @@ FIELDS: tuple[SacctField, ...] = (
         parse=f.parse_elapsed, vparse=_one("elapsed_s", f.v_elapsed), dictionary=True, direct="fixed",
         fixed=FixedRead(swar.fixed_clock, 8), without="derived from End - Start",
     ),
+    # The submit line (issue 47: `policy replay`): sbatch/salloc/srun's argv joined by spaces, as sacct has printed
+    # it since Slurm 21.08 (sacct.c's SubmitLine; every release the fetch supports); the JSON of data_parser
+    # v0.0.39 on has `submit_line`, 22.05's dbv0.0.38 none ("" there). Read dictionary-encoded, as the other free
+    # text is (the direct reader's "text" read does not place a repaired record's fields as the reference does).
+    # Free text (a `|` of a --wrap or a job name), placed between two fields with a parser in both orders (in the plain
+    # order after Elapsed, before AllocTRES, so a `|` in it cannot be taken for one of Comment's, nor the reverse).
+    # Optional and null where a dump or store day lacks it (unknown, not "no line"); fetched before AllocTRES.
+    SacctField("SubmitLine", 16, at("submit_line"), copy=Column("submit_line", pa.string()), required=False,
+               free_text=True, absent=None, dictionary=True),
     SacctField(
-        "AllocTRES", 16, at("tres.allocated", sj.tres_text), copy=Column("alloc_tres", pa.string(), 27),
+        "AllocTRES", 17, at("tres.allocated", sj.tres_text), copy=Column("alloc_tres", pa.string(), 27),
         parsed=(Column("gpus", pa.int64(), 28), Column("gpu_type", pa.string(), 29),
                 Column("mem_mb", pa.float64(), 30)),
         parse=f.parse_alloc_tres, vparse=_alloc_tres, dictionary=True,
@@ -410,20 +419,24 @@ FIELDS: tuple[SacctField, ...] = (
     ),
     # Usage TRES, on step rows (the allocation row's are empty): rolled up to the job (accounting.usage).
     # Not in the JSON job object: the JSON reader makes step rows of jobs[].steps (sacct_json.step_records).
-    *(SacctField(name, 19 + i, lambda a, job: "", copy=Column(column, pa.string()), required=False,
+    *(SacctField(name, 21 + i, lambda a, job: "", copy=Column(column, pa.string()), required=False,
                  step_usage=True, direct="text")
       for i, (name, column) in enumerate(zip(usage.USAGE_FIELDS, usage.TEXT_COLUMNS, strict=True))),
     SacctField(
-        "NNodes", 24, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 26),),
+        "NNodes", 26, at("allocation_nodes", _count_text), parsed=(Column("nnodes", pa.int64(), 26),),
         parse=parse_count, vparse=_one("nnodes", f.v_int), dictionary=True, without="node counts",
     ),
-    _string("NodeList", "nodelist", 18, 14, at("nodes"), without="node lists (top failures)"),
+    _string("NodeList", "nodelist", 19, 14, at("nodes"), without="node lists (top failures)"),
     # The time limit (issue 43: the time-limit over-ask finding). Fetched last (a fixed format). Optional: a dump
     # or store day without it reads null, as do UNLIMITED and Partition_Limit (no limit known, never 0).
     SacctField(
-        "Timelimit", 25, at("time.limit", sj.time_limit), parsed=(Column("timelimit_s", pa.int64()),),
+        "Timelimit", 27, at("time.limit", sj.time_limit), parsed=(Column("timelimit_s", pa.int64()),),
         parse=f.parse_timelimit, vparse=_one("timelimit_s", f.v_timelimit), required=False, dictionary=True,
     ),
+    # The request's TRES (cpu, mem, node, gres/gpu...: what `policy replay` reads where there is no submit line).
+    # Optional, null where a dump or store day lacks it; checked as AllocTRES is when a record is repaired.
+    SacctField("ReqTRES", 20, at("tres.requested", sj.tres_text), copy=Column("req_tres", pa.string()),
+               parse=f.parse_alloc_tres, required=False, dictionary=True, absent=None),
     _string("WCKey", "wckey", 4, 12, nested_text("wckey", "wckey"), required=False),
     _string("Comment", "comment", 3, 13, nested_text("comment", "job"), required=False, free_text=True),
 )
