@@ -13,7 +13,6 @@ import pytest
 from gpuclust.accounting import pipeline
 from gpuclust.accounting.figures import partitioned
 from gpuclust.accounting.history import events, store
-from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.ingest.schema import SCHEMA
 from gpuclust.config import parse_config
 from tests.reportcompare import assert_same, figures
