@@ -236,51 +236,46 @@ class GpuShares:
     node_warnings: list[dict[str, Any]]
 
 
+def period_shares(config: SiteConfig, period: Period, nodes_text: str | None, *, input_path: str | None = None,
+                  events_path: str | None = None, nodes_path: str | None = None) -> Any:
+    """The figures.shares.PeriodShares of a build: the inventory `nodes_text`, the node events of --events or the
+    store read only where some table or node has slices, shards or MPS."""
+    from gpuclust.accounting.figures import shares as shares_mod
+
+    nodes = shares_mod.inventory(nodes_text, nodes_path or "scontrol show node -o")
+
+    def events() -> Any:
+        try:
+            if input_path:
+                return sources.given_sources(config, period, events_path=events_path, nodes_path=None,
+                                             sreport_path=None, log_path=None, reasons_path=None)[0]
+            return sources.stored_sources(config, period)[0]
+        except InputError:
+            return None  # (the economics names a bad events file)
+
+    return shares_mod.PeriodShares(config, nodes, events)
+
+
 def table_gpu_shares(table: Any, config: SiteConfig, period: Period, nodes_text: str | None, *,
                      input_path: str | None = None, events_path: str | None = None,
                      nodes_path: str | None = None) -> GpuShares | None:
     """Each row's GPU-equivalents where the table or the inventory has MIG slices, shards or MPS (None: whole
     GPUs everywhere, every figure as before). The node events are read only then (a layout changed)."""
     from gpuclust.accounting.figures import shares as shares_mod
-    from gpuclust.accounting.history import events as events_mod
 
-    nodes = None
-    if nodes_text:
-        try:
-            nodes = events_mod.parse_nodes(nodes_text, nodes_path or "scontrol show node -o")
-        except InputError:
-            nodes = None  # (the economics' reading of the same records names the file and the fault)
-    layouts = shares_mod.layouts_of(config, nodes)
-    got = shares_mod.table_shares(table, config, layouts)
-    mig_nodes = any(layout.slices or layout.shards or layout.mps for layout in layouts.nodes.values())
-    if got.equivalents is None and not mig_nodes:
+    ctx = period_shares(config, period, nodes_text, input_path=input_path, events_path=events_path,
+                        nodes_path=nodes_path)
+    got = ctx.of(table)
+    if got is None:
         return None
-    source = None
-    try:
-        if input_path:
-            source, _ = sources.given_sources(config, period, events_path=events_path, nodes_path=None,
-                                              sreport_path=None, log_path=None, reasons_path=None)
-        else:
-            source, _ = sources.stored_sources(config, period)
-    except InputError:
-        source = None  # (the economics names a bad events file)
-    if source is not None and source.events is not None and source.events.nodes:
-        layouts = shares_mod.layouts_of(config, nodes, source)
-        if layouts.changed:
-            got = shares_mod.table_shares(table, config, layouts)
-    return GpuShares(got.equivalents, got.warning_list(), shares_mod.node_warnings(layouts))
+    return GpuShares(got.equivalents, got.warning_list(), shares_mod.node_warnings(ctx.layouts()))
 
 
 def gpu_shares_note(info: dict[str, Any], got: GpuShares, config: SiteConfig) -> None:
     """report.json input.gpu_share_warnings (named, per row and per node) and a note on the price units."""
-    if got.row_warnings or got.node_warnings:
-        info["gpu_share_warnings"] = got.row_warnings + got.node_warnings
-    slice_priced = sorted(name for name, unit in config.gpu_type_price_units.items() if unit == "slice")
-    info.setdefault("notes", []).append(
-        "GPU-hours count GPU-equivalents (MIG slices, shards and MPS as shares of one physical GPU; definitions "
-        "gpu_equivalents); gpu_device_hours counts GRES devices, a slice as one. Prices are per GPU-equivalent "
-        "hour (price_unit = card)" + (f", except per device-hour of one slice for {', '.join(slice_priced)} "
-                                      "(price_unit = slice)" if slice_priced else "") + ".")
+    from gpuclust.accounting.figures import shares as shares_mod
+
+    shares_mod.note(info, got.row_warnings + got.node_warnings, config)
 
 
 def build(
@@ -400,7 +395,7 @@ def build(
         gpuuse.attach_sums(report, use_sums, config,
                            usage_warnings=parsed.usage_warnings if parsed else 0,
                            usage_problems=parsed.usage_problems if parsed else None)
-    lemon.attach(report, lemon.job_rows(table, period), config, period,
+    lemon.attach(report, lemon.job_rows(table, period, equivalents), config, period,
                  gpu_events=use_sums.gpu_events if config.telemetry.prometheus_url else None)
     del table  # the period's rows are done with: the trend reads its own chunks (memory, 10M lines)
     if not input_path and trend_days:

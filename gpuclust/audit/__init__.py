@@ -65,13 +65,14 @@ def audit_snapshot(
         report.add([Finding.make("partition.nodes", Nagios.UNKNOWN,
                                  "nodes listed by the partition but unknown to scontrol show node", missing)])
     part_cfg = site.partitions.get(partition) if site else None
+    gpu_shares = site.gpu_type_shares if site else None  # ([gpu_type] gpu_share: the layout every plane reads)
     if "state" not in skip:
         report.add(checks.check_partition(part, part_cfg)[:1])
         report.add(checks.check_node_state(nodes, now, thresholds))
     if "homogeneity" not in skip:
         report.add(checks.check_homogeneity(nodes))
         report.add(checks.check_site_expectations(nodes, part_cfg))
-        report.add(mig.check_layout(nodes))
+        report.add(mig.check_layout(nodes, gpu_shares))
     if "limits" not in skip:
         report.add(checks.check_partition(part, part_cfg)[1:])
         report.add(checks.check_limits(snap, part, nodes))
@@ -83,11 +84,11 @@ def audit_snapshot(
         stale_days = site.acceptance_stale_days if site else SITE.default("acceptance_stale_days")
         if rdir:
             report.add(acceptance.check_acceptance(rdir, part.nodes, snap.cluster, stale_days, now,
-                                                   mig_only=mig.mig_only_nodes(nodes)))
+                                                   mig_only=mig.mig_only_nodes(nodes, gpu_shares)))
         else:
             report.add([Finding.make("acceptance", Nagios.OK,
                                      "acceptance not checked: no results_dir (site config or --results-dir)")])
-        report.add(mig.check_mig_report(rdir or None, nodes))
+        report.add(mig.check_mig_report(rdir or None, nodes, gpu_shares))
     if "lemon" not in skip:
         report.add(lemon.check_lemons(site, part.nodes, now, lemon_days))
     if baseline_path:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 from gpuclust.exitcodes import Nagios
@@ -34,8 +35,10 @@ from .checks import majority_groups
 from .findings import Finding
 
 
-def layouts(nodes: Sequence[NodeRecord]) -> dict[str, NodeLayout]:
-    return {n.name: node_layout(list(n.gres)) for n in nodes}
+def layouts(nodes: Sequence[NodeRecord], shares: Mapping[str, Fraction] | None = None) -> dict[str, NodeLayout]:
+    """Each node's layout; `shares`: the site's `[gpu_type NAME] gpu_share` (config.gpu_type_shares), which make a
+    type of its own name a MIG slice (gpu_share below 1) or a whole GPU, as in every other plane."""
+    return {n.name: node_layout(list(n.gres), shares) for n in nodes}
 
 
 def mig_mode(layout: NodeLayout) -> str:
@@ -64,11 +67,11 @@ def _shared(layout: NodeLayout) -> bool:
     return bool(layout.slices or layout.shards or layout.mps)
 
 
-def check_layout(nodes: Sequence[NodeRecord]) -> list[Finding]:
-    """homogeneity.mig and gres.<warning code> (see the module docstring)."""
+def check_layout(nodes: Sequence[NodeRecord], shares: Mapping[str, Fraction] | None = None) -> list[Finding]:
+    """homogeneity.mig and gres.<warning code> (see the module docstring); `shares` as in `layouts`."""
     if not nodes:
         return []
-    per_node = layouts(nodes)
+    per_node = layouts(nodes, shares)
     out: list[Finding] = []
     texts = {name: layout_text(lay) for name, lay in per_node.items()}
     modes = {name: mig_mode(lay) for name, lay in per_node.items()}
@@ -136,9 +139,10 @@ def _sizes_text(sizes: Counter[int | None]) -> str:
                      sorted(sizes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))) or "none"
 
 
-def check_mig_report(results_dir: str | None, nodes: Sequence[NodeRecord]) -> list[Finding]:
+def check_mig_report(results_dir: str | None, nodes: Sequence[NodeRecord],
+                     shares: Mapping[str, Fraction] | None = None) -> list[Finding]:
     """gres.mig_report for the partition's nodes that have MIG slices in Slurm or reported MIG devices."""
-    per_node = layouts(nodes)
+    per_node = layouts(nodes, shares)
     if results_dir:
         from gpuclust.accept import latest_nvidia_smi
 
@@ -190,6 +194,6 @@ def check_mig_report(results_dir: str | None, nodes: Sequence[NodeRecord]) -> li
     return out
 
 
-def mig_only_nodes(nodes: Sequence[NodeRecord]) -> list[str]:
+def mig_only_nodes(nodes: Sequence[NodeRecord], shares: Mapping[str, Fraction] | None = None) -> list[str]:
     """Nodes whose GPUs are all MIG slices: no whole GPU for a cross-node all_reduce."""
-    return [name for name, lay in layouts(nodes).items() if lay.slices and not lay.whole_gpus]
+    return [name for name, lay in layouts(nodes, shares).items() if lay.slices and not lay.whole_gpus]

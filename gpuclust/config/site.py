@@ -110,7 +110,9 @@ GPU_TYPE = SectionSpec(
         Key("price_per_gpu_hour", v.parse_nonneg_float, "Price of one GPU-hour of this type (per price_unit). "
             "Required unless the section gives gpu_share."),
         Key("price_unit", v.parse_choice("card", "slice"), "card: the price is per GPU-equivalent hour (one "
-            "whole card); slice: per device-hour of one GRES of this type (a MIG slice).", default="card"),
+            "whole card); slice: per device-hour of one GRES of this type (a MIG slice). Default: slice for a MIG "
+            "type (a profile name such as 1g.10gb, or a gpu_share below 1: `price_per_gpu_hour = 0.40` is that "
+            "slice's hour), card for a whole GPU."),
         Key("gpu_share", _parse_share, "This type's share of one physical GPU (1/7, 0.25) where its name does "
             "not say it (a site's own MIG type names)."),
     ),
@@ -285,7 +287,7 @@ class SiteConfig:
     acceptance_stale_days: int = SITE.default("acceptance_stale_days")
     partitions: dict[str, PartitionConfig] = field(default_factory=dict)
     gpu_type_prices: dict[str, float] = field(default_factory=dict)
-    gpu_type_price_units: dict[str, str] = field(default_factory=dict)  # [gpu_type] price_unit given: card | slice
+    gpu_type_price_units: dict[str, str] = field(default_factory=dict)  # [gpu_type] price_unit given: card | slice (the unit applied: metrics.attempts.price_unit)
     gpu_type_shares: dict[str, Fraction] = field(default_factory=dict)  # [gpu_type] gpu_share
     accounts: dict[str, AccountConfig] = field(default_factory=dict)
     qos: dict[str, QosConfig] = field(default_factory=dict)

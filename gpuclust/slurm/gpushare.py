@@ -133,6 +133,8 @@ class NodeLayout:
     mps: int = 0
     gpu_equivalents: Fraction | None = Fraction(0)           # None: a slice of unknown share
     warnings: tuple[ShareWarning, ...] = ()
+    # the site's shares the layout was read with ([gpu_type NAME] gpu_share): an untyped GPU's share reads them too
+    overrides: tuple[tuple[str, Fraction], ...] = ()
 
     @property
     def gpu_devices(self) -> int:
@@ -161,7 +163,7 @@ class NodeLayout:
         if not self.slices:
             return Fraction(1), None
         if not self.whole_gpus and len(self.slices) == 1:
-            share, warning = type_share(next(iter(self.slices)))
+            share, warning = type_share(next(iter(self.slices)), dict(self.overrides))
             return share, warning
         return None, ShareWarning(UNTYPED_ON_MIXED_NODE, "an untyped GPU count on a node with MIG slices of "
                                   "several kinds cannot be priced: it is unknown")
@@ -202,12 +204,13 @@ def node_layout(gres: str | list[Gres] | None, overrides: Mapping[str, Fraction]
     if slices and whole:
         warnings.append(ShareWarning(MIXED_MIG_AND_FULL, f"{whole} whole GPU(s) beside MIG slices "
                                      f"{', '.join(f'{k}:{n}' for k, n in sorted(slices.items()))}"))
-    layout = NodeLayout(whole, slices, shards, mps, total, tuple(warnings))
+    given = tuple(sorted(overrides.items())) if overrides else ()
+    layout = NodeLayout(whole, slices, shards, mps, total, tuple(warnings), given)
     for unit_share in (layout.shard_share, layout.mps_share):
         _, warning = unit_share()
         if warning:
             warnings.append(warning)
-    return NodeLayout(whole, slices, shards, mps, total, tuple(warnings))
+    return NodeLayout(whole, slices, shards, mps, total, tuple(warnings), given)
 
 
 def allocation_equivalents(tres: Mapping[str, str], layout: NodeLayout | None = None,

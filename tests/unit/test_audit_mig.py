@@ -200,3 +200,39 @@ def test_lab_mig_node_acceptance_skips_all_reduce_and_compares_the_report(tmp_pa
     all_reduce = by(report.findings, "acceptance.all_reduce")
     assert [(f.severity, f.nodes) for f in all_reduce] == [(Nagios.OK, "node5")]
     assert all_reduce[0].message.startswith("all_reduce not run: the nodes' GPUs are MIG slices")
+
+
+def test_site_gpu_share_overrides_reach_the_layout() -> None:
+    """[gpu_type NAME] gpu_share (config.gpu_type_shares): a site's own slice name is a MIG slice in the audit, as
+    in the report and the policy; without it the same Gres reads as whole GPUs."""
+    from fractions import Fraction
+
+    from gpuclust.config import parse_config
+
+    site = parse_config("[site]\ncluster_name = c\n[gpu_type tiny]\ngpu_share = 1/7\n")
+    nodes = [node("m1", "gpu:tiny:7"), node("w1", "gpu:h100:4")]
+    found = by(mig.check_layout(nodes, site.gpu_type_shares), "homogeneity.mig")
+    assert [(f.severity, f.nodes) for f in found] == [(Nagios.CRITICAL, "m1")] or \
+        [(f.severity, f.nodes) for f in found] == [(Nagios.CRITICAL, "w1")]
+    assert "MIG tiny:7 (MIG slices)" in found[0].message
+    assert mig.mig_only_nodes(nodes, site.gpu_type_shares) == ["m1"]
+    assert mig.mig_only_nodes(nodes) == []  # (without the site's share: 7 whole GPUs of type tiny)
+    assert mig.layouts(nodes, {"tiny": Fraction(1, 7)})["m1"].gpu_equivalents == 1
+    # an untyped GPU on that node reads the site's share too (gpushare.NodeLayout.untyped_share)
+    assert mig.layouts(nodes, site.gpu_type_shares)["m1"].untyped_share() == (Fraction(1, 7), None)
+
+
+def test_audit_partition_passes_the_site_shares() -> None:
+    """The whole audit of the lab's recorded shard partition with a site that calls its h100 half a GPU
+    ([gpu_type h100] gpu_share = 1/2): the layout reads it as slices, as the report would."""
+    from gpuclust.audit import audit_snapshot
+    from gpuclust.audit.collect import collect_snapshot
+    from gpuclust.config import parse_config
+    from tests.unit.audit_replay import replay
+
+    site = parse_config("[site]\ncluster_name = lab\n[gpu_type h100]\ngpu_share = 1/2\n")
+    snap = collect_snapshot(replay("mig"), "text")
+    report = audit_snapshot(snap, "shared", site, now=datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc))
+    found = by(report.findings, "homogeneity.mig")
+    assert [(f.severity, f.message) for f in found] == [
+        (Nagios.OK, "GPU layout MIG h100:2; 16 shards on all 1 nodes")]

@@ -112,8 +112,10 @@ def test_capacity_idle_in_gpu_equivalents(data):
 
 
 def test_gpu_use_allocated_basis(data):
-    # jobs with GPU devices: 101, 102, 103, 104, 107 (unknown: none allocated, as in the totals)
-    assert data["gpu_use"]["totals"]["allocated_gpu_hours"] == pytest.approx(2 + 1 / 7 + 3 / 14 + 3 / 7, rel=REL)
+    # every job holding a GPU, a slice, shards or MPS: 101..109; 107 and 108 unknown (none allocated, as in the
+    # totals): the GPU use tables' allocated is the totals' GPU-equivalent hours
+    assert data["gpu_use"]["totals"]["allocated_gpu_hours"] == pytest.approx(GPU_HOURS, rel=REL)
+    assert data["gpu_use"]["totals"]["allocated_gpu_hours"] == pytest.approx(data["totals"]["gpu_hours"], rel=1e-9)
 
 
 def test_outputs_carry_device_hours(tmp_path):
@@ -205,3 +207,155 @@ def test_config_keys():
     with pytest.raises(ConfigError) as err:
         parse_config("[site]\ncluster_name = c\n[gpu_type x]\n")
     assert "missing required key 'price_per_gpu_hour'" in str(err.value)
+
+
+# ---- issue 44, the gaps closed: price units, mixes, changed layouts, shard and MPS jobs' use -------------------
+
+def test_a_mig_type_price_is_per_slice_hour_by_default(tmp_path):
+    """`[gpu_type 1g.10gb] price_per_gpu_hour = 0.40` without price_unit: that slice's hour, as with price_unit =
+    slice; the report names the unit that applied to each priced type."""
+    text = (DATA / "site.conf").read_text().replace("price_unit = slice\n", "")
+    assert "price_unit" not in text
+    (tmp_path / "site.conf").write_text(text)
+    config = load_config(str(tmp_path / "site.conf"))
+    assert config.gpu_type_price_units == {}
+    report, _ = pipeline.build(config, PERIOD, input_path=str(DATA / "sacct.txt"), nodes_path=str(DATA / "nodes.txt"),
+                               events_path=str(DATA / "events.txt"))
+    data = report.data
+    assert data["totals"]["cost"] == pytest.approx(COST, rel=REL)
+    assert data["input"]["gpu_price_units"] == {"1g.10gb": "slice", "h100": "card"}
+    note = next(n for n in data["input"]["notes"] if "GPU-equivalents" in n)
+    assert "per device-hour of one slice for 1g.10gb (price_unit = slice)" in note
+    assert "1g.10gb gave no price_unit: a MIG type's price is per slice-hour by default" in note
+
+
+def test_price_unit_default_and_explicit_card():
+    from gpuclust.accounting.figures.metrics.attempts import card_price, price_unit
+
+    config = parse_config("[site]\ncluster_name = c\n[gpu_type 1g.10gb]\nprice_per_gpu_hour = 0.40\n"
+                          "[gpu_type 3g.40gb]\nprice_per_gpu_hour = 8.40\nprice_unit = card\n"
+                          "[gpu_type tiny]\nprice_per_gpu_hour = 0.50\ngpu_share = 1/4\n"
+                          "[gpu_type h100]\nprice_per_gpu_hour = 2.50\n")
+    assert {t: price_unit(config, t) for t in ("1g.10gb", "3g.40gb", "tiny", "h100")} == {
+        "1g.10gb": "slice", "3g.40gb": "card", "tiny": "slice", "h100": "card"}
+    # per GPU-equivalent hour: a slice's price / its share; a card's as given
+    assert card_price(config, "1g.10gb", None) == pytest.approx(0.40 * 7)
+    assert card_price(config, "3g.40gb", None) == pytest.approx(8.40)
+    assert card_price(config, "tiny", None) == pytest.approx(0.50 * 4)
+    assert card_price(config, "h100", None) == 2.50
+
+
+def test_economics_prices_a_mix_with_slices_by_their_shares():
+    """A row of `1g.10gb=1,h100=2` (gpu_type of a mix) holds 1/7 + 2 GPU-equivalents: each type weighs by its
+    share of them, not by its device count (1 of 3)."""
+    from gpuclust.accounting.figures.economics import Pricing
+
+    config = load_config(str(DATA / "site.conf"))
+    got = Pricing(config, None).price("1g.10gb=1,h100=2", "gpu")
+    # 1g.10gb: 0.40 per slice-hour = 2.80 per card-hour on 1/7 of 15/7; h100: 2.50 on 2 of 15/7
+    assert got == pytest.approx((2.80 * 1 / 7 + 2.50 * 2) / (15 / 7))
+    assert got == pytest.approx(2.52)
+    # whole GPUs alone: by their counts, as before
+    assert Pricing(config, None).price("h100=2,*=2", "gpu") == pytest.approx(2.50)
+
+
+def test_changed_layout_makes_capacity_unknown(tmp_path):
+    events = (DATA / "events.txt").read_text() + (
+        "Node|node6|2026-12-07T10:20:00|2026-12-07T10:40:00|DRAIN|root(0)|billing=8,cpu=8,gres/gpu:h100=1,"
+        "gres/gpu=1,mem=16000M|re-cut\n")
+    (tmp_path / "events.txt").write_text(events)
+    data = _build(events_path=str(tmp_path / "events.txt"))
+    econ = data["economics"]
+    assert econ["capacity"] != "known"
+    assert econ["total"]["capacity_gpu_hours"] is None
+    note = next(n for n in econ["notes"] if "node6" in n and "changed" in n)
+    assert "node_layout_changed" in note
+    assert any(w["code"] == "node_layout_changed" and w.get("node") == "node6"
+               for w in data["input"]["gpu_share_warnings"])
+
+
+def test_shard_and_mps_jobs_count_in_gpu_use_with_unknown_utilisation():
+    """A job of shards or MPS only shares a GPU: allocated its GPU-equivalents, its utilisation unknown (rule
+    shard or mps) whatever usage TRES says, never 0 or held idle, and it counts against coverage."""
+    from gpuclust.accounting.figures import gpuuse
+
+    config = load_config(str(DATA / "site.conf"))
+    table = pipeline.read_input(str(DATA / "sacct.txt")).table
+    n = table.num_rows
+    elapsed = np.asarray(table.column("elapsed_s").to_numpy(zero_copy_only=False), dtype=float)
+    gpus = np.asarray(table.column("gpus").to_numpy(zero_copy_only=False), dtype=float)
+    # usage TRES as if every job had read an idle GPU (util 1%): covered = its devices x Elapsed, or Elapsed
+    covered = np.maximum(gpus, 1) * elapsed
+    for name, values in (("gpu_util_gpu_s", covered), ("gpu_busy_gpu_s", covered * 0.01)):
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array(values, pa.float64()))
+    table = table.set_column(table.schema.get_field_index("gpu_util_rule"), "gpu_util_rule",
+                             pa.array(["summed"] * n, pa.string()))
+    layouts = shares.layouts_of(config, parse_nodes((DATA / "nodes.txt").read_text()))
+    eq = shares.table_shares(table, config, layouts).equivalents
+    jobs, _ = gpuuse.job_use(table, config, PERIOD, equivalents=eq)
+    by = {r["job_id"]: r for r in jobs.to_dict("records")}
+    assert by["105"]["gpu_util_rule"] == "shard" and by["106"]["gpu_util_rule"] == "mps"
+    assert by["109"]["gpu_util_rule"] == "shard"
+    for job, alloc in (("105", 0.5), ("106", 0.5), ("109", 1.0)):
+        assert by[job]["allocated_gpu_hours"] == pytest.approx(alloc)
+        assert np.isnan(by[job]["covered_gpu_hours"]) and np.isnan(by[job]["util_mean_pct"])
+        assert np.isnan(by[job]["held_idle_gpu_hours"])
+    assert by["101"]["gpu_util_rule"] == "summed" and by["101"]["held_idle_gpu_hours"] == pytest.approx(2.0)
+    use = gpuuse.use_sums(table, config, PERIOD, equivalents=eq)
+    data = {"gpu_use": {}}
+
+    class R:  # (what attach_sums writes into)
+        pass
+
+    r = R()
+    r.data = data  # type: ignore[attr-defined]
+    r.tables = {}  # type: ignore[attr-defined]
+    gpuuse.attach_sums(r, use, config)
+    totals = data["gpu_use"]["totals"]
+    assert totals["allocated_gpu_hours"] == pytest.approx(GPU_HOURS, rel=REL)
+    # covered: 101 only: the MIG jobs 102-104 are unknown by the MIG rule (usage TRES reads 0 on a slice), 107's
+    # share is unknown (none allocated, none covered), the shard and MPS jobs by their own rule
+    assert totals["covered_gpu_hours"] == pytest.approx(2.0, rel=REL)
+    assert totals["coverage"] == pytest.approx(2.0 / GPU_HOURS, rel=REL)
+    assert {"mig", "shard", "mps"} <= set(data["gpu_use"]["gpu_util_rules"])
+
+
+def test_a_dump_without_slices_has_no_shard_rule():
+    from gpuclust.accounting.figures import gpuuse
+
+    assert gpuuse.shared_rules(pd_frame()) is None
+
+
+def pd_frame():
+    import pandas as pd
+
+    return pd.DataFrame({"gpus": [1], "alloc_tres": ["gres/gpu=1"]})
+
+
+def test_waste_findings_count_a_slice_idle_hour_as_its_share():
+    """An idle 1g.10gb slice for an hour: held-idle 1/7 GPU-equivalent hour, priced at the slice's own 0.40."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from gpuclust.accounting.figures import findings
+
+    config = load_config(str(DATA / "site.conf"))
+    jobs = pd.DataFrame({"job_id": ["102", "101"], "user": ["bob", "alice"], "account": ["ml", "ml"],
+                         "partition": ["mig", "gpu"], "gpu_type": ["1g.10gb", "h100"], "gpus": [1, 2],
+                         "elapsed_s": [3600.0, 3600.0], "timelimit_s": [3600.0, 3600.0], "nnodes": [1, 1],
+                         "mem_mb": [1000.0, 2000.0], "gpu_mem_max_mb": [np.nan, np.nan],
+                         "gpu_equivalents": [1 / 7, 2.0]})
+
+    def gpu(node, name):
+        return SimpleNamespace(node=node, name=name, covered_s=3600.0, util_mean_pct=0.0, idle_s=3600.0,
+                               longest_idle_s=3600.0, longest_idle_start=None, fb_used_max_mib=None, fb_total_mib=None)
+
+    per_gpu = {0: [gpu("node5", "0")], 1: [gpu("node1", "0"), gpu("node1", "1")]}
+    got = findings.job_findings(jobs, np.array([1.0, 2.0]), np.array([np.nan, np.nan]), per_gpu, {}, config)
+    idle = got[got["kind"] == "idle_gpu"]
+    by = idle.groupby("job_id")[["held_idle_gpu_hours", "held_idle_cost"]].sum()
+    assert by.loc["102", "held_idle_gpu_hours"] == pytest.approx(1 / 7)
+    assert by.loc["102", "held_idle_cost"] == pytest.approx(0.40)  # one slice-hour at 0.40
+    assert by.loc["101", "held_idle_gpu_hours"] == pytest.approx(2.0)  # whole GPUs: as before
+    assert by.loc["101", "held_idle_cost"] == pytest.approx(2 * 2.50)

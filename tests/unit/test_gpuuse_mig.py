@@ -50,7 +50,9 @@ def test_usage_tres_of_a_mig_slice_is_unknown_never_held_idle(tmp_path: Path) ->
         assert np.isnan(row["busy_gpu_hours"]) and np.isnan(row["util_mean_pct"])
     use = report.data["gpu_use"]
     assert use["totals"]["unknown_jobs"] == 2 and use["totals"]["held_idle_gpu_hours"] == pytest.approx(4.0)
-    assert use["totals"]["coverage"] == pytest.approx(4.0 / 8.0)  # the slices' hours count against coverage
+    # the slices' hours count against coverage, in GPU-equivalents (issue 44): job 1 4 GPUs covered; job 2 1/7 and
+    # job 3 1/7 + 2 not: 4 / (4 + 1/7 + 2 + 1/7)
+    assert use["totals"]["coverage"] == pytest.approx(4.0 / (4 + 1 / 7 + 2 + 1 / 7))
     assert use["gpu_util_rules"] == ["mig", "summed"] and use["sources"]["none"] == 2
     assert [r["job_id"] for r in use["worst_held_idle"]] == ["1"]
 

@@ -209,8 +209,9 @@ ENTRIES: tuple[Figure | Concept, ...] = (
     Concept("cost", RUNS,
             "Cost of an attempt = GPU-hours x the price per GPU-hour of its GPU type (site config [gpu_type]), "
             "falling back to the partition's price_per_gpu_hour. A [gpu_type] price is per GPU-equivalent hour "
-            "(price_unit = card, the default), or per device-hour of one GRES of the type (price_unit = slice: "
-            "device-hours x price). A mix of types is priced type by type: each type's "
+            "(price_unit = card, the default for a whole GPU), or per device-hour of one GRES of the type "
+            "(price_unit = slice, the default for a MIG type: device-hours x price); a slice in a mix weighs by its "
+            "GPU-equivalents. A mix of types is priced type by type: each type's "
             "share of the GPUs at its own price (a100=1,h100=3 for 1 h: 1 x a100 + 3 x h100). GPU-hours without any "
             "price are reported as unpriced_gpu_hours and add nothing to cost."),
     # runs: totals, runs.by_* (in the order of their Prometheus families: GPU time before money)

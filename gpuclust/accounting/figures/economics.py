@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting.figures import catalog
-from gpuclust.accounting.figures.metrics.attempts import card_price
+from gpuclust.accounting.figures.metrics.attempts import card_price, mix_weight
 from gpuclust.accounting.figures.metrics.waits import ValueCounts
-from gpuclust.accounting.figures.shares import node_equivalents
+from gpuclust.accounting.figures.shares import NODE_LAYOUT_CHANGED, layouts_of, node_equivalents
 from gpuclust.accounting.history import sources
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import SiteConfig
@@ -67,14 +67,17 @@ def _floats(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.cast(col, pa.float64()), np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _mix(gpu_type: str) -> dict[str, float]:
-    """'h100' -> {'h100': 1}; 'a100=1,h100=3' -> shares; '' -> {'': 1} (the partition's type)."""
+def _mix(gpu_type: str, config: SiteConfig | None = None) -> dict[str, float]:
+    """'h100' -> {'h100': 1}; 'a100=1,h100=3' -> shares; '' -> {'': 1} (the partition's type). With `config`, a
+    MIG slice in a mix weighs by its GPU-equivalents, not its device count ('1g.10gb=1,h100=2': 1/7 against 2)."""
     if "=" not in gpu_type:
         return {gpu_type: 1.0}
     parts = {}
     for item in gpu_type.split(","):
         name, _, count = item.partition("=")
         parts[name] = float(count) if count.isdigit() else 0.0
+        if config is not None and name != "*":
+            parts[name] *= mix_weight(config, name)
     total = sum(parts.values()) or 1.0
     return {("" if k == "*" else k): v / total for k, v in parts.items()}
 
@@ -90,7 +93,7 @@ class Pricing:
         if self.compute_rate is not None:
             return self.compute_rate
         total, priced = 0.0, False
-        for kind, share in _mix(gpu_type).items():
+        for kind, share in _mix(gpu_type, self.config).items():
             p = card_price(self.config, kind or self.config.partition_gpu_type(partition), partition)
             if p is not None:
                 total += p * share
@@ -132,6 +135,20 @@ def _equivalent_nodes(nodes: list[Node], config: SiteConfig) -> tuple[list[Node]
         else:
             out.append(nd)
     return out, unknown
+
+
+def _changed_layouts(nodes: list[Node], config: SiteConfig, events: EventSource | None) -> list[str]:
+    """The nodes whose GPU layout changed in the period (figures.shares.layouts_of), where the inventory or the
+    node events have MIG slices, shards or MPS (a cluster of whole GPUs: none, its capacity as before)."""
+    if events is None or events.events is None or not events.events.nodes:
+        return []
+    share_of = config.gpu_type_shares
+    sliced = any(any(g.name in ("shard", "mps") or (g.name == "gpu" and is_mig_type(g.type, share_of))
+                     for g in nd.gres) for nd in nodes) \
+        or any(is_mig_type(t, share_of) for ev in events.events.nodes for t in ev.gpu_types)
+    if not sliced:
+        return []
+    return sorted(layouts_of(config, nodes, events).changed)
 
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -354,6 +371,13 @@ def economics_from(
             notes.append("Capacity, idle and unavailable are unknown: the GPU-equivalents of node(s) "
                          f"{', '.join(unknown_nodes)} are unknown (a MIG profile of unknown share in their Gres; "
                          "input.gpu_share_warnings names it).")
+        changed = _changed_layouts(node_list, config, events)
+        if changed:
+            capacity_known = False
+            notes.append("Capacity, idle and unavailable are unknown: the GPU layout of node(s) "
+                         f"{', '.join(changed)} changed in the period (MIG slices, shards or GPUs re-cut: "
+                         f"{NODE_LAYOUT_CHANGED} in input.gpu_share_warnings), so their GPU-equivalents over it "
+                         "are unknown.")
     cap_total_h: float | None = sum(nd.gpus for nd in node_list) * win.hours if capacity_known else None
     pricing = _pricing(config, win, cap_total_h, notes)
 
@@ -459,7 +483,7 @@ def _allocated_terms(rows: dict[str, dict[str, Any]], sums: RowSums, pricing: Pr
                 target_row["attempt_gpus"] += g
         if term != "in_progress":
             fallback = config.partition_gpu_type(p_name) or ""
-            for t, share in _mix(g_name or fallback).items():
+            for t, share in _mix(g_name or fallback, config).items():
                 t = t or fallback
                 by_type_hours[t] = by_type_hours.get(t, 0.0) + h * share
     return by_type_hours

@@ -16,6 +16,7 @@ stretch x the site's price per GPU-hour of the job's GPU type or partition (held
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ import pandas as pd
 
 from gpuclust.accounting.figures import waste
 from gpuclust.accounting.figures.jsonrecords import records
+from gpuclust.accounting.figures.metrics.attempts import card_price
 
 if TYPE_CHECKING:
     from gpuclust.config import SiteConfig
@@ -142,13 +144,16 @@ def job_findings(jobs: pd.DataFrame, cpus: np.ndarray, gpu_mem_total: np.ndarray
     prices: dict[tuple[Any, Any], float | None] = {}
     cols = {c: sub[c].to_numpy(dtype=object) if c in sub.columns else np.full(len(sub), None, dtype=object)
             for c in ("job_id", "user", "account", "partition", "gpu_type", "gpus", "elapsed_s", "timelimit_s",
-                      "nnodes", "mem_mb", "gpu_mem_max_mb", "gpu_mem_total_mib")}
+                      "nnodes", "mem_mb", "gpu_mem_max_mb", "gpu_mem_total_mib", "gpu_equivalents")}
     for k, i in enumerate(rows):
         gtype = cols["gpu_type"][k] if isinstance(cols["gpu_type"][k], str) and cols["gpu_type"][k] else None
         part = str(cols["partition"][k])
         key = (gtype, part)
         if key not in prices:
-            prices[key] = config.price_per_gpu_hour(gtype, part)
+            prices[key] = card_price(config, gtype, part)
+        # (one GPU device's GPU-equivalents: a slice's idle hour is its share of a GPU-hour; unknown: no figure)
+        n_gpus, eq = _num(cols["gpus"][k]), cols["gpu_equivalents"][k]
+        share = 1.0 if eq is None or not n_gpus else (float(eq) / n_gpus)
         limit, nnodes, cpu = _num(cols["timelimit_s"][k]), _num(cols["nnodes"][k]), _num(cpus[i])
         facts = waste.JobFacts(
             job_id=str(cols["job_id"][k]), running=False, elapsed_s=_num(cols["elapsed_s"][k]) or 0.0,
@@ -160,12 +165,13 @@ def job_findings(jobs: pd.DataFrame, cpus: np.ndarray, gpu_mem_total: np.ndarray
                                            g.longest_idle_start, g.fb_used_max_mib, g.fb_total_mib)
                             for g in per_gpu.get(int(i), ())),
             gpu_mem_max_mib=_num(cols["gpu_mem_max_mb"][k]), gpu_mem_total_mib=_num(cols["gpu_mem_total_mib"][k]),
-            share=shares.get(part), price_per_gpu_hour=prices[key], currency=config.currency or "")
+            share=shares.get(part), price_per_gpu_hour=None if math.isnan(share) else prices[key],
+            currency=config.currency or "", gpu_share=share)
         for f in waste.findings(facts):
             idle_s = f.evidence.get("held_idle_s", f.evidence.get("longest_idle_s")) \
                 if f.kind in ("idle_gpu", "idle_stretch") else None
             out.append((facts.job_id, cols["user"][k], cols["account"][k], cols["partition"][k], f.kind,
-                        np.nan if idle_s is None else idle_s / 3600,
+                        np.nan if idle_s is None else idle_s * share / 3600,
                         f.evidence.get("cost", np.nan) if idle_s is not None else np.nan,
                         f.message, f.advice, json.dumps(f.evidence, sort_keys=True, default=str)))
     if not out:

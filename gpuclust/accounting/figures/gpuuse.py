@@ -4,14 +4,16 @@
 Names follow shared/gpu-hours-glossary.md, and each is defined once, in figures.catalog (DEFINITIONS here, the
 report's definitions table, is made from it):
 
-* allocated: GPUs allocated to a job x its Elapsed, per job that ended in the period (as the rest of the
-  report counts it);
+* allocated: GPUs allocated to a job (GPU-equivalents: a MIG slice, shard or MPS as its share of one GPU) x its
+  Elapsed, per job that ended in the period (as the rest of the report counts it);
 * coverage: the share of allocated GPU-hours that has utilisation telemetry. A job is covered by the
   Prometheus source (dcgm-exporter series carrying its job id) where one is configured and has its series,
   else by Slurm's usage TRES (a step recorded gres/gpuutil), else not at all: its busy and held-idle figures
   are unknown, counted in `unknown_jobs`, never 0. A job on MIG slices (its GPU type a MIG profile, alone or in
   a mix) has no usage-TRES utilisation: NVML gives a MIG instance none, so gres/gpuutil reads 0 there; its
-  figure is unknown (gpu_util_rule `mig`), and only Prometheus (mig_util_metric) covers it;
+  figure is unknown (gpu_util_rule `mig`), and only Prometheus (mig_util_metric) covers it. A job of shards or
+  MPS only (no GPU device of its own) shares a GPU with other jobs: it counts in allocated (its GPU-equivalents)
+  and its utilisation is unknown, from any source (gpu_util_rule `shard` or `mps`), never 0 or held idle;
 * busy: covered GPU-hours x measured mean per-GPU utilisation;
 * held-idle: covered GPU-hours during which a GPU ran under `idle_threshold` for at least `idle_min`. From
   Prometheus, the idle stretches of each GPU's series; from usage TRES (an average, no time series), the
@@ -102,7 +104,10 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
     if equivalents is not None:
         table = table.append_column("gpu_equivalents", pa.array(equivalents, pa.float64()))
     jobs = _ended_jobs(table, period)
-    jobs = jobs[pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0) > 0].reset_index(drop=True)
+    holds = pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0) > 0
+    if "gpu_equivalents" in jobs.columns:  # (a shard or MPS job holds part of a GPU; NaN, unknown: held still)
+        holds |= jobs["gpu_equivalents"].astype(float).fillna(1.0) != 0
+    jobs = jobs[holds].reset_index(drop=True)
     tel = config.telemetry
     idle_pct, idle_min = float(tel.idle_threshold_pct), float(tel.idle_min_s)
     elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
@@ -120,10 +125,19 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
     if mig.any():  # (usage TRES on a MIG slice reads 0 whatever it did: unknown, never held idle)
         covered[mig] = busy[mig] = held[mig] = mean[mig] = np.nan
         rules = rules.astype(object).where(~(mig & jobs["gpu_util_gpu_s"].notna().to_numpy()), RULE_MIG)
+    # A shard or MPS job (no GPU device of its own) shares a GPU with others: its utilisation cannot be told
+    # apart from theirs, by usage TRES or by telemetry: unknown, never 0 or held idle (gpu_util_rule shard, mps).
+    shared = shared_rules(jobs)
+    if shared is not None:
+        at = shared != None  # noqa: E711 (an object array: elementwise)
+        covered[at] = busy[at] = held[at] = mean[at] = np.nan
+        rules = rules.astype(object).where(~at, shared)
     source = np.full(len(covered), None, dtype=object)
     source[~np.isnan(covered)] = "usage_tres"
     util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True)
     util_max[mig] = np.nan
+    if shared is not None:
+        util_max[shared != None] = np.nan  # noqa: E711
     energy_j = jobs["energy_j"].to_numpy(dtype=float, copy=True)
     fb_total = np.full(len(jobs), np.nan)
     gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True)
@@ -135,6 +149,8 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
 
         windows = []
         for i, row in enumerate(jobs.itertuples(index=False)):
+            if shared is not None and shared[i] is not None:
+                continue
             start = _utc(row.start)
             end = _utc(row.end)
             nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
@@ -212,6 +228,21 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
 
 
 RULE_MIG = "mig"  # gpu_util_rule of a job on MIG slices whose usage TRES was not read (module docstring)
+RULE_SHARD = "shard"  # gpu_util_rule of a job of shards only: its utilisation unknown (module docstring)
+RULE_MPS = "mps"  # and of a job of MPS only
+
+
+def shared_rules(jobs: pd.DataFrame) -> np.ndarray | None:
+    """Per job, RULE_SHARD or RULE_MPS where it holds shards or MPS and no GPU device (else None); None where
+    the jobs carry no GPU-equivalents (whole GPUs only)."""
+    if "gpu_equivalents" not in jobs.columns or not len(jobs):
+        return None
+    out = np.full(len(jobs), None, dtype=object)
+    none = np.flatnonzero(pd.to_numeric(jobs["gpus"], errors="coerce").fillna(0).to_numpy() <= 0)
+    for i in none.tolist():
+        tres = str(jobs["alloc_tres"].iat[i] or "")
+        out[i] = RULE_SHARD if "gres/shard" in tres else RULE_MPS if "gres/mps" in tres else None
+    return out
 
 
 def mig_rows(kind: pd.Series | None) -> np.ndarray:

@@ -49,6 +49,7 @@ from gpuclust.config.lemon import LemonConfig
 from gpuclust.slurm import hostlist
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from gpuclust.accounting.figures.metrics import Report
@@ -101,24 +102,32 @@ class _Node:
 
 
 FRAME_COLUMNS = ("job_id", "user", "partition", "nodes", "state", "nonzero_exit", "gpus", "elapsed_s", "end")
+EQUIVALENTS = "gpu_equivalents"  # (a frame's optional column: each job's GPU-equivalents, the GPU-hours' basis)
 
 
-def job_rows(table: pa.Table, period: Period) -> pd.DataFrame:
+def job_rows(table: pa.Table, period: Period, equivalents: np.ndarray | None = None) -> pd.DataFrame:
     """The GPU jobs of `table` (normalized or stored rows) that ended in the period, one row each with JobRow's
     fields (FRAME_COLUMNS; `nodes` a tuple). Columnar: Arrow filters and converts, each distinct NodeList is
-    expanded once (a 1M-line build has a few thousand), and nothing loops over the jobs in Python."""
+    expanded once (a 1M-line build has a few thousand), and nothing loops over the jobs in Python.
+    `equivalents`: each row's GPU-equivalents (figures.shares; NaN: unknown): then the frame has a column
+    EQUIVALENTS, the GPU-hours' basis, and shard or MPS jobs (no GPU device) are GPU jobs too."""
     import numpy as np
     import pandas as pd
 
     present = [c for c in COLUMNS if c in table.column_names]
     t = table.select(present)
+    if equivalents is not None:
+        t = t.append_column(EQUIVALENTS, pa.array(equivalents, pa.float64()))
     end = t.column("end")
     if pa.types.is_timestamp(end.type) and end.type.tz is None:
         end = end.cast(pa.timestamp("s", tz="UTC"))
     lo = pa.scalar(period.start, pa.timestamp("s", tz="UTC"))
     hi = pa.scalar(period.end, pa.timestamp("s", tz="UTC"))
-    mask = pc.fill_null(pc.and_(pc.and_(pc.greater_equal(end, lo), pc.less(end, hi)),
-                                pc.greater(t.column("gpus"), 0)), False)
+    holds = pc.greater(t.column("gpus"), 0)
+    if equivalents is not None:  # (a shard or MPS job holds part of a GPU; NaN, unknown: held still)
+        eq = t.column(EQUIVALENTS)
+        holds = pc.or_kleene(holds, pc.or_kleene(pc.greater(eq, 0), pc.is_nan(eq)))
+    mask = pc.fill_null(pc.and_(pc.and_(pc.greater_equal(end, lo), pc.less(end, hi)), holds), False)
     t = t.filter(mask)
     n = t.num_rows
 
@@ -149,7 +158,21 @@ def job_rows(table: pa.Table, period: Period) -> pd.DataFrame:
         "elapsed_s": column("elapsed_s", "float").fillna(0).astype(float).to_numpy(),
         "end": pc.cast(pc.cast(end.filter(mask), pa.timestamp("s", tz="UTC")), pa.int64()).to_numpy(
             zero_copy_only=False).astype(float),
-    }, columns=list(FRAME_COLUMNS))
+        **({EQUIVALENTS: np.nan_to_num(t.column(EQUIVALENTS).to_numpy(zero_copy_only=False))}
+           if equivalents is not None else {}),
+    }, columns=[*FRAME_COLUMNS, *([EQUIVALENTS] if equivalents is not None else [])])
+
+
+def _gpu_basis(frame: pd.DataFrame) -> np.ndarray:
+    """Each job's GPUs as its GPU-hours count them: its GPU-equivalents where the frame has them (a frame of
+    buckets some of which had none: their GPUs), else its GPU count."""
+    import numpy as np
+
+    gpus = frame["gpus"].to_numpy(dtype=float)
+    if EQUIVALENTS not in frame.columns:
+        return gpus
+    eq = frame[EQUIVALENTS].to_numpy(dtype=float)
+    return np.where(np.isnan(eq), gpus, eq)
 
 
 def frame_of(jobs: pd.DataFrame | Iterable[JobRow]) -> pd.DataFrame:
@@ -280,8 +303,7 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     user_code = pd.factorize(frame["user"])[0]
     part_code, part_names = pd.factorize(frame["partition"])
     hour = frame["hour"].to_numpy(dtype=np.int64)
-    share = (frame["gpus"].to_numpy(dtype=float) * frame["elapsed_s"].to_numpy(dtype=float)
-             / np.where(nnodes > 0, nnodes, 1))
+    share = (_gpu_basis(frame) * frame["elapsed_s"].to_numpy(dtype=float) / np.where(nnodes > 0, nnodes, 1))
     per = pd.DataFrame({"node": node_of, "hour": hour[job_of], "job": job_of, "user": user_code[job_of],
                         "nonzero_exit": frame["nonzero_exit"].to_numpy(dtype=bool)[job_of],
                         "node_fail": (frame["state"] == "NODE_FAIL").to_numpy()[job_of],
@@ -359,6 +381,8 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     own = frame["nonzero_exit"].to_numpy(dtype=bool) | frame["job_id"].isin(list(flagged)).to_numpy()
     node_level = (frame["state"] == "NODE_FAIL").to_numpy() | (own & hit)
     gpus = frame["gpus"].to_numpy(dtype=np.int64)
+    if EQUIVALENTS in frame.columns:  # (a shard or MPS job, no GPU device: part of one GPU)
+        gpus = np.maximum(gpus, 1)
     names = [size_bucket(lo) for lo, _ in SIZE_BUCKETS]
     buckets = np.select([(gpus >= lo) & (gpus <= (hi if hi is not None else np.iinfo(np.int64).max))
                          for lo, hi in SIZE_BUCKETS], names, default="0")

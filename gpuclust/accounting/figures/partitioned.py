@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -45,11 +46,17 @@ from gpuclust.accounting.figures.jobfilter import JobFilter
 from gpuclust.accounting.figures.metrics import Report
 from gpuclust.accounting.figures.metrics.attempts import coded
 from gpuclust.accounting.figures.metrics.partial import PartialFigures, merge_report, partial_figures
+from gpuclust.accounting.figures.shares import PeriodShares, inventory, note
 from gpuclust.accounting.history import sources, store, storeread
 from gpuclust.accounting.ingest.fast import memory, sorting
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.ingest.schema import STORE_SCHEMA
 from gpuclust.config import SiteConfig
+from gpuclust.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuclust.accounting.history.events import EventSource
+    from gpuclust.accounting.history.refusals import RefusalSource
 
 # From this many stored rows of the period on (latest_state not yet applied), `report build` partitions, so
 # that a build's memory stays bounded however long the period (BENCHMARKS.md, "Issue 31 item 3").
@@ -222,6 +229,17 @@ def split_order(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
     return table.drop_columns([ORDER_COLUMN]), order
 
 
+def _events(config: SiteConfig, period: Period, stored: tuple[EventSource | None, RefusalSource | None] | None
+            ) -> EventSource | None:
+    """The period's node events (read again only for a filtered build, which reads no economics)."""
+    if stored is not None:
+        return stored[0]
+    try:
+        return sources.stored_sources(config, period)[0]
+    except InputError:
+        return None
+
+
 def build_report(root: Path, days: list[date], config: SiteConfig, period: Period, *, only: JobFilter,
                  target: float | None, top: int, rows_per_bucket: int = ROWS_PER_BUCKET) -> Report:
     """The report of the stored `days` over `period`, bucket by bucket: the figures of metrics.build_report,
@@ -230,7 +248,10 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
     parts: list[PartialFigures] = []
     # The unit economics sum rows, not runs: any split adds up; not for a filtered report (pipeline.build).
     stored = None if only else sources.stored_sources(config, period)
-    shares = findings.partition_shares(config, findings.stored_nodes_text(config.state_dir, period.utc_days()))
+    nodes_text = findings.stored_nodes_text(config.state_dir, period.utc_days())
+    shares = findings.partition_shares(config, nodes_text)
+    # (each bucket's GPU-equivalents from the one inventory and node events: the in-memory build's shares)
+    gpu_shares = PeriodShares(config, inventory(nodes_text), lambda: _events(config, period, stored))
     econ_sums: economics.RowSums | None = None
     use: gpuuse.UseSums | None = None
     rows = filtered_out = 0
@@ -247,12 +268,15 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
             bucket = kept
         table, order = split_order(bucket)
         del bucket
-        parts.append(partial_figures(table, config, period, top=top, row_order=order))
+        eq = gpu_shares.equivalents(table)
+        parts.append(partial_figures(table, config, period, top=top, row_order=order, equivalents=eq))
         if stored is not None:
-            sums = economics.row_sums(table, config, period, stored[0])
+            sums = economics.row_sums(table, config, period, stored[0], eq)
             econ_sums = sums if econ_sums is None else economics.add_row_sums(econ_sums, sums)
-        lemon_jobs.append(lemon.job_rows(table, period))
-        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False, store_root=root, shares=shares)
+        lemon_jobs.append(lemon.job_rows(table, period, eq))
+        bucket_use = gpuuse.use_sums(table, config, period, keep_jobs=False, store_root=root, shares=shares,
+                                     equivalents=eq)
+        del eq
         use = bucket_use if use is None else gpuuse.merge_use_sums(use, bucket_use)
         del table, order
         memory.release_freed()
@@ -267,6 +291,8 @@ def build_report(root: Path, days: list[date], config: SiteConfig, period: Perio
     if only:
         only.note(info, filtered_out)
     report = merge_report(parts, config, period, target=target, top=top, input_info=info)
+    if gpu_shares.used:
+        note(report.data["input"], gpu_shares.warning_list(), config)
     if stored is not None:
         economics.attach_sums(report, econ_sums or economics.RowSums(), config, period, *stored, target=target)
         economics.note_unknown_allocations(report)

@@ -13,7 +13,7 @@ period, ...) is NaN with a named warning, counted like an attempt without AllocT
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -232,3 +232,93 @@ def table_shares(table: pa.Table, config: SiteConfig, layouts: Layouts | None = 
         eq[rows] = values[inverse]
     out.equivalents = eq
     return out
+
+
+# ---- one period's shares, for every table read of it ------------------------------------------------------
+
+class PeriodShares:
+    """The shares of the tables of one period (the in-memory build's one table, the partitioned build's buckets,
+    the trend's weeks): the node inventory read once, the node events only where some table or node has slices,
+    shards or MPS (the layouts that changed in the period). Each table's answer is the same share per row
+    whichever of them reads it; warnings add up over the tables read (`warning_list`)."""
+
+    def __init__(self, config: SiteConfig, nodes: Iterable[Node] | None,
+                 events: Callable[[], EventSource | None] | None = None):
+        self.config = config
+        self.nodes = list(nodes) if nodes is not None else None
+        self.base = layouts_of(config, self.nodes)
+        self._events = events
+        self._full: Layouts | None = None
+        self.sliced_nodes = any(lay.slices or lay.shards or lay.mps for lay in self.base.nodes.values())
+        self.used = False  # some table or node needed shares: the report says so (notes, warnings)
+        self.warnings: dict[tuple[str, str], int] = {}
+
+    def layouts(self) -> Layouts:
+        """The layouts with the nodes whose layout changed in the period (the events read once)."""
+        if self._full is None:
+            self._full = self.base
+            source = self._events() if self._events is not None else None
+            if source is not None and source.events is not None and source.events.nodes:
+                self._full = layouts_of(self.config, self.nodes, source)
+        return self._full
+
+    def of(self, table: pa.Table) -> TableShares | None:
+        """`table`'s shares; None where it has no slice, shard or MPS and no node has (every figure as before)."""
+        got = table_shares(table, self.config, self.base)
+        if got.equivalents is None and not self.sliced_nodes:
+            return None
+        self.used = True
+        full = self.layouts()
+        if full.changed:
+            got = table_shares(table, self.config, full)
+        for key, rows in got.warnings.items():
+            self.warnings[key] = self.warnings.get(key, 0) + rows
+        return got
+
+    def equivalents(self, table: pa.Table) -> np.ndarray | None:
+        got = self.of(table)
+        return None if got is None else got.equivalents
+
+    def warning_list(self) -> list[dict[str, Any]]:
+        """Row warnings (summed over the tables read), then node warnings: report.json input.gpu_share_warnings."""
+        rows = TableShares(warnings=self.warnings).warning_list()
+        return rows + node_warnings(self.layouts()) if self.used else rows
+
+
+def inventory(nodes_text: str | None, label: str = "scontrol show node -o") -> list[Node] | None:
+    """The nodes of `scontrol show node -o` text (None: none given, or records the economics names as bad)."""
+    from gpuclust.accounting.history.events import parse_nodes
+    from gpuclust.errors import InputError
+
+    if not nodes_text:
+        return None
+    try:
+        return parse_nodes(nodes_text, label)
+    except InputError:
+        return None  # (the economics' reading of the same records names the file and the fault)
+
+
+def price_units(config: SiteConfig) -> dict[str, str]:
+    """The unit each [gpu_type] price applies in (card | slice: metrics.attempts.price_unit)."""
+    from gpuclust.accounting.figures.metrics.attempts import price_unit
+
+    return {name: price_unit(config, name) for name in sorted(config.gpu_type_prices)}
+
+
+def note(info: dict[str, Any], warnings: list[dict[str, Any]], config: SiteConfig) -> None:
+    """report.json input.gpu_share_warnings (named, per row and per node), and a note on the price units: which
+    unit applied to each priced GPU type (input.gpu_price_units)."""
+    if warnings:
+        info["gpu_share_warnings"] = warnings
+    units = price_units(config)
+    slice_priced = sorted(name for name, unit in units.items() if unit == "slice")
+    if units:
+        info["gpu_price_units"] = units
+    defaulted = sorted(name for name in slice_priced if name not in config.gpu_type_price_units)
+    info.setdefault("notes", []).append(
+        "GPU-hours count GPU-equivalents (MIG slices, shards and MPS as shares of one physical GPU; definitions "
+        "gpu_equivalents); gpu_device_hours counts GRES devices, a slice as one. Prices are per GPU-equivalent "
+        "hour (price_unit = card)" + (f", except per device-hour of one slice for {', '.join(slice_priced)} "
+                                      "(price_unit = slice)" if slice_priced else "")
+        + (f"; {', '.join(defaulted)} gave no price_unit: a MIG type's price is per slice-hour by default"
+           if defaulted else "") + ".")

@@ -52,6 +52,7 @@ from gpuclust.accounting.figures import catalog, metrics
 from gpuclust.accounting.history import store, storeread
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import SiteConfig
+from gpuclust.errors import GpuclustError
 
 TREND_DAYS = (30, 90)
 DEFINITION = catalog.definitions(catalog.TREND)["trend"]
@@ -73,9 +74,11 @@ def daily(table: pa.Table, config: SiteConfig, end: datetime, days: int = max(TR
     return _daily(table, config, day_starts(end, days, config.timezone))[0]
 
 
-def _daily(table: pa.Table, config: SiteConfig, starts: list[datetime]) -> tuple[pd.DataFrame, float]:
+def _daily(table: pa.Table, config: SiteConfig, starts: list[datetime], equivalents: np.ndarray | None = None
+           ) -> tuple[pd.DataFrame, float]:
     """daily's frame for the days `starts` bound, and the earliest Submit (else Start) of the first attempt of a
-    run counted there (inf: none): a run that may continue one before the rows read (week_figures)."""
+    run counted there (inf: none): a run that may continue one before the rows read (week_figures).
+    `equivalents`: each row's GPU-equivalents (figures.shares; None: whole GPUs)."""
     earliest = math.inf
     bounds = np.array([d.timestamp() for d in starts], dtype=np.float64)
     n_days = len(starts) - 1
@@ -86,7 +89,7 @@ def _daily(table: pa.Table, config: SiteConfig, starts: list[datetime]) -> tuple
     p90: np.ndarray = np.full(n_days, np.nan)
     started_n: np.ndarray = np.zeros(n_days, dtype=np.int64)
     if table.num_rows:
-        att = metrics.attempts(table, config)
+        att = metrics.attempts(table, config, equivalents=equivalents)
         run = metrics.assign_runs(att, float(config.retry_window_s))
         att.price()
         runs = metrics.runs_of(att, run)
@@ -144,6 +147,13 @@ def _config_key(config: SiteConfig, lookback: timedelta) -> dict[str, Any]:
         "timezone": config.timezone, "retry_window_s": config.retry_window_s, "lookback_s": lookback.total_seconds(),
         "gpu_type_prices": sorted(config.gpu_type_prices.items()),
         "partitions": sorted((name, p.gpu_type, p.price_per_gpu_hour) for name, p in config.partitions.items()),
+        # (GPU-equivalents: only where configured, so that a site without them keeps its cached weeks; the node
+        # inventory the shares read is fetched with the day files, whose identities the key holds)
+        **({"gpu_shares": [sorted((k, str(v)) for k, v in config.gpu_type_shares.items()),
+                           sorted(config.gpu_type_price_units.items()),
+                           sorted((n, p.shards_per_gpu) for n, p in config.partitions.items() if p.shards_per_gpu)]}
+           if config.gpu_type_shares or config.gpu_type_price_units
+           or any(p.shards_per_gpu for p in config.partitions.values()) else {}),
     }
 
 
@@ -152,7 +162,8 @@ def _code() -> str:
     """The figures' code (this module, the attempts and the run rules): a change to them, even within one gpuclust
     version, is a new cache key."""
     digest = hashlib.sha256()
-    for name in (__name__, "gpuclust.accounting.figures.metrics.attempts", "gpuclust.accounting.figures.metrics.runs"):
+    for name in (__name__, "gpuclust.accounting.figures.metrics.attempts", "gpuclust.accounting.figures.metrics.runs",
+                 "gpuclust.accounting.figures.shares", "gpuclust.slurm.gpushare"):
         source = importlib.import_module(name).__file__
         digest.update(Path(source).read_bytes() if source else name.encode())
     return digest.hexdigest()
@@ -225,12 +236,31 @@ class Aggregates:
             # (the rows start at the first UTC day read: a run may continue one submitted before that)
             read_from = datetime.combine(days[0], time(), timezone.utc)
             table = storeread.load_for_report(self.root, days, self.cluster, snapshot=self.snapshot)
-            frame, earliest = _daily(table, self.config, starts)
+            frame, earliest = _daily(table, self.config, starts, self._equivalents(table, days))
             del table
             truncated = earliest <= read_from.timestamp() + self.config.retry_window_s
             if not truncated or self.first_day is None or days[0] <= self.first_day:
                 return frame, since, days
             back += self.lookback  # a run may go on before the rows read: read further back
+
+    def _equivalents(self, table: pa.Table, days: list[date]) -> np.ndarray | None:
+        """The rows' GPU-equivalents as the report reads them (figures.shares.PeriodShares): the latest stored
+        node inventory of `days` and their node events."""
+        from gpuclust.accounting.figures.findings import stored_nodes_text
+        from gpuclust.accounting.figures.shares import PeriodShares, inventory
+        from gpuclust.accounting.history import sources
+
+        period = Period(datetime.combine(days[0], time(), timezone.utc),
+                        datetime.combine(days[-1] + timedelta(days=1), time(), timezone.utc))
+
+        def events() -> Any:
+            try:
+                return sources.stored_sources(self.config, period)[0]
+            except GpuclustError:
+                return None
+
+        nodes = inventory(stored_nodes_text(self.config.state_dir, days))
+        return PeriodShares(self.config, nodes, events).equivalents(table)
 
     def days(self, first: date, last: date) -> pd.DataFrame:
         """The figures of the days `first`..`last` (site time zone), week by week."""

@@ -95,6 +95,9 @@ class JobFacts:
     price_per_gpu_hour: float | None = None
     currency: str = ""
     node_during: tuple[NodeDuring, ...] = ()
+    # GPU-equivalents of one of its GPU devices (a 1g.10gb slice: 1/7): a device's idle seconds count as that
+    # share of GPU-seconds in held-idle GPU-hours and their cost (price_per_gpu_hour is per GPU-equivalent hour)
+    gpu_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ def _gib(mib: float) -> str:
 def _cost(facts: JobFacts, gpu_s: float) -> dict[str, Any]:
     if facts.price_per_gpu_hour is None:
         return {}
-    return {"cost": round(gpu_s / 3600 * facts.price_per_gpu_hour, 6), "currency": facts.currency}
+    return {"cost": round(gpu_s * facts.gpu_share / 3600 * facts.price_per_gpu_hour, 6), "currency": facts.currency}
 
 
 def _cost_text(evidence: dict[str, Any]) -> str:

@@ -26,7 +26,9 @@ mem_max_mb            the largest resident memory of a task (TRESUsageInMax mem,
 energy_j              ConsumedEnergyRaw of the job row, else the sum over its steps; null where Slurm gathers
                       no energy (it then prints 0: a job that ran never used 0 J)
 gpu_util_rule         which rule turned gres/gpuutil into per-GPU utilisation: `summed` (23.02.x, and 24.05.1
-                      on) or `last-gpu` (23.11.0 to 24.05.0: utilisation unknown); null without gres/gpuutil
+                      on) or `last-gpu` (23.11.0 to 24.05.0: utilisation unknown); null without gres/gpuutil.
+                      figures.gpuuse names three more reasons it is unknown: `mig` (a MIG slice), `shard` and
+                      `mps` (a job of shards or MPS only shares a GPU: its own use cannot be told apart)
 ====================  ==========================================================================================
 
 RULES (shared/gpu-hours-glossary.md; read from Slurm's gpu_nvml.c at each release tag, with the evidence in

@@ -370,7 +370,7 @@ def price_table(
     for t, own_type in enumerate([*gpu_types, None]):
         mix = fields.gpu_mix(own_type)
         if mix is not None:  # (slices in a mix weigh by their GPU-equivalents, whole GPUs by their count)
-            mix = {name: count * _share(config, None if name == fields.MIX_OTHER else name)
+            mix = {name: count * mix_weight(config, None if name == fields.MIX_OTHER else name)
                    for name, count in mix.items()}
         for p, part in enumerate(parts):
             if mix is None:
@@ -394,21 +394,32 @@ def price_table(
     return prices, unpriced
 
 
-def _share(config: SiteConfig, gpu_type: str | None) -> Any:
-    """A GPU type's share of one GPU (a whole GPU: the int 1, so whole-GPU weights stay integers; unknown: 0)."""
+def mix_weight(config: SiteConfig, gpu_type: str | None) -> Any:
+    """A GPU type's weight in a mix: its share of one GPU (a whole GPU: the int 1, so whole-GPU weights stay
+    integers; a slice of unknown share: 0)."""
     if gpu_type is None or not gpushare.is_mig_type(gpu_type, config.gpu_type_shares):
         return 1
     share, _ = gpushare.type_share(gpu_type, config.gpu_type_shares)
     return 0 if share is None else float(share)
 
 
+def price_unit(config: SiteConfig, gpu_type: str) -> str:
+    """The unit of `[gpu_type NAME] price_per_gpu_hour`: its price_unit where given; else `slice` for a MIG type (a
+    profile name or a gpu_share below one GPU: `[gpu_type 1g.10gb] price_per_gpu_hour = 0.40` is that slice's
+    hour), `card` for a whole GPU."""
+    given = config.gpu_type_price_units.get(gpu_type)
+    if given is not None:
+        return given
+    return "slice" if gpushare.is_mig_type(gpu_type, config.gpu_type_shares) else "card"
+
+
 def card_price(config: SiteConfig, gpu_type: str | None, partition: str | None) -> float | None:
     """The price of one GPU-equivalent hour of `gpu_type` on `partition`: the configured price, or where the
-    type's price is per slice (`[gpu_type] price_unit = slice`), that price / the slice's share (so that
-    GPU-equivalent hours x it = device-hours x the slice price). None: unpriced (or a slice of unknown share)."""
+    type's price is per slice (price_unit), that price / the slice's share (so that GPU-equivalent hours x it =
+    device-hours x the slice price). None: unpriced (or a slice of unknown share)."""
     price = config.price_per_gpu_hour(gpu_type, partition)
     if price is None or not gpu_type or gpu_type not in config.gpu_type_prices \
-            or config.gpu_type_price_units.get(gpu_type) != "slice":
+            or price_unit(config, gpu_type) != "slice":
         return price
     share, _ = gpushare.type_share(gpu_type, config.gpu_type_shares)
     return None if share is None else price / float(share)

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from gpuclust.accounting.figures.metrics.assembly import (
     add_unknown_gpus,
+    add_unknown_shares,
     assemble_report,
     check_target,
     failure_table,
@@ -66,14 +67,16 @@ class PartialFigures:
     gpus_unknown: int = 0
     gpus_seen: bool = False  # some row's AllocTRES names a GPU
     no_gpu_accounted: bool = False  # no_gpu_accounted of the bucket's rows
+    shares_unknown: int = 0  # attempts whose GPU share is unknown (figures.shares): apart from gpus_unknown
 
 
 def partial_figures(table: pa.Table, config: SiteConfig, period: Period, *, top: int = DEFAULT_TOP,
-                    row_order: np.ndarray | None = None) -> PartialFigures:
+                    row_order: np.ndarray | None = None, equivalents: np.ndarray | None = None) -> PartialFigures:
     """The figures of the rows `table` (whole runs: every attempt of each of its runs), `row_order`: each
-    row's place in the whole input (None: the table is the input)."""
+    row's place in the whole input (None: the table is the input); `equivalents`: each row's GPU-equivalents
+    (figures.shares; None: whole GPUs)."""
     lo, hi = float(period.start_epoch), float(period.end_epoch)
-    att = attempts(table, config)
+    att = attempts(table, config, equivalents=equivalents)
     started_p = np.flatnonzero((att.start >= lo) & (att.start < hi))
     ended_p = np.flatnonzero((att.end >= lo) & (att.end < hi))
     waits = wait_counts(att, started_p)
@@ -89,7 +92,9 @@ def partial_figures(table: pa.Table, config: SiteConfig, period: Period, *, top:
         totals=run_totals(runs_p),
         attempts_in_period=len(ended_p),
         left_out=att.left_out,
-        gpus_unknown=int(np.count_nonzero(att.gpus_unknown[ended_p])) if len(att.gpus_unknown) else 0,
+        gpus_unknown=int(np.count_nonzero(att.gpus_unknown[ended_p] & ~att.share_unknown[ended_p]))
+        if len(att.gpus_unknown) else 0,
+        shares_unknown=int(np.count_nonzero(att.share_unknown[ended_p])) if len(att.share_unknown) else 0,
         gpus_seen=bool(table.num_rows and pc.max(table.column("gpus")).as_py()),
         no_gpu_accounted=no_gpu_accounted(table),
     )
@@ -126,4 +131,5 @@ def merge_report(parts: list[PartialFigures], config: SiteConfig, period: Period
             left_out[name] = sum(int(p.left_out.get(name, 0)) for p in parts)
     report.data["input"]["left_out"] = left_out
     add_unknown_gpus(report.data["input"], sum(p.gpus_unknown for p in parts))
+    add_unknown_shares(report.data["input"], sum(p.shares_unknown for p in parts))
     return report
