@@ -287,11 +287,11 @@ class PeriodShares:
 
 def inventory(nodes_text: str | None, label: str = "scontrol show node -o") -> list[Node] | None:
     """The nodes of `scontrol show node -o` text (None: none given, or records the economics names as bad)."""
-    from gpuclust.accounting.history.events import parse_nodes
-    from gpuclust.errors import InputError
-
     if not nodes_text:
         return None
+    from gpuclust.accounting.history.events import parse_nodes  # (a build without an inventory never needs it)
+    from gpuclust.errors import InputError
+
     try:
         return parse_nodes(nodes_text, label)
     except InputError:
