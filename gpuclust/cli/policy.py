@@ -104,6 +104,18 @@ def _detect_gres(app: AppContext) -> frozenset[str]:
     return frozenset({"gpu"})
 
 
+def _detect_partition_limits(app: AppContext) -> dict[str, int | None] | None:
+    """Each partition's time limit for a job without --time (scontrol), or None offline."""
+    from gpuclust.policy.replay import partition_time_defaults
+
+    if not os.environ.get("SLURM_CONF"):
+        return None
+    try:
+        return partition_time_defaults(app.slurm.scontrol(["-a", "-o", "show", "partition"], timeout=10)) or None
+    except Exception:  # noqa: BLE001 - no usable scontrol here: the replay says the defaults are unknown
+        return None
+
+
 @group.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--user", "user", help="Submitting user name (default: the current user).")
 @click.option("--account", "account", shell_complete=complete_account, help="Same as -A in the sbatch options (those win if both are given).")
@@ -221,8 +233,8 @@ def _sbatch_quiet(args: list[str], version: str) -> bool:
               help="Replay the jobs submitted from then on: 30d, 12h, 2026-11-01, 2026-11-01T08:00 (site time zone).")
 @click.option("--until", "until", default=None, help="Up to then (exclusive), same forms (default: now).")
 @click.option("--config", "new_config", type=HintPath(exists=True, dir_okay=False),
-              help="A second site config (the new policy) to replay beside the current one: lists the jobs whose "
-                   "verdict would change.")
+              help="A second site config (the new policy) to replay beside the site's own (gpuclust --config, "
+                   "GPUCLUST_CONFIG): lists the jobs whose verdict would change.")
 @click.option("--slurm-version", "slurm_version", default=None,
               help="Read the submit lines as this Slurm release's sbatch does (default: env GPUCLUST_SLURM_VERSION, "
                    "else the local `sbatch --version`, else 22.05).")
@@ -231,20 +243,35 @@ def _sbatch_quiet(args: list[str], version: str) -> bool:
                    "SLURM_CONF is set, else gpu).")
 @click.option("--limit", "limit", type=click.IntRange(min=0), default=20, show_default=True,
               help="Changed verdicts listed in the table (--json lists all).")
-@click.option("--json", "as_json", is_flag=True, help="Print the replay as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the replay as JSON (with every job id).")
 @pass_app
 def replay_cmd(app: AppContext, since: str, until: str | None, new_config: str | None, slurm_version: str | None,
                gres_types: str | None, limit: int, as_json: bool) -> None:
-    """Run the stored jobs' requests through the submit policy, as `policy check` decides one: what this config
-    (and, with --config NEW, the new one) would have refused, per rule, account and user, in jobs and allocated
-    GPU-hours; which jobs would change verdict; and what could not be replayed, and why.
+    """Run the stored jobs' requests through the submit policy, as `policy check`
+    decides one: what the site config (and, with --config NEW, the new one)
+    would have refused, per rule, account and user; which jobs would change
+    verdict; and what could not be replayed, and why.
 
     \b
-    Reads the accounting store `report fetch` writes (jobs submitted in --since..--until). Each request comes from
-    its submit line (sacct SubmitLine) over its recorded fields, or from the fields alone where there is no line
-    (a day stored before SubmitLine was fetched) or no reading of it agrees with the record; an array is replayed
-    once. Exit 0 when the config replayed (NEW with --config) refuses none of the jobs, 1 when it refuses some,
-    2 on bad input (a config error names its file, line and key).
+      gpuclust policy replay --since 30d
+      gpuclust --config site.conf policy replay --since 30d --config new.conf
+
+    Reads the store `report fetch` writes: the jobs submitted from --since
+    to --until. Columns: submissions (an array counts once), jobs (each array
+    task) and allocated GPU-hours (GPU-equivalents x Elapsed).
+
+    Each request is its submit line (sacct SubmitLine) over the recorded
+    fields, or the fields alone where there is no line or no reading of it
+    agrees with the record (counted, by reason). Where neither can say what
+    was asked (a script job's time limit equal to the partition's default:
+    read as no --time; an account not on the line: read as -A), the other
+    reading is tried too, and the jobs whose verdict it changes are counted
+    as uncertain. Partition default time limits come from scontrol when
+    SLURM_CONF is set.
+
+    Exit 0 when the config replayed (NEW with --config) refuses no job, 1
+    when it refuses some, 2 on bad input (a config error names its file, line
+    and key).
     """
     from gpuclust.accounting import stored_requests
     from gpuclust.accounting.ingest.period import resolve_period
@@ -260,7 +287,7 @@ def replay_cmd(app: AppContext, since: str, until: str | None, new_config: str |
     names = frozenset(n.strip() for n in gres_types.split(",") if n.strip()) if gres_types else _detect_gres(app)
     table = stored_requests(app.config, period.start, period.end)
     result = replay(table, evaluators, since=period.start.isoformat(), until=period.end.isoformat(),
-                    version=table_for(version), gres_names=names)
+                    version=table_for(version), gres_names=names, partition_limits=_detect_partition_limits(app))
     if as_json:
         echo_json(result.as_dict())
     else:

@@ -17,7 +17,10 @@ Each request is the job_desc slurmctld would have handed job_submit.lua, rebuilt
 
 What the fields cannot say (README.md, "policy replay"): whether -A was given (the recorded account is the one
 Slurm used, default included), whether a time limit was asked for (Timelimit is the partition default when none
-was), and a GPU type where accounting tracks untyped GPUs only.
+was), and a GPU type where accounting tracks untyped GPUs only. Where the line cannot say either, the request is
+read one way (a Timelimit that is its partition's default: no --time, as with 22.05's 365 days for an unlimited
+partition; an account: given) and also the other way; a submission whose verdict depends on it is counted as
+uncertain, by reason. A --wrap line without -A used the user's default account: the recorded one.
 
 An array is one submission (its tasks share one submit line): replayed once, its tasks' GPU-hours summed. A het
 job is one submission of several components, each replayed (the line split at its `:` words, or each component's
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -47,7 +51,7 @@ from gpuclust.policy.sbatch import (
     option_table,
 )
 from gpuclust.slurm.gpushare import allocation_equivalents
-from gpuclust.slurm.parse import parse_tres
+from gpuclust.slurm.parse import parse_scontrol_oneliners, parse_slurm_duration, parse_tres
 
 # The job_desc fields of a GPU request: taken from the submit line as a whole when it sets any, else from the fields.
 GPU_FIELDS = ("tres_per_job", "tres_per_node", "gres", "tres_per_socket", "tres_per_task", "ntasks_per_tres")
@@ -61,6 +65,13 @@ HET_MISMATCH = "het job's submit line does not split into its components, used f
 NO_REQUEST = "no GPU request recorded (no ReqTRES, never allocated)"
 BAD_TRES = "request TRES unreadable"
 NO_USER = "no user recorded"
+
+# Why a verdict is uncertain: the record cannot say what was asked, and the other reading decides otherwise.
+TIME_DEFAULT = "Timelimit = partition default, read as no --time"
+TIME_UNKNOWN = "Timelimit, partition defaults unknown, read as --time"
+ACCOUNT_RECORDED = "account not on the line, read as -A"
+INFINITE = 0xFFFFFFFF  # a job_desc's time_limit for --time=UNLIMITED
+YEAR_MINUTES = 365 * 24 * 60  # how 22.05's accounting records an unlimited partition's time limit (sacct: 365-00:00:00)
 
 
 @dataclass
@@ -110,6 +121,12 @@ class Summary:
     by_account: dict[str, Tally] = field(default_factory=dict)
     by_user: dict[str, Tally] = field(default_factory=dict)
     warned_by_rule: dict[str, Tally] = field(default_factory=dict)  # rules in warn mode an accepted job failed
+    uncertain: dict[str, Tally] = field(default_factory=dict)  # reason -> submissions the other reading decides otherwise
+    uncertain_ids: dict[str, list[str]] = field(default_factory=dict)
+
+    def add_uncertain(self, sub: Submission, reason: str) -> None:
+        self.uncertain.setdefault(reason, Tally()).add(sub)
+        self.uncertain_ids.setdefault(reason, []).append(sub.job_id)
 
     def add(self, sub: Submission, verdict: Verdict) -> None:
         if verdict.accepted:
@@ -129,7 +146,9 @@ class Summary:
 
         return {"accepted": self.accepted.as_dict(), "refused": self.refused.as_dict(),
                 "refused_by_rule": rows(self.by_rule, "rule"), "refused_by_account": rows(self.by_account, "account"),
-                "refused_by_user": rows(self.by_user, "user"), "warned_by_rule": rows(self.warned_by_rule, "rule")}
+                "refused_by_user": rows(self.by_user, "user"), "warned_by_rule": rows(self.warned_by_rule, "rule"),
+                "uncertain": [{"reason": r, **t.as_dict(), "job_ids": self.uncertain_ids[r]}
+                              for r, t in sorted(self.uncertain.items())]}
 
 
 @dataclass
@@ -144,10 +163,12 @@ class ReplayResult:
     from_submit_line: int = 0
     from_fields: dict[str, int] = field(default_factory=dict)  # reason -> submissions
     not_replayed: dict[str, Tally] = field(default_factory=dict)  # reason -> what was left out
+    partition_defaults: str = "unknown"  # where the partitions' default time limits came from ("scontrol")
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "since": self.since, "until": self.until, "slurm_version": self.slurm_version, "rows": self.rows,
+            "partition_defaults": self.partition_defaults,
             "replayed": {**self.replayed.as_dict(), "from_submit_line": self.from_submit_line,
                          "from_fields": dict(sorted(self.from_fields.items()))},
             "not_replayed": {**_total(self.not_replayed.values()).as_dict(),
@@ -298,10 +319,22 @@ def line_descs(line: str, expects: Sequence[Mapping[str, Any]], fields: list[dic
                gres_names: frozenset[str]) -> tuple[list[dict[str, Any]] | None, str | None]:
     """One job_desc per component from the submit line, each over its component's fields (with --wrap, the line
     alone: there is no script to have set more); None and why not."""
+    descs, why, _ = line_readings(line, expects, fields, version, gres_names)
+    return descs, why
+
+
+# What a component's line sets itself (the rest came from the fields: the script, or Slurm's defaults), or
+# None: the line is the whole request (--wrap).
+LineSets = frozenset[str] | None
+
+
+def line_readings(line: str, expects: Sequence[Mapping[str, Any]], fields: list[dict[str, Any]], version: str,
+                  gres_names: frozenset[str]) -> tuple[list[dict[str, Any]] | None, str | None, list[LineSets]]:
+    """line_descs, and per component which of time_limit and account the line set (None: --wrap, all of it)."""
     words = line.split(" ")
     prog = words[0].rsplit("/", 1)[-1]
     if prog != "sbatch":
-        return None, NOT_SBATCH.format(prog=prog or "?")
+        return None, NOT_SBATCH.format(prog=prog or "?"), []
     table = option_table(version)
     parts: list[list[str]] = [[]]
     for word in words[1:]:
@@ -310,21 +343,28 @@ def line_descs(line: str, expects: Sequence[Mapping[str, Any]], fields: list[dic
         else:
             parts[-1].append(word)
     if len(parts) != len(expects):
-        return None, HET_MISMATCH
+        return None, HET_MISMATCH, []
     read = []
     for k, (part, expect) in enumerate(zip(parts, expects, strict=True)):
         got = split_words(part, table, expect, check_name=k == 0, version=version, gres_names=gres_names)
         if got is None:
-            return None, UNPARSEABLE
+            return None, UNPARSEABLE, []
         read.append(got)
     wrap = any(w for _, _, w in read)
     out = []
+    sets: list[LineSets] = []
     for k, ((_, desc, _), base) in enumerate(zip(read, fields, strict=True)):
         if wrap and k == 0:  # (a later het component gives its own options only: over its fields)
-            out.append({**desc, "user_name": base["user_name"]})
+            whole = {**desc, "user_name": base["user_name"]}
+            if not _set(desc.get("account")) and base.get("account"):
+                # no -A and no script: Slurm used the user's default account, the one it recorded
+                whole["default_account"] = base["account"]
+            out.append(whole)
+            sets.append(None)
         else:
             out.append(merge(desc, base))
-    return out, None
+            sets.append(frozenset(name for name in ("time_limit", "account") if _set(desc.get(name))))
+    return out, None, sets
 
 
 def _set(v: Any) -> bool:
@@ -343,6 +383,62 @@ def merge(line: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: view[k] for k in view}
 
 
+# ---- what the record cannot say ---------------------------------------------------------------------------------
+
+def partition_time_defaults(text: str) -> dict[str, int | None]:
+    """The time limit Slurm gives a job without --time, per partition, from `scontrol -o show partition`: its
+    DefaultTime, else its MaxTime; in minutes, None for UNLIMITED."""
+    out: dict[str, int | None] = {}
+    for rec in parse_scontrol_oneliners(text):
+        name = rec.get("PartitionName")
+        try:
+            secs = parse_slurm_duration(rec.get("DefaultTime"))
+            if secs is None:
+                secs = parse_slurm_duration(rec.get("MaxTime"))
+        except Exception:  # noqa: BLE001 - an unreadable value: that partition's default stays unknown
+            continue
+        if name and secs is not None:
+            out[name] = None if secs < 0 else secs // 60
+    return out
+
+
+def readings(descs: list[dict[str, Any]], fields: list[dict[str, Any]], sets: Sequence[LineSets],
+             limits: Mapping[str, int | None] | None) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """The request as replayed, and the other readings of what the record cannot say, by reason.
+
+    A time limit the line did not set is the recorded Timelimit: the script's --time, or the partition's default
+    when none was asked for. Equal to that default (`limits`, from scontrol; 22.05 records an unlimited
+    partition's as 365 days) it is read as no --time; else, with the defaults unknown, as asked. An account the
+    line did not set is the script's -A or the user's default: read as given."""
+    primary = [dict(d) for d in descs]
+    changes: list[tuple[str, int, dict[str, Any]]] = []
+    for k, (desc, base, line_set) in enumerate(zip(primary, fields, sets, strict=True)):
+        if line_set is None:
+            continue
+        if "time_limit" not in line_set:
+            rec = base.get("time_limit", NO_VAL)
+            part = base.get("partition")
+            if limits is not None and isinstance(part, str) and part in limits:
+                default = limits[part]
+                if default is None and rec in (NO_VAL, YEAR_MINUTES):
+                    desc["time_limit"] = NO_VAL
+                    changes.append((TIME_DEFAULT, k, {"time_limit": INFINITE}))
+                elif default is not None and rec == default:
+                    desc["time_limit"] = NO_VAL
+                    changes.append((TIME_DEFAULT, k, {"time_limit": default}))
+            elif rec == YEAR_MINUTES:
+                desc["time_limit"] = NO_VAL
+                changes.append((TIME_DEFAULT, k, {"time_limit": rec}))
+            elif rec != NO_VAL:
+                changes.append((TIME_UNKNOWN, k, {"time_limit": NO_VAL}))
+        if "account" not in line_set and _text(desc.get("account")):
+            changes.append((ACCOUNT_RECORDED, k, {"account": None, "default_account": desc["account"]}))
+    other: dict[str, list[dict[str, Any]]] = {}
+    for reason, k, values in changes:
+        other.setdefault(reason, [dict(d) for d in primary])[k].update(values)
+    return primary, other
+
+
 # ---- the replay ------------------------------------------------------------------------------------------------
 
 def _equivalents(alloc: str | None, cache: dict[str | None, Fraction | None]) -> Fraction | None:
@@ -357,14 +453,17 @@ def _equivalents(alloc: str | None, cache: dict[str | None, Fraction | None]) ->
 
 
 def replay(table: Any, evaluators: Mapping[str, Evaluator], *, since: str = "", until: str = "",
-           version: str = "22.05", gres_names: frozenset[str] = frozenset({"gpu"})) -> ReplayResult:
+           version: str = "22.05", gres_names: frozenset[str] = frozenset({"gpu"}),
+           partition_limits: Mapping[str, int | None] | None = None) -> ReplayResult:
     """Replay every submission of `table` (the pyarrow table gpuclust.accounting.stored_requests gives) through
-    each evaluator ("current", and "new" to compare with)."""
+    each evaluator ("current", and "new" to compare with). `partition_limits`: the time limit (minutes, None for
+    UNLIMITED) of a job without --time per partition (partition_time_defaults); None when unknown."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    result = ReplayResult(since, until, version, {name: Summary() for name in evaluators}, [], rows=table.num_rows)
+    result = ReplayResult(since, until, version, {name: Summary() for name in evaluators}, [], rows=table.num_rows,
+                          partition_defaults="unknown" if partition_limits is None else "scontrol")
     n = table.num_rows
     if n == 0:
         return result
@@ -404,7 +503,7 @@ def replay(table: Any, evaluators: Mapping[str, Evaluator], *, since: str = "", 
     values = {c: picked.column(c).to_pylist() for c in cols}
     rep_gid = gid[reps]
     memo: dict[str, dict[Any, Verdict]] = {name: {} for name in evaluators}
-    line_memo: dict[Any, tuple[list[dict[str, Any]] | None, str | None]] = {}
+    line_memo: dict[Any, tuple[list[dict[str, Any]] | None, str | None, list[LineSets]]] = {}
     start = 0
     while start < len(reps):
         end = start
@@ -414,14 +513,14 @@ def replay(table: Any, evaluators: Mapping[str, Evaluator], *, since: str = "", 
         rows = [{c: values[c][i] for c in cols} for i in range(start, end)]
         start = end
         _replay_one(rows, int(g_jobs[g]), float(g_hours[g]), int(g_unknown[g]), evaluators, memo, line_memo,
-                    version, gres_names, result)
+                    version, gres_names, partition_limits, result)
     return result
 
 
 def _replay_one(rows: list[dict[str, Any]], jobs: int, hours: float, unknown: int,
                 evaluators: Mapping[str, Evaluator], memo: dict[str, dict[Any, Verdict]],
-                line_memo: dict[Any, tuple[list[dict[str, Any]] | None, str | None]], version: str,
-                gres_names: frozenset[str], result: ReplayResult) -> None:
+                line_memo: dict[Any, tuple[list[dict[str, Any]] | None, str | None, list[LineSets]]], version: str,
+                gres_names: frozenset[str], limits: Mapping[str, int | None] | None, result: ReplayResult) -> None:
     lead = rows[0]
     job_id = str(lead["job_base"]) if len(rows) > 1 or lead["job_id"] != str(lead["job_base"]) else lead["job_id"]
     fields: list[dict[str, Any]] = []
@@ -435,28 +534,38 @@ def _replay_one(rows: list[dict[str, Any]], jobs: int, hours: float, unknown: in
     line = _text(lead.get("submit_line"))
     why_fields: str | None = NO_LINE
     descs: list[dict[str, Any]] | None = None
+    sets: list[LineSets] = [frozenset()] * len(fields)  # from the fields: nothing set by a line
     if line is not None:
         key = (line, tuple(tuple(sorted(f.items())) for f in fields),
                tuple((r.get("job_name"), r.get("comment")) for r in rows))
         if key not in line_memo:
-            line_memo[key] = line_descs(line, rows, fields, version, gres_names)
-        descs, why_fields = line_memo[key]
-    sub = Submission(job_id, lead["user"], lead.get("account") or "", lead.get("partition") or "",
-                     descs if descs is not None else fields, "submit_line" if descs is not None else "fields",
-                     why_fields if descs is None else None, jobs, hours, unknown)
+            line_memo[key] = line_readings(line, rows, fields, version, gres_names)
+        descs, why_fields, line_sets = line_memo[key]
+        if descs is not None:
+            sets = line_sets
+    primary, other = readings(descs if descs is not None else fields, fields, sets, limits)
+    sub = Submission(job_id, lead["user"], lead.get("account") or "", lead.get("partition") or "", primary,
+                     "submit_line" if descs is not None else "fields", why_fields if descs is None else None, jobs,
+                     hours, unknown)
     result.replayed.add(sub)
     if descs is not None:
         result.from_submit_line += 1
     else:
         result.from_fields[str(why_fields)] = result.from_fields.get(str(why_fields), 0) + 1
     verdicts = {name: _decide(ev, sub.descs, memo[name]) for name, ev in evaluators.items()}
+    uncertain: set[str] = set()
     for name, verdict in verdicts.items():
         result.configs[name].add(sub, verdict)
+        for reason, alt in other.items():
+            if _decide(evaluators[name], alt, memo[name]).accepted != verdict.accepted:
+                result.configs[name].add_uncertain(sub, reason)
+                uncertain.add(reason)
     if "new" in verdicts and verdicts["new"].accepted != verdicts["current"].accepted:
         result.changed.append({
             "job_id": job_id, "user": sub.user, "account": sub.account, "partition": sub.partition,
             "source": sub.source, "jobs": jobs, "gpu_hours": round(hours, 3),
-            "current": _verdict_dict(verdicts["current"]), "new": _verdict_dict(verdicts["new"])})
+            "current": _verdict_dict(verdicts["current"]), "new": _verdict_dict(verdicts["new"]),
+            "uncertain": sorted(uncertain)})
 
 
 def _verdict_dict(v: Verdict) -> dict[str, Any]:
@@ -481,44 +590,86 @@ def _decide(ev: Evaluator, descs: list[dict[str, Any]], memo: dict[Any, Verdict]
 
 # ---- the table --------------------------------------------------------------------------------------------------
 
+WIDTH = 80  # the table fits an 80-column terminal
+_LABEL = 40  # the label column; longer labels wrap, the numbers stay on their first line
+_NUMBERS = f"{'submissions':>12} {'jobs':>8} {'GPU-hours':>10}"
+
+
+def _cut(text: str, width: int) -> str:
+    """A name cut to `width`, a `+` marking the cut (as sacct and squeue do)."""
+    return text if len(text) <= width else text[:width - 1] + "+"
+
+
+def _numbers(t: Mapping[str, Any]) -> str:
+    unknown = f"  ({t['gpu_hours_unknown_jobs']} jobs' GPU-hours unknown)" if t["gpu_hours_unknown_jobs"] else ""
+    return f"{t['submissions']:>12} {t['jobs']:>8} {t['gpu_hours']:>10.1f}{unknown}"
+
+
+def _row(label: str, numbers: str, indent: int = 2) -> list[str]:
+    lines = textwrap.wrap(label, _LABEL - indent, subsequent_indent="  ", break_on_hyphens=False) or [""]
+    first = " " * indent + f"{lines[0]:<{_LABEL - indent}} {numbers}".rstrip()
+    return [first, *(" " * indent + line for line in lines[1:])]
+
+
+def _counted(n: int, reason: str) -> list[str]:
+    return textwrap.wrap(reason, WIDTH, initial_indent=f"{n:>8}  ", subsequent_indent=" " * 10,
+                         break_on_hyphens=False)
+
+
 def render_table(result: ReplayResult, limit: int = 20) -> str:
-    """The replay as plain text: per config the refusals by rule, account and user, then the changed verdicts
-    (the first `limit`), then what could not be replayed or was read from the fields."""
+    """The replay as plain text for an 80-column terminal: what was replayed, then per config the refusals by
+    rule, account and user and the uncertain verdicts, then the changed verdicts (the first `limit`), then why
+    requests were read from the fields or not replayed."""
     doc = result.as_dict()
-    lines = [f"policy replay of the jobs submitted {result.since} .. {result.until} (sbatch {result.slurm_version}): "
-             f"{doc['replayed']['submissions']} submissions ({doc['replayed']['jobs']} jobs, "
-             f"{doc['replayed']['gpu_hours']:.1f} GPU-hours allocated) replayed, "
-             f"{doc['replayed']['from_submit_line']} from their submit line"]
-
-    def tally(t: Mapping[str, Any]) -> str:
-        unknown = f", {t['gpu_hours_unknown_jobs']} jobs' GPU-hours unknown" if t["gpu_hours_unknown_jobs"] else ""
-        return f"{t['submissions']:>8} {t['jobs']:>8} {t['gpu_hours']:>12.1f}{unknown}"
-
+    rep, nr = doc["replayed"], doc["not_replayed"]
+    since, until = result.since.replace("T", " "), result.until.replace("T", " ")
+    zone = since[19:] if since[19:] == until[19:] else ""  # one offset, said once
+    defaults = "time limit defaults from scontrol" if doc["partition_defaults"] == "scontrol" else \
+        "partitions' default time limits unknown"
+    lines = [f"policy replay: jobs submitted {since[:len(since) - len(zone)]} .. {until[:len(until) - len(zone)]}"
+             f"{' ' + zone if zone else ''}",
+             f"submit lines read as sbatch {result.slurm_version} does; {defaults}", "",
+             f"{'':<{_LABEL}} {_NUMBERS}",
+             *_row("replayed", _numbers(rep), 0),
+             *_row("from their submit line", f"{rep['from_submit_line']:>12}"),
+             *_row("from the recorded fields (why: below)", f"{sum(rep['from_fields'].values()):>12}"),
+             *_row("not replayed (why: below)", _numbers(nr), 0)]
     for name, s in doc["configs"].items():
-        lines += ["", f"{name} config: {s['refused']['jobs']} jobs refused ({s['refused']['gpu_hours']:.1f} GPU-hours), "
-                      f"{s['accepted']['jobs']} accepted"]
-        for section, key in (("refused_by_rule", "rule"), ("refused_by_account", "account"),
-                             ("refused_by_user", "user"), ("warned_by_rule", "rule")):
+        lines += ["", *_row("current config" if name == "current" else "new config (--config)", _NUMBERS, 0),
+                  *_row("accepted", _numbers(s["accepted"])), *_row("refused", _numbers(s["refused"]))]
+        for section, key, title in (("refused_by_rule", "rule", "refused, by rule"),
+                                    ("refused_by_account", "account", "refused, by account"),
+                                    ("refused_by_user", "user", "refused, by user"),
+                                    ("warned_by_rule", "rule", "accepted with a warning (warn-mode rule)"),
+                                    ("uncertain", "reason", "verdict uncertain, by reason (--json lists the job ids)")):
             if not s[section]:
                 continue
-            lines.append(f"  {section.replace('_', ' '):<28} {'submits':>8} {'jobs':>8} {'GPU-hours':>12}")
-            lines += [f"  {str(r[key] or '(none)'):<28} {tally(r)}" for r in s[section]]
+            lines.append(f"  {title}")
+            for r in s[section]:
+                lines += _row(str(r[key] or "(none)"), _numbers(r), 4)
     if "new" in doc["configs"]:
         ch = doc["changed"]
-        lines += ["", f"verdict changed current -> new: {ch['submissions']} submissions ({ch['jobs']} jobs, "
-                      f"{ch['gpu_hours']:.1f} GPU-hours)"]
-        for c in ch["list"][:limit]:
+        lines += ["", *_row("verdict changed", _NUMBERS, 0),
+                  *_row("current -> new", _numbers({**ch, "gpu_hours_unknown_jobs": 0}))]
+        if ch["list"]:
+            lines.append(f"  {'job':<10} {'user':<12} {'account':<10} {'GPU-hours':>9}  current -> new")
+        shown_ = sorted(ch["list"], key=lambda c: -c["gpu_hours"])[:limit]  # the most GPU-hours first
+        for c in shown_:
             cur, new = c["current"], c["new"]
-            lines.append(f"  {c['job_id']:<12} {c['user']:<12} {c['account']:<12} "
-                         f"{'accept' if cur['accepted'] else 'refuse [' + cur['rule'] + ']'} -> "
-                         f"{'accept' if new['accepted'] else 'refuse [' + new['rule'] + ']'}  "
-                         f"{c['gpu_hours']:.1f} GPU-hours")
+            mark = "?" if c["uncertain"] else " "
+            verdicts = f"{'accept' if cur['accepted'] else cur['rule']} -> {'accept' if new['accepted'] else new['rule']}"
+            lines.append(f"  {_cut(c['job_id'], 10):<10} {_cut(c['user'], 12):<12} {_cut(c['account'], 10):<10} "
+                         f"{c['gpu_hours']:>9.1f}{mark} {verdicts}".rstrip())
         if ch["submissions"] > limit:
             lines.append(f"  ... {ch['submissions'] - limit} more (--json lists them)")
-    if doc["replayed"]["from_fields"]:
-        lines += ["", "read from the recorded fields instead of the submit line:"]
-        lines += [f"  {n:>8}  {reason}" for reason, n in doc["replayed"]["from_fields"].items()]
-    nr = doc["not_replayed"]
-    lines += ["", f"not replayed: {nr['submissions']} submissions ({nr['jobs']} jobs, {nr['gpu_hours']:.1f} GPU-hours)"]
-    lines += [f"  {r['submissions']:>8}  {r['reason']}" for r in nr["reasons"]]
+        if any(c["uncertain"] for c in shown_):
+            lines.append("  ?: the verdict is uncertain (see \"verdict uncertain\" above)")
+    if rep["from_fields"]:
+        lines += ["", "read from the recorded fields, not the submit line (submissions, why):"]
+        for reason, n in rep["from_fields"].items():
+            lines += _counted(n, reason)
+    if nr["reasons"]:
+        lines += ["", "not replayed (submissions, why):"]
+        for r in nr["reasons"]:
+            lines += _counted(r["submissions"], r["reason"])
     return "\n".join(lines) + "\n"

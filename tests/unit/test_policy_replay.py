@@ -16,11 +16,20 @@ from gpuclust.errors import ConfigError
 from gpuclust.policy.compile import compile_policy
 from gpuclust.policy.evaluate import Evaluator
 from gpuclust.policy.replay import (
+    ACCOUNT_RECORDED,
+    INFINITE,
     NO_LINE,
     NO_REQUEST,
+    TIME_DEFAULT,
+    TIME_UNKNOWN,
     UNPARSEABLE,
+    WIDTH,
     fields_desc,
     line_descs,
+    line_readings,
+    partition_time_defaults,
+    readings,
+    render_table,
     replay,
     split_words,
 )
@@ -218,4 +227,110 @@ def test_cli_replay_reads_the_store_and_names_a_bad_new_config(tmp_path, monkeyp
         load_config(str(bad))
     res = runner.invoke(cli, ["--config", str(conf), "policy", "replay", "--since", since, "--until", "2030-01-01",
                               "--slurm-version", "24.11"])
-    assert "policy replay of the jobs submitted" in res.output and "label_missing" in res.output
+    assert "policy replay: jobs submitted" in res.output and "label_missing" in res.output
+
+
+# What the lab's 22.05 scontrol -o show partition prints (the fields read; the rest of each line cut).
+PARTITIONS = ("PartitionName=gpu AllowGroups=ALL Default=YES DefaultTime=NONE MaxTime=UNLIMITED Nodes=node[1-4]\n"
+              "PartitionName=debug AllowGroups=ALL Default=NO DefaultTime=NONE MaxTime=01:00:00 Nodes=node[1-4]\n"
+              "PartitionName=short DefaultTime=00:20:00 MaxTime=2-00:00:00\n")
+# Script jobs as the lab recorded them (tests/integration/test_policy_replay_lab.py): no -A, no --time on the line.
+LAB_SCRIPT = "sbatch --parsable -o /dev/null -e /dev/null -D /tmp -p debug /tmp/gpuclust-replay-x/j.sh"
+LAB_WRAP = "sbatch --parsable -o /dev/null -e /dev/null -D /tmp --gres=gpu:h100:3 --comment team=physics --wrap sleep 3"
+
+
+def test_partition_time_defaults_from_scontrol():
+    assert partition_time_defaults(PARTITIONS) == {"gpu": None, "debug": 60, "short": 20}
+
+
+def _script_reading(timelimit_s, limits, partition="debug"):
+    fields, _ = fields_desc(_row(job_id="40", partition=partition, account="physics", timelimit_s=timelimit_s,
+                                 comment="team=physics"))
+    descs, why, sets = line_readings(LAB_SCRIPT, [{"job_name": "j.sh", "comment": "team=physics"}], [fields],
+                                     "22.05", frozenset({"gpu"}))
+    assert why is None and sets == [frozenset()]
+    return readings(descs, [fields], sets, limits)
+
+
+def test_a_script_jobs_default_time_limit_reads_as_no_time():
+    limits = partition_time_defaults(PARTITIONS)
+    (desc,), other = _script_reading(3600, limits)  # debug's MaxTime, no DefaultTime: what a job without --time gets
+    assert desc["time_limit"] == NO_VAL and other[TIME_DEFAULT][0]["time_limit"] == 60
+    (desc,), other = _script_reading(365 * 86400, limits, "gpu")  # 22.05's record of an unlimited partition's
+    assert desc["time_limit"] == NO_VAL and other[TIME_DEFAULT][0]["time_limit"] == INFINITE
+    (desc,), other = _script_reading(None, limits, "gpu")  # 24.11: UNLIMITED
+    assert desc["time_limit"] == NO_VAL and other[TIME_DEFAULT][0]["time_limit"] == INFINITE
+    (desc,), other = _script_reading(2700, limits)  # 45 min is no default: the script's --time
+    assert desc["time_limit"] == 45 and set(other) == {ACCOUNT_RECORDED}
+    (desc,), other = _script_reading(2700, None)  # defaults unknown: as asked, the other reading tried
+    assert desc["time_limit"] == 45 and other[TIME_UNKNOWN][0]["time_limit"] == NO_VAL
+    (desc,), other = _script_reading(365 * 86400, None, "gpu")
+    assert desc["time_limit"] == NO_VAL and TIME_DEFAULT in other
+    # the account the line did not give: read as given, and as the user's default
+    assert desc["account"] == "physics"
+    assert (other[ACCOUNT_RECORDED][0]["account"], other[ACCOUNT_RECORDED][0]["default_account"]) == (None, "physics")
+
+
+def test_a_wrap_line_without_account_used_the_default_one():
+    fields, _ = fields_desc(_row(job_id="33", user="gpuclust-user", account="physics", timelimit_s=None,
+                                 comment="team=physics", req_tres="cpu=1,gres/gpu:h100=3,gres/gpu=3,node=1"))
+    (desc,), why, sets = line_readings(LAB_WRAP, [{"job_name": "wrap", "comment": "team=physics"}], [fields],
+                                       "22.05", frozenset({"gpu"}))
+    assert why is None and sets == [None]
+    assert desc.get("account") is None and desc["default_account"] == "physics"
+    primary, other = readings([desc], [fields], sets, None)
+    assert other == {} and primary == [desc]  # --wrap: the line is the whole request
+
+
+def _lab_rows():
+    return [_row(job_id="33", user="gpuclust-user", account="physics", timelimit_s=None, submit_line=LAB_WRAP,
+                 job_name="wrap", comment="team=physics", req_tres="cpu=1,gres/gpu:h100=3,gres/gpu=3,node=1",
+                 alloc_tres="cpu=1,gres/gpu:h100=3,gres/gpu=3,node=1", elapsed_s=1200),
+            _row(job_id="40", user="gpuclust-user", account="physics", partition="debug", timelimit_s=3600,
+                 submit_line=LAB_SCRIPT, job_name="j.sh", comment="team=physics", elapsed_s=1800)]
+
+
+LENIENT = "[site]\ncluster_name = lab\n[partition gpu]\ngpu_type = h100\ngpus_per_node = 4\n"
+STRICT = LENIENT + ("[partition debug]\nmax_time = 30m\n[account physics]\nmax_gpus_per_job = 2\n"
+                    "[policy]\ndefault_partition = gpu\n")
+
+
+def test_replay_counts_verdicts_the_record_cannot_decide(tmp_path):
+    lenient, strict = tmp_path / "lenient.conf", tmp_path / "strict.conf"
+    lenient.write_text(LENIENT)
+    strict.write_text(STRICT)
+    evaluators = {"current": _evaluator(lenient), "new": _evaluator(strict)}
+    limits = partition_time_defaults(PARTITIONS)
+    doc = replay(_table(_lab_rows()), evaluators, version="22.05", partition_limits=limits).as_dict()
+    assert doc["partition_defaults"] == "scontrol"
+    new = doc["configs"]["new"]
+    # 33: 3 GPUs over physics' 2 by its default account; 40: no --time read as none, accepted, but uncertain
+    assert [(r["rule"], r["jobs"]) for r in new["refused_by_rule"]] == [("account_max_gpus", 1)]
+    assert new["uncertain"] == [{"reason": TIME_DEFAULT, "submissions": 1, "jobs": 1, "gpu_hours": 0.5,
+                                 "gpu_hours_unknown_jobs": 0, "job_ids": ["40"]}]
+    assert doc["configs"]["current"]["uncertain"] == []
+    (c,) = doc["changed"]["list"]
+    assert (c["job_id"], c["new"]["rule"], c["uncertain"]) == ("33", "account_max_gpus", [])
+    # without the partitions' defaults, 60 min reads as asked: refused, and said to be uncertain
+    doc = replay(_table(_lab_rows()), evaluators, version="22.05").as_dict()
+    assert doc["partition_defaults"] == "unknown"
+    assert [u["reason"] for u in doc["configs"]["new"]["uncertain"]] == [TIME_UNKNOWN]
+    assert {c["job_id"]: c["uncertain"] for c in doc["changed"]["list"]} == {"33": [], "40": [TIME_UNKNOWN]}
+
+
+def test_table_fits_80_columns(tmp_path):
+    lenient, strict = tmp_path / "lenient.conf", tmp_path / "strict.conf"
+    lenient.write_text(LENIENT)
+    strict.write_text(STRICT)
+    gpus3 = "cpu=1,gres/gpu:h100=3,gres/gpu=3,node=1"
+    rows = _lab_rows() + [_row(job_id=str(100 + i), user="a-rather-long-user-name", account="physics", comment="",
+                               submit_line=None, req_tres=gpus3, alloc_tres=gpus3) for i in range(3)]
+    rows.append(_row(job_id="200", submit_line="srun hostname"))
+    result = replay(_table(rows), {"current": _evaluator(lenient), "new": _evaluator(strict)}, version="22.05",
+                    since="2026-11-01T00:00:00+00:00", until="2026-12-01T00:00:00+00:00")
+    text = render_table(result, limit=2)
+    assert max(len(line) for line in text.splitlines()) <= WIDTH, text
+    assert "policy replay: jobs submitted 2026-11-01 00:00:00 .. 2026-12-01 00:00:00 +00:00" in text
+    assert "a-rather-lo+" in text  # a name cut as squeue cuts it
+    assert "verdict uncertain" in text and "... 3 more (--json lists them)" in text
+    assert "accept -> account_max_gpus" in text
