@@ -240,7 +240,7 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     row per (job, node), as integer codes and numpy arrays: a node's figures are sums over its rows, its failure
     hours the distinct hours of its rows with a cause (module docstring). Only the float sums go through pandas'
     groupby (its compensated sum: the figures stay those of a pandas grouping); the rest are counts (bincount),
-    so a small period pays no pandas step per figure."""
+    so a small period pays a few pandas calls, not a frame step per figure."""
     import numpy as np
     import pandas as pd
 
