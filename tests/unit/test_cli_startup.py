@@ -140,6 +140,7 @@ FOR_A_JSON_BUILD = frozenset((
     "gpuclust.accounting.figures.lemon", "gpuclust.accounting.figures.metrics",
     # every build asks whether its rows hold MIG slices, shards or MPS (issue 44), and reads [lemon]
     "gpuclust.accounting.figures.shares", "gpuclust.slurm.gpushare", "gpuclust.config.lemon",
+    "gpuclust.accounting.figures.prices",
     "gpuclust.accounting.figures.metrics.assembly", "gpuclust.accounting.figures.metrics.attempts",
     "gpuclust.accounting.figures.metrics.definitions", "gpuclust.accounting.figures.metrics.deprecated",
     "gpuclust.accounting.figures.metrics.runs", "gpuclust.accounting.figures.metrics.waits",
