@@ -19,7 +19,7 @@ LAB_CONF = REPO / "tests" / "slurm_lab" / "lab-site.conf"
 AUDIT_CONF = REPO / "tests" / "data" / "audit" / "site-lab.conf"
 
 # Runs the CLI in-process as the console script does (an optional recorded Slurm for the audit), then prints
-# its exit status and which heavy modules got imported.
+# its exit status and which heavy modules got imported, and ends as the console script ends.
 _RUN = """
 import json, sys
 heavy, scenario, argv = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -35,6 +35,8 @@ try:
 except SystemExit as exc:
     code = exc.code if isinstance(exc.code, int) else 1
 print(json.dumps({"exit": code, "heavy": sorted(m for m in heavy if m in sys.modules)}), file=sys.stderr)
+from gpuclust.cli.main import _end
+_end(0)  # as the console script ends, without the interpreter's teardown (pyarrow's threads may abort in it)
 """
 
 
