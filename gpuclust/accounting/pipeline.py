@@ -121,8 +121,6 @@ def fetch(
     if options.slurm_version is None:
         options = dataclasses.replace(options, slurm_version=sacct_version(client))
     nodes_text, not_read = sources.fetch_inventory(client)
-    if not_read:
-        summary.problems.append(Problem("", None, not_read))
     layout_events = sources.LayoutEvents(client, days)
     gpu_shares = shares_mod.PeriodShares(config, shares_mod.inventory(nodes_text), layout_events.read)
     unknown_rows = 0
@@ -155,12 +153,13 @@ def fetch(
         if telemetry is not None:
             summary.telemetry = telemetry.store_into(stage, _previous_days_dir(root, config.cluster_name),
                                                      now or datetime.now(timezone.utc))
+    if not_read:  # (after the store's own warnings, which come first)
+        summary.problems.append(Problem("", None, not_read))
     if gpu_shares.used:
         summary.gpu_shares = {"unknown_rows": unknown_rows, "warnings": gpu_shares.warning_list()}
     # The inventory (and the events read for the layout check) beside the days, before the trend's weeks read them.
-    if nodes_text is not None:
-        for day in days:
-            events_mod.store_inventory(config.state_dir, day, nodes_text, layout_events.texts.get(day))
+    for day in days:
+        events_mod.store_inventory(config.state_dir, day, nodes_text, layout_events.texts.get(day))
     # The daily trend's per-day aggregates of the weeks these days change (trend.refresh: a cache, issue 31 item 5).
     trend.refresh(root, config, lookback_of(config))
     if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)

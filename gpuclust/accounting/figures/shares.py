@@ -316,8 +316,8 @@ def stored_shares(shares: PeriodShares, table: pa.Table) -> RowShares:
     got = shares.of(table, reasons=True)
     if got is None or got.equivalents is None:
         gpus = table.column("gpus").to_numpy(zero_copy_only=False) if table.num_rows else np.zeros(0)
-        return RowShares(np.nan_to_num(np.asarray(gpus, dtype=np.float64)), [None] * table.num_rows)
-    return RowShares(got.equivalents, got.reasons if got.reasons is not None else [None] * table.num_rows)
+        return RowShares(np.nan_to_num(np.asarray(gpus, dtype=np.float64)))
+    return RowShares(got.equivalents, got.reasons)
 
 
 def inventory(nodes_text: str | None, label: str = "scontrol show node -o") -> list[Node] | None:

@@ -289,12 +289,14 @@ def fetch_day(client: SlurmClient, state_dir: str, day: date, *, nodes_text: str
     return {"node_events": len(parsed.nodes), "event_problems": len(parsed.problems)}
 
 
-def store_inventory(state_dir: str, day: date, nodes_text: str, events_text: str | None = None) -> None:
+def store_inventory(state_dir: str, day: date, nodes_text: str | None, events_text: str | None = None) -> None:
     """Keep the node inventory `report fetch` read (and the day's node events, where it read them for the
     GPU-equivalents' layout check) beside the day, as fetch_day does, without the economics' sreport: a report
-    of the day reads the node layout (the shares of shard and MPS jobs) from it."""
+    of the day reads the node layout (the shares of shard and MPS jobs) from it. `nodes_text` None: not read, no
+    inventory written (the events still are)."""
     target = day_dir(state_dir, day)
-    write_atomic(target / NODES_FILE, nodes_text, make_parents=True)
+    if nodes_text is not None:
+        write_atomic(target / NODES_FILE, nodes_text, make_parents=True)
     if events_text is not None:
         write_atomic(target / EVENTS_FILE, events_text, make_parents=True)
         fetched = datetime.now(timezone.utc).replace(microsecond=0)

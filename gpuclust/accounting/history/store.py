@@ -507,10 +507,11 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
 @dataclass(frozen=True)
 class RowShares:
     """What a fetch computed of each row's GPUs (gpuclust.accounting.figures.shares, in row order): its
-    GPU-equivalents (NaN: unknown) and, where unknown, the warning code that says why (None elsewhere)."""
+    GPU-equivalents (NaN: unknown) and, where unknown, the warning code that says why (None elsewhere; `unknown`
+    None: every share known)."""
 
     equivalents: np.ndarray
-    unknown: Sequence[str | None]
+    unknown: Sequence[str | None] | None = None
 
 
 def _stamp(table: pa.Table, fetched: datetime, day: date, shares: RowShares | None = None) -> pa.Table:
@@ -523,10 +524,10 @@ def _stamp(table: pa.Table, fetched: datetime, day: date, shares: RowShares | No
         unknown = pa.nulls(n, pa.string())
     else:
         values = np.asarray(shares.equivalents, dtype=np.float64)
-        if len(values) != n or len(shares.unknown) != n:
+        if len(values) != n or (shares.unknown is not None and len(shares.unknown) != n):
             raise ValueError(f"shares of {len(values)} rows for a day of {n}")
         equivalents = pa.array(values, pa.float64(), mask=np.isnan(values))
-        unknown = pa.array(list(shares.unknown), pa.string())
+        unknown = pa.nulls(n, pa.string()) if shares.unknown is None else pa.array(list(shares.unknown), pa.string())
     table = table.append_column("alloc_gpu_equivalents", equivalents).append_column("gpu_share_unknown", unknown)
     return table.cast(STORE_SCHEMA)
 
