@@ -13,7 +13,8 @@ Checks
 - gres (CRITICAL): the node's Slurm GRES (scontrol show node) against the partition's gpus_per_node/gpu_type,
   against the GPU device files found on the node, and the job's per-node allocation against the devices
   bound to its ranks (CUDA_VISIBLE_DEVICES); on GPU also each rank's torch.cuda.device_count() against what
-  was bound to it. GPU model vs GRES type: WARNING.
+  was bound to it. GPU model vs GRES type: WARNING. On a MIG node the device files are its physical cards,
+  against the cards Slurm's MIG instances fill (gpuclust.accept.topology.MigCards; WARNING where unknown).
 - baseline (WARNING): a node's figure below the median of its own last runs by more than the tolerance;
   where the whole run dropped (per-node figures, 3+ healthy nodes: the run's median against earlier runs'),
   one run-level finding instead, and a node named only if it fell further than the run by more than that.
@@ -30,10 +31,11 @@ status line with performance data (jobs, nodes, nodes_critical, nodes_warning, u
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuclust.accept import drift, stats, verdict
 from gpuclust.accept import results as R
@@ -44,6 +46,9 @@ from gpuclust.findings import Finding, Perf, natural_key, status_line
 from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm import hostlist
 from gpuclust.slurm.gres import gres_gpu_count, gres_gpu_type
+
+if TYPE_CHECKING:
+    from gpuclust.accept.topology import MigCards
 
 PAIR_MIN_DROP = verdict.PAIR_MIN_DROP  # the pairwise verdict is gpuclust.accept.verdict.judge, the job's own
 BASELINE_MIN_RUNS = 3
@@ -312,7 +317,10 @@ def outlier_findings(result: R.JobResult) -> list[Finding]:
     return f
 
 
-def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Finding]:
+def gres_findings(result: R.JobResult, part: PartitionConfig | None,
+                  mig: Mapping[str, MigCards] | None = None) -> list[Finding]:
+    """`mig`: the job's MIG nodes (gpuclust.accept.topology.mig_cards), whose device files are their physical
+    cards while Slurm declares one GPU per MIG instance: those are compared in cards."""
     f: list[Finding] = []
 
     def add(node: str, status: Nagios, message: str) -> None:
@@ -332,8 +340,15 @@ def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
                 add(node, Nagios.CRITICAL, f"Slurm declares GPU type {cfg_type} on {node}; partition {part.name} "
                                            f"expects {part.gpu_type}")
         found = [r.devices_found for r in ranks if r.devices_found is not None]
-        if found and cfg_count is not None and max(found) != cfg_count:
-            glob = next((r.device_glob for r in ranks if r.device_glob), "?")
+        cards = (mig or {}).get(node)
+        glob = next((r.device_glob for r in ranks if r.device_glob), "?")
+        if found and cards is not None:
+            declared = f"Slurm declares {cfg_count} GPUs on {node} ({shown}), MIG instances of {cards.basis()}"
+            if cards.cards is None:
+                add(node, Nagios.WARNING, f"{declared}; the node's {max(found)} GPU devices ({glob}) not compared")
+            elif max(found) != cards.cards:
+                add(node, Nagios.CRITICAL, f"{declared}, but the node has {max(found)} GPU devices ({glob})")
+        elif found and cfg_count is not None and max(found) != cfg_count:
             add(node, Nagios.CRITICAL, f"Slurm declares {cfg_count} GPUs on {node} ({shown}) but the node has "
                                        f"{max(found)} GPU devices ({glob})")
         alloc = result.job.declared_gres.get(node)
@@ -353,7 +368,10 @@ def gres_findings(result: R.JobResult, part: PartitionConfig | None) -> list[Fin
             if cuda_rank and r.gpus_bound is not None and r.gpus_seen != r.gpus_bound:
                 add(node, Nagios.CRITICAL, f"rank {r.rank} on {node}: torch sees {r.gpus_seen} GPUs of the "
                                            f"{r.gpus_bound} bound to it")
-            if r.gpu_model and cfg_type and cfg_type.lower() not in r.gpu_model.lower().replace(" ", ""):
+            # (a MIG node's several types: a MIG device's name carries its own profile, one of them)
+            types = [t for t in (cfg_type or "").split(",") if t] if cards is not None else [cfg_type or ""]
+            model = (r.gpu_model or "").lower().replace(" ", "")
+            if r.gpu_model and cfg_type and not any(t.lower() in model for t in types):
                 add(node, Nagios.WARNING, f"rank {r.rank} on {node} runs on a {r.gpu_model}, GRES type is {cfg_type}")
     return f
 
@@ -611,11 +629,12 @@ def evaluate(scan: R.ResultScan, config: SiteConfig, job: str | None = None,
     healths: dict[str, dict[str, Any]] = {}
     for result in chosen:
         part = config.partitions.get(result.job.partition or "")
-        findings = [*gate_findings(result, part), *outlier_findings(result), *gres_findings(result, part),
+        mig = topology.mig_cards(result, scan.root, config.gpu_type_shares)  # (MIG nodes: counted in cards)
+        findings = [*gate_findings(result, part), *outlier_findings(result), *gres_findings(result, part, mig),
                     *baseline_findings(result, history, part), *drift_findings(result, history)]
         findings.extend(health_findings(result, scan.root, config, healths))
         findings = attribute_job_wide(findings, result)
-        compared, topo_findings = topology.compare(result, part)  # announced vs seen (gpuclust.accept.topology)
+        compared, topo_findings = topology.compare(result, part, mig)  # announced vs seen (gpuclust.accept.topology)
         findings.extend(topo_findings)
         if compared:
             topologies[result.job_id] = compared

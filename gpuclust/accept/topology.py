@@ -15,6 +15,12 @@ Seen (recorded by every acceptance job on each node's local rank 0, in the rank 
 
 `accept report` compares the two (check "topology"): a mismatch is CRITICAL, NVLink announced but not
 verifiable (no nvidia-smi) is WARNING; the comparison itself is kept in report.json under "topology".
+
+A MIG node is counted in physical GPUs (MigCards): Slurm declares one GPU GRES per MIG instance
+(gpu:1g.10gb:4,gpu:3g.40gb:1 is 5) while its device files are the cards (/dev/nvidiaN; the instances are
+/dev/nvidia-caps/*). Its cards are the count nvidia-smi gave in the job's health snapshot where there is one, else
+the layout's GPU-equivalents rounded up (gpuclust.slurm.gpushare.node_layout). A partition that announces the
+node's MIG instances (gpus_per_node = Slurm's GPU count there, as the audit reads it) announces those cards.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import os
 import re
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +130,90 @@ def capture(torch: Any) -> dict[str, Any]:
     }
 
 
+# ---- a MIG node's physical GPUs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigCards:
+    """A MIG node's GPUs as physical cards: what its device files count, where Slurm's GRES counts instances."""
+
+    gres: str                          # the node's configured Gres
+    instances: int                     # the GPU GRES Slurm declares there (one per MIG instance, plus whole GPUs)
+    gpu_equivalents: Fraction | None   # None: a slice of unknown share
+    cards: int | None                  # physical GPUs; None: unknown
+    cards_from: str                    # "nvidia_smi" (the job's health snapshot), "gpu_equivalents" or "unknown"
+    snapshot: str | None = None        # the snapshot's phase, with cards_from nvidia_smi
+
+    def basis(self) -> str:
+        """`1 GPU-equivalent, so 1 physical GPU`, or `... on 1 physical GPU (nvidia-smi, the job's before snapshot)`."""
+        eq = "unknown GPU-equivalents" if self.gpu_equivalents is None else \
+            f"{format(float(self.gpu_equivalents), '.3g')} GPU-equivalent{'' if self.gpu_equivalents == 1 else 's'}"
+        if self.cards is None:
+            return f"{eq}: its physical GPUs unknown"
+        cards = f"{self.cards} physical GPU{'' if self.cards == 1 else 's'}"
+        if self.cards_from == "nvidia_smi":
+            return f"{eq} on {cards} (nvidia-smi, the job's {self.snapshot} snapshot)"
+        return f"{eq}, so {cards}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gres": self.gres, "gres_gpus": self.instances,
+                "gpu_equivalents": None if self.gpu_equivalents is None else float(self.gpu_equivalents),
+                "physical_gpus": self.cards, "physical_from": self.cards_from}
+
+
+def snapshot_gpus(results_root: str | None, job_id: str) -> dict[str, tuple[int, str]]:
+    """{node: (physical GPUs nvidia-smi listed, phase)} from the job's health snapshots (before, else after);
+    nodes without a readable nvidia-smi entry are left out."""
+    from gpuclust.accept.health.collect import PHASES, checked_source, load_snapshots
+    from gpuclust.accept.health.job import HEALTH_DIR
+
+    if not results_root:
+        return {}
+    directory = Path(results_root) / HEALTH_DIR / job_id
+    if not directory.is_dir():
+        return {}
+    snapshots, _ = load_snapshots(directory)  # (its problems are health_findings' to report)
+    out: dict[str, tuple[int, str]] = {}
+    for node, phases in snapshots.items():
+        for phase in PHASES:
+            sources = (phases.get(phase) or {}).get("sources")
+            entry = checked_source("nvidia_smi", sources.get("nvidia_smi") if isinstance(sources, dict) else None)
+            gpus = entry.get("gpus")
+            if entry.get("status") == "ok" and isinstance(gpus, list) and gpus:
+                out[node] = (len(gpus), phase)
+                break
+    return out
+
+
+def mig_cards(result: R.JobResult, results_root: str | None,
+              shares: Mapping[str, Fraction] | None = None) -> dict[str, MigCards]:
+    """{node: MigCards} for the job's nodes whose configured Gres has MIG slices (gpushare.node_layout, with the
+    site's [gpu_type] gpu_share); {} when none has, without reading any snapshot."""
+    from gpuclust.slurm.gpushare import node_layout
+
+    layouts = {}
+    for node in result.nodes:
+        gres = result.job.node_gres.get(node)
+        if gres:
+            layout = node_layout(gres, shares)
+            if layout.mig_mode:
+                layouts[node] = (gres, layout)
+    if not layouts:
+        return {}
+    smi = snapshot_gpus(results_root, result.job_id)
+    out: dict[str, MigCards] = {}
+    for node, (gres, layout) in layouts.items():
+        instances = layout.gpu_devices
+        if node in smi:
+            count, phase = smi[node]
+            out[node] = MigCards(gres, instances, layout.gpu_equivalents, count, "nvidia_smi", phase)
+        else:
+            cards = layout.physical_gpus
+            out[node] = MigCards(gres, instances, layout.gpu_equivalents, cards,
+                                 "gpu_equivalents" if cards is not None else "unknown")
+    return out
+
+
 # ---- announced vs seen (accept report) ----------------------------------------------------------------
 
 
@@ -164,8 +256,27 @@ def seen_gpus(seen: dict[str, Any]) -> tuple[int | None, str]:
     return None, "none"
 
 
-def compare(result: R.JobResult, part: PartitionConfig | None) -> tuple[dict[str, Any], list[Any]]:
-    """({node: comparison}, findings) (gpuclust.findings.Finding, check "topology")."""
+def seen_cards(seen: dict[str, Any], cards: MigCards) -> tuple[int | None, str]:
+    """A MIG node's physical GPUs as seen: device files when probed, else the count behind `cards`."""
+    value = seen.get("device_files")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value, "device_files"
+    return cards.cards, cards.cards_from if cards.cards is not None else "none"
+
+
+def announced_cards(announced: int, cards: MigCards) -> tuple[int | None, str]:
+    """The physical GPUs a MIG node's announcement names, and how it was read: gpus_per_node equal to Slurm's GPU
+    count there announces its MIG instances (their cards); any other number is read as cards."""
+    if announced == cards.instances:
+        return cards.cards, (f"partition's {announced} GPUs per node = Slurm's {cards.instances} MIG instances "
+                             f"({cards.gres}), {cards.basis()}")
+    return announced, f"read as physical GPUs; Slurm declares {cards.instances} MIG instances ({cards.gres})"
+
+
+def compare(result: R.JobResult, part: PartitionConfig | None,
+            mig: Mapping[str, MigCards] | None = None) -> tuple[dict[str, Any], list[Any]]:
+    """({node: comparison}, findings) (gpuclust.findings.Finding, check "topology"). `mig`: the job's MIG nodes
+    (mig_cards), whose GPUs are compared as physical cards."""
 
     want = announced(part)
     table: dict[str, Any] = {}
@@ -185,14 +296,25 @@ def compare(result: R.JobResult, part: PartitionConfig | None) -> tuple[dict[str
         raw = seen.get("nics")
         nics: dict[str, Any] = raw if isinstance(raw, dict) else {}
         fabric = counted_nics(nics, part.nic_names if part else None)
-        gpus, gpus_from = seen_gpus(seen)
+        cards = (mig or {}).get(node)
+        gpus, gpus_from = seen_gpus(seen) if cards is None else seen_cards(seen, cards)
         got = {"gpus_per_node": gpus, "gpus_from": gpus_from, "nics_per_node": len(fabric),
                "nic_speeds_mbps": fabric, "nic_speed_source": seen.get("nic_speed_source"),
                "nvlink": seen.get("nvlink"), "cuda_devices": seen.get("cuda_devices"),
                "device_files": seen.get("device_files"), "gres_gpus": seen.get("gres_gpus"),
                "nvidia_smi_topo": seen.get("nvidia_smi_topo")}
         bad: list[str] = []
-        if "gpus_per_node" in want and gpus != want["gpus_per_node"]:
+        if cards is not None:
+            got["mig"] = cards.as_dict()
+            if "gpus_per_node" in want:
+                expect, how = announced_cards(want["gpus_per_node"], cards)
+                if expect is None or gpus is None:
+                    add(node, Nagios.WARNING, f"topology on {node}: physical GPUs not compared ({gpus} seen "
+                                              f"({gpus_from}); {how})")
+                elif gpus != expect:
+                    bad.append(f"{gpus} physical GPU{'' if gpus == 1 else 's'} seen ({gpus_from}), {expect} "
+                               f"announced ({how})")
+        elif "gpus_per_node" in want and gpus != want["gpus_per_node"]:
             bad.append(f"{gpus} GPUs seen ({gpus_from}), {want['gpus_per_node']} announced")
         if "nics_per_node" in want and len(fabric) != want["nics_per_node"]:
             bad.append(f"{len(fabric)} NICs seen ({', '.join(sorted(fabric)) or 'none'}), "

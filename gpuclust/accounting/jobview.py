@@ -21,6 +21,7 @@ from gpuclust.config import SiteConfig
 from gpuclust.errors import SlurmError
 from gpuclust.slurm import sacct_jobs
 from gpuclust.slurm.client import SlurmClient
+from gpuclust.slurm.gpushare import node_layout
 
 
 @dataclass
@@ -89,6 +90,11 @@ def _node_during(config: SiteConfig, fig: jv.JobFigures, now: datetime,
     return tuple(out)
 
 
+def _may_share(record: jv.JobRecord) -> bool:
+    """Whether the job's AllocTRES holds shards or MPS (their share needs the node's layout)."""
+    return "gres/shard=" in record.alloc_tres or "gres/mps=" in record.alloc_tres
+
+
 def show_jobs(config: SiteConfig, job_ids: Sequence[str], *, client: SlurmClient | None = None,
               input_text: str | None = None, input_name: str = "--input", delimiter: str | None = None,
               slurm_version: str | None = None, nodes_text: str | None = None,
@@ -134,10 +140,14 @@ def show_jobs(config: SiteConfig, job_ids: Sequence[str], *, client: SlurmClient
         else:
             note = "no job with GPUs and a start time"
     store_root = Path(config.state_dir) / "accounting"
+    node_records = _node_records(client if input_text is None else None, nodes_text, answer.warnings) \
+        if any(r.gpus or _may_share(r) for r in records) else []
+    # (a job of MIG slices, shards or MPS: its GPU-equivalents, by its nodes' layouts where they matter)
+    jv.apply_shares(records, {n.name: node_layout(list(n.gres), config.gpu_type_shares) for n in node_records},
+                    {name: p.shards_per_gpu for name, p in config.partitions.items() if p.shards_per_gpu},
+                    config.gpu_type_shares)
     figs = jv.job_figures(records, tel, prometheus=prometheus, prometheus_note=note, store_root=store_root, now=now,
                           cluster=config.cluster_name)
-    node_records = _node_records(client if input_text is None else None, nodes_text, answer.warnings) \
-        if any(f.record.gpus for f in figs) else []
     shares: dict[str, Any] = {}
     for fig in figs:
         r = fig.record
@@ -151,5 +161,9 @@ def show_jobs(config: SiteConfig, job_ids: Sequence[str], *, client: SlurmClient
             gpu_mem_max_mib=fig.gpu_mem_max_mib, gpu_mem_total_mib=fig.gpu_mem_total_mib,
             share=shares[r.partition], price_per_gpu_hour=price, currency=config.currency,
             node_during=_node_during(config, fig, now, answer.warnings))
+        if r.share is not None:  # (its GPU-hours are GPU-equivalent hours: priced per one, as the report prices)
+            from gpuclust.accounting.figures.prices import card_price
+
+            price = card_price(config, r.gpu_type, r.partition) if r.gpus else None
         answer.jobs.append(job_document(fig, waste.findings(facts) if r.gpus else [], price, config.currency))
     return answer

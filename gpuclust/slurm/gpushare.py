@@ -13,6 +13,7 @@ telemetry (which series is a MIG instance), policy (quotas in GPU-equivalents), 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -147,6 +148,13 @@ class NodeLayout:
     @property
     def mixed(self) -> bool:
         return bool(self.slices) and self.whole_gpus > 0
+
+    @property
+    def physical_gpus(self) -> int | None:
+        """The physical cards the layout fills: its GPU-equivalents rounded up (a MIG node's slices sum to the
+        shares of their cards; a card whose slices Slurm does not all declare counts for less). None where a
+        slice's share is unknown. A node's own report (nvidia-smi) is the better count where there is one."""
+        return None if self.gpu_equivalents is None else math.ceil(self.gpu_equivalents)
 
     def shard_share(self) -> tuple[Fraction | None, ShareWarning | None]:
         """Share of one GPU of one shard here: the node's GPUs / its shards."""

@@ -54,6 +54,18 @@ class SlurmLab:
     def nodes(self) -> dict[str, dict[str, str]]:
         return dict(self.info["nodes"])
 
+    @property
+    def gpu_nodes(self) -> list[str]:
+        """The default partition's nodes (node[1-4]: whole H100s), apart from the MIG and shard nodes."""
+        from gpuclust.slurm.hostlist import expand
+
+        return sorted(expand(self.info["partitions"]["gpu"]["nodes"]))
+
+    @property
+    def node_gres(self) -> dict[str, str]:
+        """Each node's Gres= as the lab's slurm.conf writes it (a lab of an older layout: gpu:h100:4 each)."""
+        return dict(self.info.get("node_gres") or {n: str(self.info["gres"]) for n in self.info["nodes"]})
+
     def __getitem__(self, key: str) -> Any:
         return self.info[key]
 

@@ -108,7 +108,7 @@ def wait_checked(state_dir: Path, nodes: list[str], after: float, timeout: float
 
 def test_epilog_drains_the_faulty_node_with_class_and_action_and_nothing_for_a_broken_check(
         slurm_lab: Any, epilog: dict[str, Any]) -> None:
-    nodes = sorted(slurm_lab.nodes)
+    nodes = slurm_lab.gpu_nodes  # (the epilog's jobs run on the gpu partition)
     bad = os.environ.get("GPUCLUST_FAULT_NODE", "node3")
     hang, missing = [n for n in nodes if n != bad][:2]
     for node in nodes:

@@ -134,7 +134,7 @@ def workdir() -> Iterator[Path]:
 
 
 def test_the_failing_node_is_a_lemon_and_loaded_healthy_nodes_are_not(slurm_lab: Any, workdir: Path) -> None:
-    nodes = sorted(slurm_lab.nodes)
+    nodes = slurm_lab.gpu_nodes  # (the production-like jobs run on the gpu partition)
     bad = os.environ.get("GPUCLUST_LEMON_NODE") or random.choice(nodes)
     assert bad in nodes, (bad, nodes)
     healthy = [n for n in nodes if n != bad]

@@ -129,6 +129,61 @@ def test_report_build_json_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert (tmp_path / "report.json").is_file() and not (tmp_path / "gpuclust.prom").exists()
 
 
+# Every gpuclust module a json build of a dump loads (issue 41: each is fixed cost of the smallest build; the
+# new figures' modules took the 1,000-line build from 2.0 to 2.3 G instructions, BENCHMARKS.md "Whole-process
+# `report build`"). A module belongs here only if every such build needs it; else import it where it is used.
+FOR_A_JSON_BUILD = frozenset((
+    "gpuclust", "gpuclust.accept", "gpuclust.accept.resultfiles", "gpuclust.accounting",
+    "gpuclust.accounting.figures", "gpuclust.accounting.figures.catalog", "gpuclust.accounting.figures.economics",
+    "gpuclust.accounting.figures.findings", "gpuclust.accounting.figures.gpuuse",
+    "gpuclust.accounting.figures.jobfilter", "gpuclust.accounting.figures.jsonrecords",
+    "gpuclust.accounting.figures.lemon", "gpuclust.accounting.figures.metrics",
+    # every build asks whether its rows hold MIG slices, shards or MPS (issue 44), and reads [lemon]
+    "gpuclust.accounting.figures.shares", "gpuclust.slurm.gpushare", "gpuclust.config.lemon",
+    "gpuclust.accounting.figures.prices",
+    "gpuclust.accounting.figures.metrics.assembly", "gpuclust.accounting.figures.metrics.attempts",
+    "gpuclust.accounting.figures.metrics.definitions", "gpuclust.accounting.figures.metrics.deprecated",
+    "gpuclust.accounting.figures.metrics.runs", "gpuclust.accounting.figures.metrics.waits",
+    "gpuclust.accounting.figures.trend", "gpuclust.accounting.figures.waste", "gpuclust.accounting.history",
+    "gpuclust.accounting.history.fetch", "gpuclust.accounting.history.sources", "gpuclust.accounting.history.store",
+    "gpuclust.accounting.history.storepath", "gpuclust.accounting.history.storeread",
+    "gpuclust.accounting.history.storetree", "gpuclust.accounting.ingest", "gpuclust.accounting.ingest.fast",
+    "gpuclust.accounting.ingest.fast.direct", "gpuclust.accounting.ingest.fast.direct.arrays",
+    "gpuclust.accounting.ingest.fast.direct.assemble", "gpuclust.accounting.ingest.fast.direct.columns",
+    "gpuclust.accounting.ingest.fast.direct.layout", "gpuclust.accounting.ingest.fast.direct.pieces",
+    "gpuclust.accounting.ingest.fast.direct.prepare", "gpuclust.accounting.ingest.fast.direct.records",
+    "gpuclust.accounting.ingest.fast.memory", "gpuclust.accounting.ingest.fast.sorting",
+    "gpuclust.accounting.ingest.fast.swar", "gpuclust.accounting.ingest.fast.tres_values",
+    "gpuclust.accounting.ingest.fields", "gpuclust.accounting.ingest.jsonin", "gpuclust.accounting.ingest.normalize",
+    "gpuclust.accounting.ingest.period", "gpuclust.accounting.ingest.registry", "gpuclust.accounting.ingest.schema",
+    "gpuclust.accounting.ingest.text", "gpuclust.accounting.ingest.textcommon", "gpuclust.accounting.ingest.usage",
+    "gpuclust.accounting.ingest.usage_rules", "gpuclust.accounting.output",
+    "gpuclust.accounting.output.economics_render", "gpuclust.accounting.output.gpuuse_render",
+    "gpuclust.accounting.output.htmltext", "gpuclust.accounting.output.lemon_render",
+    "gpuclust.accounting.output.render", "gpuclust.accounting.output.reportdoc", "gpuclust.accounting.output.svgplot",
+    "gpuclust.accounting.pipeline", "gpuclust.atomicfile", "gpuclust.cli", "gpuclust.cli.context",
+    "gpuclust.cli.main", "gpuclust.cli.output", "gpuclust.cli.params", "gpuclust.cli.report", "gpuclust.config",
+    "gpuclust.config.economics", "gpuclust.config.guard", "gpuclust.config.health", "gpuclust.config.ini",
+    "gpuclust.config.mail", "gpuclust.config.notify", "gpuclust.config.schema", "gpuclust.config.site",
+    "gpuclust.config.telemetry", "gpuclust.config.values", "gpuclust.contract", "gpuclust.errors",
+    "gpuclust.exitcodes", "gpuclust.output", "gpuclust.slurm", "gpuclust.slurm.client", "gpuclust.slurm.hostlist",
+    "gpuclust.slurm.jsonshape", "gpuclust.slurm.parse", "gpuclust.slurm.runner", "gpuclust.slurm.sacct_json",
+    "gpuclust.timespec",
+))
+
+
+def test_report_build_json_loads_only_the_known_gpuclust_modules(tmp_path: Path) -> None:
+    dump = REPO / "tests" / "data" / "accounting" / "lab-parsable.txt"
+    code = ("import json, sys\nfrom gpuclust.cli.main import cli\ncode = None\n"
+            "try:\n    cli.main(sys.argv[1:], prog_name='gpuclust')\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] == 'gpuclust')]), file=sys.stderr)")
+    cp = subprocess.run([sys.executable, "-c", code, "report", "build", "--input", str(dump), "--format", "json",
+                         "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO, env=_env(), timeout=120)
+    status, loaded = json.loads(cp.stderr.strip().splitlines()[-1])
+    assert status in (0, None), cp.stderr
+    assert sorted(set(loaded) - FOR_A_JSON_BUILD) == [], "new at start-up: import it where used, or list it"
+
+
 def test_report_build_prom_still_writes_the_textfile(tmp_path: Path) -> None:
     dump = REPO / "tests" / "data" / "accounting" / "lab-parsable.txt"
     result = _run(["report", "build", "--input", str(dump), "--format", "prom", "--out", str(tmp_path)],

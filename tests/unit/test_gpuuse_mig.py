@@ -76,3 +76,20 @@ def test_gpuclust_job_says_why_a_mig_slice_has_no_usage_tres_figure() -> None:
     assert mig["source"] is None and mig["gpu_use"]["held_idle_gpu_hours"] is None
     assert any("a MIG slice: gres/gpuutil reads 0 on a MIG instance" in n and "1g.10gb" in n
                for n in mig["source_notes"])
+
+
+def test_the_definitions_table_names_every_utilisation_rule() -> None:
+    """report.json's definitions (and the page's table) say what each gpu_util_rule value means."""
+    from gpuclust.accounting.figures import catalog
+    from gpuclust.accounting.ingest.usage_rules import RULES_OUT
+
+    text = catalog.definitions(catalog.GPU_USE)["gpu_util_rule"]
+    assert text == (
+        "How Slurm's gres/gpuutil became per-GPU utilisation: summed (23.02.x and 24.05.1 on: the step's Tot, summed "
+        "over its GPUs, divided by its GPUs) or last-gpu (23.11.0 to 24.05.0 recorded only the node's last GPU: "
+        "utilisation unknown, counted in usage_warnings). Three more name why a job's utilisation is unknown, never 0 "
+        "or held idle: mig (a job on MIG slices: gres/gpuutil reads 0 on a MIG instance, so there is no trustworthy "
+        "per-slice value; only Prometheus' mig_util_metric covers it), shard and mps (a job of shards or MPS only "
+        "shares a GPU with other jobs: no trustworthy per-shard value, from any source).")
+    for rule in (*RULES_OUT, gpuuse.RULE_MIG, gpuuse.RULE_SHARD, gpuuse.RULE_MPS):
+        assert f" {rule} (" in text or f" {rule} and " in text, rule

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,18 @@ def test_lua_rebuild_roots_are_named_apart_and_only_where_built(lab: ModuleType)
 
 
 def test_unbuilt_lua_exits_2_naming_the_builds() -> None:
+    # run as the test suite does, from a shell holding another lab's environment (CI's lab is up and 22.05)
+    env = dict(os.environ, SLURM_LAB_NAME="gpuclust", SLURM_LAB_STATE="/var/lib/gpuclust-lab/gpuclust")
     cp = subprocess.run([sys.executable, str(SCRIPT), "up", "--name", "nolab", "--slurm", "26.05", "--lua", "5.4"],
-                        capture_output=True, text=True, timeout=60)
+                        capture_output=True, text=True, timeout=60, env=env)
     assert cp.returncode == 2 and "24.11 with Lua 5.4" in cp.stderr, cp.stderr
+
+
+def test_a_named_lab_never_takes_the_shells_lab_state(lab: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_LAB_NAME", "gpuclust")
+    monkeypatch.setenv("SLURM_LAB_STATE", "/srv/labs/gpuclust")
+    ns = lab.argparse.Namespace
+    assert lab.resolve_lab(ns(name="other", state_dir=None)).state == lab.STATE_ROOT / "other"
+    assert str(lab.resolve_lab(ns(name=None, state_dir=None)).state) == "/srv/labs/gpuclust"
+    assert str(lab.resolve_lab(ns(name="gpuclust", state_dir=None)).state) == "/srv/labs/gpuclust"
+    assert str(lab.resolve_lab(ns(name="other", state_dir="/x")).state) == "/x"

@@ -341,7 +341,11 @@ ENTRIES: tuple[Figure | Concept, ...] = (
     Figure("gpu_util_rule", GPU_USE, TEXT,
            "How Slurm's gres/gpuutil became per-GPU utilisation: summed (23.02.x and 24.05.1 on: the step's Tot, "
            "summed over its GPUs, divided by its GPUs) or last-gpu (23.11.0 to 24.05.0 recorded only the node's last"
-           " GPU: utilisation unknown, counted in usage_warnings).", label="Utilisation rule"),
+           " GPU: utilisation unknown, counted in usage_warnings). Three more name why a job's utilisation is "
+           "unknown, never 0 or held idle: mig (a job on MIG slices: gres/gpuutil reads 0 on a MIG instance, so "
+           "there is no trustworthy per-slice value; only Prometheus' mig_util_metric covers it), shard and mps (a "
+           "job of shards or MPS only shares a GPU with other jobs: no trustworthy per-shard value, from any "
+           "source).", label="Utilisation rule"),
     Figure("energy_kwh", GPU_USE, KWH,
            "ConsumedEnergyRaw (J) / 3.6e6, else the integral of DCGM power; unknown where not recorded.",
            label="Energy (kWh)"),

@@ -4,7 +4,9 @@ is, and what seff and jobstats give. Pure Python, no pandas: it answers one job 
 Names follow shared/gpu-hours-glossary.md and report.json's `gpu_use` (allocated, covered, busy, held-idle
 GPU-hours, coverage = covered / allocated), computed as figures/gpuuse.py computes them per job:
 
-allocated_gpu_hours   GPUs (AllocTRES gres/gpu) x Elapsed
+allocated_gpu_hours   GPUs (AllocTRES gres/gpu) x Elapsed; a job of MIG slices, shards or MPS (GpuShare): its
+                      GPU-equivalents x Elapsed (glossary "allocated"), its covered, busy and held-idle scaled
+                      alike (GPU-equivalents / devices, as figures/gpuuse.py does), gpu_device_hours the devices'
 cpu_efficiency        TotalCPU / (Elapsed x AllocCPUS)
 mem_efficiency        the peak MaxRSS over the steps / the memory allocated (AllocTRES mem: ReqMem per node x
                       nodes or per CPU x CPUs, as seff computes it; a dump whose ReqMem says n or c is read so)
@@ -17,6 +19,8 @@ usage_tres  sacct's own TRESUsageInAve/Max/Tot gres/gpuutil and gres/gpumem of t
             ingest/usage.py (per job only: no GPU or time detail); held-idle: the whole covered time when the
             mean is under the idle threshold and the job ran at least idle_min. Never for a job on MIG slices:
             gres/gpuutil reads 0 on a MIG instance (NVML gives it none), so its use is unknown there
+A job of shards or MPS only (no GPU device of its own) shares a GPU with other jobs: no source can tell its use
+from theirs, so none is asked (gpu_util_rule shard or mps, as the report says).
 
 A requeued job (several executions with one id, sacct -D) is shown by its latest execution, and says so.
 """
@@ -27,6 +31,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +49,7 @@ from gpuclust.accounting.ingest.usage_rules import clock as _clock
 from gpuclust.accounting.ingest.usage_rules import rule_for_version as rule_for_version
 from gpuclust.config.telemetry import TelemetryConfig
 from gpuclust.errors import InputError, SlurmOutputError
-from gpuclust.slurm.gpushare import is_mig_type
+from gpuclust.slurm.gpushare import NodeLayout, allocation_equivalents, is_mig_type, type_share
 from gpuclust.slurm.parse import (
     gpu_count,
     gpu_type,
@@ -53,7 +58,10 @@ from gpuclust.slurm.parse import (
     parse_slurm_duration,
     parse_slurm_time,
     parse_tres,
+    tres_count,
 )
+
+RULE_MIG, RULE_SHARD, RULE_MPS = "mig", "shard", "mps"  # figures/gpuuse.py's gpu_util_rule values (numpy-free here)
 
 
 def clock_seconds(text: str) -> float:
@@ -91,6 +99,13 @@ class JobRecord:
     executions: int = 1
     line: int = 0
     gpu_mix: str | None = None  # every GPU type of AllocTRES: `1g.10gb`, or `1g.10gb=1,h100=2` (its MIG slices)
+    alloc_tres: str = ""
+    share: GpuShare | None = None  # its GPU-equivalents where it holds slices, shards or MPS (gpu_share); None: whole
+
+    @property
+    def holds_gpu(self) -> bool:
+        """Whether the job holds GPU devices or a share of one (shards, MPS)."""
+        return self.gpus > 0 or self.share is not None
 
     @property
     def mig(self) -> bool:
@@ -100,6 +115,83 @@ class JobRecord:
     @property
     def running(self) -> bool:
         return self.end is None and self.start is not None
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """A job's GPUs as GPU-equivalents (glossary), where it holds MIG slices, shards or MPS (gpuclust.slurm.gpushare
+    counts them; figures/shares.py does the same for the report's rows)."""
+
+    gpu_equivalents: float | None  # None: a share unknown (`warnings` say why)
+    mig_profiles: dict[str, int]   # MIG type -> slices held
+    shards: int
+    mps: int
+    rule: str | None               # RULE_SHARD / RULE_MPS: shares only, no GPU device of its own
+    basis: str                     # how it was counted, for the text view
+    warnings: tuple[str, ...] = ()
+
+
+def _fraction(share: Fraction | None) -> str:
+    return "?" if share is None else str(share)
+
+
+def gpu_share(record: JobRecord, layouts: Mapping[str, NodeLayout], shards_per_gpu: Mapping[str, int],
+              overrides: Mapping[str, Fraction] | None = None) -> GpuShare | None:
+    """The job's GpuShare, or None when it holds whole GPUs only (every figure as before). `layouts`: the nodes'
+    layouts (scontrol show node), read where the share depends on the node (shards, MPS, an untyped GPU on a MIG
+    node); without its nodes' layouts, [partition] shards_per_gpu; as figures/shares.py reads them."""
+    try:
+        tres = parse_tres(record.alloc_tres)
+    except SlurmOutputError:
+        return None  # (_record read it already: only a field it ignores can get here)
+    typed = {k[len("gres/gpu:"):]: tres_count(v) for k, v in tres.items() if k.startswith("gres/gpu:")}
+    migs = {t: n for t, n in sorted(typed.items()) if n and is_mig_type(t, overrides)}
+    shards, mps = tres_count(tres.get("gres/shard", "0") or "0"), tres_count(tres.get("gres/mps", "0") or "0")
+    found = [layouts[n] for n in record.nodes if n in layouts]
+    if not record.nodes or len(found) != len(record.nodes):
+        found = []
+    untyped_on_mig = any(lay.slices for lay in found) and record.gpus > sum(typed.values())
+    if not migs and not shards and not mps and not untyped_on_mig:
+        return None
+    where = ",".join(record.nodes)
+    if found and found[0].gpu_equivalents is not None:
+        lay = found[0]
+        where += f" {'has' if len(found) == 1 else 'each have'} {_fraction(lay.gpu_equivalents)} GPU(s)" + \
+            (f", {lay.shards} shards" if lay.shards else "") + (f", {lay.mps} MPS" if lay.mps else "")
+    per_gpu = shards_per_gpu.get(record.partition)
+    if not found and per_gpu:
+        found, where = [NodeLayout(whole_gpus=1, shards=per_gpu, gpu_equivalents=Fraction(1))], \
+            f"[partition {record.partition}] shards_per_gpu = {per_gpu}"
+    answers = [allocation_equivalents(tres, lay, overrides) for lay in found] or \
+        [allocation_equivalents(tres, None, overrides)]
+    values = {a[0] for a in answers}
+    warnings = [str(w) for _, ws in answers for w in ws]
+    value = values.pop() if len(values) == 1 else None
+    if len(values) > 1 and not warnings:  # (values not emptied: several answers)
+        warnings.append("the nodes' layouts give different shares: the allocation's split over them is unknown")
+    if value is None and not warnings:
+        warnings.append("shards per GPU unknown: give [partition NAME] shards_per_gpu (or scontrol show node)")
+    parts = [f"MIG {t} x{n} ({_fraction(type_share(t, overrides)[0])} GPU each)" for t, n in migs.items()]
+    parts += [f"{t} x{n} (whole GPUs)" for t, n in sorted(typed.items()) if n and t not in migs]
+    if shards:
+        unit = found[0].shard_share()[0] if found else None
+        parts.append(f"{shards} shard{'s' if shards != 1 else ''} ({_fraction(unit)} GPU each"
+                     + (f"; {where})" if found else ")"))
+    if mps:
+        unit = found[0].mps_share()[0] if found else allocation_equivalents({"gres/mps": "1"})[0]
+        parts.append(f"{mps} MPS ({_fraction(unit)} GPU each" + (f"; {where})" if found else ")"))
+    if untyped_on_mig:
+        parts.append(f"{record.gpus - sum(typed.values())} untyped GPU(s) on MIG nodes ({where})")
+    rule = None if record.gpus > 0 else RULE_SHARD if shards else RULE_MPS if mps else None
+    return GpuShare(None if value is None else float(value), migs, shards, mps, rule, "; ".join(parts),
+                    tuple(warnings))
+
+
+def apply_shares(records: Sequence[JobRecord], layouts: Mapping[str, NodeLayout],
+                 shards_per_gpu: Mapping[str, int], overrides: Mapping[str, Fraction] | None = None) -> None:
+    """Each record's `share` (gpu_share)."""
+    for r in records:
+        r.share = gpu_share(r, layouts, shards_per_gpu, overrides)
 
 
 def _opt(row: Mapping[str, str], name: str) -> str:
@@ -244,7 +336,7 @@ def _record(requested: str, job: Mapping[str, str], steps: Sequence[Mapping[str,
         elapsed_s=float(elapsed or 0), timelimit_s=float(limit) if limit is not None and limit > 0 else None,
         alloc_cpus=cpus, gpus=gpus, gpu_type=typ, mem_mb=mem, nodes=nodes, nnodes=nnodes or len(nodes),
         total_cpu_s=total_cpu, max_rss_mb=max(rss) if rss else usage.mem_max_mb, usage=usage,
-        executions=executions, line=int(line) if line.isdigit() else 0,
+        executions=executions, line=int(line) if line.isdigit() else 0, alloc_tres=_opt(job, "AllocTRES"),
         gpu_mix=(next(iter(kinds)) if len(kinds) == 1 else ",".join(f"{k}={n}" for k, n in sorted(kinds.items()))
                  if kinds else None))
 
@@ -298,12 +390,27 @@ class JobFigures:
     gpu_mem_total_mib: float | None = None
     energy_j: float | None = None
     gpus: list[GpuTelemetry] = field(default_factory=list)
+    # a job of slices, shards or MPS (record.share): the figures above are in GPU-equivalents (to_equivalents);
+    # device_gpu_s keeps its devices' seconds, and allocated is unknown where its share is
+    device_gpu_s: float | None = None
+    allocated_known: bool = True
 
     @property
     def coverage(self) -> float | None:
-        if self.covered_gpu_s is None or self.allocated_gpu_s <= 0:
+        if self.covered_gpu_s is None or not self.allocated_known or self.allocated_gpu_s <= 0:
             return None
         return self.covered_gpu_s / self.allocated_gpu_s
+
+    @property
+    def gpu_util_rule(self) -> str | None:
+        """The report's gpu_util_rule of this job: shard / mps (shares only), mig (a MIG slice whose usage TRES
+        was set aside), else the usage rule (None without gres/gpuutil)."""
+        share = self.record.share
+        if share is not None and share.rule is not None:
+            return share.rule
+        if self.record.mig and self.record.usage.gpu_util_gpu_s is not None:
+            return RULE_MIG
+        return self.record.usage.rule
 
     @property
     def cpu_efficiency(self) -> float | None:
@@ -326,6 +433,37 @@ class JobFigures:
         if r.timelimit_s is None:
             return None
         return r.elapsed_s / r.timelimit_s
+
+
+SHARED_NOTES = {
+    RULE_SHARD: "a job of shards shares its GPU with other jobs: its own utilisation cannot be told apart from "
+                "theirs, by any source (gpu_util_rule shard): unknown, not 0",
+    RULE_MPS: "a job of MPS shares its GPU with other jobs: its own utilisation cannot be told apart from theirs, "
+              "by any source (gpu_util_rule mps): unknown, not 0",
+}
+
+
+def to_equivalents(fig: JobFigures) -> None:
+    """A job of slices, shards or MPS in GPU-equivalents: allocated = its GPU-equivalents x Elapsed, its covered,
+    busy and held-idle scaled by GPU-equivalents / devices (figures/gpuuse.py), so its utilisation stays what
+    its devices showed. An unknown share leaves allocated and those figures unknown."""
+    r, share = fig.record, fig.record.share
+    if share is None:
+        return
+    fig.device_gpu_s = r.gpus * r.elapsed_s
+    if share.gpu_equivalents is None:
+        fig.allocated_known = False
+        fig.allocated_gpu_s = 0.0
+        fig.covered_gpu_s = fig.busy_gpu_s = fig.held_idle_gpu_s = None
+        return
+    fig.allocated_gpu_s = share.gpu_equivalents * r.elapsed_s
+    scale = share.gpu_equivalents / r.gpus if r.gpus > 0 else 0.0
+    if fig.covered_gpu_s is not None:
+        fig.covered_gpu_s *= scale
+    if fig.busy_gpu_s is not None:
+        fig.busy_gpu_s *= scale
+    if fig.held_idle_gpu_s is not None:
+        fig.held_idle_gpu_s *= scale
 
 
 MIG_USAGE_NOTE = ("a MIG slice: gres/gpuutil reads 0 on a MIG instance (NVML gives it no utilisation), so its "
@@ -411,7 +549,10 @@ def job_figures(records: Sequence[JobRecord], tel: TelemetryConfig, *, prometheu
         figs.append(fig)
     gpu_jobs = [f for f in figs if f.record.gpus > 0]
     for f in figs:
-        if f.record.gpus <= 0:
+        share = f.record.share
+        if share is not None and share.rule is not None:
+            f.source_notes.append(f"{share.rule}: {SHARED_NOTES[share.rule]}")
+        elif f.record.gpus <= 0:
             f.source_notes.append("no GPUs allocated (AllocTRES has no gres/gpu)")
     missing = []
     for i, f in enumerate(figs):
@@ -465,6 +606,8 @@ def job_figures(records: Sequence[JobRecord], tel: TelemetryConfig, *, prometheu
             f.source_notes.append(f"usage_tres: {u.problem}" if u.problem else
                                   "usage_tres: no step recorded gres/gpuutil (Slurm before 23.02, or no gpu/nvml "
                                   "plugin): GPU use unknown, not 0")
+    for f in figs:
+        to_equivalents(f)
     return figs
 
 

@@ -274,26 +274,27 @@ def window_words(window_s: int) -> str:
 def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, Sequence[GpuEvents]] | None = None,
             restore_s: float | None = None, restore_source: str = "default",
             settings: LemonConfig | None = None) -> dict[str, Any]:
-    """report.json's `lemon_nodes`: per node, the ranking, the named nodes, MTTF and ETTR by job size. Grouped
-    by pandas over one row per (job, node): a node's figures are sums over its rows, its failure hours the
-    distinct hours (failure windows) of its rows with a cause (module docstring). `settings`: [lemon] (its
-    defaults when None); `restore_s` None: its default_restore_seconds."""
+    """report.json's `lemon_nodes`: per node, the ranking, the named nodes, MTTF and ETTR by job size. Over one
+    row per (job, node), as integer codes and numpy arrays: a node's figures are sums over its rows, its failure
+    hours the distinct hours (failure windows) of its rows with a cause (module docstring). Only the float sums
+    go through pandas' groupby (its compensated sum: the figures stay those of a pandas grouping); the rest are
+    counts (bincount), so a small period pays a few pandas calls, not a frame step per figure. `settings`:
+    [lemon] (its defaults when None); `restore_s` None: its default_restore_seconds."""
     import numpy as np
     import pandas as pd
 
     cfg = settings or LemonConfig()
     restore = cfg.default_restore_s if restore_s is None else restore_s
     checkpoint_s = float(cfg.checkpoint_interval_s)
-    frame = frame_of(jobs).reset_index(drop=True)
+    frame = frame_of(jobs)
     events = gpu_events or {}
     # ("hour" is the failure window's index: the UTC hour by default)
-    frame["hour"] = (frame["end"] // cfg.failure_window_s).astype("int64")
-    # Integer codes throughout (a node, a user, a partition, a job's position): pandas groups integers quickly.
+    hour = (frame["end"] // cfg.failure_window_s).astype("int64").to_numpy(dtype=np.int64)
+    # Integer codes throughout (a node, a user, a partition, a job's position).
     list_code, distinct_lists = pd.factorize(frame["nodes"], sort=False)  # each distinct node list once
     names, node_codes_of = _node_codes(distinct_lists)
     nn_of_list = np.fromiter((len(x) for x in node_codes_of), dtype=np.int64, count=len(node_codes_of))
     nnodes = nn_of_list[list_code] if len(frame) else np.zeros(0, dtype=np.int64)
-    frame["nnodes"] = nnodes
     # one row per (job, node); a job without nodes has none (it still counts in MTTF below)
     job_of = np.repeat(np.arange(len(frame)), nnodes)
     flat = np.concatenate(node_codes_of) if node_codes_of else np.zeros(0, dtype=np.int64)
@@ -302,45 +303,58 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     node_of = flat[list_start[list_code[job_of]] + within] if len(job_of) else np.zeros(0, dtype=np.int64)
     user_code = pd.factorize(frame["user"])[0]
     part_code, part_names = pd.factorize(frame["partition"])
-    hour = frame["hour"].to_numpy(dtype=np.int64)
     share = (_gpu_basis(frame) * frame["elapsed_s"].to_numpy(dtype=float) / np.where(nnodes > 0, nnodes, 1))
-    per = pd.DataFrame({"node": node_of, "hour": hour[job_of], "job": job_of, "user": user_code[job_of],
-                        "nonzero_exit": frame["nonzero_exit"].to_numpy(dtype=bool)[job_of],
-                        "node_fail": (frame["state"] == "NODE_FAIL").to_numpy()[job_of],
-                        "partition": part_code[job_of], "share": share[job_of]})
-    cause_hours = [per.loc[per["node_fail"], ["node", "hour"]].assign(cause="node_fail")]
+    nonzero = frame["nonzero_exit"].to_numpy(dtype=bool)
+    node_fail = (frame["state"] == "NODE_FAIL").to_numpy()
+    row_share = share[job_of]
+    # each row's (node, hour) as a code (`slot`): the hours coded first, so the pair's code cannot overflow
+    hour_code = pd.factorize(hour[job_of])[0]
+    slot = pd.factorize(node_of * (int(hour_code.max()) + 1 if len(hour_code) else 1) + hour_code)[0]
+    slots = int(slot.max()) + 1 if len(slot) else 0
+    slot_node = np.zeros(slots, dtype=np.int64)
+    slot_node[slot] = node_of  # (every row of a slot has its node)
+    # a cause per (node, hour): node_fail, shared_exit, xid, ecc (CAUSES' order)
+    marked = np.zeros((slots, len(CAUSES)), dtype=bool)
+    marked[slot[node_fail[job_of]], 0] = True
     if events:  # (a few jobs: those telemetry saw)
         job_ids = frame["job_id"].to_numpy()
-        seen = per[frame["job_id"].isin(list(events)).to_numpy()[job_of]]
-        marks = []
-        for node, when, job in zip(seen["node"], seen["hour"], seen["job"], strict=True):
-            saw = {e.node: e for e in events.get(job_ids[job], ())}.get(names[node])
+        seen = np.flatnonzero(frame["job_id"].isin(list(events)).to_numpy()[job_of])
+        for row in seen:
+            saw = {e.node: e for e in events.get(job_ids[job_of[row]], ())}.get(names[node_of[row]])
             if saw is not None and saw.xid_errors > 0:
-                marks.append((node, when, "xid"))
+                marked[slot[row], 2] = True
             if saw is not None and saw.ecc_dbe > 0:
-                marks.append((node, when, "ecc"))
-        cause_hours.append(pd.DataFrame(marks, columns=["node", "hour", "cause"]))
-    hourly = per.groupby(["node", "hour"], sort=False).agg(jobs=("job", "size"), users=("user", "nunique"),
-                                                           all_nonzero=("nonzero_exit", "all"))
-    shared = hourly[(hourly["jobs"] >= cfg.min_shared_jobs) & (hourly["users"] >= cfg.min_shared_users)
-                    & hourly["all_nonzero"]].reset_index()[["node", "hour"]]
-    cause_hours.append(shared.assign(cause="shared_exit"))
-    causes = pd.concat(cause_hours, ignore_index=True).drop_duplicates()
-    failure_hours = causes[["node", "hour"]].drop_duplicates()
-    by_node = per.groupby("node", sort=False).agg(gpu_s=("share", "sum"), jobs=("job", "size"))
-    by_part = per.groupby(["node", "partition"], sort=False)["share"].sum().reset_index()
-    by_part["name"] = np.asarray(part_names, dtype=object)[by_part["partition"].to_numpy()] if len(by_part) else []
-    # the partition holding most of a node's GPU time (a tie: the first by name)
-    chosen = by_part.sort_values(["node", "share", "name"], ascending=[True, False, True]).drop_duplicates("node")
-    primary = {names[n]: str(p) for n, p in zip(chosen["node"], chosen["name"], strict=True)}
-    counted = failure_hours.groupby("node").size()
-    fails_of = {names[int(n)]: int(v) for n, v in zip(counted.index, counted.to_numpy(), strict=True)}
-    by_cause = causes.groupby(["node", "cause"]).size().reset_index(name="hours")
-    cause_count = {(names[int(n)], str(c)): int(v)
-                   for n, c, v in zip(by_cause["node"], by_cause["cause"], by_cause["hours"], strict=True)}
+                marked[slot[row], 3] = True
+    # shared_exit: enough jobs of enough users in the (node, hour), every one with a non-zero exit
+    row_user = user_code[job_of]
+    users = max(int(user_code.max()) + 1, 1) if len(user_code) else 1
+    known = row_user >= 0  # (no user: not counted among the distinct users)
+    distinct_users = np.bincount(pd.unique(slot[known].astype(np.int64) * users + row_user[known]) // users,
+                                 minlength=slots)
+    marked[:, 1] = ((np.bincount(slot, minlength=slots) >= cfg.min_shared_jobs)
+                    & (distinct_users >= cfg.min_shared_users)
+                    & (np.bincount(slot[~nonzero[job_of]], minlength=slots) == 0))
+    failed_slot = np.asarray(marked.any(axis=1), dtype=bool)
+    counted = np.bincount(slot_node[failed_slot], minlength=len(names))
+    fails_of = {names[n]: int(v) for n, v in enumerate(counted) if v}
+    cause_count = {(names[n], c): int(v) for i, c in enumerate(CAUSES)
+                   for n, v in enumerate(np.bincount(slot_node[marked[:, i]], minlength=len(names))) if v}
+    node_sums = pd.Series(row_share).groupby(node_of, sort=False).sum()
+    jobs_on = np.bincount(node_of, minlength=len(names))
+    node_gpu_s = dict(sorted((names[n], float(v)) for n, v in zip(node_sums.index, node_sums.to_numpy(), strict=True)))
+    node_jobs = {names[n]: int(jobs_on[n]) for n in node_sums.index}
+    # the partition holding most of a node's GPU time (a tie: the first by name); codes shifted by one (-1: none)
+    parts = len(part_names) + 1
+    by_part = pd.Series(row_share).groupby(node_of * parts + part_code[job_of] + 1, sort=False).sum()
+    part_name = np.asarray(part_names, dtype=object)
+    best: dict[int, tuple[bool, float, str]] = {}
+    for pair, value in zip(by_part.index, by_part.to_numpy(), strict=True):
+        on, part = divmod(int(pair), parts)
+        rank_key = (bool(np.isnan(value)), 0.0 if np.isnan(value) else -float(value), str(part_name[part - 1]))
+        if on not in best or rank_key < best[on]:
+            best[on] = rank_key
+    primary = {names[n]: k[2] for n, k in best.items()}
     pooled: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    node_gpu_s = dict(sorted((names[n], float(v)) for n, v in zip(by_node.index, by_node["gpu_s"], strict=True)))
-    node_jobs = {names[n]: int(v) for n, v in zip(by_node.index, by_node["jobs"], strict=True)}
     for n, gpu_s in node_gpu_s.items():
         pooled[primary[n]][0] += int(fails_of.get(n, 0))
         pooled[primary[n]][1] += gpu_s / 3600.0
@@ -372,14 +386,10 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     # MTTF by job size: a job failed for a node-level cause when it ended NODE_FAIL, or when it failed (a
     # non-zero exit, or an Xid or ECC event of its own) in a failure hour of one of its nodes
     flagged = {j for j, evs in events.items() if any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in evs)}
-    # (node, hour) as one integer key: a membership test instead of a join
-    key = per["node"].to_numpy(dtype=np.int64) * (1 << 32) + per["hour"].to_numpy(dtype=np.int64)
-    failed_key = (failure_hours["node"].to_numpy(dtype=np.int64) * (1 << 32)
-                  + failure_hours["hour"].to_numpy(dtype=np.int64))
     hit = np.zeros(len(frame), dtype=bool)
-    hit[per["job"].to_numpy()[np.isin(key, failed_key)]] = True
-    own = frame["nonzero_exit"].to_numpy(dtype=bool) | frame["job_id"].isin(list(flagged)).to_numpy()
-    node_level = (frame["state"] == "NODE_FAIL").to_numpy() | (own & hit)
+    hit[job_of[failed_slot[slot]]] = True
+    own = nonzero | frame["job_id"].isin(list(flagged)).to_numpy()
+    node_level = node_fail | (own & hit)
     gpus = frame["gpus"].to_numpy(dtype=np.int64)
     if EQUIVALENTS in frame.columns:  # (a shard or MPS job, no GPU device: part of one GPU)
         gpus = np.maximum(gpus, 1)
@@ -387,11 +397,13 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     buckets = np.select([(gpus >= lo) & (gpus <= (hi if hi is not None else np.iinfo(np.int64).max))
                          for lo, hi in SIZE_BUCKETS], names, default="0")
     sizes: dict[str, list[float]] = {size_bucket(lo): [0.0, 0.0, 0.0] for lo, _ in SIZE_BUCKETS}
-    grouped = pd.DataFrame({"bucket": buckets, "hours": frame["elapsed_s"] / 3600.0, "failed": node_level}) \
-        .groupby("bucket").agg(jobs=("hours", "size"), hours=("hours", "sum"), failed=("failed", "sum"))
-    for size, count, run_hours, failed_jobs in zip(grouped.index, grouped["jobs"], grouped["hours"],
-                                                   grouped["failed"], strict=True):
-        sizes[str(size)] = [float(count), float(run_hours), float(failed_jobs)]
+    # (the hours summed by pandas' groupby, as before; the counts by numpy)
+    bucket_names, bucket_of = np.unique(buckets, return_inverse=True)
+    run_hours = pd.Series(frame["elapsed_s"].to_numpy(dtype=float) / 3600.0).groupby(bucket_of).sum()
+    in_bucket = np.bincount(bucket_of, minlength=len(bucket_names))
+    failed_in = np.bincount(bucket_of[node_level], minlength=len(bucket_names))
+    for b, summed in zip(run_hours.index, run_hours.to_numpy(), strict=True):
+        sizes[str(bucket_names[b])] = [float(in_bucket[b]), float(summed), float(failed_in[b])]
     by_size = []
     total = [0.0, 0.0, 0.0]
     for bucket, (count, hours, failed) in sizes.items():

@@ -324,7 +324,7 @@ def inventory(nodes_text: str | None, label: str = "scontrol show node -o") -> l
     """The nodes of `scontrol show node -o` text (None: none given, or records the economics names as bad)."""
     if not nodes_text:
         return None
-    # (a build without an inventory never needs it)
+    # (a build without an inventory never needs the events module)
     from gpuclust.accounting.history.events import parse_nodes
     from gpuclust.errors import InputError
 

@@ -8,10 +8,16 @@ The JSON document (stable; new keys may be added, none renamed or removed):
 JOB: job_id, job_id_raw, requested (the id given), user, account, partition, qos, state, exit_code, running,
 start, end (ISO 8601 UTC; end null while running), elapsed_s, timelimit_s, executions (a requeued job's: the
 latest shown), nodes (names), node_count, gpu_count, gpu_type, alloc_cpus, mem_mb;
+a job of MIG slices, shards or MPS also: gpu_equivalents (its share of physical GPUs, null: unknown), mig_profiles
+({type: slices}), shards, mps, gpu_share_basis (how it was counted) and gpu_share_warnings, after gpu_type;
 source (prometheus | store | usage_tres | null) and source_notes (why an earlier source did not answer);
 gpu_use: report.json gpu_use's per-job names (allocated_gpu_hours, covered_gpu_hours, coverage, busy_gpu_hours,
 held_idle_gpu_hours, util_mean_pct, util_max_pct, gpu_mem_max_mib, gpu_mem_total_mib, energy_kwh,
-cpu_efficiency, mem_efficiency) and time_limit_efficiency, held_idle_cost, currency (null: unknown);
+cpu_efficiency, mem_efficiency) and time_limit_efficiency, held_idle_cost, currency (null: unknown); a job of
+slices, shards or MPS counts its GPU-hours in GPU-equivalents (allocated null where its share is unknown) and adds
+gpu_device_hours (its devices x Elapsed, a slice as one) and gpu_util_rule (mig, shard, mps: why its utilisation
+is unknown; summed, last-gpu: the usage TRES rule), its held_idle_cost priced per GPU-equivalent hour (a price
+per slice-hour / the slice's share, figures/prices.card_price, as the report prices it);
 gpus: per (node, GPU; a MIG slice also instance and profile): node, gpu, covered_s, busy_s, util_mean_pct, util_max_pct, held_idle_s,
 under_threshold_s, longest_idle_s, longest_idle_start (ISO), fb_used_max_mib, fb_total_mib, power_mean_w,
 power_max_w, energy_j, temp_max_c, xid_errors, ecc_dbe, util_profile (utilisation in 120 equal slices of the
@@ -21,6 +27,7 @@ findings: [{kind, message, advice, evidence}] (figures/waste.py).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -49,15 +56,23 @@ def job_document(fig: JobFigures, findings: Sequence[Finding], price: float | No
     cost = None
     if price is not None and fig.held_idle_gpu_s is not None:
         cost = round(fig.held_idle_gpu_s / 3600 * price, 6)
+    share: dict[str, Any] = {}
+    use_share: dict[str, Any] = {}
+    if r.share is not None:  # (a job of MIG slices, shards or MPS; a job of whole GPUs has none of these keys)
+        share = {"gpu_equivalents": _r(r.share.gpu_equivalents), "mig_profiles": dict(r.share.mig_profiles),
+                 "shards": r.share.shards, "mps": r.share.mps, "gpu_share_basis": r.share.basis,
+                 "gpu_share_warnings": list(r.share.warnings)}
+        use_share = {"gpu_device_hours": hours(fig.device_gpu_s), "gpu_util_rule": fig.gpu_util_rule}
     return {
         "job_id": r.job_id, "job_id_raw": r.job_id_raw, "requested": r.requested, "user": r.user,
         "account": r.account, "partition": r.partition, "qos": r.qos, "state": r.state, "exit_code": r.exit_code,
         "running": r.running, "start": _iso(r.start), "end": _iso(r.end), "elapsed_s": r.elapsed_s,
         "timelimit_s": r.timelimit_s, "executions": r.executions, "nodes": list(r.nodes), "node_count": r.nnodes,
-        "gpu_count": r.gpus, "gpu_type": r.gpu_type, "alloc_cpus": r.alloc_cpus, "mem_mb": r.mem_mb,
+        "gpu_count": r.gpus, "gpu_type": r.gpu_type, **share, "alloc_cpus": r.alloc_cpus, "mem_mb": r.mem_mb,
         "source": fig.source, "source_notes": list(fig.source_notes),
         "gpu_use": {
-            "allocated_gpu_hours": hours(fig.allocated_gpu_s), "covered_gpu_hours": hours(fig.covered_gpu_s),
+            "allocated_gpu_hours": hours(fig.allocated_gpu_s) if fig.allocated_known else None,
+            "covered_gpu_hours": hours(fig.covered_gpu_s),
             "coverage": _r(fig.coverage), "busy_gpu_hours": hours(fig.busy_gpu_s),
             "held_idle_gpu_hours": hours(fig.held_idle_gpu_s), "util_mean_pct": _r(fig.util_mean_pct, 4),
             "util_max_pct": _r(fig.util_max_pct, 4), "gpu_mem_max_mib": _r(fig.gpu_mem_max_mib, 3),
@@ -65,7 +80,7 @@ def job_document(fig: JobFigures, findings: Sequence[Finding], price: float | No
             "energy_kwh": None if fig.energy_j is None else round(fig.energy_j / 3.6e6, 9),
             "cpu_efficiency": _r(fig.cpu_efficiency), "mem_efficiency": _r(fig.mem_efficiency),
             "time_limit_efficiency": _r(fig.time_limit_efficiency), "held_idle_cost": cost,
-            "currency": currency or None,
+            "currency": currency or None, **use_share,
         },
         "gpus": [{
             "node": g.node, "gpu": g.gpu, "covered_s": _r(g.covered_s, 3), "busy_s": _r(g.busy_s, 3),
@@ -126,11 +141,16 @@ def render_text(doc: dict[str, Any], width: int | None, style: Callable[[str], s
     lines.append(f"  elapsed {duration(j['elapsed_s'])} of {limit} ({_pct(u['time_limit_efficiency'])}), "
                  f"{j['gpu_count']} GPU(s){' ' + j['gpu_type'] if j['gpu_type'] else ''} on {j['node_count']} "
                  f"node(s) ({nodes}), {j['alloc_cpus'] or '?'} CPU(s)")
+    shared = "gpu_equivalents" in j  # (a job of MIG slices, shards or MPS)
+    if shared:
+        eq = "unknown" if j["gpu_equivalents"] is None else f"{j['gpu_equivalents']:.3g}"
+        lines.append(f"  GPU-equivalents {eq}: {j['gpu_share_basis']}")
+        lines.extend(f"    ({w})" for w in j["gpu_share_warnings"])
     lines.append(f"  CPU efficiency {_pct(u['cpu_efficiency'], 1)}, memory efficiency {_pct(u['mem_efficiency'], 1)}")
     lines.append(f"  GPU figures from: {j['source'] or 'none (unknown, not 0)'}")
     for note in j["source_notes"] if j["source"] != "prometheus" else []:
         lines.append(f"    ({note})")
-    if j["gpu_count"]:
+    if j["gpu_count"] or shared:
         def h(v: float | None) -> str:
             return "n/a" if v is None else f"{v:.3f}"
         cost = ""
@@ -139,6 +159,9 @@ def render_text(doc: dict[str, Any], width: int | None, style: Callable[[str], s
         lines.append(f"  GPU-hours: allocated {h(u['allocated_gpu_hours'])}, covered {h(u['covered_gpu_hours'])} "
                      f"(coverage {_pct(u['coverage'])}), busy {h(u['busy_gpu_hours'])}, held-idle "
                      f"{h(u['held_idle_gpu_hours'])}{cost}")
+        if shared:
+            rule = f"; utilisation rule {u['gpu_util_rule']}" if u["gpu_util_rule"] else ""
+            lines.append(f"    (in GPU-equivalents; device-hours {h(u['gpu_device_hours'])}, a slice as one{rule})")
         lines.append(f"  utilisation mean {_num(u['util_mean_pct'], '.1f', '%')}, max "
                      f"{_num(u['util_max_pct'], '.0f', '%')}; GPU memory peak {_gb(u['gpu_mem_max_mib'])}"
                      f"{' of ' + _gb(u['gpu_mem_total_mib']) if u['gpu_mem_total_mib'] else ''}")
@@ -160,4 +183,13 @@ def render_text(doc: dict[str, Any], width: int | None, style: Callable[[str], s
         lines.append(style("  findings:"))
         for f in j["findings"]:
             lines.append(f"  - {f['message']}")
+    if shared and width is not None:  # (a terminal: long lines folded under their indent, the sparklines kept)
+        lines = [folded for line in lines for folded in _fold(line, width)]
     return "\n".join(lines)
+
+
+def _fold(line: str, width: int) -> list[str]:
+    if len(line) <= width or line.rstrip().endswith("|"):
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, width=max(width, 40), subsequent_indent=indent, break_on_hyphens=False) or [line]
