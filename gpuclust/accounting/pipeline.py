@@ -64,6 +64,9 @@ class FetchSummary:
     repaired: dict[str, str] | None = None
     # The stored telemetry summaries (storedtelemetry.TelemetryFetch.store_into; None: [telemetry] is off)
     telemetry: dict[str, Any] | None = None
+    # The stored GPU-equivalents where some row or node has slices, shards or MPS: rows of unknown share and the
+    # warnings (report.json input.gpu_share_warnings' form); None: whole GPUs everywhere
+    gpu_shares: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = {
@@ -77,6 +80,8 @@ class FetchSummary:
             out["repaired"] = self.repaired
         if self.telemetry is not None:
             out["telemetry"] = self.telemetry
+        if self.gpu_shares is not None:
+            out["gpu_shares"] = self.gpu_shares
         return out
 
 
@@ -101,12 +106,24 @@ def fetch(
 
     With [telemetry] prometheus_url set, the GPU jobs of the fetched days then get their telemetry summaries,
     written with their days in the same swap (storedtelemetry: what fails there is a warning, never the fetch's
-    failure; `now`: the time a running job's summary reaches, the clock's by default)."""
+    failure; `now`: the time a running job's summary reaches, the clock's by default).
+
+    The node inventory (`scontrol show node -o`) is read first, once, and stored beside the days, [costs] or not;
+    each row is stored with its GPU-equivalents as a report computes them from that inventory and the days' node
+    events (figures.shares; the events are read, and stored, only where some row or node has slices, shards or
+    MPS): the columns alloc_gpu_equivalents and gpu_share_unknown that store_sql's figures read."""
+    from gpuclust.accounting.figures import shares as shares_mod
+    from gpuclust.accounting.history import events as events_mod
+
     root = store.store_dir(config.state_dir)
     summary = FetchSummary(str(root))
     days = period.utc_days() if days is None else sorted(set(days))
     if options.slurm_version is None:
         options = dataclasses.replace(options, slurm_version=sacct_version(client))
+    nodes_text, not_read = sources.fetch_inventory(client)
+    layout_events = sources.LayoutEvents(client, days)
+    gpu_shares = shares_mod.PeriodShares(config, shares_mod.inventory(nodes_text), layout_events.read)
+    unknown_rows = 0
     telemetry = None
     if config.telemetry.prometheus_url:
         # (imported here: a build never loads the fetch's telemetry side)
@@ -127,17 +144,29 @@ def fetch(
             if result.rejected:
                 problems = [str(p) for p in result.problems] or [f"{result.rejected} rejected row(s)"]
             summary.rejected_rows += result.rejected
-            stage.write_day(day, result.table, problems)
-            del result
+            row_shares = shares_mod.stored_shares(gpu_shares, result.table)
+            unknown_rows += int(np.isnan(row_shares.equivalents).sum())
+            stage.write_day(day, result.table, problems, row_shares)
+            del result, row_shares
             if progress:
                 progress(day)
         if telemetry is not None:
             summary.telemetry = telemetry.store_into(stage, _previous_days_dir(root, config.cluster_name),
                                                      now or datetime.now(timezone.utc))
+    if not_read:  # (after the store's own warnings, which come first)
+        summary.problems.append(Problem("", None, not_read))
+    if gpu_shares.used:
+        summary.gpu_shares = {"unknown_rows": unknown_rows, "warnings": gpu_shares.warning_list()}
+    # The inventory (and the events read for the layout check) beside the days, before the trend's weeks read them.
+    for day in days:
+        events_mod.store_inventory(config.state_dir, day, nodes_text, layout_events.texts.get(day))
     # The daily trend's per-day aggregates of the weeks these days change (trend.refresh: a cache, issue 31 item 5).
     trend.refresh(root, config, lookback_of(config))
     if config.economics.enabled:  # ([costs], [baseline NAME] or slurmctld_log in the site config)
-        summary.economics = sources.fetch_sources(client, config, days)
+        summary.economics = sources.fetch_sources(client, config, days, nodes_text=nodes_text,
+                                                  events_texts=layout_events.texts)
+    else:  # (with [costs] the economics reads the days' events again and names those it cannot read)
+        summary.problems += [Problem("", None, line) for line in layout_events.problems]
     return summary
 
 

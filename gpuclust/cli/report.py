@@ -189,6 +189,11 @@ def fetch_cmd(app: AppContext, since: TimeSpec | None, until: TimeSpec | None, p
     if usage:  # (counted, not one line per row: `report build` lists the first ones)
         click.echo(f"warning: usage TRES: {usage} warning(s) in the fetched days: those jobs' utilisation is "
                    "unknown, not 0 (report build lists them in report.json gpu_use.usage_problems)", err=True)
+    unknown = (summary.gpu_shares or {}).get("unknown_rows", 0)
+    if unknown:  # (counted: the store names each row's reason, report build the warnings)
+        click.echo(f"warning: GPU-equivalents: {unknown} stored row(s) of unknown share (never counted as whole GPUs; "
+                   "column gpu_share_unknown says why, report build lists them in report.json "
+                   "input.gpu_share_warnings)", err=True)
     if as_json:
         echo_json(summary.as_dict())
     else:

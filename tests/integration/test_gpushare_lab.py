@@ -11,6 +11,10 @@ The arithmetic (h = a job's Elapsed in hours, as sacct records it):
   capacity   mig: node5's slices 4 x 1/7 + 1 x 3/7 = 1 GPU x the window; shared: node6's 2 GPUs x the window
                                    (its shards add nothing)
 
+The README's SQL (store_sql), run by DuckDB over the store the fetch wrote, gives the report's allocated GPU-hours
+per partition; a fetch without [costs] stores the node inventory too, so the shard job's share is known from the
+store alone (SQL and report).
+
 With GPUCLUST_RECORD_GPUSHARE=DIR it also writes the jobs' `sacct -P` rows (the fetch's fields) and
 `scontrol show node -o node5,node6` there (tests/data/gpushare/lab-22.05/: the unit test that needs no lab).
 """
@@ -28,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuclust.accounting.history import store_sql
 from gpuclust.accounting.ingest.schema import FETCH_FIELDS
 from tests.integration.labutil import run_cmd, submit, wait_for_sacct, wait_job_done
 
@@ -45,7 +50,7 @@ JOBS = (
 
 
 def _site(slurm_lab, state: Path) -> str:
-    # ([costs]: `report fetch` stores the node inventory and events, which the shards' layout and capacity read)
+    # ([costs]: `report fetch` stores the node events the capacity reads; the inventory it stores in any case)
     return f"""[site]
 cluster_name = {slurm_lab['cluster_name']}
 timezone = UTC
@@ -59,6 +64,20 @@ gpu_type = h100
 [costs]
 currency = EUR
 """
+
+
+def _sql_by_partition(state: Path, since: datetime, until: datetime) -> dict[str, tuple[float | None, int]]:
+    """store_sql.ALLOCATED_BY_PARTITION over the store under `state`, its window since..until: partition ->
+    (allocated GPU-hours, rows of unknown share)."""
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"CREATE VIEW store AS SELECT * FROM read_parquet('{state}/accounting/current/**/part.parquet', "
+                "hive_partitioning = true, union_by_name = true)")
+    con.execute(store_sql.LATEST)
+    sql = store_sql.ALLOCATED_BY_PARTITION.replace("2026-12-02 00:00:00", since.strftime("%Y-%m-%d %H:%M:%S")) \
+        .replace("2026-12-04 00:00:00", until.strftime("%Y-%m-%d %H:%M:%S"))
+    return {part: (hours, unknown) for _, part, hours, unknown in con.sql(sql).fetchall()}
 
 
 def _gpuclust(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -124,3 +143,23 @@ def test_gpu_equivalents_from_the_lab(slurm_lab, tmp_path: Path) -> None:
     assert "shard" in data["gpu_use"]["gpu_util_rules"]
     # 1g.10gb priced per slice-hour by default: the report says which unit applied
     assert data["input"]["gpu_price_units"] == {"1g.10gb": "slice", "h100": "card"}
+
+    # The README's SQL over the store gives the report's allocated GPU-hours per partition (GPU-equivalents)
+    sql = _sql_by_partition(tmp_path / "state", since, until)
+    for part in expect:
+        assert sql[part][0] == pytest.approx(cap[part]["allocated_gpu_hours"], rel=REL, abs=1e-9), (part, sql, cap)
+        assert sql[part][1] == 0, sql
+    assert sql["shared"][0] == pytest.approx(expect["shared"][0], rel=REL)
+
+    # Without [costs] the fetch stores the node inventory all the same: the shards' share is known from the store
+    bare = tmp_path / "bare.conf"
+    bare.write_text(_site(slurm_lab, tmp_path / "bare").split("[costs]")[0])
+    _gpuclust(bare, "report", "fetch", *window)
+    assert list((tmp_path / "bare" / "economics").glob("day=*/nodes.txt"))
+    _gpuclust(bare, "report", "build", *window, "--out", str(tmp_path / "bare-out"), "--format", "json")
+    plain = json.loads((tmp_path / "bare-out" / "report.json").read_text())
+    plain_by = {r["partition"]: r["gpu_hours"] for r in plain["runs"]["by_partition"]}
+    assert plain_by["shared"] == pytest.approx(expect["shared"][0], rel=REL), plain_by
+    assert "gpu_share_warnings" not in plain["input"], plain["input"].get("gpu_share_warnings")
+    bare_sql = _sql_by_partition(tmp_path / "bare", since, until)
+    assert bare_sql["shared"][0] == pytest.approx(expect["shared"][0], rel=REL) and bare_sql["shared"][1] == 0

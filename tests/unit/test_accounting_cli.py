@@ -101,6 +101,8 @@ def test_fetch_through_replay_client(tmp_path):
     # (recorded with the fetch's current argv, Reason included: tests/data/accounting/reason/README.md)
     client.add("sacct", sacct_args(date(2026, 12, 3)),
                (DATA / "reason" / "22.05" / "lab-parsable.txt").read_text(encoding="utf-8"))
+    # (every fetch reads the node inventory once: the lab's recorded one, tests/data/economics)
+    client.add("scontrol", ["show", "node", "-o"], (DATA.parent / "economics" / "nodes.txt").read_text(encoding="utf-8"))
     args = ["--config", str(_conf(tmp_path)), "report", "fetch", "--since", "2026-12-03", "--until", "2026-12-04", "--json"]
     result = CliRunner().invoke(cli, args, obj=AppContext(client=client))
     assert result.exit_code == 0, result.output

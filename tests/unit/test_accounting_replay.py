@@ -134,7 +134,9 @@ def test_fetch_replay_to_store_then_build(tmp_path, via):
     summary = pipeline.fetch(client, config, period, via=via)
     assert summary.days == [{"day": "2026-12-03", "rows": 15, "rejected_rows": 0, "steps_dropped": 0,
                             "usage_warnings": 0}]
-    assert client.calls == [("sacct", *sacct_args(day, via))]
+    # (the node inventory first, once, [costs] or not: this recording has none, so the fetch names it and goes on)
+    assert client.calls == [("scontrol", "show", "node", "-o"), ("sacct", *sacct_args(day, via))]
+    assert [str(p) for p in summary.problems if "node inventory" in str(p)]
     report, _ = pipeline.build(config, period)
     direct, _ = pipeline.build(config, period, input_path=str(DATA / "reason" / "22.05" / name),
                                delimiter=FETCH_DELIMITER if via == "parsable" else "|")

@@ -58,7 +58,8 @@ def lab_store(tmp_path: Path):
 def duck(current: Path):  # type: ignore[no-untyped-def]
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"CREATE VIEW store AS SELECT * FROM read_parquet('{current}/**/*.parquet', hive_partitioning = true)")
+    con.execute(f"CREATE VIEW store AS SELECT * FROM read_parquet('{current}/**/part.parquet', hive_partitioning = true, "
+                "union_by_name = true)")
     con.execute(store_sql.LATEST)
     return con
 
@@ -80,17 +81,19 @@ def test_duckdb_runs_the_readme_sql_and_gets_the_report_figures(lab_store):
     con = duck(current)
     by_day = con.sql(store_sql.ALLOCATED_BY_ACCOUNT_DAY).fetchall()
     by_account: dict[str, float] = {}
-    for cluster, account, day, hours in by_day:
-        assert cluster == "acct" and day in (D2, D3)
+    for cluster, account, day, hours, unknown in by_day:
+        assert cluster == "acct" and day in (D2, D3) and unknown == 0  # (whole GPUs: every share known)
         by_account[account] = by_account.get(account, 0.0) + hours
     economics = report["economics"]
     assert sum(by_account.values()) == pytest.approx(economics["total"]["allocated_gpu_hours"], abs=1e-6)
     # The running job: 2 GPUs x the hour up to the window's end, on 2026-12-03, account physics.
-    assert ("acct", "physics", D3, pytest.approx(2.0)) in by_day
+    assert ("acct", "physics", D3, pytest.approx(2.0), 0) in by_day
     ended = {r["account"]: r["gpu_hours"] for r in report["runs"]["by_account"]}  # (attempts that ended)
     assert by_account == {"ml": pytest.approx(ended["ml"], abs=1e-6),
                           "physics": pytest.approx(ended["physics"] + 2.0, abs=1e-6)}
-    by_partition = {p: h for _, p, h in con.sql(store_sql.ALLOCATED_BY_PARTITION).fetchall()}
+    rows = con.sql(store_sql.ALLOCATED_BY_PARTITION).fetchall()
+    assert {unknown for *_, unknown in rows} == {0}
+    by_partition = {p: h for _, p, h, _ in rows}
     assert by_partition == {r["partition"]: pytest.approx(r["allocated_gpu_hours"], abs=1e-6)
                             for r in economics["by_partition"]}
     assert con.sql(store_sql.ATTEMPTS).fetchall() == [("acct", report["totals"]["attempts"])]

@@ -341,15 +341,17 @@ def test_repair_on_a_clean_store_fetches_nothing(tmp_store):
 # ---- the schema rule ------------------------------------------------------------------------------------------
 
 def test_store_version_3_columns_and_the_required_ones():
-    """A day of version 4 has exactly these columns (3 added timelimit_s, 4 submit_line and req_tres). A new STORE_SCHEMA column makes a day
+    """A day of version 5 has exactly these columns (3 added timelimit_s, 4 submit_line and req_tres, 5 alloc_gpu_equivalents
+    and gpu_share_unknown). A new STORE_SCHEMA column makes a day
     written before it lack the column: give it a new store.LAYOUT_VERSION (an older gpuclust then refuses the new
     days by their version), and update this list."""
-    assert store.LAYOUT_VERSION == 4
+    assert store.LAYOUT_VERSION == 5
     assert STORE_SCHEMA.names == [
         "line", "job_id", "job_id_raw", "job_base", "array_task", "array_pending", "het_offset", "job_name", "user",
         "account", "partition", "qos", "wckey", "comment", "nodelist", "state", "state_raw", "reason", "exit_code",
         "exit_signal", "exit_code_known", "submit", "eligible", "start", "end", "elapsed_s", "nnodes", "alloc_tres",
         "gpus", "gpu_type", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
-        "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "submit_line", "timelimit_s", "req_tres", "fetched_at", "window"]
+        "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "submit_line", "timelimit_s", "req_tres", "fetched_at", "window",
+        "alloc_gpu_equivalents", "gpu_share_unknown"]
     assert set(store.REQUIRED_COLUMNS) <= set(STORE_SCHEMA.names)
     assert set(store.NOT_NULL) | set(store.NOT_NEGATIVE) <= set(STORE_SCHEMA.names)

@@ -29,12 +29,14 @@ from gpuclust.slurm.gpushare import NodeLayout, ShareWarning
 
 if TYPE_CHECKING:
     from gpuclust.accounting.history.events import EventSource, Node
+    from gpuclust.accounting.history.store import RowShares
     from gpuclust.config import SiteConfig
 
 # Warning codes of this stage (beside gpushare's).
 NODE_LAYOUT_CHANGED = "node_layout_changed"
 SHARDS_LAYOUT_UNKNOWN = "shard_layout_unknown"
 NODE_LAYOUTS_DIFFER = "node_layouts_differ"
+UNKNOWN_SHARE = "unknown_share"  # (a row's unknown share without a warning of its own: not expected)
 MAX_WARNING_EXAMPLES = 20
 
 
@@ -44,6 +46,9 @@ class TableShares:
 
     equivalents: np.ndarray | None = None
     warnings: dict[tuple[str, str], int] = field(default_factory=dict)  # (code, detail) -> rows
+    # Per row, where asked for (table_shares(reasons=True)) and some share is not whole GPUs: the code of the
+    # first warning that made its share unknown, None where it is known.
+    reasons: list[str | None] | None = None
 
     def unknown(self) -> np.ndarray | None:
         return None if self.equivalents is None else np.isnan(self.equivalents)
@@ -190,8 +195,10 @@ def _per_node_share(text: str, nodelist: str | None, partition: str | None, layo
     return (np.nan if share is None else float(share)), warnings
 
 
-def table_shares(table: pa.Table, config: SiteConfig, layouts: Layouts | None = None) -> TableShares:
-    """The GPU-equivalents of every row of `table` (see TableShares)."""
+def table_shares(table: pa.Table, config: SiteConfig, layouts: Layouts | None = None, *,
+                 reasons: bool = False) -> TableShares:
+    """The GPU-equivalents of every row of `table` (see TableShares); `reasons`: with each unknown row's warning
+    code (TableShares.reasons: what `report fetch` stores)."""
     out = TableShares()
     if not table.num_rows or "alloc_tres" not in table.column_names:
         return out
@@ -213,6 +220,12 @@ def table_shares(table: pa.Table, config: SiteConfig, layouts: Layouts | None = 
             n = int(np.count_nonzero(tres.codes == code))
             for w in warnings:
                 out.warnings[(w.code, w.detail)] = out.warnings.get((w.code, w.detail), 0) + n
+    why: list[str | None] | None = None
+    if reasons:
+        why = [None] * len(eq)
+        fixed_why = [warnings[0].code if warnings else None for _, _, warnings in kinds]
+        for r in np.flatnonzero(at & np.isnan(eq)).tolist():
+            why[r] = fixed_why[tres.codes[r]] or UNKNOWN_SHARE
     rows = np.flatnonzero(row_mode == _PER_NODE)
     if len(rows):
         nodes = coded(table.column("nodelist").take(pa.array(rows)))
@@ -222,6 +235,7 @@ def table_shares(table: pa.Table, config: SiteConfig, layouts: Layouts | None = 
         uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         values = np.empty(len(uniq), dtype=np.float64)
         counts = np.bincount(inverse, minlength=len(uniq))
+        unknown_of: list[str | None] = [None] * len(uniq)
         for i, r in enumerate(first.tolist()):
             text = tres.values[tres.codes[rows[r]]]
             node_v = nodes.values[nodes.codes[r]] if nodes.codes[r] < len(nodes.values) else None
@@ -229,8 +243,15 @@ def table_shares(table: pa.Table, config: SiteConfig, layouts: Layouts | None = 
             values[i], warnings = _per_node_share(text, node_v, part_v, layouts, share_of)
             for w in warnings:
                 out.warnings[(w.code, w.detail)] = out.warnings.get((w.code, w.detail), 0) + int(counts[i])
+            if why is not None and np.isnan(values[i]):
+                unknown_of[i] = warnings[0].code if warnings else UNKNOWN_SHARE
         eq[rows] = values[inverse]
+        if why is not None:
+            for r, u in zip(rows.tolist(), inverse.tolist(), strict=True):
+                if unknown_of[u] is not None:
+                    why[r] = unknown_of[u]
     out.equivalents = eq
+    out.reasons = why
     return out
 
 
@@ -262,15 +283,16 @@ class PeriodShares:
                 self._full = layouts_of(self.config, self.nodes, source)
         return self._full
 
-    def of(self, table: pa.Table) -> TableShares | None:
-        """`table`'s shares; None where it has no slice, shard or MPS and no node has (every figure as before)."""
-        got = table_shares(table, self.config, self.base)
+    def of(self, table: pa.Table, *, reasons: bool = False) -> TableShares | None:
+        """`table`'s shares; None where it has no slice, shard or MPS and no node has (every figure as before).
+        `reasons`: with each unknown row's warning code (table_shares)."""
+        got = table_shares(table, self.config, self.base, reasons=reasons)
         if got.equivalents is None and not self.sliced_nodes:
             return None
         self.used = True
         full = self.layouts()
         if full.changed:
-            got = table_shares(table, self.config, full)
+            got = table_shares(table, self.config, full, reasons=reasons)
         for key, rows in got.warnings.items():
             self.warnings[key] = self.warnings.get(key, 0) + rows
         return got
@@ -283,6 +305,19 @@ class PeriodShares:
         """Row warnings (summed over the tables read), then node warnings: report.json input.gpu_share_warnings."""
         rows = TableShares(warnings=self.warnings).warning_list()
         return rows + node_warnings(self.layouts()) if self.used else rows
+
+
+def stored_shares(shares: PeriodShares, table: pa.Table) -> RowShares:
+    """What `report fetch` stores of each row of `table` (store.RowShares: columns alloc_gpu_equivalents and
+    gpu_share_unknown): its shares as a report reads them with the same inventory and events, the `gpus` column
+    where every row is whole GPUs."""
+    from gpuclust.accounting.history.store import RowShares
+
+    got = shares.of(table, reasons=True)
+    if got is None or got.equivalents is None:
+        gpus = table.column("gpus").to_numpy(zero_copy_only=False) if table.num_rows else np.zeros(0)
+        return RowShares(np.nan_to_num(np.asarray(gpus, dtype=np.float64)))
+    return RowShares(got.equivalents, got.reasons)
 
 
 def inventory(nodes_text: str | None, label: str = "scontrol show node -o") -> list[Node] | None:

@@ -252,15 +252,28 @@ def parse_sreport(text: str) -> SreportGpu | None:
 # ---- fetch and store -----------------------------------------------------------------------------------
 
 
-def fetch_day(client: SlurmClient, state_dir: str, day: date) -> dict[str, Any]:
+NODES_ARGS = ("show", "node", "-o")
+
+
+def day_event_args(day: date) -> list[str]:
+    """The `sacctmgr` argv of the node events overlapping one UTC day."""
+    since = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    return event_args(since, since + timedelta(days=1))
+
+
+def fetch_day(client: SlurmClient, state_dir: str, day: date, *, nodes_text: str | None = None,
+              events_text: str | None = None) -> dict[str, Any]:
     """Read the events overlapping one UTC day, the node inventory and sreport's gres/gpu split, and keep them
-    under economics_dir(state_dir)/day=DAY/ (each file replaced whole). Returns a summary for the fetch table."""
+    under economics_dir(state_dir)/day=DAY/ (each file replaced whole). Returns a summary for the fetch table.
+    `nodes_text`, `events_text`: the inventory and the day's events the fetch already read (None: read here)."""
     since = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
     until = since + timedelta(days=1)
     target = day_dir(state_dir, day)
-    events_text = client.sacctmgr(event_args(since, until))
+    if events_text is None:
+        events_text = client.sacctmgr(event_args(since, until))
     parsed = parse_events(events_text, f"sacctmgr show event {day.isoformat()}")
-    nodes_text = client.scontrol(["show", "node", "-o"])
+    if nodes_text is None:
+        nodes_text = client.scontrol(list(NODES_ARGS))
     sreport_text = ""
     run = getattr(client, "run", None)
     if run is not None:
@@ -274,6 +287,20 @@ def fetch_day(client: SlurmClient, state_dir: str, day: date) -> dict[str, Any]:
     fetched = datetime.now(timezone.utc).replace(microsecond=0)
     write_atomic(target / META_FILE, json.dumps({"fetched_at": fetched.isoformat()}), make_parents=True)
     return {"node_events": len(parsed.nodes), "event_problems": len(parsed.problems)}
+
+
+def store_inventory(state_dir: str, day: date, nodes_text: str | None, events_text: str | None = None) -> None:
+    """Keep the node inventory `report fetch` read (and the day's node events, where it read them for the
+    GPU-equivalents' layout check) beside the day, as fetch_day does, without the economics' sreport: a report
+    of the day reads the node layout (the shares of shard and MPS jobs) from it. `nodes_text` None: not read, no
+    inventory written (the events still are)."""
+    target = day_dir(state_dir, day)
+    if nodes_text is not None:
+        write_atomic(target / NODES_FILE, nodes_text, make_parents=True)
+    if events_text is not None:
+        write_atomic(target / EVENTS_FILE, events_text, make_parents=True)
+        fetched = datetime.now(timezone.utc).replace(microsecond=0)
+        write_atomic(target / META_FILE, json.dumps({"fetched_at": fetched.isoformat()}), make_parents=True)
 
 
 @dataclass

@@ -16,9 +16,11 @@ if TYPE_CHECKING:  # (the readers load where a source is read: a build from a du
     from gpuclust.accounting.history.refusals import RefusalSource
 
 
-def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str, Any]:
+def fetch_sources(client: Any, config: SiteConfig, days: list[Any], *, nodes_text: str | None = None,
+                  events_texts: dict[Any, str] | None = None) -> dict[str, Any]:
     """`report fetch`'s second half: node events, inventory and sreport per UTC day, and the refusals of each
-    day from slurmctld's log. A failure here is reported in the summary; the jobs are stored anyway."""
+    day from slurmctld's log. A failure here is reported in the summary; the jobs are stored anyway.
+    `nodes_text`: the inventory the fetch read (None: read per day); `events_texts`: the days' events it read."""
     from zoneinfo import ZoneInfo
 
     from gpuclust.accounting.history import events as events_mod
@@ -28,7 +30,8 @@ def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str,
     out: dict[str, Any] = {"events": [], "refusals": None, "problems": []}
     for day in days:
         try:
-            out["events"].append({"day": day.isoformat(), **events_mod.fetch_day(client, config.state_dir, day)})
+            out["events"].append({"day": day.isoformat(), **events_mod.fetch_day(
+                client, config.state_dir, day, nodes_text=nodes_text, events_text=(events_texts or {}).get(day))})
         except Exception as exc:  # noqa: BLE001 - a secondary source: the jobs are stored whatever happens here,
             # and the report marks capacity unknown for the day (a replayed client without these outputs, too)
             out["problems"].append(f"node events of {day.isoformat()} not fetched: {exc}")
@@ -41,6 +44,50 @@ def fetch_sources(client: Any, config: SiteConfig, days: list[Any]) -> dict[str,
         except GpuclustError as exc:
             out["problems"].append(f"refusals not read: {exc}")
     return out
+
+
+def fetch_inventory(client: Any) -> tuple[str | None, str | None]:
+    """`report fetch`'s node inventory (`scontrol show node -o`, one call): its text, or None and why. Every fetch
+    stores it beside its days (events.store_inventory), [costs] or not: the shares of shard and MPS jobs read the
+    node layout from it, at the fetch (the stored alloc_gpu_equivalents) and in a report built later."""
+    from gpuclust.accounting.history import events as events_mod
+
+    try:
+        return str(client.scontrol(list(events_mod.NODES_ARGS))), None
+    except Exception as exc:  # noqa: BLE001 - a secondary source, as the economics' (a replayed client without it)
+        return None, (f"node inventory (scontrol show node -o) not read: {exc}: not stored with the days; the GPU-"
+                      "equivalents of shard and MPS jobs (and of untyped GPUs on MIG nodes) are unknown unless "
+                      "[partition NAME] shards_per_gpu gives them")
+
+
+class LayoutEvents:
+    """The node events of a fetch's days, read once and only when asked (figures.shares.PeriodShares asks where
+    some row or node has slices, shards or MPS: the nodes whose GPU layout changed make their shares unknown).
+    `texts`: what sacctmgr printed per day (stored with the inventory); `problems`: the days it could not read."""
+
+    def __init__(self, client: Any, days: list[Any]):
+        self.client = client
+        self.days = days
+        self.texts: dict[Any, str] = {}
+        self.problems: list[str] = []
+
+    def read(self) -> EventSource | None:
+        from gpuclust.accounting.history import events as events_mod
+
+        merged = events_mod.Events()
+        for day in self.days:
+            try:
+                text = str(self.client.sacctmgr(events_mod.day_event_args(day)))
+                parsed = events_mod.parse_events(text, f"sacctmgr show event {day.isoformat()}")
+            except Exception as exc:  # noqa: BLE001 - as fetch_sources: the jobs are stored whatever happens here
+                self.problems.append(f"node events of {day.isoformat()} not read: {exc}: a node whose GPU layout "
+                                     "changed that day is not seen (its rows' GPU-equivalents read the inventory's "
+                                     "layout)")
+                continue
+            self.texts[day] = text
+            merged.nodes += parsed.nodes
+            merged.cluster += parsed.cluster
+        return events_mod.EventSource(merged, None)
 
 
 def stored_sources(config: SiteConfig, period: Period) -> tuple[EventSource | None, RefusalSource | None]:

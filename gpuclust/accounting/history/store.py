@@ -62,6 +62,7 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -105,9 +106,11 @@ class StoreDamaged(StoreError):
 
 # Version of the layout and of the day files' columns. 1: `snapshots/<id>/day=…` (no cluster level, no version
 # key); 2: `cluster=<name>/day=…`, the schema file, the version key in every day file; 3: the column timelimit_s
-# (sacct's Timelimit); 4: the columns submit_line and req_tres (SubmitLine, ReqTRES: `policy replay`). A day file's columns are those of version 1 plus, possibly, columns added since (read as
-# null where missing: STORE_SCHEMA).
-LAYOUT_VERSION = 4
+# (sacct's Timelimit); 4: the columns submit_line and req_tres (SubmitLine, ReqTRES: `policy replay`); 5: the
+# columns alloc_gpu_equivalents and gpu_share_unknown (what `report fetch` computed of each row's GPUs: store_sql's
+# figures; both null in an older day, which store_sql reads by its AllocTRES). A day file's columns are those of
+# version 1 plus, possibly, columns added since (read as null where missing: STORE_SCHEMA).
+LAYOUT_VERSION = 5
 # The columns no day file may lack, in any version: an execution's identity and latest state, what its runs are
 # matched on, and its allocated GPU-hours. Without one a day would give other figures, silently: it is refused.
 # Any other STORE_SCHEMA column a day lacks (written before the column existed: reason, the usage columns) reads
@@ -329,7 +332,14 @@ MEANINGS = {
     "end": "End (UTC); null: still running when fetched",
     "elapsed_s": "Elapsed in seconds",
     "alloc_tres": "AllocTRES as printed; empty: no allocation (cancelled while pending)",
-    "gpus": "GPUs of AllocTRES (gres/gpu): allocated = gpus x the time held (glossary: allocated)",
+    "gpus": "GPU GRES devices of AllocTRES (gres/gpu), a MIG slice counting as one (glossary: device-hours)",
+    "alloc_gpu_equivalents": "the row's GPU GRES in GPU-equivalents (MIG slices, shards, MPS as shares of one physical GPU), "
+                       "as `report fetch` computed them from the node inventory and the site config: allocated = "
+                       "alloc_gpu_equivalents x the time held (glossary: GPU-equivalent, allocated); null: unknown (named "
+                       "by gpu_share_unknown), or a day written before store version 5",
+    "gpu_share_unknown": "why alloc_gpu_equivalents is unknown: a warning code of report.json input.gpu_share_warnings; "
+                         "null where it is known, or in a day written before store version 5 (both null: read "
+                         "the row's AllocTRES, store_sql.LATEST)",
     "fetched_at": "when `report fetch` read the row (UTC): the latest wins",
     "window": "the UTC day of the sacct window the row came from (= the partition day)",
 }
@@ -348,8 +358,10 @@ def schema_document() -> dict[str, Any]:
                      "meaning": MEANINGS.get(f.name, "gpuclust/accounting/ingest/schema.py")} for f in STORE_SCHEMA],
         "partition_columns": [{"name": "cluster", "type": "string"}, {"name": "day", "type": "date (UTC)"}],
         "figures": {
-            "allocated": "gpus x the part of start..end inside the window (a row still running: up to its end); "
-                         "GPU-hours = GPU-seconds / 3600 (glossary: allocated)",
+            "allocated": "GPU-equivalents x the part of start..end inside the window (a row still running: up to "
+                         "its end); GPU-hours = GPU-seconds / 3600 (glossary: allocated). GPU-equivalents: "
+                         "alloc_gpu_equivalents; in a day written before version 5, gpus where AllocTRES names no MIG "
+                         "slice, shard or MPS, else unknown (store_sql.LATEST, column gpu_equivalents)",
             "completed-run, retry / failure": "need gpuclust's run logic (resubmissions, requeues, arrays): "
                                                "report.json, not SQL",
         },
@@ -406,12 +418,15 @@ class Stage:
         """Where this snapshot holds `day` (write_day makes it; what else belongs to the day goes in it after)."""
         return self.snapshot / f"cluster={self.cluster}" / f"day={day.isoformat()}"
 
-    def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None) -> None:
+    def write_day(self, day: date, table: pa.Table, problems: list[str] | None = None,
+                  shares: RowShares | None = None) -> None:
+        """`shares`: each row's GPU-equivalents, as the fetch computed them (None: the columns are null, not
+        computed; store_sql then reads the row's AllocTRES, as in a day of an older version)."""
         if day not in self.days or day in self.written:
             raise ValueError(f"day {day} is not one this stage replaces, or is written twice")
         path = self.day_dir(day) / PART_FILE
         path.parent.mkdir(parents=True)
-        stamped = _stamp(table, self.fetched, day)
+        stamped = _stamp(table, self.fetched, day, shares)
         stamped = stamped.replace_schema_metadata({**(stamped.schema.metadata or {}),
                                                    VERSION_KEY: str(LAYOUT_VERSION).encode()})
         import pyarrow.parquet as pq  # (here and below: a build from --input never loads Parquet)
@@ -489,11 +504,31 @@ def staged(root: Path, days: list[date], fetched_at: datetime | None = None, *,
             _remove_unread(root, [current])
 
 
-def _stamp(table: pa.Table, fetched: datetime, day: date) -> pa.Table:
+@dataclass(frozen=True)
+class RowShares:
+    """What a fetch computed of each row's GPUs (gpuclust.accounting.figures.shares, in row order): its
+    GPU-equivalents (NaN: unknown) and, where unknown, the warning code that says why (None elsewhere; `unknown`
+    None: every share known)."""
+
+    equivalents: np.ndarray
+    unknown: Sequence[str | None] | None = None
+
+
+def _stamp(table: pa.Table, fetched: datetime, day: date, shares: RowShares | None = None) -> pa.Table:
     n = table.num_rows
     table = table.select(SCHEMA.names).cast(SCHEMA)
     table = table.append_column("fetched_at", pa.array(np.full(n, int(fetched.timestamp()), dtype=np.int64)).cast(UTC_SECONDS))
     table = table.append_column("window", pa.array([day.isoformat()] * n, pa.string()))
+    if shares is None or n == 0:  # (not computed: null, as in a day written before the columns)
+        equivalents = pa.nulls(n, pa.float64())
+        unknown = pa.nulls(n, pa.string())
+    else:
+        values = np.asarray(shares.equivalents, dtype=np.float64)
+        if len(values) != n or (shares.unknown is not None and len(shares.unknown) != n):
+            raise ValueError(f"shares of {len(values)} rows for a day of {n}")
+        equivalents = pa.array(values, pa.float64(), mask=np.isnan(values))
+        unknown = pa.nulls(n, pa.string()) if shares.unknown is None else pa.array(list(shares.unknown), pa.string())
+    table = table.append_column("alloc_gpu_equivalents", equivalents).append_column("gpu_share_unknown", unknown)
     return table.cast(STORE_SCHEMA)
 
 
@@ -551,7 +586,7 @@ def check_day_schema(path: Path, schema: pa.Schema) -> None:
 
 # What every row gpuclust writes holds (check_day_values): these are never null, and these never negative.
 NOT_NULL = ("job_id_raw", "elapsed_s", "gpus", "fetched_at", "window")
-NOT_NEGATIVE = ("elapsed_s", "gpus", "nnodes")
+NOT_NEGATIVE = ("elapsed_s", "gpus", "nnodes", "alloc_gpu_equivalents")
 
 
 def check_day_values(path: Path, table: pa.Table) -> None:

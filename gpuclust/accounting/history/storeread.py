@@ -35,8 +35,10 @@ from gpuclust.accounting.ingest.schema import STORE_SCHEMA
 
 # Columns no figure of the report reads (metrics, economics, trend): not in the table. (fetched_at and window
 # order the executions for latest_state: the first pass reads them; submit_line and req_tres are `policy
-# replay`'s: load_columns.)
-UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "fetched_at", "window", "submit_line", "req_tres"})
+# replay`'s: load_columns; alloc_gpu_equivalents and gpu_share_unknown are for other engines: the report computes the
+# shares from the rows, figures.shares.)
+UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "fetched_at", "window", "submit_line", "req_tres",
+                            "alloc_gpu_equivalents", "gpu_share_unknown"})
 # Strings that repeat from row to row: read as dictionary codes (a few bytes a row, not the text).
 # (JobID is nearly unique per row: a dictionary would not save anything there.)
 DICTIONARY_COLUMNS = ("job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",

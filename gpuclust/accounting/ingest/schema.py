@@ -51,7 +51,11 @@ mem_mb                float64, null   ``mem=`` of AllocTRES in MiB
 ====================  ==============  ==============================================================
 
 The Parquet store adds ``fetched_at`` (timestamp) and ``window`` (the UTC day string ``YYYY-MM-DD`` of the
-sacct window the row came from), used to keep each execution's latest state.
+sacct window the row came from), used to keep each execution's latest state, and what `report fetch` computed of
+the row's GPUs (store layout 5; null in days written before): ``alloc_gpu_equivalents`` (float64, the row's GPU GRES in
+GPU-equivalents as the report counts them, gpuclust.accounting.figures.shares; null: unknown) and
+``gpu_share_unknown`` (string, the warning code that made the share unknown; null where it is known). Only engines
+other than gpuclust read them (gpuclust.accounting.history.store_sql); the report computes the shares itself.
 """
 
 from __future__ import annotations
@@ -82,7 +86,12 @@ SCHEMA: pa.Schema = REGISTRY.schema
 # The time columns (submit, eligible, start, end): every column of the registry's UTC-seconds type.
 TIME_COLUMNS: tuple[str, ...] = tuple(fd.name for fd in SCHEMA if fd.type == UTC_SECONDS)
 
+# The columns `report fetch` adds to a stored row (store.Stage.write_day), after the ingest's.
+STORE_SHARE_COLUMNS = (pa.field("alloc_gpu_equivalents", pa.float64()), pa.field("gpu_share_unknown", pa.string()))
 STORE_SCHEMA = SCHEMA.append(pa.field("fetched_at", UTC_SECONDS)).append(pa.field("window", pa.string()))
+for _field in STORE_SHARE_COLUMNS:
+    STORE_SCHEMA = STORE_SCHEMA.append(_field)
+del _field
 
 # Raw string field -> normalized column for the plain copies.
 PLAIN_STRING_COLUMNS: dict[str, str] = REGISTRY.copies
