@@ -271,7 +271,10 @@ def _read_open(handle: Any, want: pa.Schema, ids: set[int] | None) -> pa.Table |
         return None
     pf = pq.ParquetFile(handle, metadata=meta)
     _check_schema(pf.schema_arrow, want)
-    table = pf.read_row_groups(groups, columns=[name for name in want.names if name in pf.schema_arrow.names])
+    # No threads: a few row groups gain nothing from Arrow's pool, and its workers reading a Python file object
+    # can abort or hang the interpreter's exit (apache/arrow#34314, #50482; seen once under load here)
+    table = pf.read_row_groups(groups, columns=[name for name in want.names if name in pf.schema_arrow.names],
+                               use_threads=False)
     if ids is not None:
         table = table.filter(pc.is_in(table.column("job_id_raw"), value_set=_int64s(sorted(ids))))
     return table
