@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -118,6 +119,20 @@ def wait_job_done(job_id: str, timeout: float = 120.0, *, env: Mapping[str, str]
             raise TimeoutError(f"job {job_id} not finished after {timeout}s (state {st})")
         time.sleep(delay)
         delay = min(delay * 1.5, 1.0)
+
+
+def quiet_start(timeout: float = 180.0, *, env: Mapping[str, str] | None = None) -> datetime:
+    """Wait until the lab runs no job (earlier tests' jobs ended), then until the next whole second, and return it:
+    a report window starting there holds only jobs submitted after this call (sacct's times are whole seconds, so a
+    job that ended in this call's second would otherwise fall inside it)."""
+    deadline = time.monotonic() + timeout
+    while run_cmd(["squeue", "-h", "-o", "%i"], env=env, timeout=15).stdout.strip():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"lab still runs jobs after {timeout}s")
+        time.sleep(0.5)
+    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=1)
+    time.sleep(max(0.0, (start - datetime.now(timezone.utc)).total_seconds()))
+    return start
 
 
 def _sacct_row(

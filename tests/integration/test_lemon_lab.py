@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.labutil import run_cmd, submit, wait_for_sacct, wait_job_done
+from tests.integration.labutil import quiet_start, run_cmd, submit, wait_for_sacct, wait_job_done
 
 pytestmark = pytest.mark.slurm
 
@@ -142,7 +142,7 @@ def test_the_failing_node_is_a_lemon_and_loaded_healthy_nodes_are_not(slurm_lab:
     flag = workdir / "done"
     script, carrier = _script(workdir / "prod.sh", bad), _carrier(workdir / "carrier.sh", flag)
     sb = Submitter(slurm_lab)
-    started = datetime.now(timezone.utc).replace(microsecond=0)
+    started = quiet_start()  # (an earlier test's job ending in this second would count on the nodes)
     sacct_env = dict(os.environ, TZ="UTC")
     try:
         carriers = [sb(n, users[i % 2], carrier, "--gres=gpu:h100:2") for i, n in enumerate(healthy)]
