@@ -35,6 +35,7 @@ import pytest
 from gpuclust.accounting.history import store_sql
 from gpuclust.accounting.ingest.schema import FETCH_FIELDS
 from tests.integration.labutil import run_cmd, submit, wait_for_sacct, wait_job_done
+from tests.unit.store_duckdb import in_window, readme_session
 
 pytestmark = pytest.mark.slurm
 REL = 1e-3  # within 0.1%
@@ -69,14 +70,9 @@ currency = EUR
 def _sql_by_partition(state: Path, since: datetime, until: datetime) -> dict[str, tuple[float | None, int]]:
     """store_sql.ALLOCATED_BY_PARTITION over the store under `state`, its window since..until: partition ->
     (allocated GPU-hours, rows of unknown share)."""
-    duckdb = pytest.importorskip("duckdb")
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"CREATE VIEW store AS SELECT * FROM read_parquet('{state}/accounting/current/**/part.parquet', "
-                "hive_partitioning = true, union_by_name = true)")
-    con.execute(store_sql.LATEST)
-    sql = store_sql.ALLOCATED_BY_PARTITION.replace("2026-12-02 00:00:00", since.strftime("%Y-%m-%d %H:%M:%S")) \
-        .replace("2026-12-04 00:00:00", until.strftime("%Y-%m-%d %H:%M:%S"))
+    pytest.importorskip("duckdb")
+    con = readme_session(state / "accounting" / "current")
+    sql = in_window(store_sql.ALLOCATED_BY_PARTITION, since, until)
     return {part: (hours, unknown) for _, part, hours, unknown in con.sql(sql).fetchall()}
 
 

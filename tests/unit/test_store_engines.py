@@ -21,6 +21,7 @@ from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, STORE_SCHEMA
 from gpuclust.config import parse_config
 from gpuclust.slurm.replay import ReplaySlurmClient
+from tests.unit.store_duckdb import readme_session
 
 duckdb = pytest.importorskip("duckdb")  # (the `test` extra installs it)
 
@@ -55,15 +56,6 @@ def lab_store(tmp_path: Path):
     return store.store_dir(config.state_dir) / "current", report.data
 
 
-def duck(current: Path):  # type: ignore[no-untyped-def]
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"CREATE VIEW store AS SELECT * FROM read_parquet('{current}/**/part.parquet', hive_partitioning = true, "
-                "union_by_name = true)")
-    con.execute(store_sql.LATEST)
-    return con
-
-
 def test_the_layout_is_hive_partitioned_with_a_schema_file_and_a_version_in_each_file(lab_store):
     current, _ = lab_store
     files = sorted(str(p.relative_to(current)) for p in current.rglob("*.parquet"))
@@ -78,7 +70,7 @@ def test_the_layout_is_hive_partitioned_with_a_schema_file_and_a_version_in_each
 
 def test_duckdb_runs_the_readme_sql_and_gets_the_report_figures(lab_store):
     current, report = lab_store
-    con = duck(current)
+    con = readme_session(current)
     by_day = con.sql(store_sql.ALLOCATED_BY_ACCOUNT_DAY).fetchall()
     by_account: dict[str, float] = {}
     for cluster, account, day, hours, unknown in by_day:

@@ -22,6 +22,7 @@ from gpuclust.accounting.ingest.period import Period
 from gpuclust.accounting.ingest.schema import FETCH_DELIMITER
 from gpuclust.config import parse_config
 from gpuclust.slurm.replay import ReplaySlurmClient
+from tests.unit.store_duckdb import in_window, readme_session
 
 duckdb = pytest.importorskip("duckdb")  # (the `test` extra installs it)
 
@@ -44,21 +45,11 @@ BY_ACCOUNT = {"ml": 2 + 1 / 7 + 3 / 14 + 0.5 + 1.0, "phys": 3 / 7 + 0.5}
 
 def _window(sql: str) -> str:
     """The README's SQL with its window (the two literals of `params`) set to DAY."""
-    return sql.replace("2026-12-02 00:00:00", "2026-11-30 00:00:00").replace("2026-12-04 00:00:00",
-                                                                              "2026-12-01 00:00:00")
-
-
-def duck(current: Path):  # type: ignore[no-untyped-def]
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute(f"CREATE VIEW store AS SELECT * FROM read_parquet('{current}/**/part.parquet', hive_partitioning = true, "
-                "union_by_name = true)")
-    con.execute(store_sql.LATEST)
-    return con
+    return in_window(sql, "2026-11-30 00:00:00", "2026-12-01 00:00:00")
 
 
 def sql_figures(current: Path) -> dict[str, dict]:
-    con = duck(current)
+    con = readme_session(current)
     by_account: dict[str, float] = {}
     unknown_by_account: dict[str, int] = {}
     for _, account, _, hours, unknown in con.sql(_window(store_sql.ALLOCATED_BY_ACCOUNT_DAY)).fetchall():
@@ -237,7 +228,7 @@ def _whole_gpu_store(tmp: Path) -> Path:
 
 def test_a_whole_gpu_store_gives_exactly_the_figures_before(tmp_path):
     current = _whole_gpu_store(tmp_path)
-    con = duck(current)
+    con = readme_session(current)
     assert con.execute("SELECT count(*) FROM latest WHERE alloc_gpu_equivalents IS NULL OR gpu_equivalents <> gpus").fetchall() == [(0,)]
     now = con.sql(store_sql.ALLOCATED_BY_ACCOUNT_DAY).fetchall()
     assert now and [r[:4] for r in now] == con.sql(BEFORE_BY_ACCOUNT_DAY).fetchall()  # (==: exactly)
@@ -246,7 +237,7 @@ def test_a_whole_gpu_store_gives_exactly_the_figures_before(tmp_path):
     assert now and [r[:3] for r in now] == con.sql(BEFORE_BY_PARTITION).fetchall()
     # A day of layout 4 (no share columns) gives the same figures too
     _as_layout_4(current, ("2026-12-02",))
-    con = duck(current)
+    con = readme_session(current)
     assert con.execute("SELECT count(*) FROM store WHERE alloc_gpu_equivalents IS NOT NULL").fetchall() == [(0,)]
     assert [r[:4] for r in con.sql(store_sql.ALLOCATED_BY_ACCOUNT_DAY).fetchall()] == \
         con.sql(BEFORE_BY_ACCOUNT_DAY).fetchall()
@@ -286,7 +277,7 @@ def test_a_store_no_layout_5_fetch_wrote_into_names_the_column(tmp_path):
     current, _, _, _, _ = _fetched(tmp_path, (DATA / "site.conf").read_text())
     _as_layout_4(current)
     with pytest.raises(duckdb.BinderException, match="alloc_gpu_equivalents"):
-        duck(current)
+        readme_session(current)
 
 
 def test_a_store_of_both_layouts_reads_each_day_by_its_own(tmp_path):
@@ -299,9 +290,8 @@ def test_a_store_of_both_layouts_reads_each_day_by_its_own(tmp_path):
     pipeline.fetch(client, config, FETCHED)  # type: ignore[arg-type]
     current = store.store_dir(config.state_dir) / "current"  # type: ignore[attr-defined]
     _as_layout_4(current, (DAY.isoformat(),))
-    con = duck(current)
-    rows = con.sql(_window(store_sql.ALLOCATED_BY_PARTITION).replace("2026-12-01 00:00:00",
-                                                                     "2026-12-02 00:00:00")).fetchall()
+    con = readme_session(current)
+    rows = con.sql(in_window(store_sql.ALLOCATED_BY_PARTITION, "2026-11-30 00:00:00", "2026-12-02 00:00:00")).fetchall()
     got = {p: (h, u) for _, p, h, u in rows}
     # mig: day 1 (layout 4) unknown, 4 rows; day 2 (layout 5) its shares, 107 unknown
     assert got["mig"] == (pytest.approx(BY_PARTITION["mig"]), 4 + 1)
