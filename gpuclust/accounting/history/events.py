@@ -266,26 +266,21 @@ def fetch_day(client: SlurmClient, state_dir: str, day: date, *, nodes_text: str
     """Read the events overlapping one UTC day, the node inventory and sreport's gres/gpu split, and keep them
     under economics_dir(state_dir)/day=DAY/ (each file replaced whole). Returns a summary for the fetch table.
     `nodes_text`, `events_text`: the inventory and the day's events the fetch already read (None: read here)."""
-    since = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
-    until = since + timedelta(days=1)
-    target = day_dir(state_dir, day)
     if events_text is None:
-        events_text = client.sacctmgr(event_args(since, until))
+        events_text = client.sacctmgr(day_event_args(day))
     parsed = parse_events(events_text, f"sacctmgr show event {day.isoformat()}")
     if nodes_text is None:
         nodes_text = client.scontrol(list(NODES_ARGS))
     sreport_text = ""
     run = getattr(client, "run", None)
     if run is not None:
+        since = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
         try:
-            sreport_text = run("sreport", sreport_args(since, until)).stdout
+            sreport_text = run("sreport", sreport_args(since, since + timedelta(days=1))).stdout
         except (GpuclustError, ValueError):
             sreport_text = ""  # the cross-check is optional: the report says it is missing
-    write_atomic(target / EVENTS_FILE, events_text, make_parents=True)
-    write_atomic(target / NODES_FILE, nodes_text, make_parents=True)
-    write_atomic(target / SREPORT_FILE, sreport_text, make_parents=True)
-    fetched = datetime.now(timezone.utc).replace(microsecond=0)
-    write_atomic(target / META_FILE, json.dumps({"fetched_at": fetched.isoformat()}), make_parents=True)
+    write_atomic(day_dir(state_dir, day) / SREPORT_FILE, sreport_text, make_parents=True)
+    store_inventory(state_dir, day, nodes_text, events_text)  # (its fetched_at last: the day is whole)
     return {"node_events": len(parsed.nodes), "event_problems": len(parsed.problems)}
 
 
