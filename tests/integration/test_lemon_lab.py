@@ -10,13 +10,17 @@ audit partition` then:
   as a lemon in the report and in `audit partition`, and count its MTTF failures as its jobs of those windows.
 
 Jobs are submitted in waves until the failing node has FAILURE_WINDOWS qualifying 10 s windows (both users'
-jobs ended in it); every wait polls with a deadline. The audit's `[lemon] audit_lookback` covers this test's jobs
+jobs ended in it); then the healthy nodes' long jobs are held until the test's own bound on the node's
+Holm-corrected p-value (from sacct and the clock) is under half of alpha: the rule weighs the failures against the
+GPU time of the partition, and how fast the waves ran (a quiet 24.11 lab ran them quickly) must not decide
+whether the node is named. Every wait polls with a deadline. The audit's `[lemon] audit_lookback` covers this test's jobs
 and no earlier ones, so a rerun on the same lab day (another node failing then) does not weigh in.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -41,7 +45,10 @@ WINDOW_S = 10
 FAILURE_WINDOWS = 4  # the failing node's qualifying 10 s windows before the report is built
 DEADLINE_S = 150  # for the waves
 BURN_S = 3  # each healthy job's CPU burn
-SACCT_FIELDS = ("JobID", "JobName", "Partition", "State", "User", "NodeList", "End")
+HOLD_S = 150  # for the carriers' GPU time after the waves
+ALPHA = 0.01  # [lemon] alpha's default
+CARRIER_GPUS = 2
+SACCT_FIELDS = ("JobID", "JobName", "Partition", "State", "User", "NodeList", "End", "ElapsedRaw")
 
 
 def _script(path: Path, bad: str) -> Path:
@@ -99,6 +106,31 @@ def _shared_windows(ended: list[tuple[str, str, str, int]], node: str, window_s:
             if len(js) >= 2 and len({u for u, _ in js}) >= 2 and all(s == "FAILED" for _, s in js)}
 
 
+def _poisson_at_least(k: int, mean: float) -> float:
+    """P(X >= k) for X ~ Poisson(mean), summed directly (k is a few windows)."""
+    return max(0.0, 1.0 - sum(math.exp(-mean) * mean ** i / math.factorial(i) for i in range(k)))
+
+
+def _holm_bound(failures: int, bad_gpu_s: float, peer_gpu_s: float, tested: int) -> float:
+    """An upper bound of the failing node's Holm-corrected p-value: its failures against the pooled rate of
+    the partition, whose every failure is the node's, over at least bad_gpu_s + peer_gpu_s GPU-seconds (the
+    report counts more peer time, never less, and more of it only lowers the expected count). Its p-value is
+    the smallest of `tested` (every peer's is 1), so Holm multiplies it by `tested`."""
+    expected = failures * bad_gpu_s / (bad_gpu_s + peer_gpu_s)
+    return min(1.0, tested * _poisson_at_least(failures, expected))
+
+
+def _started_at(jobs: list[str], env: dict[str, str]) -> list[float]:
+    """Each running or ended job's Start as epoch seconds (sacct run with TZ=UTC; none yet: left out)."""
+    out = run_cmd(["sacct", "-n", "-P", "-X", "-j", ",".join(jobs), "-o", "JobID,Start"], env=env).stdout
+    starts = []
+    for line in out.splitlines():
+        _, _, start = line.partition("|")
+        if start[:1].isdigit():
+            starts.append(datetime.strptime(start, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp())
+    return starts
+
+
 def _audit_lookback(mine: set[str], started: datetime, env: dict[str, str]) -> int:
     """Seconds of `[lemon] audit_lookback` that reach back past every job of this test and to no job that ended
     before it (`audit partition` reads the store's whole UTC days: an earlier run of this test that day, on
@@ -145,7 +177,7 @@ def test_the_failing_node_is_a_lemon_and_loaded_healthy_nodes_are_not(slurm_lab:
     started = quiet_start()  # (an earlier test's job ending in this second would count on the nodes)
     sacct_env = dict(os.environ, TZ="UTC")
     try:
-        carriers = [sb(n, users[i % 2], carrier, "--gres=gpu:h100:2") for i, n in enumerate(healthy)]
+        carriers = [sb(n, users[i % 2], carrier, f"--gres=gpu:h100:{CARRIER_GPUS}") for i, n in enumerate(healthy)]
         deadline = time.monotonic() + DEADLINE_S
         bad_jobs: list[str] = []
         wave = 0
@@ -161,6 +193,16 @@ def test_the_failing_node_is_a_lemon_and_loaded_healthy_nodes_are_not(slurm_lab:
                 break
             assert time.monotonic() < deadline, f"{wave + 1} waves: too few shared failure windows on {bad}"
             wave += 1
+        failures = len(_shared_windows(_ended(rows), bad, WINDOW_S))
+        bad_gpu_s = float(sum(int(r["ElapsedRaw"]) for r in rows))  # (one GPU each)
+        hold_until = time.monotonic() + HOLD_S
+        while True:  # the peers' GPU time so far: the carriers' run time (their short jobs add to it)
+            peer_gpu_s = sum(CARRIER_GPUS * max(0.0, time.time() - t0) for t0 in _started_at(carriers, sacct_env))
+            bound = _holm_bound(failures, bad_gpu_s, peer_gpu_s, len(nodes))
+            if bound < ALPHA / 2:
+                break
+            assert time.monotonic() < hold_until, (failures, bad_gpu_s, peer_gpu_s, bound)
+            time.sleep(1)
     finally:
         flag.touch()
     for job in sb.jobs:
@@ -203,7 +245,7 @@ def test_the_failing_node_is_a_lemon_and_loaded_healthy_nodes_are_not(slurm_lab:
     section = sections["lemon"]
     row = {r["node"]: r for r in section["nodes"]}[bad]
     assert row["shared_exit"] == row["failures"] == len(windows) >= FAILURE_WINDOWS, (row, windows)
-    assert section["suspects"] == [bad] and row["p_adjusted"] < section["alpha"], section
+    assert section["suspects"] == [bad] and row["p_adjusted"] <= bound and section["alpha"] == ALPHA, (bound, section)
     assert section["findings"][0].startswith(f"{bad}: {len(windows)} failure 10 s window(s)"), section["findings"]
     sizes = {r["job_size"]: r for r in section["by_job_size"]}
     assert sizes["1"]["failed_jobs"] == sum(windows.values()), (sizes["1"], windows)
