@@ -286,7 +286,7 @@ def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventS
     if len(sel):
         # sums per (partition, GPU type, term): few groups, priced once each (economics_from)
         combo = (pcodes[sel].astype(np.int64) * (len(gnames)) + gcodes[sel]) * 3 + kind[sel]
-        keys, inverse = np.unique(combo, return_inverse=True)
+        keys, inverse = _group_codes(combo, len(pnames) * len(gnames) * 3)
         group_hours = np.bincount(inverse, weights=hours[sel], minlength=len(keys))
         group_gpus = np.bincount(inverse, weights=gpus[sel], minlength=len(keys))
         group_n = np.bincount(inverse, minlength=len(keys))
@@ -697,6 +697,17 @@ def _node_allocations(table: pa.Table, rows: np.ndarray, s: np.ndarray, e: np.nd
         on = np.isin(codes_at, codes)
         out[name] = (s[idx][on], e[idx][on], per[on])
     return out
+
+
+def _group_codes(combo: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(combo, return_inverse=True) for codes in [0, bound): the same sorted keys and inverse. A
+    dense table when `bound` is small beside the rows (no sort of a million rows), else np.unique."""
+    if bound > 4 * len(combo) + 4096:
+        return np.unique(combo, return_inverse=True)
+    present = np.bincount(combo, minlength=bound) > 0
+    keys = np.flatnonzero(present)
+    rank = np.cumsum(present) - 1
+    return keys, rank[combo]
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str | None]]:

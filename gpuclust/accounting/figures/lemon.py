@@ -141,10 +141,10 @@ def job_rows(table: pa.Table, period: Period, equivalents: np.ndarray | None = N
     sig = column("exit_signal", "object")
     raised = code.fillna(0).astype(bool) | sig.fillna(0).astype(bool)
     nonzero = (state == "FAILED") | (~state.isin(NOT_NONZERO) & raised)
-    nodelist = column("nodelist", "object")
-    expanded = {text: tuple(hostlist.expand(str(text))) for text in pd.unique(nodelist.dropna()) if text}
-    nodes = np.empty(n, dtype=object)  # (a tuple per job: filled by hand, as pandas would read tuples as levels)
-    nodes[:] = [expanded.get(x, ()) if x else () for x in nodelist.tolist()]
+    codes, lists = pd.factorize(column("nodelist", "object"))  # (-1: null)
+    expanded = np.empty(len(lists) + 1, dtype=object)  # (tuples filled by hand: numpy would read them as rows)
+    expanded[:] = [tuple(hostlist.expand(str(text))) if text else () for text in lists] + [()]
+    nodes = expanded[codes]  # a tuple per job, each distinct NodeList expanded once
     return pd.DataFrame({
         # (the text columns stay as Arrow gives them to pandas: converting 300,000 strings to Python objects cost
         # more than the whole lemon computation)
