@@ -28,6 +28,7 @@ from gpuclust.accounting.figures.metrics.attempts import card_price, mix_weight
 from gpuclust.accounting.figures.metrics.waits import ValueCounts
 from gpuclust.accounting.figures.shares import NODE_LAYOUT_CHANGED, layouts_of, node_equivalents
 from gpuclust.accounting.history import sources
+from gpuclust.accounting.ingest.fast import sorting
 from gpuclust.accounting.ingest.period import Period
 from gpuclust.config import SiteConfig
 from gpuclust.config.economics import COST_TERMS
@@ -286,7 +287,7 @@ def row_sums(table: pa.Table, config: SiteConfig, period: Period, events: EventS
     if len(sel):
         # sums per (partition, GPU type, term): few groups, priced once each (economics_from)
         combo = (pcodes[sel].astype(np.int64) * (len(gnames)) + gcodes[sel]) * 3 + kind[sel]
-        keys, inverse = _group_codes(combo, len(pnames) * len(gnames) * 3)
+        inverse, keys = sorting.factorize(combo)
         group_hours = np.bincount(inverse, weights=hours[sel], minlength=len(keys))
         group_gpus = np.bincount(inverse, weights=gpus[sel], minlength=len(keys))
         group_n = np.bincount(inverse, minlength=len(keys))
@@ -697,17 +698,6 @@ def _node_allocations(table: pa.Table, rows: np.ndarray, s: np.ndarray, e: np.nd
         on = np.isin(codes_at, codes)
         out[name] = (s[idx][on], e[idx][on], per[on])
     return out
-
-
-def _group_codes(combo: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(combo, return_inverse=True) for codes in [0, bound): the same sorted keys and inverse. A
-    dense table when `bound` is small beside the rows (no sort of a million rows), else np.unique."""
-    if bound > 4 * len(combo) + 4096:
-        return np.unique(combo, return_inverse=True)
-    present = np.bincount(combo, minlength=bound) > 0
-    keys = np.flatnonzero(present)
-    rank = np.cumsum(present) - 1
-    return keys, rank[combo]
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str | None]]:
