@@ -87,12 +87,16 @@ class Submitter:
         return job
 
 
+def _utc(text: str) -> datetime:
+    """A time sacct printed with TZ=UTC."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+
+
 def _ended(rows: list[dict[str, str]]) -> list[tuple[str, str, str, int]]:
     """(node, user, state, End as epoch seconds) of settled sacct rows (sacct run with TZ=UTC)."""
     out = []
     for r in rows:
-        end = datetime.strptime(r["End"], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
-        out.append((r["NodeList"], r["User"], r["State"].split()[0], int(end.timestamp())))
+        out.append((r["NodeList"], r["User"], r["State"].split()[0], int(_utc(r["End"]).timestamp())))
     return out
 
 
@@ -127,7 +131,7 @@ def _started_at(jobs: list[str], env: dict[str, str]) -> list[float]:
     for line in out.splitlines():
         _, _, start = line.partition("|")
         if start[:1].isdigit():
-            starts.append(datetime.strptime(start, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp())
+            starts.append(_utc(start).timestamp())
     return starts
 
 
@@ -138,7 +142,7 @@ def _audit_lookback(mine: set[str], started: datetime, env: dict[str, str]) -> i
     now = datetime.now(timezone.utc)
     out = run_cmd(["sacct", "-a", "-X", "-n", "-P", "-S", (started - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S"),
                    "-E", "now", "-o", "JobID,End"], env=env).stdout
-    ends = [datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    ends = [_utc(end)
             for job, end in (line.split("|") for line in out.splitlines() if line.count("|") == 1)
             if job.split("_")[0] not in mine and end[:1].isdigit()]
     before = [e for e in ends if e <= started]
@@ -189,11 +193,11 @@ def test_the_failing_node_is_a_lemon_and_loaded_healthy_nodes_are_not(slurm_lab:
             for job in mine:
                 assert wait_job_done(job, timeout=max(5.0, deadline - time.monotonic())) == "FAILED", job
             rows = [wait_for_sacct(j, fields=SACCT_FIELDS, env=sacct_env) for j in bad_jobs]
-            if len(_shared_windows(_ended(rows), bad, WINDOW_S)) >= FAILURE_WINDOWS:
+            failures = len(_shared_windows(_ended(rows), bad, WINDOW_S))
+            if failures >= FAILURE_WINDOWS:
                 break
             assert time.monotonic() < deadline, f"{wave + 1} waves: too few shared failure windows on {bad}"
             wave += 1
-        failures = len(_shared_windows(_ended(rows), bad, WINDOW_S))
         bad_gpu_s = float(sum(int(r["ElapsedRaw"]) for r in rows))  # (one GPU each)
         hold_until = time.monotonic() + HOLD_S
         while True:  # the peers' GPU time so far: the carriers' run time (their short jobs add to it)
