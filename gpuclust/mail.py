@@ -32,6 +32,8 @@ _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 @dataclass(frozen=True)
 class SmtpSettings:
+    """The SMTP server notices are sent through, its timeout, and the From address."""
+
     host: str
     port: int
     timeout_s: float
@@ -40,6 +42,8 @@ class SmtpSettings:
 
 @dataclass(frozen=True)
 class Notice:
+    """One mail: its outbox key, recipient and subject, and its text and HTML bodies."""
+
     key: str  # unique per notice (e.g. guard-1234-warn): the outbox file's name
     to: str
     subject: str
@@ -49,6 +53,8 @@ class Notice:
 
 @dataclass(frozen=True)
 class SendResult:
+    """What a flush did with one pending notice: sent, or kept and why."""
+
     key: str
     to: str
     sent: bool

@@ -24,6 +24,8 @@ RANGE_HELP = ("a Nagios range: N (alert above N), N: (below N), ~:N (above N), A
 
 @dataclass(frozen=True)
 class NagiosRange:
+    """A parsed Nagios range: [start, end], whether it alerts inside or outside, and the text as given."""
+
     start: float
     end: float
     inside: bool  # `@`: alert when the value lies inside [start, end]

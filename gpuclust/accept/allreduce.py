@@ -25,6 +25,8 @@ PARAM_NAMES = [
 
 @dataclass(frozen=True)
 class SizeResult:
+    """One message size as this rank measured it: bytes, elements, seconds per timed iteration, wrong elements."""
+
     size: int
     count: int
     seconds_per_iter: float  # this rank

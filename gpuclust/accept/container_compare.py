@@ -45,6 +45,8 @@ class Side:
 
 @dataclass(frozen=True)
 class MetricGap:
+    """A node's figure bare and in the container; flagged: the container's falls short beyond the tolerance."""
+
     metric: str
     bare: float
     container: float
@@ -58,6 +60,8 @@ class MetricGap:
 
 @dataclass
 class NodeComparison:
+    """One node's latest containerised and bare-metal runs, the gaps in their figures, the versions that differ."""
+
     node: str
     partition: str | None
     tolerance: float
@@ -76,6 +80,8 @@ class NodeComparison:
 
 @dataclass
 class ContainerComparison:
+    """Every node's comparison, the overall Nagios status and why, and notes on what was left out."""
+
     status: Nagios
     nodes: list[NodeComparison]
     notes: list[str]

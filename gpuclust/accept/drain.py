@@ -133,6 +133,8 @@ def read_nodes(client: SlurmClient, names: Iterable[str] | None = None) -> dict[
 
 @dataclass(frozen=True)
 class Action:
+    """What the plan does with one node (drain, resume, keep, untouched or skip), why, and the drain reason."""
+
     node: str
     action: str  # drain | resume | keep (ours, still failing or no new result) | untouched (someone else's) | skip
     why: str
@@ -154,6 +156,8 @@ class Action:
 
 @dataclass
 class DrainPlan:
+    """Every node's action and the notes; once applied, the scontrol commands run and the errors."""
+
     actions: list[Action] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)  # the commands run (shell-quoted), in order
@@ -309,6 +313,8 @@ def _job_state(client: SlurmClient, job_id: str) -> str:
 
 @dataclass(frozen=True)
 class NodeStatus:
+    """One node's acceptance status for the NHC check (OK, FAILED, STALE or NONE), its message and jobs."""
+
     node: str
     status: str  # OK | FAILED | STALE | NONE
     message: str

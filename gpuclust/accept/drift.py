@@ -22,6 +22,8 @@ Versionish = Mapping[str, str | None]
 
 @dataclass(frozen=True)
 class Change:
+    """One version field that changed on a node since its previous result (`since_job`: that result's job)."""
+
     node: str
     field: str
     before: str | None

@@ -72,6 +72,8 @@ def pmix_choice(listed: Sequence[str]) -> str | None:
 
 @dataclass(frozen=True)
 class Choice:
+    """The pairing chosen: the srun --mpi plugin, the MPI ABI and library that fit it, whether a shim is needed."""
+
     plugin: str  # what srun --mpi= gets
     abi: str  # mpi4py's MPI4PY_MPIABI: openmpi or mpich
     library: str  # the library file found for it

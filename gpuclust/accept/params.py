@@ -42,6 +42,8 @@ NVBANDWIDTH_RE = r"^(auto|0)$"
 
 @dataclass(frozen=True)
 class Param:
+    """One template parameter: its variable name, validating regex, default, help text and parser."""
+
     name: str
     regex: str
     default: str | None  # None: no default here (the template or the program derives one)

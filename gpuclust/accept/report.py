@@ -66,6 +66,8 @@ def _finding(node: str | None, status: Nagios, check: str, message: str, job_id:
 
 @dataclass
 class NodeVerdict:
+    """One node's verdict (its worst finding), its findings and jobs, and the findings of superseded runs."""
+
     node: str
     status: Nagios = Nagios.OK
     findings: list[Finding] = field(default_factory=list)
@@ -80,6 +82,8 @@ class NodeVerdict:
 
 @dataclass
 class JobSummary:
+    """One judged job: what ran where and when, whether it passed, its headline and its own verdict."""
+
     job_id: str
     kind: str
     partition: str | None
@@ -93,6 +97,8 @@ class JobSummary:
 
 @dataclass
 class Report:
+    """The acceptance report: its status, each node's verdict, the jobs judged, run-level findings, problems."""
+
     status: Nagios
     nodes: dict[str, NodeVerdict]
     jobs: list[JobSummary]

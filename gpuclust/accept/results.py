@@ -224,6 +224,8 @@ class StorageRecord:
 
 @dataclass(frozen=True)
 class JobRecord:
+    """The job line of a result file (exactly one per file): where and when the job ran, and whether it passed."""
+
     NUMBERS_MIN: ClassVar[int] = 0
 
     job_id: str = field(metadata={"pattern": _JOB_ID.pattern,

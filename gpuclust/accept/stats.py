@@ -85,6 +85,8 @@ def mad(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Outlier:
+    """A value far below its peers: their median and spread, its robust z, and its drop below the median."""
+
     value: float
     median: float
     mad: float
@@ -155,6 +157,8 @@ class PairFigure:
 
 @dataclass(frozen=True)
 class PairAnalysis:
+    """A pairwise sweep judged: node scores, slow nodes and links, the run's noise, the pairs to measure again."""
+
     node_scores: dict[str, float]  # per node: median busbw of the pairs that share it
     node_outliers: dict[str, Outlier]
     link_outliers: dict[tuple[str, str], Outlier]  # slow pairs not explained by a slow node

@@ -42,6 +42,8 @@ def template_dir(explicit: str | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Submission:
+    """One sbatch submission: its kind, the sbatch arguments, and the environment laid over the caller's."""
+
     kind: str
     args: list[str]  # sbatch arguments, the template path last
     env: dict[str, str] = field(default_factory=dict)  # laid over the caller's environment (--export=ALL)

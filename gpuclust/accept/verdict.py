@@ -30,6 +30,8 @@ def pair_figure(pair: R.PairRecord) -> stats.PairFigure:
 
 @dataclass(frozen=True)
 class PairwiseVerdict:
+    """A pairwise run's verdict: the analysis, the pairs with wrong elements or never measured, the node count."""
+
     analysis: stats.PairAnalysis
     wrong: tuple[tuple[tuple[str, str], int], ...]  # pairs whose all_reduce gave wrong elements
     failed: tuple[tuple[str, str], ...]  # pairs never measured successfully (status not ok)

@@ -26,6 +26,8 @@ from gpuclust.slurm.gpushare import node_layout
 
 @dataclass
 class JobsAnswer:
+    """What `gpuclust job` answers: a document per job found, an error per id no row names, and warnings."""
+
     jobs: list[dict[str, Any]] = field(default_factory=list)  # job_document per job, in the order asked
     errors: list[dict[str, str]] = field(default_factory=list)  # {"job_id", "error"} per id no row names
     warnings: list[str] = field(default_factory=list)

@@ -37,6 +37,8 @@ class NotifyBusy(Exception):
 
 @dataclass
 class Outcome:
+    """One recipient's notice and what became of it (queued, written, skipped; then sent or kept), and why."""
+
     kind: str  # user | account
     name: str
     key: str
@@ -51,6 +53,8 @@ class Outcome:
 
 @dataclass
 class NotifyRun:
+    """One `report notify` run: its cluster and period, each recipient's outcome, the deliveries and warnings."""
+
     cluster: str
     period: dict[str, str]
     dry_run: str | None

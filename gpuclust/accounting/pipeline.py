@@ -55,6 +55,8 @@ PROBLEMS_IN_REPORT = storeread.PROBLEMS_IN_REPORT
 
 @dataclass
 class FetchSummary:
+    """What `report fetch` did: the store and its days, problems and rejected rows, economics and telemetry."""
+
     store: str
     days: list[dict[str, Any]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)

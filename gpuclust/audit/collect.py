@@ -47,6 +47,8 @@ def assoc_args(cluster: str) -> list[str]:
 
 @dataclass
 class ClusterSnapshot:
+    """Everything the audit read from Slurm: nodes, partitions, accounting TRES, QOS and associations."""
+
     cluster: str
     version: tuple[int, int, int]
     node_source: str  # "text", "sinfo-json", "scontrol-json", "pyslurm"

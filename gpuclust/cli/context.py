@@ -20,6 +20,8 @@ from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
 
 @dataclass
 class AppContext:
+    """What every command shares: the site config (loaded on first use), the Slurm client and the global options."""
+
     config_path: str | None = None
     client: SlurmClient | None = None
     client_factory: Callable[..., SlurmClient] = field(default=CommandSlurmClient)

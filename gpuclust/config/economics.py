@@ -75,6 +75,8 @@ ECONOMICS_SECTIONS = (COSTS, BASELINE)
 
 @dataclass(frozen=True)
 class CostsConfig:
+    """[costs]: the currency, the fixed costs per month and the optional amortised compute cost."""
+
     currency: str | None = None
     network: float = 0.0
     storage: float = 0.0
@@ -88,6 +90,8 @@ class CostsConfig:
 
 @dataclass(frozen=True)
 class BaselineConfig:
+    """One [baseline NAME]: an alternative to the cluster, priced per GPU-hour (by type) or per accepted unit."""
+
     name: str
     line: int
     kind: str
@@ -104,6 +108,8 @@ class BaselineConfig:
 
 @dataclass(frozen=True)
 class EconomicsConfig:
+    """Unit economics: [costs], the [baseline NAME] sections, and the [site] and [account] keys they read."""
+
     costs: CostsConfig = field(default_factory=CostsConfig)
     baselines: dict[str, BaselineConfig] = field(default_factory=dict)
     slurmctld_log: str | None = None

@@ -70,6 +70,8 @@ FIELD_OF_KEY = {"idle_threshold": "idle_threshold_pct", "lookback": "lookback_s"
 
 @dataclass(frozen=True)
 class GuardConfig:
+    """[guard]: the idle-GPU rules `gpuclust guard` applies, who is exempt, its state dir and its mail settings."""
+
     idle_threshold_pct: float | None = None  # None: [telemetry]'s
     lookback_s: int = GUARD.default("lookback")
     warn_after_s: int = GUARD.default("warn_after")

@@ -156,6 +156,8 @@ FIELD_OF_KEY = {"nvidia_smi_timeout": "nvidia_smi_timeout_s",
 
 @dataclass(frozen=True)
 class HealthConfig:
+    """[health]: the thresholds and severities the hardware-health rules judge a node's counters by."""
+
     xid_critical: tuple[int, ...] = HEALTH.default("xid_critical")
     ecc_uncorrectable_max: int = HEALTH.default("ecc_uncorrectable_max")
     ecc_correctable_max: int = HEALTH.default("ecc_correctable_max")

@@ -55,6 +55,8 @@ def decode_config(data: bytes, path: str) -> tuple[str, list[Problem]]:
 
 @dataclass
 class Entry:
+    """One `key = value` of a section, and its line."""
+
     key: str
     value: str
     line: int
@@ -62,6 +64,8 @@ class Entry:
 
 @dataclass
 class Section:
+    """One section (`[kind]` or `[kind name]`), its line and its entries."""
+
     kind: str
     name: str | None
     line: int
@@ -74,6 +78,8 @@ class Section:
 
 @dataclass
 class IniDocument:
+    """A file as read: its sections in order, and the problems reading it found."""
+
     path: str
     sections: list[Section]
     problems: list[Problem]

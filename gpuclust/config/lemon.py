@@ -87,6 +87,8 @@ FIELD_OF_KEY = {"failure_window": "failure_window_s", "checkpoint_interval": "ch
 
 @dataclass(frozen=True)
 class LemonConfig:
+    """[lemon]: the thresholds that name lemon nodes, and the job parameters ETTR is priced with."""
+
     alpha: float = LEMON.default("alpha")
     min_failures: int = LEMON.default("min_failures")
     min_shared_jobs: int = LEMON.default("min_shared_jobs")

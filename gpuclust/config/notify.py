@@ -62,6 +62,8 @@ FIELD_OF_KEY: dict[str, str] = {}
 
 @dataclass(frozen=True)
 class NotifyConfig:
+    """[notify]: whom `report notify` mails (account owners, opt-outs), the subject, and the mail settings."""
+
     account_owners: dict[str, str] = field(default_factory=dict)
     account_owners_file: str | None = None
     opt_out: tuple[str, ...] = NOTIFY.default("opt_out")

@@ -13,6 +13,8 @@ from gpuclust.errors import Problem
 
 @dataclass(frozen=True)
 class Key:
+    """One key a section takes: its name (or family), parser and documentation, whether required, its default."""
+
     name: str  # exact key, or a family like "gpu_limit.*" whose suffix is a GRES type
     parse: Callable[[str], Any]
     doc: str
@@ -30,6 +32,8 @@ class Key:
 
 @dataclass(frozen=True)
 class SectionSpec:
+    """One kind of section: its documentation, the keys it takes, and whether it is named and required."""
+
     kind: str
     doc: str
     keys: tuple[Key, ...]

@@ -207,6 +207,8 @@ class GpuLimits:
 
 @dataclass(frozen=True)
 class PartitionConfig:
+    """One [partition NAME]: GPU type and price, acceptance expectations, and submit policy rules."""
+
     name: str
     line: int
     gpu_type: str | None = None
@@ -241,6 +243,8 @@ class PartitionConfig:
 
 @dataclass(frozen=True)
 class AccountConfig:
+    """One [account NAME]: its labels, the partitions it may use, and its GPU limits."""
+
     name: str
     line: int
     labels: dict[str, str] = field(default_factory=dict)
@@ -250,6 +254,8 @@ class AccountConfig:
 
 @dataclass(frozen=True)
 class QosConfig:
+    """One [qos NAME] and its GPU limits."""
+
     name: str
     line: int
     limits: GpuLimits = field(default_factory=GpuLimits)
@@ -257,6 +263,8 @@ class QosConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
+    """[policy]: the submit policy rendered into job_submit.lua: its rules, modes, dates and exemptions."""
+
     fail_mode: str = POLICY.default("fail_mode")
     require_account: bool = POLICY.default("require_account")
     required_labels: tuple[str, ...] = POLICY.default("required_labels")
@@ -275,6 +283,8 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class SiteConfig:
+    """The site config, parsed and cross-checked: the [site] keys and every other section."""
+
     path: str
     cluster_name: str
     timezone: str = SITE.default("timezone")

@@ -209,6 +209,8 @@ TELEMETRY = SectionSpec(
 
 @dataclass(frozen=True)
 class TelemetryConfig:
+    """[telemetry]: where Prometheus is, how to query it, the series' names and labels, and the held-idle rule."""
+
     prometheus_url: str | None = None  # None: the Prometheus source is off
     timeout_s: float = TELEMETRY.default("timeout")  # per HTTP request
     step_s: float = TELEMETRY.default("step")  # query_range resolution (the lab uses 1)

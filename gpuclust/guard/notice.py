@@ -17,6 +17,8 @@ STAGE_TITLES = {
 
 @dataclass(frozen=True)
 class NoticeFacts:
+    """What a guard notice says of one job: whose it is, where it runs, how long its GPUs sat idle, the cost."""
+
     job: str
     user: str
     account: str

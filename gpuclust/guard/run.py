@@ -47,6 +47,8 @@ TEXTFILE_NAME = "gpuclust_guard.prom"
 
 @dataclass
 class GuardReport:
+    """One guard run: its status, the actions taken, every running GPU job's verdict, warnings and counters."""
+
     status: str  # ok | telemetry (nothing acted on: telemetry missing, partial, stale, or the clocks disagree)
     now: float
     dry_run: bool

@@ -28,6 +28,8 @@ class GuardBusy(Exception):
 
 @dataclass
 class JobState:
+    """What the guard remembers of a running job: the notice stages it reached, when first seen, its user."""
+
     stages: list[str] = field(default_factory=list)
     first_seen: float = 0.0
     user: str = ""
@@ -35,6 +37,8 @@ class JobState:
 
 @dataclass
 class GuardState:
+    """state.json: what the guard remembers of each job it saw running, and the file it is kept in."""
+
     path: Path
     jobs: dict[str, JobState] = field(default_factory=dict)
 

@@ -26,6 +26,8 @@ MAX_UNIT = 1_000_000
 
 @dataclass(frozen=True)
 class LabelRule:
+    """A required label of --comment: its key and the globs its value must match (none: any non-empty value)."""
+
     key: str
     globs: tuple[str, ...]  # empty: any non-empty value
     allowed: str  # for messages
@@ -147,6 +149,8 @@ def glob_checks(globs: tuple[str, ...]) -> GlobChecks:
 
 @dataclass(frozen=True)
 class PartitionRule:
+    """One partition's submit rules, with the display strings the refusal messages use."""
+
     name: str
     need_gpu: bool = False
     need_typed_gpu: bool = False
@@ -170,6 +174,8 @@ class PartitionRule:
 
 @dataclass(frozen=True)
 class AccountRule:
+    """One account's submit rules: the partitions it may use and its GPUs per job."""
+
     name: str
     allowed_partitions: frozenset[str] | None = None
     allowed_partitions_str: str = ""
@@ -179,6 +185,8 @@ class AccountRule:
 
 @dataclass(frozen=True)
 class CompiledPolicy:
+    """The submit policy as plain tables: what render_lua writes for engine.lua, and what evaluate reads."""
+
     source: str
     fail_mode: str = "closed"
     need_account: bool = False

@@ -53,6 +53,8 @@ class RuleWarning:
 
 @dataclass(frozen=True)
 class Verdict:
+    """The policy's verdict on one job_desc: its return code, the rule and message, and warn-mode warnings."""
+
     rc: int  # 0 accept; otherwise the code the Lua returns (slurm.ERROR = -1, or an ESLURM number)
     rule: str  # "ok", "exempt", or the rule that rejected
     message: str | None  # what slurm.log_user shows the user on refusal (None on accept)

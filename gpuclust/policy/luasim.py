@@ -108,6 +108,8 @@ end
 
 @dataclass
 class LuaResult:
+    """What one call of a job_submit.lua gave: its return value and what it logged."""
+
     rc: Any  # whatever the script returned (a number, or None for nil)
     message: str | None  # the last slurm.log_user message
     n_messages: int

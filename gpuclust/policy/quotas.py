@@ -56,6 +56,8 @@ class Command:
 
 @dataclass
 class QuotaPlan:
+    """The sacctmgr commands that bring the cluster's GPU limits in line with the site config, and warnings."""
+
     cluster: str
     commands: list[Command] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -70,6 +72,8 @@ class QuotaPlan:
 
 @dataclass(frozen=True)
 class SlurmQuotaState:
+    """What slurmdbd holds now: the QOS rows, the cluster's association rows, and the accounting TRES."""
+
     qos: dict[str, dict[str, str]]  # name -> row
     assocs: list[dict[str, str]]  # rows of the config's cluster
     accounting_tres: frozenset[str]
@@ -218,6 +222,8 @@ def plan_from_slurm(config: SiteConfig, client: SlurmClient) -> QuotaPlan:
 
 @dataclass
 class ApplyResult:
+    """What apply_plan did: the commands run, sacctmgr's output, and the plan made again afterwards."""
+
     applied: list[Command]
     output: str
     remaining: QuotaPlan

@@ -153,6 +153,8 @@ class Summary:
 
 @dataclass
 class ReplayResult:
+    """`policy replay`'s answer: each config's summary, the submissions whose verdict changes, what was left out."""
+
     since: str
     until: str
     slurm_version: str

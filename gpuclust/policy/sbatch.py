@@ -70,6 +70,8 @@ class Profile:
 
 @dataclass(frozen=True)
 class OptionTable:
+    """One release's sbatch options (sbatch_options/<release>.json): getopt's tables, its Profile and Rules."""
+
     version: str
     has_arg: Mapping[str, str]          # long name -> none/required/optional
     key: Mapping[str, str]              # long name -> canonical name (aliases share one)
@@ -139,6 +141,8 @@ def option_table(version: str = DEFAULT_VERSION) -> OptionTable:
 
 @dataclass
 class Parsed:
+    """What getopt read: the options in order, each with its value and where it came from, and the operands."""
+
     options: list[tuple[str, str | None, str]] = field(default_factory=list)  # (long name or -X, value, where)
     operands: list[str] = field(default_factory=list)                         # script and its arguments
     stop: int = 0                                                              # index of the first non-option
@@ -429,6 +433,8 @@ def _gres_number(tok: str) -> int | None:
 
 @dataclass(frozen=True)
 class GresItem:
+    """One item of a `gres:NAME[:TYPE][:COUNT]` list, as gres.c reads it."""
+
     name: str
     type: str | None
     count: int
@@ -492,6 +498,8 @@ def parse_gres_list(spec: str, loc: str, gres_names: frozenset[str]) -> list[Gre
 
 @dataclass
 class _Opts:
+    """The options as sbatch holds them once applied (the script's, then the command line's): what _build reads."""
+
     loc: dict[str, str] = field(default_factory=dict)
     strings: dict[str, str] = field(default_factory=dict)
     min_nodes: int = 1
@@ -894,6 +902,8 @@ def _validate_gres(job: dict[str, Any], opts: _Opts, gres_names: frozenset[str],
 
 @dataclass
 class SbatchRequest:
+    """An sbatch command read: the job_desc slurmctld hands job_submit.lua, the script and its arguments."""
+
     job_desc: dict[str, Any]
     script_path: str | None
     script_args: list[str]

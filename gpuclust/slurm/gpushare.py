@@ -47,6 +47,8 @@ BAD_SHARE = "bad_gpu_share"
 
 @dataclass(frozen=True)
 class ShareWarning:
+    """A GPU-share warning: its stable code (UNKNOWN_PROFILE and the others above) and its detail."""
+
     code: str
     detail: str
 

@@ -31,6 +31,8 @@ class QueueClient(Protocol):
 
 @dataclass(frozen=True)
 class RunningJob:
+    """One running job as squeue lists it, with its GPUs: what the guard reads of it."""
+
     job_id: str  # JobIDRaw: what dcgm-exporter's job label carries
     user: str
     account: str

@@ -132,6 +132,8 @@ def _gres_str(g: Gres) -> str:
 
 @dataclass(frozen=True)
 class PartitionRecord:
+    """One partition (scontrol show partition): its nodes, state, time limit, access lists, QOS and TRES."""
+
     name: str
     nodes_expr: str
     nodes: tuple[str, ...]
@@ -160,12 +162,16 @@ class TresLimits:
 
 @dataclass(frozen=True)
 class QosRecord:
+    """One QOS (sacctmgr show qos) and its GPU limits."""
+
     name: str
     gpu: TresLimits
 
 
 @dataclass(frozen=True)
 class AssocRecord:
+    """One association of the cluster (sacctmgr show assoc) and its GPU limits."""
+
     cluster: str
     account: str
     user: str | None

@@ -13,6 +13,8 @@ from gpuclust.errors import SlurmCommandError
 
 @dataclass
 class ReplaySlurmClient:
+    """A SlurmClient answering each (tool, args) with recorded output or a recorded failure; it logs the calls."""
+
     responses: dict[tuple[str, ...], str] = field(default_factory=dict)
     failures: dict[tuple[str, ...], tuple[int, str]] = field(default_factory=dict)
     calls: list[tuple[str, ...]] = field(default_factory=list)

@@ -16,6 +16,8 @@ DEFAULT_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class CommandResult:
+    """What a command gave: its argv, exit code, stdout and stderr (and stdout's bytes when they were asked for)."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str  # ("" when the raw bytes were asked for)

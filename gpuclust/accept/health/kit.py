@@ -240,6 +240,8 @@ def slug(text: str) -> str:
 
 @dataclass(frozen=True)
 class HealthFinding:
+    """One finding on a node: its class (CLASSES), severity, drain-reason-safe detail, message and evidence."""
+
     node: str
     cls: str  # one of CLASSES
     severity: Nagios

@@ -63,6 +63,8 @@ _NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 @dataclass
 class NodeCheck:
+    """One node's `health check`: its state (STATES), findings, what went unchecked, and the state to save."""
+
     node: str
     state: str  # one of STATES
     findings: list[HealthFinding] = field(default_factory=list)

@@ -49,6 +49,8 @@ DEFINITIONS: dict[str, str] = catalog.definitions(catalog.ECONOMICS)  # (report.
 
 @dataclass(frozen=True)
 class Window:
+    """The economics' time span in epoch seconds: the period's start to the earlier of its end and as_of."""
+
     start: float
     end: float  # min(period end, as_of)
 

@@ -74,6 +74,8 @@ def clock_seconds(text: str) -> float:
 
 @dataclass
 class JobRecord:
+    """One job as `gpuclust job` reads it from sacct: its row's fields, its steps' usage, its GPU share."""
+
     job_id: str  # JobID as sacct prints it (123, 123_4, 123+1)
     job_id_raw: str
     requested: str  # the id the caller gave that named it

@@ -74,6 +74,7 @@ COLUMNS = ("job_id", "user", "partition", "nodelist", "state", "exit_code", "exi
 
 @dataclass(frozen=True)
 class JobRow:
+    """One GPU job that ended in the period, with what the lemon-node rule reads of it."""
     job_id: str
     user: str
     partition: str
@@ -95,6 +96,7 @@ class GpuEvents:
 
 @dataclass
 class _Node:
+    """One node's tallies: GPU-seconds, jobs, GPU time per partition and its failure hours per cause."""
     gpu_s: float = 0.0
     jobs: int = 0
     by_partition: dict[str, float] = field(default_factory=lambda: defaultdict(float))

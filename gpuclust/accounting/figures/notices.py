@@ -33,6 +33,8 @@ KINDS = ("user", "account")
 
 @dataclass
 class WorstJob:
+    """One of a recipient's worst jobs by held-idle GPU-hours: its figures, cost and the detectors' findings."""
+
     job_id: str
     job_name: str | None
     partition: str | None

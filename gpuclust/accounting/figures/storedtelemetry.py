@@ -495,6 +495,7 @@ MAX_BEFORE = timedelta(days=31)
 
 @dataclass
 class _Execution:
+    """One GPU job execution of the fetched days' rows (JobIDRaw, start): the window its summary is fetched for."""
     raw: int
     start: int  # epoch seconds
     end: int | None  # None: running when fetched

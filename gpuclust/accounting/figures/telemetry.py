@@ -131,6 +131,7 @@ __all__ = ["GpuTelemetry", "JobTelemetry", "JobWindow", "PROFILE_BUCKETS", "Tele
 
 @dataclass(frozen=True)
 class JobWindow:
+    """One job execution to find GPU figures for: its job label, its window [start, end), its GPUs and nodes."""
     job: str  # the job id as the job label carries it (JobIDRaw as a decimal string)
     start: datetime  # tz-aware
     end: datetime  # tz-aware (for a running job: the period end)
@@ -179,6 +180,7 @@ class GpuTelemetry:
 
 @dataclass
 class JobTelemetry:
+    """One job's figures over its windows (Job figures in the module docstring), and per GPU."""
     gpus_seen: int
     util_mean_pct: float | None
     util_max_pct: float | None
@@ -197,6 +199,7 @@ class JobTelemetry:
 
 @dataclass
 class TelemetryResult:
+    """What fetch_telemetry gives: each job's figures by key, the node figures, warnings and the queries made."""
     jobs: dict[object, JobTelemetry]  # by JobWindow.key; jobs without utilisation points are absent
     nodes: list[dict[str, Any]]
     warnings: list[str]
@@ -281,6 +284,7 @@ class _Series:
 
 @dataclass
 class _Metric:
+    """One figure queried per window: its PromQL, the bounds its points must fall in, and what the answers gave."""
     name: str  # the config key's figure: util, fb_used, fb_total, power, temp, xid, ecc_dbe
     query: str
     label: str  # what warnings call it
@@ -343,6 +347,7 @@ def _fmt(ts: float) -> str:
 
 @dataclass(frozen=True)
 class _UtilGpu:
+    """One GPU's utilisation in one window: percent-seconds, covered and idle seconds, idle stretches, profile."""
     integral: float  # sum(value x held duration): percent-seconds
     covered: float  # seconds with samples
     max: float
@@ -356,6 +361,7 @@ class _UtilGpu:
 
 @dataclass
 class _Win:
+    """A job window clipped to the period, [s, e) in epoch seconds, and its place in the caller's list."""
     index: int  # position in the caller's list (keys may repeat: None)
     job: str
     s: float

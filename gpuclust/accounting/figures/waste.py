@@ -54,6 +54,7 @@ class NodeDuring:
 
 @dataclass(frozen=True)
 class GpuFacts:
+    """One GPU of a job: coverage, mean utilisation, held-idle time and its longest idle stretch, memory."""
     node: str
     gpu: str
     covered_s: float
@@ -77,6 +78,7 @@ class PartitionShare:
 
 @dataclass(frozen=True)
 class JobFacts:
+    """What the detectors read of one job: its allocation and times, per-GPU and per-node figures, its price."""
     job_id: str
     running: bool
     elapsed_s: float
@@ -102,6 +104,7 @@ class JobFacts:
 
 @dataclass(frozen=True)
 class Finding:
+    """What one detector found: its kind, message and advice, and the evidence it was judged on."""
     kind: str
     message: str
     advice: str

@@ -59,6 +59,8 @@ def day_dir(state_dir: str, day: date) -> Path:
 
 @dataclass(frozen=True)
 class NodeEvent:
+    """One node event of `sacctmgr show event`: when the node was down, drained or failed, why, its GPUs."""
+
     node: str
     start: float  # epoch seconds
     end: float | None  # None: still open when read
@@ -85,6 +87,8 @@ class ClusterTres:
 
 @dataclass
 class Events:
+    """What the stored days hold: node events, `Cluster Registered TRES` events, and the problems reading them."""
+
     nodes: list[NodeEvent] = field(default_factory=list)
     cluster: list[ClusterTres] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)

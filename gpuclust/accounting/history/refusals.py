@@ -51,6 +51,8 @@ _COUNT = re.compile(r"(\d+)(?:\.0*)?")  # 16, or 16.0 as older policies logged i
 
 @dataclass(frozen=True)
 class Refusal:
+    """One refusal of the submit policy as its log line gives it (or a warn-mode rule's would-be refusal)."""
+
     time: float  # epoch seconds
     op: str
     rule: str
@@ -81,6 +83,8 @@ def parse_count(text: str) -> int | None:
 
 @dataclass
 class LogRead:
+    """What reading slurmctld's log found: the refusals, the lines not gpuclust's, unreadable ones, the files."""
+
     refusals: list[Refusal] = field(default_factory=list)
     ignored_lines: int = 0  # lines not written by gpuclust's rejection logger
     bad_lines: list[Problem] = field(default_factory=list)  # marker present but unreadable
@@ -206,6 +210,8 @@ def fetch_days(log_path: str, state_dir: str, days: list[date], tz: ZoneInfo) ->
 
 @dataclass
 class RefusalSource:
+    """The stored refusals of a period's days (None: unknown), the lines ignored or unreadable, the days missing."""
+
     refusals: list[Refusal] | None  # None: not known (no log configured or read)
     ignored_lines: int = 0
     bad_lines: list[str] = field(default_factory=list)

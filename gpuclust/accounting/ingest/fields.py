@@ -36,6 +36,8 @@ _JOB_ID_RE = re.compile(_JOB_ID)
 
 @dataclass(frozen=True)
 class JobId:
+    """A JobID's parts: the job, its array task or pending array range, its het offset and its step."""
+
     base: int
     array_task: int | None = None
     array_pending: str | None = None
@@ -149,6 +151,8 @@ _TRES_SYNTAX = r"^(?:[^,=\s]+=[^,=\s]*(?:,[^,=\s]+=[^,=\s]*)*)?$"
 
 @dataclass(frozen=True)
 class TresFacts:
+    """What an AllocTRES string says: the GPU count, the GPU type and the memory in MB."""
+
     gpus: int
     gpu_type: str | None
     mem_mb: float | None

@@ -71,6 +71,8 @@ def run_parallel(tasks: Mapping[str, Callable[[], Any]], *, parallel: bool = Tru
 
 @dataclass
 class ParseResult:
+    """What a reader gives: the normalized table, the problems and rows refused, and notes on the input."""
+
     table: pa.Table
     problems: list[Problem] = field(default_factory=list)
     rejected: int = 0  # rows reported as problems (may exceed len(problems) when capped)

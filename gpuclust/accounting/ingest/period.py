@@ -27,6 +27,8 @@ __all__ = ["EARLIEST", "LATEST", "PERIODS", "Period", "parse_when", "resolve_per
 
 @dataclass(frozen=True)
 class Period:
+    """A report period: two aware datetimes, the end exclusive."""
+
     start: datetime  # aware
     end: datetime  # aware, exclusive
 

@@ -85,6 +85,8 @@ class FixedRead:
 
 @dataclass(frozen=True)
 class SacctField:
+    """One sacct field: its place in `report fetch`'s -o list, and how each reader reads and parses it."""
+
     name: str
     fetch: int  # place in the `-o` list of `report fetch` (see FETCH rules in gpuclust.accounting.ingest.schema)
     json: JsonRead  # the text sacct would print, from a job object of `sacct --json`

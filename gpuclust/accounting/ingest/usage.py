@@ -114,6 +114,8 @@ MAX_WARNINGS_LISTED = 50
 
 @dataclass
 class UsageWarnings:
+    """Usage TRES values that could not be used: how many, and the first MAX_WARNINGS_LISTED as file:line: text."""
+
     count: int = 0
     listed: list[str] = field(default_factory=list)
 

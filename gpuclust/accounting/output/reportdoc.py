@@ -35,6 +35,8 @@ def _old_name_of(new: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ReportPeriod:
+    """The period the report covers (report.json `period`): ISO 8601 with the site's offset, end exclusive."""
+
     start: str = field(metadata=_ISO)
     end: str = field(metadata=_ISO)  # exclusive
 
@@ -60,6 +62,8 @@ class Totals:
 
 @dataclass(frozen=True)
 class Sizing:
+    """Completed runs per GPU-month and the GPUs a completed-run target needs (report.json `sizing`, sizing.csv)."""
+
     NUMBERS_MIN: ClassVar[int] = 0
 
     completed_run_share_of_allocated: float | None
@@ -95,6 +99,8 @@ class InputInfo:
 
 @dataclass(frozen=True)
 class ReportDocument:
+    """report.json: the cluster, the period and when it was made, then the accounting plane's sections."""
+
     cluster: str
     period: ReportPeriod
     generated_at: str = field(metadata=_ISO)

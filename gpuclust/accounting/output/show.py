@@ -76,6 +76,8 @@ class Figure:
 
 @dataclass
 class Summary:
+    """`report show`'s answer: the headline figures, the top failures, the table per partition, account or user."""
+
     cluster: str | None
     period: dict[str, str]
     source: str | None

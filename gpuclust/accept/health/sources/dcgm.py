@@ -36,6 +36,8 @@ DCGM_STATUSES = ("pass", "fail", "warn", "skip", "not-run")
 
 @dataclass(frozen=True)
 class DcgmResult:
+    """One `dcgmi diag` test result: its category and test, the GPU (None: all, or none named) and its status."""
+
     category: str
     test: str
     gpu: int | None  # None: a result for all GPUs (the software/deployment tests) or one without an id

@@ -44,6 +44,8 @@ IB_OTHER_ERROR_COUNTERS = ("excessive_buffer_overrun_errors", "local_link_integr
 
 @dataclass(frozen=True)
 class IbPort:
+    """One InfiniBand (or RoCE) port: its state, rate, width, link layer and error counters."""
+
     device: str
     port: int
     state: str | None  # ACTIVE, DOWN, INIT, ARMED ... (from "4: ACTIVE")

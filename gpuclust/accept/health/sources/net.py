@@ -111,6 +111,8 @@ parse_proc_net_netstat = parse_proc_net_snmp
 
 @dataclass(frozen=True)
 class QdiscStats:
+    """One queue of `tc -s qdisc show`: its device, kind, handle and parent, and its counters."""
+
     dev: str
     kind: str
     handle: str

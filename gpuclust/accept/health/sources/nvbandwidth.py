@@ -30,6 +30,8 @@ from gpuclust.accept.health.shape import NUM_MAX, list_of, number, obj, string
 
 @dataclass(frozen=True)
 class NvbandwidthResult:
+    """One nvbandwidth test case: its description, sum in GB/s, bandwidth matrix and status."""
+
     testcase: str | None  # None when the output shows a matrix without its "Running X." line
     description: str | None  # e.g. memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)
     sum_gbps: float | None

@@ -80,6 +80,8 @@ _REASON_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 
 @dataclass(frozen=True)
 class EccCounts:
+    """ECC error counts of a GPU or MIG device: correctable and uncorrectable sums, and the driver's own keys."""
+
     correctable: int | None  # sum of the known correctable counts; None when none is known
     uncorrectable: int | None
     raw: dict[str, int | None] = field(default_factory=dict)  # the driver's own keys, as reported
@@ -87,6 +89,8 @@ class EccCounts:
 
 @dataclass(frozen=True)
 class PcieLink:
+    """A GPU's PCIe link: its generation and width, current and max."""
+
     gen_current: int | None
     gen_max: int | None  # the lower of the device's and the host's max when both are reported
     gen_max_device: int | None
@@ -119,6 +123,8 @@ class MigDevice:
 
 @dataclass(frozen=True)
 class GpuHealth:
+    """One GPU of `nvidia-smi -q -x`: ECC, retired pages, row remaps, clocks, PCIe, power, NVLink, fabric, MIG."""
+
     index: int  # order in the document (nvidia-smi's GPU index)
     pci_bus_id: str | None
     product_name: str | None
@@ -152,6 +158,8 @@ class GpuHealth:
 
 @dataclass(frozen=True)
 class NvidiaSmiLog:
+    """One `nvidia-smi -q -x` document: the driver and CUDA versions, and each GPU's health."""
+
     driver_version: str | None
     cuda_version: str | None
     gpus: tuple[GpuHealth, ...]

@@ -51,6 +51,8 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 
 @dataclass(frozen=True)
 class XidEvent:
+    """One Xid line of the kernel log: its time, the GPU's PCI address, the Xid code and message."""
+
     time: str | None  # ISO 8601; None when the line carries no wall-clock time (plain dmesg, a foreign month)
     pci: str  # as the driver prints it, e.g. 0000:3b:00
     code: int

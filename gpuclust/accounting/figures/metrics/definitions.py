@@ -26,6 +26,8 @@ PARALLEL_MIN_ATTEMPTS = 20_000  # rows; below this a second thread costs more th
 
 @dataclass
 class Report:
+    """A built report: its period, report.json's data, and the tables written as CSV (or Parquet) files."""
+
     period: Period
     data: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)

@@ -56,6 +56,8 @@ class FixedValues:
 
 @dataclass
 class FixedPrepared:
+    """The fixed-width fields over the good rows, by name, and whether their text was valid UTF-8."""
+
     fields: dict[str, FixedValues]
     utf8: bool
 
