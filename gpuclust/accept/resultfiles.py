@@ -10,7 +10,10 @@ FILE_SUFFIX = ".jsonl"  # a result file's name ends so (results.result_file_name
 
 
 def result_files(results_dir: str | os.PathLike[str]) -> list[Path]:
-    """The result files in results_dir (not temp files), sorted by name."""
+    """The result files in results_dir (not temp files), sorted by name; none for an unset results_dir ("" is
+    no directory here, not the current one)."""
+    if not os.fspath(results_dir):
+        return []
     directory = Path(results_dir)
     if not directory.is_dir():
         return []

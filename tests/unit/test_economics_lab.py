@@ -257,3 +257,26 @@ def test_unreadable_event_rows_are_said(tmp_path):
     said = [n for n in notes if "node event row(s) could not be read" in n]
     assert len(said) == 1 and f"{events}:" in said[0] and "sacctmgr show event -P" in said[0]
     assert not any("could not be read" in n for n in _build().data["economics"]["notes"])
+
+
+def test_a_build_without_site_config_never_reads_the_current_directory_as_results(tmp_path, monkeypatch):
+    """Without a site config results_dir is unset (""), which is no results directory: a build run from inside a
+    directory of real acceptance results (the lab's storage job, which measured a restore time on partition gpu)
+    must not take them as the site's measured restore times."""
+    from click.testing import CliRunner
+
+    from gpuclust.accounting.history.sources import measured_restore_seconds
+    from gpuclust.cli.main import cli
+
+    lab_results = DATA.parent / "accept" / "lab_results"
+    monkeypatch.chdir(lab_results)
+    monkeypatch.delenv("GPUCLUST_CONFIG", raising=False)
+    monkeypatch.setattr("gpuclust.config.site.DEFAULT_CONFIG_PATH", str(tmp_path / "none" / "site.conf"))
+    assert measured_restore_seconds("") == {} and measured_restore_seconds(".")  # (".": asked for by name)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["report", "build", "--input", str(DATA / "sacct.txt"), "--format", "json",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "no site config" in result.output
+    what_if = json.loads((out / "report.json").read_text())["economics"]["sizing"]["node_loss_what_if"]
+    assert what_if and all(w["restore_source"] is None and w["restore_seconds"] is None for w in what_if)

@@ -121,7 +121,10 @@ def given_sources(config: SiteConfig, period: Period, *, events_path: str | None
 
 def measured_restore_seconds(results_dir: str) -> dict[str, float]:
     """Per partition, the median checkpoint restore time (checkpoint_read seconds) of the acceptance storage
-    jobs that passed it, from the results directory; {} when there is none."""
+    jobs that passed it, from the results directory; {} when there is none. An unset one ("": a build without a
+    site config) is none, never the current directory."""
+    if not results_dir:
+        return {}
     from gpuclust.accept import result_files
 
     try:
