@@ -410,7 +410,8 @@ def _v_time_ref(text: pa.Array) -> tuple[pa.Array, np.ndarray]:
     shape_ok = pc.match_substring_regex(text, r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$")
     bad = _mask(pc.and_(pc.invert(unknown), pc.or_(pc.is_null(parsed), pc.invert(shape_ok))))
     value = pc.if_else(unknown, pa.scalar(None, parsed.type), parsed)
-    return pc.cast(pc.assume_timezone(value, "UTC"), pa.timestamp("s", tz="UTC")), bad
+    # (sacct's times are UTC: a cast marks them so, as assume_timezone(UTC) would, without loading the tz database)
+    return pc.cast(value, pa.timestamp("s", tz="UTC")), bad
 
 
 def v_elapsed(text: pa.Array) -> tuple[pa.Array, np.ndarray]:

@@ -34,25 +34,26 @@ _T_A = _shape("20dd-dd-")  # t[0:8]   (years 2000..2099 only; others take the re
 _T_B = _shape("d-dd-ddT")  # t[3:11]
 _T_C = _shape("dd:dd:dd")  # t[11:19]
 _CLOCK = _shape("dd:dd:dd")
-_DATE_TABLE: np.ndarray | None = None
+_MONTH_TABLES: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _date_table() -> np.ndarray:
-    """Days since 1970-01-01 of each valid date 2000-01-01..2099-12-31, at key ``yy << 14 | month << 7 | day``;
-    -1 for every other key (month 0 or > 12, day 0 or past the month's end)."""
-    global _DATE_TABLE
-    if _DATE_TABLE is None:
-        table = np.full(100 << 14, -1, dtype=np.int32)
+def _month_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(days since 1970-01-01 of the month's first day, days in the month) at key ``yy << 7 | month`` for each
+    month 2000-01..2099-12; (0, 0) for every other key (month 0 or > 12), so that no day is valid there. Two
+    small tables (200 KB), not one of every date: a 6.5 MB table costs a small input more to build (its pages
+    first touched) than its reading takes."""
+    global _MONTH_TABLES
+    if _MONTH_TABLES is None:
         months = np.arange(2000 * 12, 2100 * 12 + 1) - 1970 * 12  # months since 1970-01, one past the end
         starts = months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64)
-        first, dim = starts[:-1], np.diff(starts)
-        yy, month = np.divmod(np.arange(len(first)), 12)
-        day = np.arange(1, 32)
-        valid = day[None, :] <= dim[:, None]
-        keys = (yy[:, None] << 14) | ((month[:, None] + 1) << 7) | day[None, :]
-        table[keys[valid]] = (first[:, None] + day[None, :] - 1)[valid]
-        _DATE_TABLE = table
-    return _DATE_TABLE
+        yy, month = np.divmod(np.arange(len(starts) - 1), 12)
+        keys = yy << 7 | (month + 1)
+        first = np.zeros(100 << 7, dtype=np.int64)
+        length = np.zeros(100 << 7, dtype=np.uint64)
+        first[keys] = starts[:-1]
+        length[keys] = np.diff(starts)
+        _MONTH_TABLES = first, length
+    return _MONTH_TABLES
 
 
 def _rows(data: np.ndarray, at: int, rows: int, stride: int) -> np.ndarray:
@@ -120,15 +121,16 @@ def fixed_times(
         raise ValueError("prefix longer than 8 bytes")
     stride = plen + 19 + tail  # (`tail` bytes after each value, not looked at)
     epoch, ok = out if out is not None else (np.empty(rows, dtype=np.int64), np.empty(rows, dtype=bool))
-    table = _date_table()
+    month_first, month_length = _month_tables()
     size = min(rows, block_rows)
-    xa, xb, xc, bad, s1, s2 = (np.empty(size, dtype=np.uint64) for _ in range(6))
-    days: np.ndarray = np.empty(size, dtype=np.int32)
+    xa, xb, xc, bad, s1, s2, length = (np.empty(size, dtype=np.uint64) for _ in range(7))
+    days: np.ndarray = np.empty(size, dtype=np.int64)
+    day_outside = np.empty(size, dtype=bool)
     for r0 in range(0, rows, block_rows):
         nb = min(block_rows, rows - r0)
         if nb != len(xa):
-            xa, xb, xc, bad, s1, s2 = (a[:nb] for a in (xa, xb, xc, bad, s1, s2))
-            days = days[:nb]
+            xa, xb, xc, bad, s1, s2, length = (a[:nb] for a in (xa, xb, xc, bad, s1, s2, length))
+            days, day_outside = days[:nb], day_outside[:nb]
         at = first + r0 * stride
         _shape_check(xa, _rows(data, at + plen, nb, stride), _T_A, bad, s1, first=True)
         _shape_check(xb, _rows(data, at + plen + 3, nb, stride), _T_B, bad, s1)
@@ -142,22 +144,25 @@ def fixed_times(
         np.add(s1, _CLOCK_RANGE_ADD, out=s1)
         np.bitwise_and(s1, _CLOCK_RANGE_BITS, out=s1)
         np.bitwise_or(bad, s1, out=bad)
-        # Date: key yy << 14 | month << 7 | day, looked up in the table of valid dates.
+        # Date: the month's tables at key yy << 7 | month; the day (0..99) is valid where 1 <= day <= its length.
         np.bitwise_and(xa, _YM_MASK, out=s1)
         np.multiply(s1, _YM_MUL, out=s1)
         np.right_shift(s1, np.uint64(40), out=s1)
-        np.left_shift(s1, np.uint64(7), out=s1)
+        np.take(month_first, s1.view(np.int64), out=days, mode="clip")
+        np.take(month_length, s1.view(np.int64), out=length, mode="clip")
         np.right_shift(xb, np.uint64(40), out=s2)
         np.bitwise_and(s2, np.uint64(0xFF), out=s2)
-        np.bitwise_or(s1, s2, out=s1)
-        np.take(table, s1.view(np.int64), out=days, mode="clip")
+        np.subtract(s2, np.uint64(1), out=s2)  # day - 1 (day 0 wraps to 2**64 - 1)
+        np.add(days, s2.view(np.int64), out=days)
+        # Outside the month where day - 1 >= its length: one unsigned compare checks both ends.
+        np.greater_equal(s2, length, out=day_outside)
+        np.bitwise_or(bad, day_outside, out=bad)
         _seconds_of_day(xc, s1, s2)
         block = epoch[r0 : r0 + nb]
-        np.multiply(days, 86400, out=block, dtype=np.int64)
+        np.multiply(days, 86400, out=block)
         np.add(block, s1.view(np.int64), out=block)
         good = ok[r0 : r0 + nb]
         np.equal(bad, 0, out=good)
-        good &= days >= 0
     return epoch, ok
 
 
