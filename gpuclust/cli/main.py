@@ -7,20 +7,31 @@ failing, 70 a bug. `audit` and `accept report` are Nagios checks: anything that 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
 from typing import Any
 
-import click
+# The imports below (click, the site config's schema, the Slurm edge) make only long-lived objects: the cyclic
+# collector's passes over them while they load, and after, are wasted start-up time (BENCHMARKS.md, "the small
+# build's start"). So it is off while they load, and what they made is frozen (never scanned again).
+_collecting = gc.isenabled()
+gc.disable()
+try:
+    import click
 
-from gpuclust import __version__
-from gpuclust.cli.context import AppContext
-from gpuclust.cli.params import add_common_options, config_option, quiet_option
-from gpuclust.errors import ConfigError, GpuclustError, InputError, SlurmError, UnsafeValueError
-from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM, Nagios
-from gpuclust.output import terminal_lines
-from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
+    from gpuclust import __version__
+    from gpuclust.cli.context import AppContext
+    from gpuclust.cli.params import add_common_options, config_option, quiet_option
+    from gpuclust.errors import ConfigError, GpuclustError, InputError, SlurmError, UnsafeValueError
+    from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM, Nagios
+    from gpuclust.output import terminal_lines
+    from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
+finally:
+    gc.freeze()
+    if _collecting:
+        gc.enable()
 
 NAGIOS_COMMANDS = (("audit",), ("accept", "report"))
 """Commands (and groups) with Nagios exit codes; the rest use the general table."""

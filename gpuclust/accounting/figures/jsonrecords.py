@@ -17,7 +17,7 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     if len(df.columns) and df.columns.is_unique and all(map(_listed_plainly, df.dtypes)):
         # (column by column: tolist gives these dtypes' values as to_dict does, without its call per value)
         keys = [str(k) for k in df.columns]
-        columns = [[_plain(v) for v in df.iloc[:, i].tolist()] for i in range(len(keys))]
+        columns = [[_plain(v) for v in column.tolist()] for _, column in df.items()]
         return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
     out = []
     for row in df.to_dict(orient="records"):

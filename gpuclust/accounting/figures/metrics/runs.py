@@ -258,7 +258,7 @@ def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[
     with np.errstate(invalid="ignore", divide="ignore"):
         per_run = np.where(completed > 0, cost / np.maximum(completed, 1), np.nan)
     present = count > 0
-    out = pd.DataFrame({
+    columns: dict[str, Any] = {
         name: [label for label, p in zip(labels, present, strict=True) if p],
         "runs": count[present],
         "completed": completed[present],
@@ -270,10 +270,10 @@ def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[
         "cost_per_completed_run": per_run[present],
         "unpriced_gpu_hours": total["unpriced_gpu_hours"][present],
         "gpu_device_hours": total["gpu_device_hours"][present],
-    })
-    for f in ROUNDED:
-        out[f.name] = out[f.name].astype(float).round(f.decimals or 0)
-    return out
+    }
+    for f in ROUNDED:  # (rounded before the frame is made: what Series.astype(float).round gives, one step less)
+        columns[f.name] = np.round(np.asarray(columns[f.name], dtype=np.float64), f.decimals or 0)
+    return pd.DataFrame(columns)
 
 
 def run_totals(runs: Runs) -> dict[str, Any]:

@@ -85,11 +85,11 @@ def _per_group(labels: list[str], size_all: np.ndarray, value_at: Callable[[np.n
 def _wait_frame(name: str, figures: dict[str, Any] | pd.DataFrame) -> pd.DataFrame:
     """The queue_wait_by_* / hold_by_* table of _per_group's figures: the group column `name`, seconds to 3
     decimals."""
-    out = pd.DataFrame({name: figures["label"], "jobs": figures["jobs"], "median_s": figures["median"],
-                        "p90_s": figures["p90"], "max_s": figures["max"]})
-    for c in ("median_s", "p90_s", "max_s"):
-        out[c] = out[c].astype(float).round(3)
-    return out
+    def seconds(values: Any) -> np.ndarray:  # (what Series.astype(float).round(3) gives, before the frame)
+        return np.round(np.asarray(values, dtype=np.float64), 3)
+
+    return pd.DataFrame({name: figures["label"], "jobs": figures["jobs"], "median_s": seconds(figures["median"]),
+                         "p90_s": seconds(figures["p90"]), "max_s": seconds(figures["max"])})
 
 
 def wait_table(labels: list[str], gidx: np.ndarray, values: KnownValues, name: str) -> pd.DataFrame:
