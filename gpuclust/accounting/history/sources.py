@@ -121,10 +121,8 @@ def given_sources(config: SiteConfig, period: Period, *, events_path: str | None
 
 def measured_restore_seconds(results_dir: str) -> dict[str, float]:
     """Per partition, the median checkpoint restore time (checkpoint_read seconds) of the acceptance storage
-    jobs that passed it, from the results directory; {} when there is none. An unset one ("": a build without a
-    site config) is none, never the current directory."""
-    if not results_dir:
-        return {}
+    jobs that passed it, from the results directory; {} when there is none (an unset one, "", as a build without a
+    site config has, included: result_files takes it as no directory)."""
     from gpuclust.accept import result_files
 
     try:
