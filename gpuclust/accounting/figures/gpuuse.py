@@ -360,10 +360,11 @@ def _finish_summary(out: pd.DataFrame) -> pd.DataFrame:
                     / np.where(covered > 0, covered, np.nan) * 100, np.nan)
     # Without any covered job, busy and held-idle are unknown, not 0.
     none = covered <= 0
+    any_none = bool(none.any())
     columns: dict[str, Any] = {}
     for name in out.columns:
         columns[name] = out[name]
-        if name in ("busy_gpu_hours", "held_idle_gpu_hours") and none.any():
+        if any_none and name in ("busy_gpu_hours", "held_idle_gpu_hours"):
             columns[name] = np.where(none, np.nan, out[name].to_numpy(dtype=np.float64))
         if name == "covered_gpu_hours":
             columns["coverage"] = coverage
