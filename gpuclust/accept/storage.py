@@ -260,8 +260,9 @@ def save_checkpoint(torch: Any, state: dict[str, Any], path: Path, *, crc32: boo
     DirectWriter, so the 1 GiB does not first go through fresh page-cache pages (on this VM, first touches of
     memory are what vary most; BENCHMARKS.md); falls back to buffered where the filesystem refuses O_DIRECT.
     Buffered: torch.save given the path (its C++ writer writes each record straight from the tensor's memory).
-    torch.save's CRC32 of every record is off by default: it costs about 0.2 s of CPU per 512 MiB here, torch.load
-    does not need it, and the harness checks the restored data with its own digest (state_digest). One fsync.
+    torch.save's CRC32 of every record is off by default: it costs CPU time in the measured write (BENCHMARKS.md,
+    "Checkpoint write and cold restore at 1 GiB vs dd"), torch.load does not need it, and the harness checks the
+    restored data with its own digest (state_digest). One fsync.
     preallocate: posix_fallocate the file's estimated size first (O_DIRECT only; trimmed to the real size at the end;
     measured in BENCHMARKS.md, off by default). `info`, when given, gets "method" (what was used)."""
     t0 = time.perf_counter()

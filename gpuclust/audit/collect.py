@@ -93,7 +93,8 @@ def read_nodes(client: SlurmClient, version: tuple[int, int, int], source: str,
 def collect_snapshot(client: SlurmClient, source: str = "auto", accounting: bool = True) -> ClusterSnapshot:
     """Everything about the cluster the checks need. Raises SlurmError when scontrol fails.
 
-    accounting=False skips sacctmgr (about 0.4 s a call) when the limit checks are not wanted."""
+    accounting=False skips sacctmgr, each call a round trip to slurmdbd (most of the audit's Slurm time: BENCHMARKS.md,
+    "CLI startup"), when the limit checks are not wanted."""
     version = parse_version(client.scontrol(VERSION_ARGS))
     config = parse_show_config(client.scontrol(CONFIG_ARGS))
     cluster = config.get("ClusterName", "")
