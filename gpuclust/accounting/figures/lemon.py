@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,13 +94,20 @@ class GpuEvents:
     ecc_dbe: float = 0.0
 
 
-@dataclass
-class _Node:
-    """One node's tallies: GPU-seconds, jobs, GPU time per partition and its failure hours per cause."""
-    gpu_s: float = 0.0
-    jobs: int = 0
-    by_partition: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    hours: dict[str, set[int]] = field(default_factory=lambda: {c: set() for c in CAUSES})
+@dataclass(frozen=True)
+class _JobNodes:
+    """compute's rows: one per (job, node), with its job (a position in the frame), its node (a code into
+    `names`), its share of the job's GPU-seconds and its `slot`, the code of its (node, failure window)."""
+    names: list[str]
+    job: np.ndarray
+    node: np.ndarray
+    share: np.ndarray
+    slot: np.ndarray
+    slot_node: np.ndarray  # each slot's node
+
+    @property
+    def slots(self) -> int:
+        return len(self.slot_node)
 
 
 FRAME_COLUMNS = ("job_id", "user", "partition", "nodes", "state", "nonzero_exit", "gpus", "elapsed_s", "end")
@@ -282,52 +289,80 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     go through pandas' groupby (its compensated sum: the figures stay those of a pandas grouping); the rest are
     counts (bincount), so a small period pays a few pandas calls, not a frame step per figure. `settings`:
     [lemon] (its defaults when None); `restore_s` None: its default_restore_seconds."""
-    import numpy as np
-    import pandas as pd
-
     cfg = settings or LemonConfig()
     restore = cfg.default_restore_s if restore_s is None else restore_s
     checkpoint_s = float(cfg.checkpoint_interval_s)
     frame = frame_of(jobs)
     events = gpu_events or {}
+    rows = _job_nodes(frame, cfg.failure_window_s)
+    marked = _failure_windows(frame, rows, events, cfg)
+    ranked, tested = _ranked_nodes(frame, rows, marked, cfg)
+    by_size, total = _by_job_size(frame, rows, marked, events, restore, checkpoint_s)
+    fleet_mttf = total[1] / total[2] if total[2] else None
+    return {
+        "test": TEST, "alpha": cfg.alpha, "min_failures": cfg.min_failures, "min_shared_jobs": cfg.min_shared_jobs,
+        "min_shared_users": cfg.min_shared_users, "failure_window_seconds": cfg.failure_window_s,
+        "min_jobs": cfg.min_jobs, "min_gpu_hours": cfg.min_gpu_hours, "nodes_tested": tested,
+        "telemetry_joined": bool(gpu_events),
+        "suspects": [r["node"] for r in ranked if r["suspect"]],
+        "findings": [finding_text(r, cfg.failure_window_s) for r in ranked if r["suspect"]],
+        "nodes": ranked,
+        "fleet": {"jobs": int(total[0]), "run_hours": round(total[1], 6), "failed_jobs": int(total[2]),
+                  "mttf_hours": fleet_mttf, "ettr": ettr(fleet_mttf, restore, checkpoint_s),
+                  "restore_seconds": restore, "restore_source": restore_source,
+                  "checkpoint_interval_seconds": checkpoint_s},
+        "by_job_size": by_size,
+    }
+
+
+def _job_nodes(frame: pd.DataFrame, window_s: int) -> _JobNodes:
+    """compute's step 1: the jobs' (job, node) rows, each in its (node, failure window) slot. A job without
+    nodes has none (it still counts in MTTF)."""
+    import numpy as np
+    import pandas as pd
+
     # ("hour" is the failure window's index: the UTC hour by default)
-    hour = (frame["end"] // cfg.failure_window_s).astype("int64").to_numpy(dtype=np.int64)
-    # Integer codes throughout (a node, a user, a partition, a job's position).
+    hour = (frame["end"] // window_s).astype("int64").to_numpy(dtype=np.int64)
     list_code, distinct_lists = pd.factorize(frame["nodes"], sort=False)  # each distinct node list once
     names, node_codes_of = _node_codes(distinct_lists)
     nn_of_list = np.fromiter((len(x) for x in node_codes_of), dtype=np.int64, count=len(node_codes_of))
     nnodes = nn_of_list[list_code] if len(frame) else np.zeros(0, dtype=np.int64)
-    # one row per (job, node); a job without nodes has none (it still counts in MTTF below)
     job_of = np.repeat(np.arange(len(frame)), nnodes)
     flat = np.concatenate(node_codes_of) if node_codes_of else np.zeros(0, dtype=np.int64)
     list_start = np.r_[0, np.cumsum(nn_of_list)[:-1]] if len(nn_of_list) else np.zeros(0, dtype=np.int64)
     within = np.arange(len(job_of)) - np.repeat(np.cumsum(nnodes) - nnodes, nnodes)
     node_of = flat[list_start[list_code[job_of]] + within] if len(job_of) else np.zeros(0, dtype=np.int64)
-    user_code = pd.factorize(frame["user"])[0]
-    part_code, part_names = pd.factorize(frame["partition"])
     share = (_gpu_basis(frame) * frame["elapsed_s"].to_numpy(dtype=float) / np.where(nnodes > 0, nnodes, 1))
-    nonzero = frame["nonzero_exit"].to_numpy(dtype=bool)
-    node_fail = (frame["state"] == "NODE_FAIL").to_numpy()
-    row_share = share[job_of]
-    # each row's (node, hour) as a code (`slot`): the hours coded first, so the pair's code cannot overflow
+    # the hours coded first, so the (node, hour) pair's code cannot overflow
     hour_code = pd.factorize(hour[job_of])[0]
     slot = pd.factorize(node_of * (int(hour_code.max()) + 1 if len(hour_code) else 1) + hour_code)[0]
-    slots = int(slot.max()) + 1 if len(slot) else 0
-    slot_node = np.zeros(slots, dtype=np.int64)
+    slot_node = np.zeros(int(slot.max()) + 1 if len(slot) else 0, dtype=np.int64)
     slot_node[slot] = node_of  # (every row of a slot has its node)
-    # a cause per (node, hour): node_fail, shared_exit, xid, ecc (CAUSES' order)
+    return _JobNodes(names, job_of, node_of, share[job_of], slot, slot_node)
+
+
+def _failure_windows(frame: pd.DataFrame, rows: _JobNodes, events: Mapping[str, Sequence[GpuEvents]],
+                     cfg: LemonConfig) -> np.ndarray:
+    """compute's step 2: per slot, whether each of CAUSES (in its order) made it a failure window."""
+    import numpy as np
+    import pandas as pd
+
+    job_of, slot, slots = rows.job, rows.slot, rows.slots
+    nonzero = frame["nonzero_exit"].to_numpy(dtype=bool)
+    node_fail = (frame["state"] == "NODE_FAIL").to_numpy()
     marked = np.zeros((slots, len(CAUSES)), dtype=bool)
     marked[slot[node_fail[job_of]], 0] = True
     if events:  # (a few jobs: those telemetry saw)
         job_ids = frame["job_id"].to_numpy()
         seen = np.flatnonzero(frame["job_id"].isin(list(events)).to_numpy()[job_of])
         for row in seen:
-            saw = {e.node: e for e in events.get(job_ids[job_of[row]], ())}.get(names[node_of[row]])
+            saw = {e.node: e for e in events.get(job_ids[job_of[row]], ())}.get(rows.names[rows.node[row]])
             if saw is not None and saw.xid_errors > 0:
                 marked[slot[row], 2] = True
             if saw is not None and saw.ecc_dbe > 0:
                 marked[slot[row], 3] = True
     # shared_exit: enough jobs of enough users in the (node, hour), every one with a non-zero exit
+    user_code = pd.factorize(frame["user"])[0]
     row_user = user_code[job_of]
     users = max(int(user_code.max()) + 1, 1) if len(user_code) else 1
     known = row_user >= 0  # (no user: not counted among the distinct users)
@@ -336,18 +371,30 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     marked[:, 1] = ((np.bincount(slot, minlength=slots) >= cfg.min_shared_jobs)
                     & (distinct_users >= cfg.min_shared_users)
                     & (np.bincount(slot[~nonzero[job_of]], minlength=slots) == 0))
+    return marked
+
+
+def _ranked_nodes(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray,
+                  cfg: LemonConfig) -> tuple[list[dict[str, Any]], int]:
+    """compute's step 3: one row per node (its failures and exposure, its partition's pooled rate, the Poisson
+    test and Holm's correction, whether it is named), ranked; and how many nodes were tested."""
+    import numpy as np
+    import pandas as pd
+
+    names, node_of, job_of = rows.names, rows.node, rows.job
     failed_slot = np.asarray(marked.any(axis=1), dtype=bool)
-    counted = np.bincount(slot_node[failed_slot], minlength=len(names))
+    counted = np.bincount(rows.slot_node[failed_slot], minlength=len(names))
     fails_of = {names[n]: int(v) for n, v in enumerate(counted) if v}
     cause_count = {(names[n], c): int(v) for i, c in enumerate(CAUSES)
-                   for n, v in enumerate(np.bincount(slot_node[marked[:, i]], minlength=len(names))) if v}
-    node_sums = pd.Series(row_share).groupby(node_of, sort=False).sum()
+                   for n, v in enumerate(np.bincount(rows.slot_node[marked[:, i]], minlength=len(names))) if v}
+    node_sums = pd.Series(rows.share).groupby(node_of, sort=False).sum()
     jobs_on = np.bincount(node_of, minlength=len(names))
     node_gpu_s = dict(sorted((names[n], float(v)) for n, v in zip(node_sums.index, node_sums.to_numpy(), strict=True)))
     node_jobs = {names[n]: int(jobs_on[n]) for n in node_sums.index}
     # the partition holding most of a node's GPU time (a tie: the first by name); codes shifted by one (-1: none)
+    part_code, part_names = pd.factorize(frame["partition"])
     parts = len(part_names) + 1
-    by_part = pd.Series(row_share).groupby(node_of * parts + part_code[job_of] + 1, sort=False).sum()
+    by_part = pd.Series(rows.share).groupby(node_of * parts + part_code[job_of] + 1, sort=False).sum()
     part_name = np.asarray(part_names, dtype=object)
     best: dict[int, tuple[bool, float, str]] = {}
     for pair, value in zip(by_part.index, by_part.to_numpy(), strict=True):
@@ -360,38 +407,47 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     for n, gpu_s in node_gpu_s.items():
         pooled[primary[n]][0] += int(fails_of.get(n, 0))
         pooled[primary[n]][1] += gpu_s / 3600.0
-    rows: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     for n, gpu_s in node_gpu_s.items():
         gpu_h = gpu_s / 3600.0
         fails = int(fails_of.get(n, 0))
         part_fails, part_h = pooled[primary[n]]
         rate = part_fails / part_h if part_h > 0 else 0.0
         expected = rate * gpu_h
-        rows.append({"node": n, "partition": primary[n], "jobs": int(node_jobs[n]), "gpu_hours": round(gpu_h, 6),
-                     "failures": fails, **{c: int(cause_count.get((n, c), 0)) for c in CAUSES},
-                     "failures_per_gpu_hour": fails / gpu_h if gpu_h > 0 else None,
-                     "partition_failures_per_gpu_hour": rate, "expected_failures": expected,
-                     "p_value": poisson_sf(fails, expected) if gpu_h > 0 else 1.0})
-    tested = [i for i, r in enumerate(rows) if r["gpu_hours"] > 0 and r["jobs"] >= cfg.min_jobs
+        out.append({"node": n, "partition": primary[n], "jobs": int(node_jobs[n]), "gpu_hours": round(gpu_h, 6),
+                    "failures": fails, **{c: int(cause_count.get((n, c), 0)) for c in CAUSES},
+                    "failures_per_gpu_hour": fails / gpu_h if gpu_h > 0 else None,
+                    "partition_failures_per_gpu_hour": rate, "expected_failures": expected,
+                    "p_value": poisson_sf(fails, expected) if gpu_h > 0 else 1.0})
+    tested = [i for i, r in enumerate(out) if r["gpu_hours"] > 0 and r["jobs"] >= cfg.min_jobs
               and r["gpu_hours"] >= cfg.min_gpu_hours]
-    adjusted = holm([rows[i]["p_value"] for i in tested])
+    adjusted = holm([out[i]["p_value"] for i in tested])
     for i, p in zip(tested, adjusted, strict=True):
-        rows[i]["p_adjusted"] = p
-    for r in rows:
+        out[i]["p_adjusted"] = p
+    for r in out:
         r.setdefault("p_adjusted", 1.0)
         r["suspect"] = bool(r["failures"] >= cfg.min_failures and r["p_adjusted"] < cfg.alpha
                             and (r["failures_per_gpu_hour"] or 0) > r["partition_failures_per_gpu_hour"])
-    ranked = sorted(rows, key=lambda r: (-(r["failures_per_gpu_hour"] or 0.0), r["p_value"], r["node"]))
+    ranked = sorted(out, key=lambda r: (-(r["failures_per_gpu_hour"] or 0.0), r["p_value"], r["node"]))
     for rank, r in enumerate(ranked, 1):
         r["rank"] = rank
-    findings = [finding_text(r, cfg.failure_window_s) for r in ranked if r["suspect"]]
-    # MTTF by job size: a job failed for a node-level cause when it ended NODE_FAIL, or when it failed (a
-    # non-zero exit, or an Xid or ECC event of its own) in a failure hour of one of its nodes
+    return ranked, len(tested)
+
+
+def _by_job_size(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray, events: Mapping[str, Sequence[GpuEvents]],
+                 restore: float, checkpoint_s: float) -> tuple[list[dict[str, Any]], list[float]]:
+    """compute's step 4: MTTF and ETTR per job-size bucket, and the fleet's [jobs, run hours, failed jobs]. A job
+    failed for a node-level cause when it ended NODE_FAIL, or when it failed (a non-zero exit, or an Xid or ECC
+    event of its own) in a failure window of one of its nodes."""
+    import numpy as np
+    import pandas as pd
+
+    failed_slot = np.asarray(marked.any(axis=1), dtype=bool)
     flagged = {j for j, evs in events.items() if any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in evs)}
     hit = np.zeros(len(frame), dtype=bool)
-    hit[job_of[failed_slot[slot]]] = True
-    own = nonzero | frame["job_id"].isin(list(flagged)).to_numpy()
-    node_level = node_fail | (own & hit)
+    hit[rows.job[failed_slot[rows.slot]]] = True
+    own = frame["nonzero_exit"].to_numpy(dtype=bool) | frame["job_id"].isin(list(flagged)).to_numpy()
+    node_level = (frame["state"] == "NODE_FAIL").to_numpy() | (own & hit)
     gpus = frame["gpus"].to_numpy(dtype=np.int64)
     if EQUIVALENTS in frame.columns:  # (a shard or MPS job, no GPU device: part of one GPU)
         gpus = np.maximum(gpus, 1)
@@ -413,20 +469,7 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
         mttf = hours / failed if failed else None
         by_size.append({"job_size": bucket, "jobs": int(count), "run_hours": round(hours, 6),
                         "failed_jobs": int(failed), "mttf_hours": mttf, "ettr": ettr(mttf, restore, checkpoint_s)})
-    fleet_mttf = total[1] / total[2] if total[2] else None
-    return {
-        "test": TEST, "alpha": cfg.alpha, "min_failures": cfg.min_failures, "min_shared_jobs": cfg.min_shared_jobs,
-        "min_shared_users": cfg.min_shared_users, "failure_window_seconds": cfg.failure_window_s,
-        "min_jobs": cfg.min_jobs, "min_gpu_hours": cfg.min_gpu_hours, "nodes_tested": len(tested),
-        "telemetry_joined": bool(gpu_events),
-        "suspects": [r["node"] for r in ranked if r["suspect"]], "findings": findings,
-        "nodes": ranked,
-        "fleet": {"jobs": int(total[0]), "run_hours": round(total[1], 6), "failed_jobs": int(total[2]),
-                  "mttf_hours": fleet_mttf, "ettr": ettr(fleet_mttf, restore, checkpoint_s),
-                  "restore_seconds": restore, "restore_source": restore_source,
-                  "checkpoint_interval_seconds": checkpoint_s},
-        "by_job_size": by_size,
-    }
+    return by_size, total
 
 
 def finding_text(row: Mapping[str, Any], window_s: int = FAILURE_WINDOW_S) -> str:
