@@ -129,13 +129,3 @@ def submit(client: SlurmClient, submission: Submission) -> str:
         raise InputError(f"sbatch --parsable printed {out!r}, not a job id")
     return job_id
 
-
-def since_value(text: str) -> str:
-    """Validate --since early, in gpuclust's one time grammar (gpuclust.timespec: 24h, 7d, now-7days, dates)."""
-    from gpuclust.timespec import parse_time
-
-    try:
-        parse_time(text)
-    except ValueError as exc:
-        raise InputError(f"--since: {exc}") from None
-    return text

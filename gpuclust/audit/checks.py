@@ -206,15 +206,6 @@ def _show(value: Any) -> str:
     return "(none)" if value in (None, "") else str(value)
 
 
-def config_groups(nodes: Sequence[NodeRecord]) -> list[dict[str, Any]]:
-    """Nodes grouped by their whole configuration, largest group first, as folded node sets."""
-    groups: dict[tuple[Any, ...], list[str]] = {}
-    for node in nodes:
-        groups.setdefault(tuple(sorted(node.config().items())), []).append(node.name)
-    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), str(kv[0])))
-    return [{"nodes": fold(names), "count": len(names), **dict(key)} for key, names in ordered]
-
-
 def check_site_expectations(nodes: Sequence[NodeRecord], part_cfg: PartitionConfig | None) -> list[Finding]:
     if part_cfg is None:
         return []

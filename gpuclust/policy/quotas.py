@@ -18,7 +18,6 @@ AccountingStorageTRES; without it slurmdbd cannot hold the limit, so the plan wa
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuclust.config.site import GpuLimits, SiteConfig
@@ -241,7 +240,3 @@ def apply_plan(config: SiteConfig, client: SlurmClient, plan: QuotaPlan) -> Appl
         pending = "\n".join(c.line for c in remaining.commands)
         raise SlurmError(f"sacctmgr ran, but these limits are still not in place:\n{pending}\nsacctmgr said:\n{output.strip()}")
     return ApplyResult(list(plan.commands), output, remaining)
-
-
-def render_plan(plan: QuotaPlan) -> Sequence[str]:
-    return [c.line for c in plan.commands]

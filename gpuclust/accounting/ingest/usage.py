@@ -310,10 +310,6 @@ class _TextOrder:
         return inverse[text_rows]
 
 
-def null_columns(n: int) -> dict[str, pa.Array]:
-    return {name: pa.nulls(n, kind) for name, kind in COLUMNS}
-
-
 def attach(
     columns: dict[str, Any],
     usage_text: Mapping[str, pa.Array],

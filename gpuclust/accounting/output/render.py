@@ -13,7 +13,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -354,17 +354,6 @@ MONEY_COLUMNS = frozenset(f.name for f in catalog.figures(catalog.RUNS, catalog.
                           if f.unit == catalog.MONEY)
 RATIO_COLUMNS = frozenset(f.name for f in catalog.FIGURES if f.percent)
 DASH = "\u2014"
-
-# An extra section another module adds to the page: (report) -> HTML, or None for nothing.
-Section = Callable[[Report], "str | None"]
-SECTIONS: list[Section] = []
-
-
-def register_section(section: Section) -> Section:
-    """Add `section` to every report page from now on, after the charts (usable as a decorator)."""
-    if section not in SECTIONS:
-        SECTIONS.append(section)
-    return section
 
 
 def declared_header(column: str) -> str | None:
@@ -922,7 +911,7 @@ def render_html(report: Report, previous: Mapping[str, Any] | None = None) -> st
                 f"</div><details><summary>Last {long} days</summary><div class='charts'>",
                 *(f"<figure>{svg}</figure>" for _, svg in trend_plots(trend, long)), "</div></details>"]
         parts.append(section(f"Trend: last {short} days", "\n".join(body), ident="trend"))
-    for extra_section in (gpuuse_render.html_section, lemon_render.html_section, *SECTIONS):
+    for extra_section in (gpuuse_render.html_section, lemon_render.html_section):
         extra = extra_section(report)
         if extra:
             parts.append(collapsible(extra))

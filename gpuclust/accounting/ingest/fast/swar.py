@@ -195,11 +195,8 @@ def fixed_clock(
 
 
 _ZEROS = _u64(b"0" * 8)
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
-_UNDERSCORES = _u64(b"_" * 8)
 _DIGIT_ADD = np.uint64(0x7676767676767676)
-_POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
 
 
 def _digits8(x: np.ndarray, s: np.ndarray) -> None:
