@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from gpuclust.accounting.figures.waste import PartitionShare
     from gpuclust.accounting.ingest.period import Period
     from gpuclust.config import SiteConfig
+    from gpuclust.config.telemetry import TelemetryConfig
 
 WORST_JOBS = 20
 WORST_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "allocated_gpu_hours", "held_idle_gpu_hours",
@@ -93,6 +94,25 @@ def _cpus(alloc_tres: pd.Series) -> np.ndarray:
     return cpus[np.asarray(codes)]  # (code -1, no AllocTRES: the NaN last)
 
 
+@dataclass
+class _JobFigures:
+    """job_use's per-job columns while its steps work them out, numpy arrays with NaN for unknown: GPU-seconds
+    allocated, covered, busy and held idle; mean and max utilisation (%); GPU memory peak and total (MiB); energy
+    (J); where the utilisation came from (`source`) and the rule that left it unknown (`rules`)."""
+
+    alloc_s: np.ndarray
+    covered: np.ndarray
+    busy: np.ndarray
+    held: np.ndarray
+    mean: np.ndarray
+    util_max: np.ndarray
+    gmem: np.ndarray
+    fb_total: np.ndarray
+    energy_j: np.ndarray
+    source: np.ndarray
+    rules: pd.Series
+
+
 def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: Path | None = None,
             shares: Mapping[str, PartitionShare] | None = None, equivalents: np.ndarray | None = None
             ) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -109,122 +129,153 @@ def job_use(table: pa.Table, config: SiteConfig, period: Period, *, store_root: 
         holds |= jobs["gpu_equivalents"].astype(float).fillna(1.0) != 0
     jobs = jobs[holds].reset_index(drop=True)
     tel = config.telemetry
-    idle_pct, idle_min = float(tel.idle_threshold_pct), float(tel.idle_min_s)
-    elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
-    gpus = jobs["gpus"].to_numpy(dtype=float)
-    alloc_s = gpus * elapsed
-    # copies: Prometheus figures overwrite them in place (an Arrow-backed column's array is read-only)
-    covered = jobs["gpu_util_gpu_s"].to_numpy(dtype=float, copy=True)
-    busy = jobs["gpu_busy_gpu_s"].to_numpy(dtype=float, copy=True)
-    mean = np.where(covered > 0, busy / np.where(covered > 0, covered, 1) * 100, np.nan)
-    held = np.where(np.isnan(covered), np.nan,
-                    np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
-    rules = jobs["gpu_util_rule"]
     kind = _gpu_kind(jobs, config) if len(jobs) else None
-    mig = mig_rows(kind)
-    if mig.any():  # (usage TRES on a MIG slice reads 0 whatever it did: unknown, never held idle)
-        covered[mig] = busy[mig] = held[mig] = mean[mig] = np.nan
-        rules = rules.astype(object).where(~(mig & jobs["gpu_util_gpu_s"].notna().to_numpy()), RULE_MIG)
-    # A shard or MPS job (no GPU device of its own) shares a GPU with others: its utilisation cannot be told
-    # apart from theirs, by usage TRES or by telemetry: unknown, never 0 or held idle (gpu_util_rule shard, mps).
     shared = shared_rules(jobs)
-    if shared is not None:
-        at = shared != None  # noqa: E711 (an object array: elementwise)
-        covered[at] = busy[at] = held[at] = mean[at] = np.nan
-        rules = rules.astype(object).where(~at, shared)
-    source = np.full(len(covered), None, dtype=object)
-    source[~np.isnan(covered)] = "usage_tres"
-    util_max = jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True)
-    util_max[mig] = np.nan
-    if shared is not None:
-        util_max[shared != None] = np.nan  # noqa: E711
-    energy_j = jobs["energy_j"].to_numpy(dtype=float, copy=True)
-    fb_total = np.full(len(jobs), np.nan)
-    gmem = jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True)
+    figures = _usage_tres_figures(jobs, tel)
+    _unknown_where_shared(figures, jobs, mig_rows(kind), shared)
     info: dict[str, Any] = {"prometheus": None}
     per_gpu: dict[int, Any] = {}  # row -> its GPUs' telemetry (GpuTelemetry), for the waste detectors
-
     if tel.prometheus_url and len(jobs):
-        from gpuclust.accounting.figures.telemetry import JobWindow, fetch_telemetry
-
-        windows = []
-        for i, row in enumerate(jobs.itertuples(index=False)):
-            if shared is not None and shared[i] is not None:
-                continue
-            start = _utc(row.start)
-            end = _utc(row.end)
-            nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
-            typed = row.gpu_type if isinstance(row.gpu_type, str) and row.gpu_type else None
-            windows.append(JobWindow(str(row.job_id_raw), start, end, int(str(row.gpus)), key=i, nodes=nodes,
-                                     gpu_type=typed))
-        result = fetch_telemetry(tel, windows, period.start, period.end)
-        with_series = len(result.jobs)
-        stored: dict[object, Any] = {}
-        if store_root is not None:
-            from gpuclust.accounting.figures.storedtelemetry import for_report
-
-            absent = [w for w in windows if w.key not in result.jobs]
-            if absent:
-                stored, notes = for_report(store_root, config.cluster_name, absent, tel, period.start, period.end)
-                result.jobs.update(stored)
-                result.warnings += notes
-        info["prometheus"] = {"url": result.source, "queries": result.queries, "jobs_with_series": with_series,
-                              "jobs_from_store": len(stored), "warnings": len(result.warnings),
-                              "warning_list": result.warnings[:50], "nodes": result.nodes}
-        for key, got in result.jobs.items():
-            i = int(key)  # type: ignore[call-overload]
-            if got.gpus:
-                per_gpu[i] = got.gpus
-            covered[i] = got.covered_gpu_s
-            busy[i] = got.busy_gpu_s
-            held[i] = got.held_idle_gpu_s
-            mean[i] = got.util_mean_pct if got.util_mean_pct is not None else np.nan
-            util_max[i] = got.util_max_pct if got.util_max_pct is not None else np.nan
-            if got.fb_used_max_mib is not None:
-                gmem[i] = got.fb_used_max_mib
-            if got.fb_total_mib is not None:
-                fb_total[i] = got.fb_total_mib
-            if np.isnan(energy_j[i]) and got.energy_j is not None:
-                energy_j[i] = got.energy_j
-            source[i] = "prometheus"
+        info["prometheus"], per_gpu = _prometheus_figures(figures, jobs, shared, config, period, store_root)
     if "gpu_equivalents" in jobs.columns:
-        # Allocated in GPU-equivalents (an unknown share: none, as in the totals); the device-based use
-        # figures scaled alike, so that a job's utilisation stays what its devices showed.
-        eq = np.nan_to_num(jobs["gpu_equivalents"].to_numpy(dtype=float))
-        scale = np.where(gpus > 0, eq / np.where(gpus > 0, gpus, 1.0), 0.0)
-        alloc_s = eq * elapsed
-        covered, busy, held = covered * scale, busy * scale, held * scale
-    clamped = hold_invariants(alloc_s, covered, busy, held)
+        _in_equivalents(figures, jobs)
+    clamped = hold_invariants(figures.alloc_s, figures.covered, figures.busy, figures.held)
     if clamped and info["prometheus"] is not None:
         info["prometheus"]["warnings"] += 1
         info["prometheus"]["warning_list"] = (info["prometheus"]["warning_list"] + [
             f"telemetry: {clamped} job(s) had more covered, busy or held-idle GPU-seconds than allocated (Elapsed "
             "shorter than End - Start: a suspended job?): held to held-idle <= covered <= allocated, busy <= "
             "covered"])[:50]
-
     cpus = _cpus(jobs["alloc_tres"])
-    facts = jobs.assign(gpu_mem_max_mb=gmem) if len(jobs) else jobs
-    info["findings"] = findings.job_findings(facts, cpus, fb_total, per_gpu, shares or {}, config)
+    facts = jobs.assign(gpu_mem_max_mb=figures.gmem) if len(jobs) else jobs
+    info["findings"] = findings.job_findings(facts, cpus, figures.fb_total, per_gpu, shares or {}, config)
     info["gpu_events"] = _gpu_events(jobs["job_id"], per_gpu)
+    return _job_frame(jobs, figures, cpus, config, kind), info
+
+
+def _usage_tres_figures(jobs: pd.DataFrame, tel: TelemetryConfig) -> _JobFigures:
+    """job_use's step 1: each job's figures as Slurm recorded them (usage TRES, AllocTRES, the job's own
+    fields). Held idle: its whole covered time when its mean is under idle_threshold and it ran idle_min."""
+    idle_pct, idle_min = float(tel.idle_threshold_pct), float(tel.idle_min_s)
+    elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
+    # copies: later steps overwrite them in place (an Arrow-backed column's array is read-only)
+    covered = jobs["gpu_util_gpu_s"].to_numpy(dtype=float, copy=True)
+    busy = jobs["gpu_busy_gpu_s"].to_numpy(dtype=float, copy=True)
+    mean = np.where(covered > 0, busy / np.where(covered > 0, covered, 1) * 100, np.nan)
+    held = np.where(np.isnan(covered), np.nan,
+                    np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
+    return _JobFigures(
+        alloc_s=jobs["gpus"].to_numpy(dtype=float) * elapsed, covered=covered, busy=busy, held=held, mean=mean,
+        util_max=jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True),
+        gmem=jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True), fb_total=np.full(len(jobs), np.nan),
+        energy_j=jobs["energy_j"].to_numpy(dtype=float, copy=True), source=np.full(len(covered), None, dtype=object),
+        rules=jobs["gpu_util_rule"])
+
+
+def _unknown_where_shared(figures: _JobFigures, jobs: pd.DataFrame, mig: np.ndarray,
+                          shared: np.ndarray | None) -> None:
+    """job_use's step 2: utilisation unknown, never 0 or held idle, where the device is not the job's alone
+    (gpu_util_rule mig; shard or mps, `shared`: shared_rules); then `source` usage_tres where a figure is left."""
+    f = figures
+    if mig.any():  # (usage TRES on a MIG slice reads 0 whatever it did: unknown, never held idle)
+        f.covered[mig] = f.busy[mig] = f.held[mig] = f.mean[mig] = np.nan
+        f.rules = f.rules.astype(object).where(~(mig & jobs["gpu_util_gpu_s"].notna().to_numpy()), RULE_MIG)
+    # A shard or MPS job (no GPU device of its own) shares a GPU with others: its utilisation cannot be told
+    # apart from theirs, by usage TRES or by telemetry: unknown, never 0 or held idle (gpu_util_rule shard, mps).
+    if shared is not None:
+        at = shared != None  # noqa: E711 (an object array: elementwise)
+        f.covered[at] = f.busy[at] = f.held[at] = f.mean[at] = np.nan
+        f.rules = f.rules.astype(object).where(~at, shared)
+    f.source[~np.isnan(f.covered)] = "usage_tres"
+    f.util_max[mig] = np.nan
+    if shared is not None:
+        f.util_max[shared != None] = np.nan  # noqa: E711
+
+
+def _prometheus_figures(figures: _JobFigures, jobs: pd.DataFrame, shared: np.ndarray | None, config: SiteConfig,
+                        period: Period, store_root: Path | None) -> tuple[dict[str, Any], dict[int, Any]]:
+    """job_use's step 3: where Prometheus (or the store's telemetry summaries) has a job's series, its figures
+    replace Slurm's. Returns report.json's gpu_use.prometheus, and each covered row's GPUs (GpuTelemetry)."""
+    from gpuclust.accounting.figures.telemetry import JobWindow, fetch_telemetry
+
+    tel = config.telemetry
+    windows = []
+    for i, row in enumerate(jobs.itertuples(index=False)):
+        if shared is not None and shared[i] is not None:
+            continue
+        nodes = tuple(hostlist.expand(str(row.nodelist))) if tel.join == "node" and row.nodelist else ()
+        typed = row.gpu_type if isinstance(row.gpu_type, str) and row.gpu_type else None
+        windows.append(JobWindow(str(row.job_id_raw), _utc(row.start), _utc(row.end), int(str(row.gpus)), key=i,
+                                 nodes=nodes, gpu_type=typed))
+    result = fetch_telemetry(tel, windows, period.start, period.end)
+    with_series = len(result.jobs)
+    stored: dict[object, Any] = {}
+    if store_root is not None:
+        from gpuclust.accounting.figures.storedtelemetry import for_report
+
+        absent = [w for w in windows if w.key not in result.jobs]
+        if absent:
+            stored, notes = for_report(store_root, config.cluster_name, absent, tel, period.start, period.end)
+            result.jobs.update(stored)
+            result.warnings += notes
+    prometheus = {"url": result.source, "queries": result.queries, "jobs_with_series": with_series,
+                  "jobs_from_store": len(stored), "warnings": len(result.warnings),
+                  "warning_list": result.warnings[:50], "nodes": result.nodes}
+    f = figures
+    per_gpu: dict[int, Any] = {}
+    for key, got in result.jobs.items():
+        i = int(key)  # type: ignore[call-overload]
+        if got.gpus:
+            per_gpu[i] = got.gpus
+        f.covered[i] = got.covered_gpu_s
+        f.busy[i] = got.busy_gpu_s
+        f.held[i] = got.held_idle_gpu_s
+        f.mean[i] = got.util_mean_pct if got.util_mean_pct is not None else np.nan
+        f.util_max[i] = got.util_max_pct if got.util_max_pct is not None else np.nan
+        if got.fb_used_max_mib is not None:
+            f.gmem[i] = got.fb_used_max_mib
+        if got.fb_total_mib is not None:
+            f.fb_total[i] = got.fb_total_mib
+        if np.isnan(f.energy_j[i]) and got.energy_j is not None:
+            f.energy_j[i] = got.energy_j
+        f.source[i] = "prometheus"
+    return prometheus, per_gpu
+
+
+def _in_equivalents(figures: _JobFigures, jobs: pd.DataFrame) -> None:
+    """job_use's step 4: allocated in GPU-equivalents (an unknown share: none, as in the totals); the device-based
+    use figures scaled alike, so that a job's utilisation stays what its devices showed."""
+    gpus = jobs["gpus"].to_numpy(dtype=float)
+    eq = np.nan_to_num(jobs["gpu_equivalents"].to_numpy(dtype=float))
+    scale = np.where(gpus > 0, eq / np.where(gpus > 0, gpus, 1.0), 0.0)
+    figures.alloc_s = eq * jobs["elapsed_s"].to_numpy(dtype=float)
+    figures.covered, figures.busy, figures.held = figures.covered * scale, figures.busy * scale, figures.held * scale
+
+
+def _job_frame(jobs: pd.DataFrame, figures: _JobFigures, cpus: np.ndarray, config: SiteConfig,
+               kind: pd.Series | None) -> pd.DataFrame:
+    """job_use's last step: the per-job table (gpu_use_jobs), its figures in hours and kWh, with the job's CPU
+    and memory efficiency and whether it is a completed run."""
+    f = figures
+    elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
     cpu_eff = jobs["cpu_used_s"].to_numpy(dtype=float) / (elapsed * cpus)
     mem_eff = jobs["mem_max_mb"].to_numpy(dtype=float) / jobs["mem_mb"].to_numpy(dtype=float)
-    out = pd.DataFrame({
+    return pd.DataFrame({
         "job_id": jobs["job_id"], "user": jobs["user"], "account": jobs["account"], "partition": jobs["partition"],
-        "gpus": gpus.astype(int), "elapsed_s": elapsed,
-        "allocated_gpu_hours": alloc_s / 3600, "covered_gpu_hours": covered / 3600,
-        "busy_gpu_hours": busy / 3600, "held_idle_gpu_hours": held / 3600,
-        "util_mean_pct": mean, "util_max_pct": util_max,
-        "gpu_mem_max_mib": gmem, "gpu_mem_total_mib": fb_total,
-        "energy_kwh": energy_j / 3.6e6, "cpu_efficiency": np.where(np.isfinite(cpu_eff), cpu_eff, np.nan),
+        "gpus": jobs["gpus"].to_numpy(dtype=float).astype(int), "elapsed_s": elapsed,
+        "allocated_gpu_hours": f.alloc_s / 3600, "covered_gpu_hours": f.covered / 3600,
+        "busy_gpu_hours": f.busy / 3600, "held_idle_gpu_hours": f.held / 3600,
+        "util_mean_pct": f.mean, "util_max_pct": f.util_max,
+        "gpu_mem_max_mib": f.gmem, "gpu_mem_total_mib": f.fb_total,
+        "energy_kwh": f.energy_j / 3.6e6, "cpu_efficiency": np.where(np.isfinite(cpu_eff), cpu_eff, np.nan),
         "mem_efficiency": np.where(np.isfinite(mem_eff), mem_eff, np.nan),
-        "telemetry": source, "gpu_util_rule": rules,
+        "telemetry": f.source, "gpu_util_rule": f.rules,
         # completed-run (the economics' term): COMPLETED with exit 0:0, or an exit code the input cannot know
         "completed": (jobs["state"].astype(str).str.startswith("COMPLETED")
                       & (pd.to_numeric(jobs["exit_code"], errors="coerce").fillna(0) == 0)
                       & (pd.to_numeric(jobs["exit_signal"], errors="coerce").fillna(0) == 0)).to_numpy(),
         **job_identity(jobs, config, kind),
     })
-    return out, info
 
 
 RULE_MIG = "mig"  # gpu_util_rule of a job on MIG slices whose usage TRES was not read (module docstring)
