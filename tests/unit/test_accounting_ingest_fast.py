@@ -649,6 +649,17 @@ def test_narrow_dump_in_any_order_same_result(monkeypatch, dropped, pairs, delim
     assert path in ("direct", "reference")
 
 
+def test_narrow_dump_whose_one_record_is_refused_knows_its_exit_codes(monkeypatch):
+    """No ExitCode column, and the one record refused for its field count (a delimiter and a newline in its
+    free text): no record reached the fields, so no exit code is unknown, in both readers. (A randomised run of
+    the test above found the direct reader counting the blank line the refused record leaves.)"""
+    data = b"JobID|JobName|Comment|State|Start|End\n1000|||\n\n|COMPLETED|2026-12-02T10:00:05|2026-12-02T11:00:05\n"
+    direct, path = parse_direct(data, "|", monkeypatch)
+    ref = parse_reference(data, "|", monkeypatch)
+    assert path == "direct" and (direct.rejected, direct.exit_codes_known) == (1, True)
+    assert_same(direct, ref)
+
+
 @pytest.mark.parametrize("delimiter", [FETCH_DELIMITER, "|#|"])
 def test_narrow_messy_dump_takes_the_direct_reader(delimiter, tmp_path, monkeypatch):
     """A generated messy dump cut down to a short --format (no JobIDRaw, QOS, Eligible, Elapsed, NNodes,

@@ -110,5 +110,9 @@ def assemble(final: FinalRows, done: dict[str, FieldColumns], records: Records, 
                     schema=registry.schema, usage_rule=usage_rule,
                     usage_rows=m.sources() if m.n_e and text_read else None)
     result.missing_columns = missing
-    result.exit_codes_known = "ExitCode" not in missing or m.size == 0
+    # Without an ExitCode column, exit codes are known only when no record reached the fields (as `normalize`
+    # counts them: a row that is no record, such as the blank line left of a record refused for its field count,
+    # does not).
+    records_read = m.size - (int(dropped.sum()) if dropped is not None else 0)
+    result.exit_codes_known = "ExitCode" not in missing or records_read == 0
     return result
