@@ -17,7 +17,6 @@ import click
 from gpuclust import resources
 from gpuclust.cli import roff as roffgen
 from gpuclust.cli.params import HintPath
-from gpuclust.processenv import child_environment
 
 SITE_CONFIG_NAMES = ("site.example.conf", "site.conf")
 
@@ -153,7 +152,7 @@ def man(command: str, write_dir: str | None, roff: bool) -> None:
         return
     sys.stdout.flush()
     # man -l - reads the page from stdin; on a terminal it pages, into a pipe it prints plain text.
-    done = subprocess.run([man_cmd, "-l", "-"], input=text.encode("utf-8"), check=False, env=child_environment())
+    done = subprocess.run([man_cmd, "-l", "-"], input=text.encode("utf-8"), check=False)
     if done.returncode != 0:
         raise click.ClickException(f"man -l - exited {done.returncode} on {filename}; "
                                    "`gpuclust man --roff` prints the page's source")

@@ -27,7 +27,6 @@ try:
     from gpuclust.errors import ConfigError, GpuclustError, InputError, SlurmError, UnsafeValueError
     from gpuclust.exitcodes import EXIT_INPUT, EXIT_INTERNAL, EXIT_SLURM, Nagios
     from gpuclust.output import terminal_lines
-    from gpuclust.processenv import apply_own_settings
     from gpuclust.slurm.runner import DEFAULT_TIMEOUT_S
 finally:
     gc.freeze()
@@ -260,7 +259,6 @@ def main() -> None:
     (exit status 141 in the shell), silently; never as exit 1 with a traceback or a made-up error."""
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    apply_own_settings()  # (before numpy loads: nothing above imports it)
     try:
         cli.main(prog_name="gpuclust")
     except SystemExit as done:

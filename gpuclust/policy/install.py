@@ -32,7 +32,6 @@ from gpuclust.atomicfile import write_atomic
 from gpuclust.config.site import LUA_VERSIONS
 from gpuclust.errors import InputError, Problem
 from gpuclust.policy.luastring import lua_string
-from gpuclust.processenv import child_environment
 
 VALIDATE_TIMEOUT_S = 30.0
 DEFAULT_LUA = "5.1"  # Debian's slurmctld (and every lab here)
@@ -234,7 +233,7 @@ def _interpreter(version: str) -> str | None:
     plain = shutil.which("lua")  # RHEL names its only Lua `lua`
     if plain and version != "luajit":
         try:
-            cp = subprocess.run([plain, "-v"], capture_output=True, timeout=10, env=child_environment())
+            cp = subprocess.run([plain, "-v"], capture_output=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
         if re.match(rf"Lua {re.escape(version)}\.", (cp.stdout + cp.stderr).decode("utf-8", "replace")):
@@ -293,8 +292,7 @@ def validate_lua_file(path: str | Path, version: str = DEFAULT_LUA) -> None:
         raise InputError(Problem(str(path), None, f"no {label} to validate with (the Lua slurmctld's {PLUGIN} links): "
                                  f"install its interpreter (Debian: {pkg}; RHEL: lua) or lupa, or set [policy] lua"))
     try:
-        cp = subprocess.run(argv, input=driver.encode("utf-8"), capture_output=True, timeout=VALIDATE_TIMEOUT_S,
-                            env=child_environment())
+        cp = subprocess.run(argv, input=driver.encode("utf-8"), capture_output=True, timeout=VALIDATE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise InputError(Problem(str(path), None, f"{label} validation did not finish in {VALIDATE_TIMEOUT_S:g}s")) from None
     except OSError as exc:

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuclust.errors import SlurmCommandError, SlurmCommandNotFound, SlurmTimeout
-from gpuclust.processenv import child_environment
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -41,15 +40,16 @@ def run_command(
     check: bool = True,
     raw_stdout: bool = False,
 ) -> CommandResult:
-    """Run argv (never through a shell). `env` entries are laid over the caller's environment for this call only
-(processenv.child_environment).
+    """Run argv (never through a shell). `env` entries are laid over os.environ for this call only.
 
     Output is decoded as UTF-8 (undecodable bytes kept as surrogate escapes); with `raw_stdout`, stdout is
     kept as the bytes the command wrote (`CommandResult.raw`), never decoded: a reader takes them as they
     are (sacct's dump for the accounting reader)."""
     if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
         raise TypeError(f"run_command takes a non-empty list of str, got {argv!r}")
-    full_env = child_environment(env)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
     try:
         proc = subprocess.Popen(
             list(argv),

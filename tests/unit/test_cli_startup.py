@@ -168,7 +168,7 @@ FOR_A_JSON_BUILD = frozenset((
     "gpuclust.config.economics", "gpuclust.config.guard", "gpuclust.config.health", "gpuclust.config.ini",
     "gpuclust.config.mail", "gpuclust.config.notify", "gpuclust.config.schema", "gpuclust.config.site",
     "gpuclust.config.telemetry", "gpuclust.config.values", "gpuclust.contract", "gpuclust.errors",
-    "gpuclust.exitcodes", "gpuclust.output", "gpuclust.processenv", "gpuclust.slurm", "gpuclust.slurm.client", "gpuclust.slurm.hostlist",
+    "gpuclust.exitcodes", "gpuclust.output", "gpuclust.slurm", "gpuclust.slurm.client", "gpuclust.slurm.hostlist",
     "gpuclust.slurm.jsonshape", "gpuclust.slurm.parse", "gpuclust.slurm.runner", "gpuclust.slurm.sacct_json",
     "gpuclust.timespec",
 ))
@@ -266,38 +266,3 @@ def test_the_console_script_keeps_the_interpreters_exit_status(code: object, sta
     cp = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env=_env(),
                         timeout=120)
     assert (cp.returncode, cp.stderr) == (status, stderr)
-
-
-# A command that loads numpy, then starts a process through the Slurm edge, in place of the real command line.
-_BLAS_PROBE = """
-import json, os, sys
-import gpuclust.cli.main as m
-def command(**_):
-    import numpy  # noqa: F401
-    from gpuclust.slurm.runner import run_command
-    child = run_command(["env"]).stdout.splitlines()
-    print(json.dumps({"threads": len(os.listdir("/proc/self/task")), "own": os.environ.get("OPENBLAS_NUM_THREADS"),
-                      "child": [v for v in child if v.startswith("OPENBLAS_NUM_THREADS=")]}), file=sys.stderr)
-    raise SystemExit(0)
-m.cli.main = command
-m.main()
-"""
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts the process's threads in /proc")
-@pytest.mark.parametrize(("caller", "own", "child"), [(None, "1", []), ("3", "3", ["OPENBLAS_NUM_THREADS=3"])])
-def test_the_console_script_keeps_openblas_to_one_thread_for_itself_alone(caller: str | None, own: str,
-                                                                          child: list[str]) -> None:
-    """gpuclust does no linear algebra: numpy's OpenBLAS gets one thread (no idle ones spinning on the other
-    cores), unless the caller chose; a process gpuclust starts (a Slurm command, an acceptance job through
-    sbatch --export=ALL) gets the caller's environment as it was (gpuclust.processenv)."""
-    env = {k: v for k, v in _env().items() if k != "OPENBLAS_NUM_THREADS"}
-    if caller is not None:
-        env["OPENBLAS_NUM_THREADS"] = caller
-    cp = subprocess.run([sys.executable, "-c", _BLAS_PROBE], capture_output=True, text=True, cwd=REPO, env=env,
-                        timeout=120)
-    assert cp.returncode == 0, cp.stderr
-    seen = json.loads(cp.stderr.strip().splitlines()[-1])
-    assert (seen["own"], seen["child"]) == (own, child)
-    if caller is None:
-        assert seen["threads"] == 1  # (the main thread: OpenBLAS started none)

@@ -14,7 +14,7 @@ BELOW_CLI = ("accept", "accounting", "audit", "config", "guard", "policy", "slur
 # other (audit reads acceptance results); only the CLI sits above them.
 LAYERS = (
     ("gpuclust", "gpuclust.errors", "gpuclust.exitcodes", "gpuclust.output", "gpuclust.contract",
-     "gpuclust.atomicfile", "gpuclust.mail", "gpuclust.prometheus", "gpuclust.processenv"),
+     "gpuclust.atomicfile", "gpuclust.mail", "gpuclust.prometheus"),
     ("gpuclust.slurm",),
     ("gpuclust.config", "gpuclust.findings"),
     ("gpuclust.accept", "gpuclust.accounting", "gpuclust.audit", "gpuclust.guard", "gpuclust.policy"),
