@@ -294,10 +294,12 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     checkpoint_s = float(cfg.checkpoint_interval_s)
     frame = frame_of(jobs)
     events = gpu_events or {}
+    nonzero = frame["nonzero_exit"].to_numpy(dtype=bool)
+    node_fail = (frame["state"] == "NODE_FAIL").to_numpy()
     rows = _job_nodes(frame, cfg.failure_window_s)
-    marked = _failure_windows(frame, rows, events, cfg)
+    marked = _failure_windows(frame, rows, nonzero, node_fail, events, cfg)
     ranked, tested = _ranked_nodes(frame, rows, marked, cfg)
-    by_size, total = _by_job_size(frame, rows, marked, events, restore, checkpoint_s)
+    by_size, total = _by_job_size(frame, rows, marked, nonzero, node_fail, events, restore, checkpoint_s)
     fleet_mttf = total[1] / total[2] if total[2] else None
     return {
         "test": TEST, "alpha": cfg.alpha, "min_failures": cfg.min_failures, "min_shared_jobs": cfg.min_shared_jobs,
@@ -341,15 +343,14 @@ def _job_nodes(frame: pd.DataFrame, window_s: int) -> _JobNodes:
     return _JobNodes(names, job_of, node_of, share[job_of], slot, slot_node)
 
 
-def _failure_windows(frame: pd.DataFrame, rows: _JobNodes, events: Mapping[str, Sequence[GpuEvents]],
-                     cfg: LemonConfig) -> np.ndarray:
-    """compute's step 2: per slot, whether each of CAUSES (in its order) made it a failure window."""
+def _failure_windows(frame: pd.DataFrame, rows: _JobNodes, nonzero: np.ndarray, node_fail: np.ndarray,
+                     events: Mapping[str, Sequence[GpuEvents]], cfg: LemonConfig) -> np.ndarray:
+    """compute's step 2: per slot, whether each of CAUSES (in its order) made it a failure window. `nonzero`
+    and `node_fail`: per job, a non-zero exit, and ended NODE_FAIL."""
     import numpy as np
     import pandas as pd
 
     job_of, slot, slots = rows.job, rows.slot, rows.slots
-    nonzero = frame["nonzero_exit"].to_numpy(dtype=bool)
-    node_fail = (frame["state"] == "NODE_FAIL").to_numpy()
     marked = np.zeros((slots, len(CAUSES)), dtype=bool)
     marked[slot[node_fail[job_of]], 0] = True
     if events:  # (a few jobs: those telemetry saw)
@@ -434,8 +435,9 @@ def _ranked_nodes(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray,
     return ranked, len(tested)
 
 
-def _by_job_size(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray, events: Mapping[str, Sequence[GpuEvents]],
-                 restore: float, checkpoint_s: float) -> tuple[list[dict[str, Any]], list[float]]:
+def _by_job_size(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray, nonzero: np.ndarray, node_fail: np.ndarray,
+                 events: Mapping[str, Sequence[GpuEvents]], restore: float, checkpoint_s: float
+                 ) -> tuple[list[dict[str, Any]], list[float]]:
     """compute's step 4: MTTF and ETTR per job-size bucket, and the fleet's [jobs, run hours, failed jobs]. A job
     failed for a node-level cause when it ended NODE_FAIL, or when it failed (a non-zero exit, or an Xid or ECC
     event of its own) in a failure window of one of its nodes."""
@@ -446,8 +448,8 @@ def _by_job_size(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray, event
     flagged = {j for j, evs in events.items() if any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in evs)}
     hit = np.zeros(len(frame), dtype=bool)
     hit[rows.job[failed_slot[rows.slot]]] = True
-    own = frame["nonzero_exit"].to_numpy(dtype=bool) | frame["job_id"].isin(list(flagged)).to_numpy()
-    node_level = (frame["state"] == "NODE_FAIL").to_numpy() | (own & hit)
+    own = nonzero | frame["job_id"].isin(list(flagged)).to_numpy()
+    node_level = node_fail | (own & hit)
     gpus = frame["gpus"].to_numpy(dtype=np.int64)
     if EQUIVALENTS in frame.columns:  # (a shard or MPS job, no GPU device: part of one GPU)
         gpus = np.maximum(gpus, 1)
