@@ -96,10 +96,13 @@ def _cpus(alloc_tres: pd.Series) -> np.ndarray:
 
 @dataclass
 class _JobFigures:
-    """job_use's per-job columns while its steps work them out, numpy arrays with NaN for unknown: GPU-seconds
-    allocated, covered, busy and held idle; mean and max utilisation (%); GPU memory peak and total (MiB); energy
-    (J); where the utilisation came from (`source`) and the rule that left it unknown (`rules`)."""
+    """job_use's per-job columns while its steps work them out, numpy arrays with NaN for unknown: the job's
+    Elapsed (s) and GPUs, as read once; GPU-seconds allocated, covered, busy and held idle; mean and max
+    utilisation (%); GPU memory peak and total (MiB); energy (J); where the utilisation came from (`source`) and
+    the rule that left it unknown (`rules`)."""
 
+    elapsed: np.ndarray
+    gpus: np.ndarray
     alloc_s: np.ndarray
     covered: np.ndarray
     busy: np.ndarray
@@ -158,6 +161,7 @@ def _usage_tres_figures(jobs: pd.DataFrame, tel: TelemetryConfig) -> _JobFigures
     fields). Held idle: its whole covered time when its mean is under idle_threshold and it ran idle_min."""
     idle_pct, idle_min = float(tel.idle_threshold_pct), float(tel.idle_min_s)
     elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
+    gpus = jobs["gpus"].to_numpy(dtype=float)
     # copies: later steps overwrite them in place (an Arrow-backed column's array is read-only)
     covered = jobs["gpu_util_gpu_s"].to_numpy(dtype=float, copy=True)
     busy = jobs["gpu_busy_gpu_s"].to_numpy(dtype=float, copy=True)
@@ -165,7 +169,7 @@ def _usage_tres_figures(jobs: pd.DataFrame, tel: TelemetryConfig) -> _JobFigures
     held = np.where(np.isnan(covered), np.nan,
                     np.where((mean < idle_pct) & (elapsed >= idle_min), covered, 0.0))
     return _JobFigures(
-        alloc_s=jobs["gpus"].to_numpy(dtype=float) * elapsed, covered=covered, busy=busy, held=held, mean=mean,
+        elapsed=elapsed, gpus=gpus, alloc_s=gpus * elapsed, covered=covered, busy=busy, held=held, mean=mean,
         util_max=jobs["gpu_util_max_pct"].to_numpy(dtype=float, copy=True),
         gmem=jobs["gpu_mem_max_mb"].to_numpy(dtype=float, copy=True), fb_total=np.full(len(jobs), np.nan),
         energy_j=jobs["energy_j"].to_numpy(dtype=float, copy=True), source=np.full(len(covered), None, dtype=object),
@@ -178,18 +182,15 @@ def _unknown_where_shared(figures: _JobFigures, jobs: pd.DataFrame, mig: np.ndar
     (gpu_util_rule mig; shard or mps, `shared`: shared_rules); then `source` usage_tres where a figure is left."""
     f = figures
     if mig.any():  # (usage TRES on a MIG slice reads 0 whatever it did: unknown, never held idle)
-        f.covered[mig] = f.busy[mig] = f.held[mig] = f.mean[mig] = np.nan
+        f.covered[mig] = f.busy[mig] = f.held[mig] = f.mean[mig] = f.util_max[mig] = np.nan
         f.rules = f.rules.astype(object).where(~(mig & jobs["gpu_util_gpu_s"].notna().to_numpy()), RULE_MIG)
     # A shard or MPS job (no GPU device of its own) shares a GPU with others: its utilisation cannot be told
     # apart from theirs, by usage TRES or by telemetry: unknown, never 0 or held idle (gpu_util_rule shard, mps).
     if shared is not None:
         at = shared != None  # noqa: E711 (an object array: elementwise)
-        f.covered[at] = f.busy[at] = f.held[at] = f.mean[at] = np.nan
+        f.covered[at] = f.busy[at] = f.held[at] = f.mean[at] = f.util_max[at] = np.nan
         f.rules = f.rules.astype(object).where(~at, shared)
     f.source[~np.isnan(f.covered)] = "usage_tres"
-    f.util_max[mig] = np.nan
-    if shared is not None:
-        f.util_max[shared != None] = np.nan  # noqa: E711
 
 
 def _prometheus_figures(figures: _JobFigures, jobs: pd.DataFrame, shared: np.ndarray | None, config: SiteConfig,
@@ -245,10 +246,10 @@ def _prometheus_figures(figures: _JobFigures, jobs: pd.DataFrame, shared: np.nda
 def _in_equivalents(figures: _JobFigures, jobs: pd.DataFrame) -> None:
     """job_use's step 4: allocated in GPU-equivalents (an unknown share: none, as in the totals); the device-based
     use figures scaled alike, so that a job's utilisation stays what its devices showed."""
-    gpus = jobs["gpus"].to_numpy(dtype=float)
+    gpus = figures.gpus
     eq = np.nan_to_num(jobs["gpu_equivalents"].to_numpy(dtype=float))
     scale = np.where(gpus > 0, eq / np.where(gpus > 0, gpus, 1.0), 0.0)
-    figures.alloc_s = eq * jobs["elapsed_s"].to_numpy(dtype=float)
+    figures.alloc_s = eq * figures.elapsed
     figures.covered, figures.busy, figures.held = figures.covered * scale, figures.busy * scale, figures.held * scale
 
 
@@ -257,12 +258,12 @@ def _job_frame(jobs: pd.DataFrame, figures: _JobFigures, cpus: np.ndarray, confi
     """job_use's last step: the per-job table (gpu_use_jobs), its figures in hours and kWh, with the job's CPU
     and memory efficiency and whether it is a completed run."""
     f = figures
-    elapsed = jobs["elapsed_s"].to_numpy(dtype=float)
+    elapsed = f.elapsed
     cpu_eff = jobs["cpu_used_s"].to_numpy(dtype=float) / (elapsed * cpus)
     mem_eff = jobs["mem_max_mb"].to_numpy(dtype=float) / jobs["mem_mb"].to_numpy(dtype=float)
     return pd.DataFrame({
         "job_id": jobs["job_id"], "user": jobs["user"], "account": jobs["account"], "partition": jobs["partition"],
-        "gpus": jobs["gpus"].to_numpy(dtype=float).astype(int), "elapsed_s": elapsed,
+        "gpus": f.gpus.astype(int), "elapsed_s": elapsed,
         "allocated_gpu_hours": f.alloc_s / 3600, "covered_gpu_hours": f.covered / 3600,
         "busy_gpu_hours": f.busy / 3600, "held_idle_gpu_hours": f.held / 3600,
         "util_mean_pct": f.mean, "util_max_pct": f.util_max,

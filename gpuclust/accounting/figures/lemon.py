@@ -289,6 +289,8 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     go through pandas' groupby (its compensated sum: the figures stay those of a pandas grouping); the rest are
     counts (bincount), so a small period pays a few pandas calls, not a frame step per figure. `settings`:
     [lemon] (its defaults when None); `restore_s` None: its default_restore_seconds."""
+    import numpy as np
+
     cfg = settings or LemonConfig()
     restore = cfg.default_restore_s if restore_s is None else restore_s
     checkpoint_s = float(cfg.checkpoint_interval_s)
@@ -298,8 +300,9 @@ def compute(jobs: pd.DataFrame | Iterable[JobRow], *, gpu_events: Mapping[str, S
     node_fail = (frame["state"] == "NODE_FAIL").to_numpy()
     rows = _job_nodes(frame, cfg.failure_window_s)
     marked = _failure_windows(frame, rows, nonzero, node_fail, events, cfg)
-    ranked, tested = _ranked_nodes(frame, rows, marked, cfg)
-    by_size, total = _by_job_size(frame, rows, marked, nonzero, node_fail, events, restore, checkpoint_s)
+    failed_slot = np.asarray(marked.any(axis=1), dtype=bool)  # (a failure window: any cause)
+    ranked, tested = _ranked_nodes(frame, rows, marked, failed_slot, cfg)
+    by_size, total = _by_job_size(frame, rows, failed_slot, nonzero, node_fail, events, restore, checkpoint_s)
     fleet_mttf = total[1] / total[2] if total[2] else None
     return {
         "test": TEST, "alpha": cfg.alpha, "min_failures": cfg.min_failures, "min_shared_jobs": cfg.min_shared_jobs,
@@ -375,7 +378,7 @@ def _failure_windows(frame: pd.DataFrame, rows: _JobNodes, nonzero: np.ndarray, 
     return marked
 
 
-def _ranked_nodes(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray,
+def _ranked_nodes(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray, failed_slot: np.ndarray,
                   cfg: LemonConfig) -> tuple[list[dict[str, Any]], int]:
     """compute's step 3: one row per node (its failures and exposure, its partition's pooled rate, the Poisson
     test and Holm's correction, whether it is named), ranked; and how many nodes were tested."""
@@ -383,7 +386,6 @@ def _ranked_nodes(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray,
     import pandas as pd
 
     names, node_of, job_of = rows.names, rows.node, rows.job
-    failed_slot = np.asarray(marked.any(axis=1), dtype=bool)
     counted = np.bincount(rows.slot_node[failed_slot], minlength=len(names))
     fails_of = {names[n]: int(v) for n, v in enumerate(counted) if v}
     cause_count = {(names[n], c): int(v) for i, c in enumerate(CAUSES)
@@ -435,16 +437,15 @@ def _ranked_nodes(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray,
     return ranked, len(tested)
 
 
-def _by_job_size(frame: pd.DataFrame, rows: _JobNodes, marked: np.ndarray, nonzero: np.ndarray, node_fail: np.ndarray,
-                 events: Mapping[str, Sequence[GpuEvents]], restore: float, checkpoint_s: float
-                 ) -> tuple[list[dict[str, Any]], list[float]]:
+def _by_job_size(frame: pd.DataFrame, rows: _JobNodes, failed_slot: np.ndarray, nonzero: np.ndarray,
+                 node_fail: np.ndarray, events: Mapping[str, Sequence[GpuEvents]], restore: float,
+                 checkpoint_s: float) -> tuple[list[dict[str, Any]], list[float]]:
     """compute's step 4: MTTF and ETTR per job-size bucket, and the fleet's [jobs, run hours, failed jobs]. A job
     failed for a node-level cause when it ended NODE_FAIL, or when it failed (a non-zero exit, or an Xid or ECC
     event of its own) in a failure window of one of its nodes."""
     import numpy as np
     import pandas as pd
 
-    failed_slot = np.asarray(marked.any(axis=1), dtype=bool)
     flagged = {j for j, evs in events.items() if any(e.xid_errors > 0 or e.ecc_dbe > 0 for e in evs)}
     hit = np.zeros(len(frame), dtype=bool)
     hit[rows.job[failed_slot[rows.slot]]] = True
