@@ -43,6 +43,7 @@ from gpuclust.config.site import PartitionConfig, SiteConfig
 from gpuclust.exitcodes import Nagios
 from gpuclust.nagiosrange import Thresholds
 from gpuclust.slurm.hostlist import fold
+from gpuclust.slurm.parse import format_slurm_duration
 from gpuclust.slurm.records import NodeRecord, PartitionRecord, TresLimits
 
 from .collect import ClusterSnapshot
@@ -270,11 +271,7 @@ def check_partition(part: PartitionRecord, part_cfg: PartitionConfig | None) -> 
 def _dur(seconds: int | None) -> str:
     if seconds is None or seconds < 0:
         return "UNLIMITED"
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{text}" if days else text
+    return format_slurm_duration(seconds)
 
 
 def _account_allowed(part: PartitionRecord, account: str) -> bool:

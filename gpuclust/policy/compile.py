@@ -15,6 +15,7 @@ from fractions import Fraction
 from gpuclust.config.site import POLICY_RULES, GpuLimits, PolicyConfig, SiteConfig
 from gpuclust.errors import ConfigError, Problem
 from gpuclust.slurm.gpushare import CARD_SLICES_DEFAULT, MPS_PER_GPU_DEFAULT
+from gpuclust.slurm.parse import format_slurm_duration
 
 # A GPU request the policy cannot read (or a MIG profile of unknown share) cannot be counted: these refuse in warn
 # mode too.
@@ -263,14 +264,6 @@ def glob_to_regex(glob: str) -> re.Pattern[bytes]:
     return re.compile(b"".join(parts))
 
 
-def format_duration(seconds: int) -> str:
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
-
-
 def _typed(limits: GpuLimits) -> bool:
     return bool(limits.gpu_limit_by_type or limits.max_gpus_per_user_by_type)
 
@@ -320,7 +313,7 @@ def compile_policy(config: SiteConfig) -> CompiledPolicy:
             max_gpus=p.max_gpus_per_job,
             gpus_per_node=p.gpus_per_node,
             max_time_s=p.max_time_s,
-            max_time_str=format_duration(p.max_time_s) if p.max_time_s is not None else None,
+            max_time_str=format_slurm_duration(p.max_time_s) if p.max_time_s is not None else None,
             allowed_accounts=frozenset(p.allowed_accounts) if p.allowed_accounts is not None else None,
             allowed_accounts_str=", ".join(p.allowed_accounts or ()),
             typed_limits=bool(p.qos and p.qos in qos_typed),

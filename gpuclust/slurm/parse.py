@@ -243,6 +243,14 @@ def parse_slurm_duration(text: str | None) -> int | None:
     raise SlurmOutputError(f"bad Slurm duration {text!r}")
 
 
+def format_slurm_duration(seconds: int) -> str:
+    """Slurm's `[D-]HH:MM:SS` for a whole number of seconds (sacct's Elapsed, --time, MaxTime): the form
+    `parse_slurm_duration` reads back."""
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
 def parse_slurm_time(text: str | None, tz: timezone = timezone.utc) -> datetime | None:
     """`2026-12-02T10:58:03` (SLURM_TIME_FORMAT pinned by the client) -> aware datetime; Unknown -> None."""
     if text is None:

@@ -107,6 +107,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpuclust.slurm.jsonshape import JsonShape, UnknownShape
+from gpuclust.slurm.parse import format_slurm_duration
 
 COMMAND = "sacct --json"
 NO_VAL = 4294967294
@@ -170,9 +171,7 @@ def elapsed(value: Any, field: str) -> str:
     secs = count(value, field) or 0
     if secs > MAX_ELAPSED_S:
         raise BadField(field, f"{secs} s is not a duration a job can have")
-    days, rest = divmod(secs, 86400)
-    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{text}" if days else text
+    return format_slurm_duration(secs)
 
 
 def time_limit(value: Any, field: str) -> str:

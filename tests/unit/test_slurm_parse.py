@@ -8,6 +8,7 @@ from gpuclust.errors import SlurmOutputError
 from gpuclust.slurm import hostlist
 from gpuclust.slurm.parse import (
     Gres,
+    format_slurm_duration,
     gpu_count,
     gpu_type,
     gpu_types,
@@ -81,6 +82,17 @@ def test_parsable_table_and_bad_line():
 )
 def test_slurm_durations(text, seconds):
     assert parse_slurm_duration(text) == seconds
+
+
+@pytest.mark.parametrize("seconds,text", [(0, "00:00:00"), (59, "00:00:59"), (3723, "01:02:03"),
+                                          (86399, "23:59:59"), (86400, "1-00:00:00"), (176461, "2-01:01:01")])
+def test_slurm_duration_written_as_slurm_writes_it(seconds, text):
+    assert format_slurm_duration(seconds) == text
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_slurm_duration_written_reads_back(seconds):
+    assert parse_slurm_duration(format_slurm_duration(seconds)) == seconds
 
 
 def test_times_and_memory():

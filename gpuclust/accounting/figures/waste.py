@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuclust.slurm.parse import format_slurm_duration
+
 IDLE_GPU_SHARE = 0.9  # idle_gpu: held-idle / covered at least this
 LOOKS_FINE_PCT = 50.0  # idle_stretch: a GPU's mean utilisation at least this
 GPU_MEM_SMALL_SHARE = 0.25  # gpu_too_large: peak GPU memory under this share of the GPU's
@@ -127,14 +129,6 @@ def duration(seconds: float) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
-
-
-def slurm_time(seconds: float) -> str:
-    """--time's [D-]HH:MM:SS."""
-    s = int(seconds)
-    days, s = divmod(s, 86400)
-    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{days}-{text}" if days else text
 
 
 def _gib(mib: float) -> str:
@@ -258,11 +252,11 @@ def time_limit(facts: JobFacts) -> list[Finding]:
     advised = max(3600.0, math.ceil(facts.elapsed_s * TIME_LIMIT_HEADROOM / 3600) * 3600.0)
     if advised >= limit:
         return []
-    advice = f"--time={slurm_time(advised)} starts sooner (the backfill scheduler fits shorter jobs into gaps)"
+    advice = f"--time={format_slurm_duration(int(advised))} starts sooner (the backfill scheduler fits shorter jobs into gaps)"
     evidence = {"elapsed_s": facts.elapsed_s, "timelimit_s": limit, "time_limit_efficiency": round(use, 6),
                 "advised_time_s": advised}
     return [Finding("time_limit", f"used {duration(facts.elapsed_s)} of a {duration(limit)} limit: "
-                    f"--time={slurm_time(advised)} starts sooner", advice, evidence)]
+                    f"--time={format_slurm_duration(int(advised))} starts sooner", advice, evidence)]
 
 
 def shares(facts: JobFacts) -> list[Finding]:
