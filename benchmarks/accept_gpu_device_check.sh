@@ -47,7 +47,7 @@ json.dump(out, open(sys.argv[1], "w"), indent=1, default=str)
 PY
 "$PY" - "$OUT/nvidia-smi-q-x.xml" <<'PY' || true
 import sys
-from gpuclust.accept.health.parse import parse_nvidia_smi_xml
+from gpuclust.accept.health.sources.nvidia_smi import parse_nvidia_smi_xml
 log = parse_nvidia_smi_xml(open(sys.argv[1]).read(), source=sys.argv[1])
 print("health parser read", len(log.gpus), "GPU(s), driver", log.driver_version)
 PY

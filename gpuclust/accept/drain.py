@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclust.accept.health.kit import DRAIN_ORDER
 from gpuclust.accept.report import Finding, Report
 from gpuclust.errors import UnsafeValueError
 from gpuclust.exitcodes import Nagios
@@ -39,10 +40,9 @@ from gpuclust.slurm.records import NodeRecord, parse_nodes_text
 REASON_PREFIX = "gpuclust:"
 LEGACY_REASON_PREFIX = "gpuclust accept:"  # drains set before the taxonomy: still ours
 OWN_PREFIXES = (REASON_PREFIX, LEGACY_REASON_PREFIX)
-# The drain classes, cause first: the order also picks which CRITICAL finding names a node's drain.
-HEALTH_CLASSES = ("xid", "vanished", "remap", "ecc", "dcgm", "fabric", "nvlink", "pcie", "link", "throttle",
-                  "topology")
-CLASSES = (*HEALTH_CLASSES, "gres", "bandwidth", "retest")
+# The drain classes, cause first: the order also picks which CRITICAL finding names a node's drain. The health
+# classes (gres last) come from the health kit, which refuses a CRITICAL finding of a class not among them.
+CLASSES = (*DRAIN_ORDER, "bandwidth", "retest")
 _ACTION = re.compile(r"[A-Z][A-Z0-9_]{1,47}")
 _DETAIL = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}")
 MAX_REASON = 240  # long enough for check, job and a short message; scontrol shows it whole

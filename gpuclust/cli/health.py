@@ -159,7 +159,7 @@ def _drain(app: AppContext, name: str, record: Any, reason: str, done: dict[str,
 def _retest(app: AppContext, name: str, record: Any, result: Any, done: dict[str, Any]) -> None:
     """Resume a node gpuclust drained for a fault this check judges, now that it passes."""
     from gpuclust.accept.drain import is_ours, resume_args
-    from gpuclust.accept.health.node import CAUSE_ORDER
+    from gpuclust.accept.health.kit import DRAIN_ORDER
     from gpuclust.errors import SlurmError
 
     if not record.is_drain or not is_ours(record):
@@ -167,7 +167,7 @@ def _retest(app: AppContext, name: str, record: Any, result: Any, done: dict[str
     head = (record.reason or "").split(" ", 1)[0]
     parts = head.split(":")
     cls = parts[1] if len(parts) >= 3 and parts[0] == "gpuclust" else ""
-    if cls not in CAUSE_ORDER or cls == "dcgm":
+    if cls not in DRAIN_ORDER or cls == "dcgm":
         done["why"] = f"drained for {head or record.reason!r}, which this check does not judge: not resumed"
         return
     if cls == "xid" and not any("new boot" in n for n in result.notes):

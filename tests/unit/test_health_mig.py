@@ -9,13 +9,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuclust.accept.health import parse as p
 from gpuclust.accept.health.actions import action_for
 from gpuclust.accept.health.collect import checked_source, ok
 from gpuclust.accept.health.kit import HealthPaths
 from gpuclust.accept.health.node import check_node
 from gpuclust.accept.health.rules import judge_node
-from gpuclust.accept.health.sources.nvidia_smi import visible_devices
+from gpuclust.accept.health.sources.nvidia_smi import parse_nvidia_smi_xml, visible_devices
 from gpuclust.config.health import HealthConfig
 from gpuclust.exitcodes import Nagios
 
@@ -30,7 +29,7 @@ def read(name: str) -> str:
 
 
 def nv(xml: str) -> dict[str, Any]:
-    return ok(**p.parse_nvidia_smi_xml(xml).as_dict())
+    return ok(**parse_nvidia_smi_xml(xml).as_dict())
 
 
 def snap(phase: str, xml: str) -> dict[str, Any]:
@@ -39,7 +38,7 @@ def snap(phase: str, xml: str) -> dict[str, Any]:
 
 
 def test_netdata_a100_40gb_recording_has_two_3g_20gb_instances() -> None:
-    log = p.parse_nvidia_smi_xml(read(A100_40))
+    log = parse_nvidia_smi_xml(read(A100_40))
     assert log.driver_version == "510.47.03" and len(log.gpus) == 1
     gpu = log.gpus[0]
     assert (gpu.mig_mode_current, gpu.mig_mode_pending) == ("Enabled", "Enabled")
@@ -54,13 +53,13 @@ def test_netdata_a100_40gb_recording_has_two_3g_20gb_instances() -> None:
 
 
 def test_telegraf_a100_80gb_recording_has_four_instances() -> None:
-    gpu = p.parse_nvidia_smi_xml(read(A100_80)).gpus[0]
+    gpu = parse_nvidia_smi_xml(read(A100_80)).gpus[0]
     assert [m.gpu_instance_id for m in gpu.mig_devices] == [3, 4, 5, 6]
     assert {(m.multiprocessor_count, m.memory_gb) for m in gpu.mig_devices} == {(14, 20)}
 
 
 def test_gpus_without_mig_read_as_before() -> None:
-    gpu = p.parse_nvidia_smi_xml(read("nvidia-smi-a10g.xml")).gpus[0]
+    gpu = parse_nvidia_smi_xml(read("nvidia-smi-a10g.xml")).gpus[0]
     assert (gpu.mig_mode_current, gpu.mig_mode_pending, gpu.mig_devices) == (None, None, ())
     assert gpu.as_dict()["mig_devices"] == []
 

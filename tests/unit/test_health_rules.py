@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 
-from gpuclust.accept.health import parse as p
 from gpuclust.accept.health.collect import ok, unavailable
 from gpuclust.accept.health.rules import HealthFinding, judge_dcgm, judge_job, judge_node, slug, to_finding
+from gpuclust.accept.health.sources import SNAPSHOT_SOURCES
+from gpuclust.accept.health.sources.dcgm import parse_dcgmi_diag_json
+from gpuclust.accept.health.sources.infiniband import read_infiniband
+from gpuclust.accept.health.sources.net import parse_proc_net_snmp, parse_tc_qdisc_json, read_net_statistics
+from gpuclust.accept.health.sources.nvidia_smi import parse_nvidia_smi_xml
+from gpuclust.accept.health.sources.xid import parse_xid_lines
 from gpuclust.config.health import XID_CRITICAL_DEFAULT, HealthConfig
 from gpuclust.config.site import parse_config
 from gpuclust.errors import ConfigError
@@ -27,17 +32,21 @@ def read(name: str) -> str:
 
 def snap(phase: str, xml: str = "nvidia-smi-a100-sxm4-v12.xml", events: list[dict[str, Any]] | None = None,
          since: str | None = None, time: str = "2025-05-27T04:00:00+00:00") -> dict[str, Any]:
-    return {
+    """A snapshot of every source from its recorded sample; a new source adds its reading here (the assert below
+    says so), so that the healthy baseline of these tests covers it."""
+    out = {
         "schema": 1, "node": "node1", "phase": phase, "job_id": "42", "time": time,
         "sources": {
-            "net": ok(interfaces=p.read_net_statistics(DATA / "sysfs")),
-            "snmp": ok(tcp=p.parse_proc_net_snmp(read("proc/net/snmp"))["Tcp"]),
-            "qdisc": ok(format="json", qdiscs=[q.as_dict() for q in p.parse_tc_qdisc_json(read("tc-s-j-qdisc-cake.json"))]),
-            "infiniband": ok(ports=[x.as_dict() for x in p.read_infiniband(DATA / "sysfs")]),
-            "nvidia_smi": ok(**p.parse_nvidia_smi_xml(read(xml)).as_dict()),
+            "net": ok(interfaces=read_net_statistics(DATA / "sysfs")),
+            "snmp": ok(tcp=parse_proc_net_snmp(read("proc/net/snmp"))["Tcp"]),
+            "qdisc": ok(format="json", qdiscs=[q.as_dict() for q in parse_tc_qdisc_json(read("tc-s-j-qdisc-cake.json"))]),
+            "infiniband": ok(ports=[x.as_dict() for x in read_infiniband(DATA / "sysfs")]),
+            "nvidia_smi": ok(**parse_nvidia_smi_xml(read(xml)).as_dict()),
             "xid": ok(command="journalctl", since=since, events=events or []),
         },
     }
+    assert tuple(out["sources"]) == SNAPSHOT_SOURCES, "snap() lacks a source's recorded reading"
+    return out
 
 
 def pair(**after_kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -57,17 +66,17 @@ def test_healthy_pair_has_no_warning_or_critical() -> None:
 
 def test_pending_remap_is_critical() -> None:
     xml = read("nvidia-smi-a10g.xml").replace("<remapped_row_pending>No<", "<remapped_row_pending>Yes<")
-    log = p.parse_nvidia_smi_xml(xml)
+    log = parse_nvidia_smi_xml(xml)
     before, after = pair(xml="nvidia-smi-a10g.xml")
-    before["sources"]["nvidia_smi"] = ok(**p.parse_nvidia_smi_xml(read("nvidia-smi-a10g.xml")).as_dict())
+    before["sources"]["nvidia_smi"] = ok(**parse_nvidia_smi_xml(read("nvidia-smi-a10g.xml")).as_dict())
     after["sources"]["nvidia_smi"] = ok(**log.as_dict())
     remap = [f for f in judge_node("node1", before, after, CFG) if f.cls == "remap"]
     assert [(f.severity, f.detail) for f in remap] == [(Nagios.CRITICAL, "pending")]
 
 
 def test_xid_79_in_window_is_critical_and_old_or_other_codes_are_not() -> None:
-    events = [{**e.as_dict(), "timed": True} for e in p.parse_xid_lines(read("xid-syslog-iso-gpud.txt"))]
-    old = [{**e.as_dict(), "timed": True} for e in p.parse_xid_lines(read("xid-dmesg-ctime-gpud.txt"))]
+    events = [{**e.as_dict(), "timed": True} for e in parse_xid_lines(read("xid-syslog-iso-gpud.txt"))]
+    old = [{**e.as_dict(), "timed": True} for e in parse_xid_lines(read("xid-dmesg-ctime-gpud.txt"))]
     before, after = pair(events=events + old)
     xids = [f for f in judge_node("node1", before, after, CFG) if f.cls == "xid"]
     assert [(f.severity, f.detail) for f in xids] == [(Nagios.CRITICAL, "79")]  # 2024 events predate --since
@@ -83,7 +92,7 @@ def test_other_xid_is_warning() -> None:
 
 
 def test_untimed_xid_already_seen_before_is_not_counted() -> None:
-    old = [{**e.as_dict(), "timed": False} for e in p.parse_xid_lines(read("xid-dmesg-plain-bumblebee.txt"))]
+    old = [{**e.as_dict(), "timed": False} for e in parse_xid_lines(read("xid-dmesg-plain-bumblebee.txt"))]
     before, after = pair(events=old)
     before["sources"]["xid"] = ok(command="dmesg", since=None, events=old[:2])
     xids = [f for f in judge_node("node1", before, after, CFG) if f.cls == "xid"]
@@ -186,7 +195,7 @@ def test_throttle_and_pcie_width() -> None:
 def test_idle_gpu_low_gen_is_not_judged_busy_one_is() -> None:
     before, after = pair()
     before["sources"]["nvidia_smi"] = after["sources"]["nvidia_smi"] = ok(
-        **p.parse_nvidia_smi_xml(read("nvidia-smi-rtx-4000-sff-ada-v13.xml")).as_dict())
+        **parse_nvidia_smi_xml(read("nvidia-smi-rtx-4000-sff-ada-v13.xml")).as_dict())
     assert not [f for f in judge_node("node1", before, after, CFG) if f.cls == "pcie"]  # gen1 of 4, idle
     after = copy.deepcopy(after)
     after["sources"]["nvidia_smi"]["gpus"][0]["clock_events"]["gpu_idle"] = False
@@ -212,7 +221,7 @@ def test_job_with_missing_snapshot_is_unknown() -> None:
 
 
 def test_dcgm_judgement_and_to_finding() -> None:
-    results = p.parse_dcgmi_diag_json(read("dcgmi-diag-j-dcgm3-gcm-fail.json"))
+    results = parse_dcgmi_diag_json(read("dcgmi-diag-j-dcgm3-gcm-fail.json"))
     found = judge_dcgm("node1", results)
     assert {(f.detail, f.severity) for f in found} == {("persistence-mode", Nagios.CRITICAL),
                                                       ("environment-variables", Nagios.WARNING)}
@@ -260,7 +269,7 @@ def test_site_example_conf_parses(example_config_path: Path) -> None:
 
 
 def _with_ip(s: dict[str, Any]) -> dict[str, Any]:
-    snmp = p.parse_proc_net_snmp(read("proc/net/snmp"))
+    snmp = parse_proc_net_snmp(read("proc/net/snmp"))
     s["sources"]["snmp"] = ok(tcp=dict(snmp["Tcp"]), ip=dict(snmp["Ip"]))
     return s
 
@@ -306,3 +315,19 @@ def test_ip_loss_needs_both_a_count_and_a_share() -> None:
         s["sources"]["snmp"]["ip"]["OutTransmits"] = sent
     [f] = [f for f in judge_node("node1", before, after, CFG) if f.cls == "link"]
     assert f.detail == "ip-lost-out" and f.evidence["lost"] == 60
+
+
+def test_a_critical_finding_names_a_class_that_can_drain() -> None:
+    from gpuclust.accept import drain
+    from gpuclust.accept.health.actions import CLASS_ACTIONS
+    from gpuclust.accept.health.kit import CLASSES, DRAIN_ORDER, NOTE_CLASSES
+
+    # the drain and health check read the one cause order; no class is both a drain's cause and a note
+    assert drain.CLASSES[:len(DRAIN_ORDER)] == DRAIN_ORDER and not set(DRAIN_ORDER) & set(NOTE_CLASSES)
+    assert {key.split(":")[0] for key in CLASS_ACTIONS} <= set(CLASSES)
+    assert HealthFinding("node1", "mig", Nagios.WARNING, "gpu0-pending", "m").cls == "mig"
+    with pytest.raises(ValueError, match="never CRITICAL"):
+        HealthFinding("node1", "mig", Nagios.CRITICAL, "gpu0-pending", "m")
+    for cls in DRAIN_ORDER:  # every class that can be CRITICAL makes a drain reason
+        finding = HealthFinding("node1", cls, Nagios.CRITICAL, "detail", "m")
+        assert drain.make_reason(finding.cls, finding.detail, "12", "allreduce", "m").startswith(f"gpuclust:{cls}:")

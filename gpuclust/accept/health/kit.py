@@ -226,8 +226,14 @@ def guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 #   nvlink       a GPU's NVLink error counter grew (source nvidia_smi)
 #   fabric       Fabric Manager has not trained the GPU into the NVLink fabric (source nvidia_smi)
 #   gres         fewer GPUs answer than the node's GRES (gpuclust health check)
-CLASSES = ("xid", "ecc", "remap", "throttle", "pcie", "link", "topology", "unavailable", "reset", "dcgm",
-           "vanished", "nvlink", "fabric", "gres", "mig")
+# The classes a CRITICAL finding may carry, cause before symptom: the order picks which finding names a node's
+# drain, in `accept report --drain` (gpuclust.accept.drain) and `health check` alike. A new class that can be
+# CRITICAL goes here; HealthFinding refuses a CRITICAL finding of any other class.
+DRAIN_ORDER = ("xid", "vanished", "remap", "ecc", "dcgm", "fabric", "nvlink", "pcie", "link", "throttle", "topology",
+               "gres")
+# The classes that are never CRITICAL, so never a drain's cause.
+NOTE_CLASSES = ("unavailable", "reset", "mig")
+CLASSES = (*DRAIN_ORDER, *NOTE_CLASSES)
 
 _SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
 
@@ -252,6 +258,9 @@ class HealthFinding:
     def __post_init__(self) -> None:
         if self.cls not in CLASSES:
             raise ValueError(f"unknown health finding class {self.cls!r}")
+        if self.severity == Nagios.CRITICAL and self.cls not in DRAIN_ORDER:
+            raise ValueError(f"health finding class {self.cls!r} is never CRITICAL (kit.NOTE_CLASSES): a class that "
+                             "can drain a node goes in kit.DRAIN_ORDER")
         object.__setattr__(self, "detail", slug(self.detail))
 
 

@@ -40,7 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from gpuclust.accept.health.actions import in_catalog
-from gpuclust.accept.health.kit import HealthFinding, HealthPaths, Judge, finding_action, guard, ok, run
+from gpuclust.accept.health.kit import (
+    DRAIN_ORDER,
+    HealthFinding,
+    HealthPaths,
+    Judge,
+    finding_action,
+    guard,
+    ok,
+    run,
+)
 from gpuclust.accept.health.sources.infiniband import collect_infiniband, judge_infiniband
 from gpuclust.accept.health.sources.nvidia_smi import collect_nvidia_smi, judge_nvidia_smi, visible_devices
 from gpuclust.accept.health.sources.xid import judge_xid, parse_xid_lines
@@ -55,9 +64,6 @@ UNCHECKED_REASONS = ("no-nvidia-smi", "nvidia-smi-timeout", "nvidia-smi-error", 
 XID_WINDOW_MARGIN = timedelta(minutes=10)  # journal lines may land a little after the time they carry
 MAX_SEEN = 2000  # fingerprints kept per node: far more Xid lines than one boot of a healthy node logs
 MAX_STATE_BYTES = 16 * 1024 * 1024
-# The drain's cause order: the same as `accept report --drain` (gpuclust.accept.drain.HEALTH_CLASSES), gres after.
-CAUSE_ORDER = ("xid", "vanished", "remap", "ecc", "dcgm", "fabric", "nvlink", "pcie", "link", "throttle", "topology",
-               "gres")
 _NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 
@@ -84,9 +90,9 @@ class NodeCheck:
         return any(f.severity == Nagios.WARNING for f in self.findings)
 
     def cause(self) -> HealthFinding | None:
-        """The CRITICAL finding that names the drain: the cause before the symptom (CAUSE_ORDER)."""
+        """The CRITICAL finding that names the drain: the cause before the symptom (kit.DRAIN_ORDER)."""
         crit = self.critical
-        rank = {c: i for i, c in enumerate(CAUSE_ORDER)}
+        rank = {c: i for i, c in enumerate(DRAIN_ORDER)}
         return min(crit, key=lambda f: rank.get(f.cls, len(rank))) if crit else None
 
     def as_dict(self, cfg: HealthConfig | None = None) -> dict[str, Any]:
