@@ -3,12 +3,15 @@ because the config layer may not import the acceptance plane (test_import_graph)
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from pathlib import Path
 
 from gpuclust.accept.health import collect, sources
-from gpuclust.accept.health.kit import HealthPaths
+from gpuclust.accept.health.kit import CLASSES, HealthPaths
 from gpuclust.config.health import HEALTH_SOURCES, parse_sources
+
+TOP = Path(__file__).resolve().parents[2]
 
 
 def test_config_accepts_exactly_the_snapshot_sources() -> None:
@@ -38,3 +41,18 @@ def test_every_health_path_override_is_documented() -> None:
         assert f"`{name}`" in readme and name in (HealthPaths.__doc__ or "")
         assert getattr(HealthPaths.from_env({name: "/x"}), f.name) == "/x"
         assert getattr(HealthPaths.from_env({name: ""}), f.name) == f.default
+
+
+def test_every_finding_class_has_a_row_in_the_readme_table() -> None:
+    """README "Hardware health": the table of finding classes is what an admin reads a drain reason against."""
+    readme = (TOP / "README.md").read_text(encoding="utf-8")
+    table = readme.split("#### Hardware health", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    named = {cls for row in table.splitlines() for cls in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    assert set(CLASSES) <= named, f"README's health table lacks {sorted(set(CLASSES) - named)}"
+
+
+def test_site_example_lists_the_sources_require_may_name() -> None:
+    text = (TOP / "site.example.conf").read_text(encoding="utf-8")
+    listed = re.search(r"Sources whose absence is UNKNOWN \(some of ([a-z_, ]+)\)", text)
+    assert listed, "site.example.conf's [health] require comment lists the sources"
+    assert tuple(listed.group(1).split(", ")) == HEALTH_SOURCES
