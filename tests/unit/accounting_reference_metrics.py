@@ -375,6 +375,9 @@ def _finish_group(out: pd.DataFrame, name: str) -> pd.DataFrame:
     for col in ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours",
                 "gpu_device_hours"):
         out[col] = out[col].astype(float).round(9)
+    # The reference computes every column on its own: a new run figure is computed here too.
+    missing = [column for column in GROUP_COLUMNS if column not in out.columns]
+    assert not missing, f"the reference metrics do not compute {missing}: add them to this module"
     return out[[name, *GROUP_COLUMNS]]
 
 

@@ -23,8 +23,9 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuclust.accounting.figures import catalog
-from gpuclust.accounting.figures.metrics import deprecated
-from gpuclust.accounting.output import prom, render, show
+from gpuclust.accounting.figures.metrics import GROUP_COLUMNS, deprecated
+from gpuclust.accounting.figures.metrics.runs import finish_totals
+from gpuclust.accounting.output import prom, render, reportdoc, show
 from gpuclust.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,3 +272,14 @@ def test_the_guard_sees_a_spelled_label() -> None:
 def test_show_reads_the_catalogue() -> None:
     assert show.GROUP_COLUMNS == tuple((f.name, f.show) for f in catalog.show_columns())
     assert render.HEADERS["completed_run_gpu_hours"] == catalog.figure(catalog.RUNS, "completed_run_gpu_hours").label
+
+
+def test_the_run_tables_and_totals_hold_the_catalogue_s_run_figures() -> None:
+    """GROUP_COLUMNS orders the runs_by_* CSV columns and report.json `totals`; it holds each run figure of the
+    catalogue, and report.json's contract (reportdoc.Totals, schemas/report.schema.json) declares each."""
+    assert sorted(GROUP_COLUMNS) == sorted(f.name for f in catalog.figures(catalog.RUNS))
+    zero = {"runs": 0, "completed": 0, "attempts": 0, "cost": None, "completed_run_gpu_hours": 0.0,
+            "gpu_hours": 0.0, "unpriced_gpu_hours": 0.0, "gpu_device_hours": 0.0}
+    assert tuple(finish_totals(zero)) == GROUP_COLUMNS
+    declared = {f.name for f in reportdoc.Totals.__dataclass_fields__.values()}
+    assert set(GROUP_COLUMNS) <= declared, f"reportdoc.Totals lacks {sorted(set(GROUP_COLUMNS) - declared)}"

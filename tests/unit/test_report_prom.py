@@ -101,11 +101,12 @@ def test_every_metric_is_documented_in_the_readme(tmp_path):
     written = {f.name for f in text_string_to_metric_families(text)}
     documented = _documented_metrics()
     # cost_per_completed_run and the like may be absent from one report; none may be undocumented.
-    assert written - documented == set()
+    assert written - documented == set(), f"README's Prometheus table lacks {sorted(written - documented)}"
     every = {prom.PREFIX + name for name in _all_core_names()} | _economics_names() | _gpu_use_names()
     every |= _lemon_names()
     every |= {prom.PREFIX + old for old in deprecated.PROM}  # renamed families' old names, for one release
-    assert every == documented
+    assert every == documented, (f"README's Prometheus table (## Prometheus metrics): add rows for "
+                                 f"{sorted(every - documented)}, remove {sorted(documented - every)}")
 
 
 def _lemon_names() -> set[str]:

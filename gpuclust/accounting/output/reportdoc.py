@@ -57,6 +57,7 @@ class Totals:
     cost_per_completed_run: float | None
     unpriced_gpu_hours: float | None
     useful_gpu_hours: float | None = field(default=None, metadata=_old_name_of("completed_run_gpu_hours"))
+    gpu_device_hours: float | None = None  # (None in a report.json written before it)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

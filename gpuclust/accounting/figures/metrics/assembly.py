@@ -125,7 +125,7 @@ def run_group_sums(
     att.price()
     runs = runs_of(att, run)
     in_period = (runs.end >= period.start_epoch) & (runs.end < period.end_epoch)
-    runs_p = runs if in_period.all() else Runs(**{name: value[in_period] for name, value in runs.__dict__.items()})
+    runs_p = runs if in_period.all() else runs.take(in_period)
     first = runs_p.first  # attempt index of each run's first attempt: its account, partition, labels
 
     labels = tuple(config.report_labels)

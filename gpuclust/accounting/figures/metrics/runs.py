@@ -133,23 +133,43 @@ def _exact_runs(
     return ids, next_id
 
 
+# The run figures that are the sums of their attempts' own (report.json `totals` and `runs.by_*`): each figure's
+# name and the Attempts array it sums. A new one is a line here, its array in attempts.py, its column in
+# GROUP_COLUMNS and its Figure in the catalog; runs, run_sums, group_table and the totals follow.
+ATTEMPT_SUMS: dict[str, str] = {
+    "gpu_hours": "gpu_hours",
+    "unpriced_gpu_hours": "unpriced_gpu_hours",
+    "gpu_device_hours": "device_hours",  # a slice counts as 1 device
+}
+
+
 @dataclass
 class Runs:
-    """One entry per run: the attempt indices of its first and last attempts, and its sums."""
+    """One entry per run: the attempt indices of its first and last attempts, its cost (NaN when no attempt
+    was priced), whether it completed, its completed-run GPU-hours, its end, and its ATTEMPT_SUMS."""
 
     first: np.ndarray
     last: np.ndarray
     attempts: np.ndarray
-    gpu_hours: np.ndarray
-    cost: np.ndarray  # NaN when no attempt was priced
-    unpriced_gpu_hours: np.ndarray
+    cost: np.ndarray
     completed: np.ndarray
     completed_run_gpu_hours: np.ndarray
     end: np.ndarray
-    device_hours: np.ndarray  # gpu_device_hours: a slice counts as 1 device
+    sums: dict[str, np.ndarray]
 
     def __len__(self) -> int:
         return len(self.first)
+
+    @property
+    def gpu_hours(self) -> np.ndarray:
+        return self.sums["gpu_hours"]
+
+    def take(self, keep: np.ndarray) -> Runs:
+        """The runs where `keep` holds."""
+        return Runs(first=self.first[keep], last=self.last[keep], attempts=self.attempts[keep],
+                    cost=self.cost[keep], completed=self.completed[keep],
+                    completed_run_gpu_hours=self.completed_run_gpu_hours[keep], end=self.end[keep],
+                    sums={name: values[keep] for name, values in self.sums.items()})
 
 
 def runs_of(att: Attempts, run: np.ndarray) -> Runs:
@@ -159,10 +179,9 @@ def runs_of(att: Attempts, run: np.ndarray) -> Runs:
     alone = np.bincount(run, minlength=n)[run] == 1 if n else np.zeros(0, dtype=bool)
     single = np.flatnonzero(alone)
     parts = [Runs(
-        first=single, last=single, attempts=np.ones(len(single), dtype=np.int64), gpu_hours=att.gpu_hours[single],
-        cost=att.cost[single], unpriced_gpu_hours=att.unpriced_gpu_hours[single], completed=att.done[single],
-        completed_run_gpu_hours=np.where(att.done[single], att.gpu_hours[single], 0.0), end=att.end[single],
-        device_hours=att.device_hours[single],
+        first=single, last=single, attempts=np.ones(len(single), dtype=np.int64), cost=att.cost[single],
+        completed=att.done[single], completed_run_gpu_hours=np.where(att.done[single], att.gpu_hours[single], 0.0),
+        end=att.end[single], sums={name: getattr(att, per)[single] for name, per in ATTEMPT_SUMS.items()},
     )]
     shared = np.flatnonzero(~alone)
     if len(shared):
@@ -177,13 +196,18 @@ def runs_of(att: Attempts, run: np.ndarray) -> Runs:
         completed = att.done[last]
         parts.append(Runs(
             first=first, last=last, attempts=np.diff(np.r_[starts, k]).astype(np.int64),
-            gpu_hours=np.add.reduceat(att.gpu_hours[order], starts),
             cost=np.where(any_priced, np.add.reduceat(np.where(priced, cost, 0.0), starts), np.nan),
-            unpriced_gpu_hours=np.add.reduceat(att.unpriced_gpu_hours[order], starts), completed=completed,
-            completed_run_gpu_hours=np.where(completed, att.gpu_hours[last], 0.0), end=att.end[last],
-            device_hours=np.add.reduceat(att.device_hours[order], starts),
+            completed=completed, completed_run_gpu_hours=np.where(completed, att.gpu_hours[last], 0.0),
+            end=att.end[last],
+            sums={name: np.add.reduceat(getattr(att, per)[order], starts) for name, per in ATTEMPT_SUMS.items()},
         ))
-    return Runs(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in Runs.__dataclass_fields__})
+    if len(parts) == 1:
+        return parts[0]
+    return Runs(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in _ARRAYS},
+                sums={name: np.concatenate([p.sums[name] for p in parts]) for name in ATTEMPT_SUMS})
+
+
+_ARRAYS = ("first", "last", "attempts", "cost", "completed", "completed_run_gpu_hours", "end")
 
 
 # ---- labels --------------------------------------------------------------------------------------------
@@ -227,17 +251,15 @@ def _groups(codes: np.ndarray, names: Sequence[str]) -> tuple[list[str], np.ndar
 
 # The group table's figures report.json rounds (figures.catalog: their decimals).
 ROUNDED = tuple(f for f in catalog.figures(catalog.RUNS) if f.decimals is not None)
-SUM_FIELDS = ("runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "unpriced_gpu_hours", "cost", "priced",
-              "gpu_device_hours")
+SUM_FIELDS = ("runs", "completed", "attempts", "completed_run_gpu_hours", "cost", "priced", *ATTEMPT_SUMS)
 
 
 def run_sums(runs: Runs, ids: np.ndarray, k: int) -> dict[str, np.ndarray]:
     """Per id (0..k-1) of the runs: the SUM_FIELDS (cost summed over priced runs; priced = their count)."""
     priced = ~np.isnan(runs.cost)
     weights = {
-        "completed": runs.completed, "attempts": runs.attempts, "gpu_hours": runs.gpu_hours,
-        "completed_run_gpu_hours": runs.completed_run_gpu_hours, "unpriced_gpu_hours": runs.unpriced_gpu_hours,
-        "cost": np.where(priced, runs.cost, 0.0), "priced": priced, "gpu_device_hours": runs.device_hours,
+        "completed": runs.completed, "attempts": runs.attempts, "completed_run_gpu_hours": runs.completed_run_gpu_hours,
+        "cost": np.where(priced, runs.cost, 0.0), "priced": priced, **runs.sums,
     }
     out: dict[str, np.ndarray] = {"runs": np.bincount(ids, minlength=k).astype(np.float64)}
     out.update({name: np.bincount(ids, weights=w, minlength=k) for name, w in weights.items()})
@@ -258,19 +280,10 @@ def group_table(sums: dict[str, np.ndarray], codes: np.ndarray, names: Sequence[
     with np.errstate(invalid="ignore", divide="ignore"):
         per_run = np.where(completed > 0, cost / np.maximum(completed, 1), np.nan)
     present = count > 0
-    columns: dict[str, Any] = {
-        name: [label for label, p in zip(labels, present, strict=True) if p],
-        "runs": count[present],
-        "completed": completed[present],
-        "attempts": attempts_n[present],
-        "retries": (attempts_n - count)[present],
-        "gpu_hours": total["gpu_hours"][present],
-        "completed_run_gpu_hours": total["completed_run_gpu_hours"][present],
-        "cost": cost[present],
-        "cost_per_completed_run": per_run[present],
-        "unpriced_gpu_hours": total["unpriced_gpu_hours"][present],
-        "gpu_device_hours": total["gpu_device_hours"][present],
-    }
+    figures = {**total, "runs": count, "completed": completed, "attempts": attempts_n, "retries": attempts_n - count,
+               "cost": cost, "cost_per_completed_run": per_run}
+    columns: dict[str, Any] = {name: [label for label, p in zip(labels, present, strict=True) if p],
+                               **{column: figures[column][present] for column in GROUP_COLUMNS}}
     for f in ROUNDED:  # (rounded before the frame is made: what Series.astype(float).round gives, one step less)
         columns[f.name] = np.round(np.asarray(columns[f.name], dtype=np.float64), f.decimals or 0)
     return pd.DataFrame(columns)
@@ -280,9 +293,7 @@ def run_totals(runs: Runs) -> dict[str, Any]:
     """The unrounded sums behind `totals`: they add up over disjoint sets of runs (a partitioned build's
     buckets) before `finish_totals` rounds them."""
     sums = _raw_sums(runs)
-    sums.update(runs=len(runs), attempts=int(runs.attempts.sum()),
-                unpriced_gpu_hours=float(runs.unpriced_gpu_hours.sum()),
-                gpu_device_hours=float(runs.device_hours.sum()))
+    sums.update(runs=len(runs), attempts=int(runs.attempts.sum()))
     return sums
 
 
@@ -296,18 +307,16 @@ def add_run_totals(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def finish_totals(sums: dict[str, Any]) -> dict[str, Any]:
     """report.json `totals` from run_totals."""
     completed, cost, attempts_n = sums["completed"], sums["cost"], sums["attempts"]
-    return {
+    figures = {
+        **{name: round(sums[name], 9) for name in (*ATTEMPT_SUMS, "completed_run_gpu_hours")},
         "runs": sums["runs"],
         "completed": completed,
         "attempts": attempts_n,
         "retries": attempts_n - sums["runs"],
-        "gpu_hours": round(sums["gpu_hours"], 9),
-        "completed_run_gpu_hours": round(sums["completed_run_gpu_hours"], 9),
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
-        "unpriced_gpu_hours": round(sums["unpriced_gpu_hours"], 9),
-        "gpu_device_hours": round(sums["gpu_device_hours"], 9),
     }
+    return {column: figures[column] for column in GROUP_COLUMNS}
 
 
 def totals(runs: Runs) -> dict[str, Any]:
@@ -319,7 +328,7 @@ def _raw_sums(runs: Runs) -> dict[str, Any]:
     priced = ~np.isnan(runs.cost)
     return {
         "completed": int(runs.completed.sum()),
-        "gpu_hours": float(runs.gpu_hours.sum()),
+        **{name: float(values.sum()) for name, values in runs.sums.items()},
         "completed_run_gpu_hours": float(runs.completed_run_gpu_hours.sum()),
         "cost": float(runs.cost[priced].sum()) if priced.any() else None,
     }
