@@ -303,7 +303,7 @@ def test_a_list_printed_as_its_twins_is_read_once(steps):
         warnings = usage.UsageWarnings()
         text = {"TRESUsageInAve": pa.array(lists["ave"]), "TRESUsageInMax": pa.array(lists["max"]),
                 "TRESUsageInTot": pa.array(lists["tot"])}
-        usage.attach(columns, text, is_step, np.arange(n) + 2, "f", rule="summed", warnings=warnings)
+        usage.add_usage_columns(columns, text, is_step, np.arange(n) + 2, "f", rule="summed", warnings=warnings)
         figures = {name: columns[name].to_pylist() for name, _ in usage.COLUMNS if name in columns}
         return figures, warnings.count, sorted(w.split(":")[1] for w in warnings.listed)
 
@@ -337,7 +337,7 @@ def test_usage_text_in_another_row_order_reads_the_same(steps, seed, jobs):
                 "ConsumedEnergyRaw": ["" if not r[2] else "12" for r in rows]}
         if text_rows is not None:  # row i's text at text_rows[i]
             text = {name: [values[j] for j in np.argsort(text_rows)] for name, values in text.items()}
-        usage.attach(columns, {k: pa.array(v, pa.string()) for k, v in text.items()}, is_step, np.arange(n) + 2,
+        usage.add_usage_columns(columns, {k: pa.array(v, pa.string()) for k, v in text.items()}, is_step, np.arange(n) + 2,
                      "f", rule=None, warnings=warnings, text_rows=text_rows)
         return {name: columns[name].to_pylist() for name, _ in usage.COLUMNS if name in columns}, \
             warnings.count, warnings.listed
@@ -368,7 +368,7 @@ def test_usage_figures_for_the_kept_rows_are_those_of_every_row(steps, kept):
         warnings = usage.UsageWarnings()
         text = {"TRESUsageInMax": [r[1] for r in rows], "TRESUsageInTot": [r[1] for r in rows],
                 "ConsumedEnergyRaw": ["" if not r[1] else "12" for r in rows]}
-        done = usage.attach(columns, {k: pa.array(v, pa.string()) for k, v in text.items()}, is_step,
+        done = usage.add_usage_columns(columns, {k: pa.array(v, pa.string()) for k, v in text.items()}, is_step,
                             np.arange(n) + 2, "f", rule="summed", warnings=warnings, keep=keep_rows)
         figures = {name: columns[name].to_pylist() for name, _ in usage.COLUMNS if name in columns}
         return done, figures, warnings.count, warnings.listed
@@ -399,7 +399,7 @@ def test_usage_figures_of_a_dump_out_of_sacct_order(steps, seed):
         columns = {"job_id": pa.array([r[0] for r in got]), "gpus": pa.array([2] * n),
                    "elapsed_s": pa.array([600] * n)}
         text = {"TRESUsageInMax": [r[1] for r in got], "TRESUsageInTot": [r[1] for r in got]}
-        usage.attach(columns, {k: pa.array(v, pa.string()) for k, v in text.items()},
+        usage.add_usage_columns(columns, {k: pa.array(v, pa.string()) for k, v in text.items()},
                      np.array(["." in r[0] for r in got]), np.arange(n) + 2, "f", rule="summed",
                      warnings=usage.UsageWarnings())
         return {r[0]: tuple(columns[name][i].as_py() for name, _ in usage.COLUMNS if name in columns)

@@ -1,4 +1,4 @@
-"""`usage_rules.rollup` (the scalar rollup `gpuclust job` uses, numpy-free) gives exactly what `usage.attach` (the
+"""`usage_rules.rollup` (the scalar rollup `gpuclust job` uses, numpy-free) gives exactly what `usage.add_usage_columns` (the
 report's vectorised one) gives: every job's usage columns and rule, and the same warnings on its rows, on the
 recorded dumps with steps and usage TRES, on generated ones (benchmarks/accounting_bench.py --messy --usage), and
 on dumps made to hold every kind of bad or unusable value. The report's is the reference."""

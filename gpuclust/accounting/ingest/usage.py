@@ -3,8 +3,8 @@
 for GPUs, the gpu/nvml plugin's `gres/gpuutil` and `gres/gpumem`).
 
 sacct prints usage on the step rows (`123.batch`, `123.0`, `123.extern`); the allocation row's usage
-fields are empty. The readers keep every row until `normalize.finish`, which calls `attach` here: each step
-is given to its job row (the nearest job row before it with the step's job id: sacct prints each execution's
+fields are empty. The readers keep every row until `normalize.finish`, which calls `add_usage_columns` here:
+each step is given to its job row (the nearest job row before it with the step's job id: sacct prints each execution's
 steps right after it, so a requeued job's executions keep their own steps), its usage is summed or maxed
 into the job's columns below, and then the steps are dropped as before. The JSON reader turns
 ``jobs[].steps[]`` into the same step rows (`sacct_json.step_records`), so both front ends share this code.
@@ -95,7 +95,7 @@ from gpuclust.accounting.ingest.usage_rules import (  # noqa: F401
 USAGE_FIELDS: tuple[str, ...] = (
     "TRESUsageInAve", "TRESUsageInMax", "TRESUsageInTot", "TRESUsageOutTot", "ConsumedEnergyRaw",
 )
-# Their text columns in the raw table (consumed by `attach`, never stored).
+# Their text columns in the raw table (consumed by `add_usage_columns`, never stored).
 TEXT_COLUMNS: tuple[str, ...] = (
     "tres_usage_in_ave", "tres_usage_in_max", "tres_usage_in_tot", "tres_usage_out_tot", "consumed_energy_raw",
 )
@@ -310,7 +310,7 @@ class _TextOrder:
         return inverse[text_rows]
 
 
-def attach(
+def add_usage_columns(
     columns: dict[str, Any],
     usage_text: Mapping[str, pa.Array],
     is_step: np.ndarray,

@@ -1,6 +1,6 @@
 """The usage-TRES rules of `usage` (its module docstring says what each rule and column is) in plain Python, with
 no numpy or pyarrow: the release rules, the unit tables, one value and one TRES list parsed, and `rollup`, one
-execution's steps rolled up to its figures. `usage.attach` is the vectorised form of `rollup` for a whole dump;
+execution's steps rolled up to its figures. `usage.add_usage_columns` is the vectorised form of `rollup` for a whole dump;
 `gpuclust job` (figures/jobview.py), which must start without numpy, calls `rollup` for a few jobs.
 tests/unit/test_usage_rules_equivalence.py holds the two equal on recorded and generated dumps.
 """
@@ -126,7 +126,7 @@ class UsageRow:
 
 @dataclass
 class UsageFigures:
-    """`usage.COLUMNS` of one execution (None: no figure), the warnings `usage.attach` gives on its rows (the
+    """`usage.COLUMNS` of one execution (None: no figure), the warnings `usage.add_usage_columns` gives on its rows (the
     same text), and `problem`: the first of them that makes its utilisation unknown although a step recorded
     some."""
 
@@ -166,7 +166,7 @@ def _add(a: float | None, b: float | None) -> float | None:
 
 def rollup(rows: Sequence[UsageRow], job_gpus: float, job_elapsed_s: float, rule: str | None,
            source: str) -> UsageFigures:
-    """`usage.attach` for one execution: its rows (job row first, then its steps) summed and maxed into its
+    """`usage.add_usage_columns` for one execution: its rows (job row first, then its steps) summed and maxed into its
     figures by the rule of the Slurm that wrote them (usage's RULES); `job_gpus` and `job_elapsed_s` are its job
     row's. Bad values count as none, with a warning; an unusable utilisation makes the job's unknown."""
     out = UsageFigures()

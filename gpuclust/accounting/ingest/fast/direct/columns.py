@@ -98,7 +98,7 @@ class FinalRows:
     def text_column(self, name: str) -> FieldColumns:
         """A field of mostly distinct values (usage TRES) as it is: no dictionary to build. Its rows are in
         source order (the good rows, then the extra records: `Merge.sources` maps them), not final order: its
-        consumer (usage.attach) indexes it once, where a take would copy every value."""
+        consumer (usage.add_usage_columns) indexes it once, where a take would copy every value."""
         fd = self.layout.registry[name]
         assert fd.copy is not None and fd.vparse is None
         if name not in self.good.pieces.cols:
