@@ -29,14 +29,19 @@ from gpuclust.accounting.ingest import fields, text
 from gpuclust.accounting.ingest.fast import swar
 from gpuclust.accounting.ingest.jsonin import parse_input
 from gpuclust.accounting.ingest.normalize import ReaderOptions
-from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS, SCHEMA
+from gpuclust.accounting.ingest.schema import (
+    DICTIONARY_COLUMNS,
+    FETCH_DELIMITER,
+    FETCH_FIELDS,
+    RAW_FIELDS,
+    SCHEMA,
+)
 from gpuclust.errors import InputError
 from tests.unit.test_accounting_perf_equivalence import ROW, _bench, _mutate, dump, reference_paths
 
 D = FETCH_DELIMITER.encode()
 # String columns the direct reader dictionary-encodes (the others keep exactly their SCHEMA type).
-DICT_COLUMNS = {"job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",
-                "state_raw", "alloc_tres", "gpu_type", "reason", "req_tres", "submit_line"}
+DICT_COLUMNS = set(DICTIONARY_COLUMNS)
 
 
 @contextlib.contextmanager

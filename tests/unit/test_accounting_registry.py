@@ -67,6 +67,11 @@ def test_new_field_is_in_fetch_list_and_schema() -> None:
     assert "Priority" in EXTENDED.checked and "Cluster" in EXTENDED.dictionary
     with pytest.raises(ValueError):
         r.Registry((*EXTENDED.fields, r.SacctField("Other", 30, r.at("x"), copy=r.Column("reason", pa.string()))))
+    with pytest.raises(ValueError, match="fetch place shared by Cluster, Other"):
+        r.Registry((*EXTENDED.fields, r.SacctField("Other", 30, r.at("x"), copy=r.Column("other", pa.string()))))
+    with pytest.raises(ValueError, match="a field without free text last"):
+        r.REGISTRY.with_field(r.SacctField("Other", 40, r.at("x"), copy=r.Column("other", pa.string()), free_text=True,
+                                           required=False))
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -111,7 +116,7 @@ def test_new_field_flows_through_the_json_reader(path: str) -> None:
 
 def test_json_path_per_shape() -> None:
     """A field whose path differs by data_parser version declares the override with the field."""
-    by_shape = r.SacctField("Cluster", 19, r.at("cluster"), copy=r.Column("cluster", pa.string()),
+    by_shape = r.SacctField("Cluster", 30, r.at("cluster"), copy=r.Column("cluster", pa.string()),
                             required=False, json_by_shape={"data_parser/v0.0.42": lambda a, job: "from-42"})
     reg = r.REGISTRY.with_field(by_shape)
     new = parse_json((DATA / "24.11/lab-json.json").read_bytes(), "x", options=ReaderOptions(registry=reg))

@@ -23,6 +23,7 @@ from gpuclust.accounting.ingest.jsonin import parse_input
 from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS
 from gpuclust.accounting.pipeline import input_period
 from gpuclust.config import load_config
+from tests.unit.recordings import without_unrecorded
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "accounting"
 LAB = Path(__file__).resolve().parent.parent / "data" / "lab"
@@ -76,29 +77,12 @@ def test_json_rows_equal_text_rows(version):
         out = [{k: v for k, v in r.items() if k != "line"} for r in t.to_pylist()]
         return sorted(out, key=lambda r: (r["job_id"], str(r["start"])))
     text, js = rows("parsable"), rows("json")
-    _without_unrecorded_reason(text, js)
+    # text recorded before a field was fetched has no column for it (null), --json has it
+    without_unrecorded(VERSIONS[version] / "lab-parsable.txt", FETCH_DELIMITER, text, js)
     if not JSON_EXIT_CODES.get(version, True):
         for r in (*text, *js):
             r.pop("exit_code"), r.pop("exit_signal"), r.pop("exit_code_known")
     assert js == text
-
-
-def _without_unrecorded_reason(text: list[dict], js: list[dict]) -> None:
-    """Text recorded before issue 16 made Reason a fetched field has no Reason column: its reason is null
-    (unknown, never ""), while --json always has `state.reason`. Those rows are compared without it
-    (tests/unit/test_accounting_reason.py compares it on recordings with the column)."""
-    if all(r["reason"] is None for r in text):
-        for r in (*text, *js):
-            r.pop("reason")
-    # Likewise Timelimit (issue 43): text recorded before it was fetched has it null (unknown), JSON has time.limit.
-    if all(r["timelimit_s"] is None for r in text):
-        for r in (*text, *js):
-            r.pop("timelimit_s")
-    # And SubmitLine, ReqTRES (issue 47): text recorded before they were fetched has them null.
-    for name in ("submit_line", "req_tres"):
-        if all(r[name] is None for r in text):
-            for r in (*text, *js):
-                r.pop(name)
 
 
 def _figures(version: str) -> dict:
@@ -157,7 +141,7 @@ def test_whole_lab_day_json_rows_equal_text_rows(d):
         out = [{k: v for k, v in r.items() if k != "line"} for r in parsed.table.to_pylist()]
         return sorted(out, key=lambda r: (r["job_id_raw"], r["job_id"], str(r["start"])))
     text, js = rows("day-parsable.txt", FETCH_DELIMITER), rows("day-json.json", "|")
-    _without_unrecorded_reason(text, js)
+    without_unrecorded(d / "day-parsable.txt", FETCH_DELIMITER, text, js)
     assert js == text
     assert {r["exit_code_known"] for r in js} == {True}
     assert ("CANCELLED", 0, 15) in {(r["state"], r["exit_code"], r["exit_signal"]) for r in js}

@@ -23,6 +23,7 @@ from gpuclust.config import load_config
 from gpuclust.errors import InputError
 from gpuclust.slurm import sacct_json as sj
 from gpuclust.slurm.jsonshape import read_shape
+from tests.unit.recordings import without_unrecorded
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "accounting"
 RELEASES = DATA / "json"
@@ -158,16 +159,7 @@ def test_same_figures_as_the_text_twin(name, plugin, version, known, twin):
     text = parse_input(twin.read_bytes(), FETCH_DELIMITER, twin.name)
     js = _parse(name)
     t_rows, j_rows = _rows(text), _rows(js)
-    if all(r["reason"] is None for r in t_rows):  # text recorded without a Reason column
-        for r in (*t_rows, *j_rows):
-            r.pop("reason")
-    if all(r["timelimit_s"] is None for r in t_rows):  # text recorded without a Timelimit column
-        for r in (*t_rows, *j_rows):
-            r.pop("timelimit_s")
-    for column in ("submit_line", "req_tres"):  # text recorded without SubmitLine, ReqTRES (issue 47)
-        if all(r[column] is None for r in t_rows):
-            for r in (*t_rows, *j_rows):
-                r.pop(column)
+    without_unrecorded(twin, FETCH_DELIMITER, t_rows, j_rows)  # fields fetched since the text was recorded
     if not known:
         for r in (*t_rows, *j_rows):
             r.pop("exit_code"), r.pop("exit_signal"), r.pop("exit_code_known")

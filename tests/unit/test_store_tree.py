@@ -346,12 +346,18 @@ def test_store_version_3_columns_and_the_required_ones():
     written before it lack the column: give it a new store.LAYOUT_VERSION (an older gpuclust then refuses the new
     days by their version), and update this list."""
     assert store.LAYOUT_VERSION == 5
-    assert STORE_SCHEMA.names == [
+    known = [
         "line", "job_id", "job_id_raw", "job_base", "array_task", "array_pending", "het_offset", "job_name", "user",
         "account", "partition", "qos", "wckey", "comment", "nodelist", "state", "state_raw", "reason", "exit_code",
         "exit_signal", "exit_code_known", "submit", "eligible", "start", "end", "elapsed_s", "nnodes", "alloc_tres",
         "gpus", "gpu_type", "mem_mb", "gpu_util_gpu_s", "gpu_busy_gpu_s", "gpu_util_max_pct", "gpu_mem_max_mb",
         "cpu_used_s", "mem_max_mb", "energy_j", "gpu_util_rule", "submit_line", "timelimit_s", "req_tres", "fetched_at", "window",
         "alloc_gpu_equivalents", "gpu_share_unknown"]
+    new, gone = sorted(set(STORE_SCHEMA.names) - set(known)), sorted(set(known) - set(STORE_SCHEMA.names))
+    assert not new, (f"new store columns {new}: raise store.LAYOUT_VERSION (an older gpuclust then refuses the new "
+                     "days by their version), say what it added in its comment and in README's store section, and "
+                     "add the columns to this list")
+    assert not gone, f"store columns {gone} are gone: days written with them are another schema"
+    assert STORE_SCHEMA.names == known
     assert set(store.REQUIRED_COLUMNS) <= set(STORE_SCHEMA.names)
     assert set(store.NOT_NULL) | set(store.NOT_NEGATIVE) <= set(STORE_SCHEMA.names)

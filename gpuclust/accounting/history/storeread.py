@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuclust.accounting.history import store
+from gpuclust.accounting.ingest import schema
 from gpuclust.accounting.ingest.schema import STORE_SCHEMA
 
 # Columns no figure of the report reads (metrics, economics, trend): not in the table. (fetched_at and window
@@ -39,10 +40,9 @@ from gpuclust.accounting.ingest.schema import STORE_SCHEMA
 # shares from the rows, figures.shares.)
 UNUSED_COLUMNS = frozenset({"line", "array_pending", "state_raw", "fetched_at", "window", "submit_line", "req_tres",
                             "alloc_gpu_equivalents", "gpu_share_unknown"})
-# Strings that repeat from row to row: read as dictionary codes (a few bytes a row, not the text).
-# (JobID is nearly unique per row: a dictionary would not save anything there.)
-DICTIONARY_COLUMNS = ("job_name", "user", "account", "partition", "qos", "wckey", "comment", "nodelist", "state",
-                      "alloc_tres", "gpu_type", "reason")
+# Strings that repeat from row to row (the registry's dictionary fields): read as dictionary codes, a few bytes
+# a row, not the text.
+DICTIONARY_COLUMNS = tuple(name for name in schema.DICTIONARY_COLUMNS if name not in UNUSED_COLUMNS)
 KEY_COLUMNS = ("job_id_raw", "start", "fetched_at", "window")
 
 

@@ -167,6 +167,15 @@ class Registry:
         cols = [LINE.name, *(c.name for fd in self.fields for c in fd.columns)]
         if len(set(cols)) != len(cols):
             raise ValueError(f"output column declared twice: {cols}")
+        # The fetch order's rules (schema.FETCH_FIELDS): JobID first, a field without free text last.
+        fetched = sorted(self.fields, key=lambda fd: fd.fetch)
+        places = [fd.fetch for fd in fetched]
+        if len(set(places)) != len(places):
+            shared = sorted({fd.name for fd in fetched if places.count(fd.fetch) > 1})
+            raise ValueError(f"fetch place shared by {', '.join(shared)}: give each field its own")
+        if fetched and "JobID" in names and (fetched[0].name != "JobID" or fetched[-1].free_text):
+            raise ValueError(f"fetch order {[fd.name for fd in fetched]}: JobID comes first and a field without "
+                             "free text last (a name ending in a newline would look like the record's end)")
 
     def with_field(self, new: SacctField) -> Registry:
         """This registry and one more field (after the others, or instead of one of the same name)."""

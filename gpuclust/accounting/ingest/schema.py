@@ -96,6 +96,11 @@ del _field
 # Raw string field -> normalized column for the plain copies.
 PLAIN_STRING_COLUMNS: dict[str, str] = REGISTRY.copies
 
+# The string columns of the fields that repeat few values (SacctField.dictionary): the readers and the store's
+# reads keep them as dictionary codes.
+DICTIONARY_COLUMNS: tuple[str, ...] = tuple(c.name for fd in REGISTRY.fields if fd.dictionary for c in fd.columns
+                                            if pa.types.is_string(c.type))
+
 KNOWN_STATES = frozenset(
     {
         "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PENDING",
