@@ -7,11 +7,13 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 
 from gpuclust.accept.health.collect import (
     HealthPaths,
+    checked_sources,
     collect_infiniband,
     collect_net,
     collect_nvidia_smi,
@@ -50,8 +52,10 @@ def test_snapshot_from_fixture_trees(tmp_path: Path) -> None:
     snap = snapshot("after", "42", paths=fixture_paths(tmp_path), node="node1",
                     since=datetime(2025, 5, 27, 4, 0, tzinfo=timezone.utc))
     src = snap["sources"]
-    # every snapshot source reads its recorded sample (a new source records one: sources/__init__.py step 4)
+    # every snapshot source reads its recorded sample (a new source records one: sources/__init__.py step 4),
+    # and what it read fits the data shape it declares
     assert {k: v["status"] for k, v in src.items()} == dict.fromkeys(SNAPSHOT_SOURCES, "ok")
+    assert {k: v.get("invalid") for k, v in checked_sources(src).items()} == dict.fromkeys(SNAPSHOT_SOURCES)
     assert src["net"]["interfaces"]["ens10f0"]["rx_dropped"] == 29220
     assert src["snmp"]["tcp"]["RetransSegs"] == 227 and "TCPLostRetransmit" in src["snmp"]["tcp_ext"]
     assert src["qdisc"]["format"] == "json"
@@ -127,9 +131,8 @@ def test_write_and_load_snapshots(tmp_path: Path) -> None:
 
 def test_cli_subprocess_with_env_overrides(tmp_path: Path) -> None:
     paths = fixture_paths(tmp_path)
-    env = {**os.environ, "GPUCLUST_HEALTH_SYSFS": paths.sysfs, "GPUCLUST_HEALTH_PROC": paths.proc,
-           "GPUCLUST_HEALTH_NVIDIA_SMI": paths.nvidia_smi, "GPUCLUST_HEALTH_TC": paths.tc,
-           "GPUCLUST_HEALTH_JOURNALCTL": paths.journalctl, "GPUCLUST_HEALTH_DMESG": paths.dmesg,
+    # every path of the fixture tree, as the variables HealthPaths.from_env reads
+    env = {**os.environ, **{f"GPUCLUST_HEALTH_{f.name.upper()}": str(getattr(paths, f.name)) for f in fields(paths)},
            "SLURMD_NODENAME": "gpu-n07", "PYTHONPATH": str(REPO)}
     out = tmp_path / "snaps"
     proc = subprocess.run([sys.executable, "-m", "gpuclust.accept.health", "snapshot", "--phase", "after",
@@ -141,7 +144,7 @@ def test_cli_subprocess_with_env_overrides(tmp_path: Path) -> None:
     snap = json.loads(path.read_text(encoding="utf-8"))
     assert (snap["schema"], snap["node"], snap["phase"], snap["job_id"]) == (1, "gpu-n07", "after", "1234")
     assert snap["time"].endswith("+00:00")
-    assert all(s["status"] == "ok" for s in snap["sources"].values())
+    assert {name: s["status"] for name, s in snap["sources"].items()} == dict.fromkeys(SNAPSHOT_SOURCES, "ok")
     assert snap["sources"]["xid"]["since"] == "2025-05-27T04:00:00+00:00"
 
 

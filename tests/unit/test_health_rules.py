@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuclust.accept.health.collect import ok, unavailable
+from gpuclust.accept.health.collect import checked_sources, ok, unavailable
 from gpuclust.accept.health.rules import HealthFinding, judge_dcgm, judge_job, judge_node, slug, to_finding
 from gpuclust.accept.health.sources import SNAPSHOT_SOURCES
 from gpuclust.accept.health.sources.dcgm import parse_dcgmi_diag_json
@@ -46,6 +46,7 @@ def snap(phase: str, xml: str = "nvidia-smi-a100-sxm4-v12.xml", events: list[dic
         },
     }
     assert tuple(out["sources"]) == SNAPSHOT_SOURCES, "snap() lacks a source's recorded reading"
+    assert not [name for name, e in checked_sources(out["sources"]).items() if e.get("invalid")]
     return out
 
 

@@ -8,8 +8,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from gpuclust.accept.health import collect, sources
-from gpuclust.accept.health.kit import CLASSES, HealthPaths
-from gpuclust.config.health import HEALTH_SOURCES, parse_sources
+from gpuclust.accept.health.actions import CLASS_ACTIONS
+from gpuclust.accept.health.kit import CLASSES, DRAIN_ORDER, HealthPaths
+from gpuclust.config.health import HEALTH, HEALTH_SOURCES, parse_sources
 
 TOP = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,8 @@ def test_every_health_path_override_is_documented() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     for f in fields(HealthPaths):
         name = f"GPUCLUST_HEALTH_{f.name.upper()}"
-        assert f"`{name}`" in readme and name in (HealthPaths.__doc__ or "")
+        assert f"`{name}`" in readme, f"README's list of health path variables lacks `{name}`"
+        assert name in (HealthPaths.__doc__ or ""), f"kit.HealthPaths' docstring lacks {name}"
         assert getattr(HealthPaths.from_env({name: "/x"}), f.name) == "/x"
         assert getattr(HealthPaths.from_env({name: ""}), f.name) == f.default
 
@@ -55,4 +57,21 @@ def test_site_example_lists_the_sources_require_may_name() -> None:
     text = (TOP / "site.example.conf").read_text(encoding="utf-8")
     listed = re.search(r"Sources whose absence is UNKNOWN \(some of ([a-z_, ]+)\)", text)
     assert listed, "site.example.conf's [health] require comment lists the sources"
-    assert tuple(listed.group(1).split(", ")) == HEALTH_SOURCES
+    assert tuple(listed.group(1).split(", ")) == HEALTH_SOURCES, \
+        f"site.example.conf's [health] require comment: list {', '.join(HEALTH_SOURCES)}"
+
+
+def test_every_class_that_can_drain_has_an_action() -> None:
+    """A drain reason carries what to do (NVIDIA's words); Xid codes take theirs from NVIDIA's catalog."""
+    acted = {key.split(":")[0] for key in CLASS_ACTIONS}
+    lacking = sorted(set(DRAIN_ORDER) - acted - {"xid"})
+    assert not lacking, f"gpuclust.accept.health.actions.CLASS_ACTIONS has no action for {lacking}"
+
+
+def test_every_health_key_is_in_the_site_example() -> None:
+    """site.example.conf is where an admin reads each [health] threshold and why it is set so."""
+    text = (TOP / "site.example.conf").read_text(encoding="utf-8")
+    section = text.split("\n[health]", 1)[1].split("\n[", 1)[0]
+    written = set(re.findall(r"^#? ?([a-z_]+(?:\.\*)?) =", section, flags=re.M))
+    keys = {key.name for key in HEALTH.keys}
+    assert keys <= written, f"site.example.conf's [health] section lacks {sorted(keys - written)}"

@@ -18,15 +18,20 @@ To add a source:
      SHAPE (gpuclust.accept.health.shape), and `SOURCE = Source("<name>", collect, judge, shape=SHAPE)`
      (on_request=True for a diagnostic only run when asked);
   2. add it to SOURCES below (the order is the snapshot's and the "unavailable" notes');
-  3. add the name to gpuclust.config.health.HEALTH_SOURCES (unless on_request), and any thresholds its rules
-     read to the [health] section there (tests/unit/test_health_sources.py fails until the names agree).
+  3. add the name to gpuclust.config.health.HEALTH_SOURCES (unless on_request) and to site.example.conf's
+     `require` comment, and any thresholds its rules read to the [health] section there (a HealthConfig field
+     each) and to site.example.conf's [health], with why (tests/unit/test_health_sources.py fails until they
+     agree);
   4. record a real sample of its output under tests/data/accept/health (its origin in SOURCES.md) and add the
      source's reading of it to the fixture snapshots of test_health_collect.py and test_health_rules.py (both
-     fail until every snapshot source is there).
-Only where the source needs more: a new root or binary is a HealthPaths field (kit.py; its environment
-variable follows from the field name); a new finding class goes in kit.DRAIN_ORDER at its place in the cause
-order if it can be CRITICAL (the drains of `accept report --drain` and `health check` follow), else in
-kit.NOTE_CLASSES, and its action in actions.CLASS_ACTIONS; a new snapshot option goes in kit.Request and
+     fail until every snapshot source is there, and until its reading fits its shape).
+The snapshot runs as the job's user (one srun step per node): a source that needs root (a device node, an
+admin command) comes back unavailable there, so say so in its docstring and in README's table.
+Only where the source needs more: a new root or binary is a HealthPaths field (kit.py), whose variable
+GPUCLUST_HEALTH_<FIELD> goes in HealthPaths' docstring and README's list of them; a new finding class goes in
+kit.DRAIN_ORDER at its place in the cause order if it can be CRITICAL (the drains of `accept report --drain`
+and `health check` follow), else in kit.NOTE_CLASSES, with its action in actions.CLASS_ACTIONS and its row in
+README's table of finding classes (tests name what is missing); a new snapshot option goes in kit.Request and
 __main__.py. `gpuclust health check` (node.py) runs nvidia_smi, xid and infiniband only, the sources a Prolog
 can afford, with state kept between checks: a source that belongs at every job boundary is wired in there.
 """
