@@ -33,6 +33,11 @@ NONE_LABEL = "(none)"
 # ---- frames --------------------------------------------------------------------------------------------
 
 
+# The run figures that are the sums of their attempts' own, computed per attempt below (`attempts`): a new one is
+# computed there and named here, and every per-run, per-group and total step sums it.
+RUN_SUMS = ("gpu_hours", "unpriced_gpu_hours", "gpu_device_hours")
+
+
 def to_frame(table: pa.Table) -> pd.DataFrame:
     """Arrow -> pandas with times as float epoch seconds (NaN = unknown), cheap to subtract and compare."""
     cols = {}
@@ -107,11 +112,11 @@ def attempts_frame(table: pa.Table, config: SiteConfig) -> pd.DataFrame:
         # job_id_order column is not made at all).
         h = df[het]
         keys = [h["job_base"], h["start"]]
-        sums = h.groupby(keys, sort=False)[["gpu_hours", "gpus", "unpriced_gpu_hours", "gpu_device_hours"]].sum()
+        sums = h.groupby(keys, sort=False)[[*RUN_SUMS, "gpus"]].sum()
         cost = h.groupby(keys, sort=False)["cost"].sum(min_count=1)
         lead = h.sort_values("het_offset", kind="stable").drop_duplicates(["job_base", "start"]).copy()
         idx = pd.MultiIndex.from_arrays([lead["job_base"], lead["start"]])
-        for col in ("gpu_hours", "gpus", "unpriced_gpu_hours", "gpu_device_hours"):
+        for col in (*RUN_SUMS, "gpus"):
             lead[col] = sums[col].reindex(idx).to_numpy()
         lead["cost"] = cost.reindex(idx).to_numpy()
         lead["job_id"] = lead["job_base"].astype("int64").astype(str)
@@ -204,7 +209,7 @@ def assign_runs(att: pd.DataFrame, retry_window_s: float) -> pd.Series:
 
 
 _RUNS_FRAME_INPUTS = ("run", "start", "job_key", "job_key_rank", "account", "partition", "wckey", "user", "job_name",
-                      "job_id", "gpu_hours", "cost", "unpriced_gpu_hours", "end", "done", "comment", "gpu_device_hours")
+                      "job_id", "cost", "end", "done", "comment", *RUN_SUMS)
 
 
 def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -> pd.DataFrame:
@@ -223,10 +228,8 @@ def runs_frame(att: pd.DataFrame, labels: tuple[str, ...], config: SiteConfig) -
             "first_job_id": first["job_id"],
             "last_job_id": last["job_id"],
             "attempts": g.size(),
-            "gpu_hours": g["gpu_hours"].sum(),
             "cost": g["cost"].sum(min_count=1),
-            "unpriced_gpu_hours": g["unpriced_gpu_hours"].sum(),
-            "gpu_device_hours": g["gpu_device_hours"].sum(),
+            **{name: g[name].sum() for name in RUN_SUMS},
             "end": last["end"],
             "completed": last["done"],
         }
@@ -355,8 +358,7 @@ def _num(value: Any) -> float | None:
 
 
 def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
-    cols = ["runs", "completed", "attempts", "gpu_hours", "completed_run_gpu_hours", "cost", "unpriced_gpu_hours",
-            "gpu_device_hours"]
+    cols = ["runs", "completed", "attempts", "completed_run_gpu_hours", "cost", *RUN_SUMS]
     if runs.empty:
         return pd.DataFrame(columns=[name, *GROUP_COLUMNS])
     r = runs.assign(runs=1, completed=runs["completed"].astype(int))
@@ -372,8 +374,7 @@ def group_table(runs: pd.DataFrame, by: str, name: str) -> pd.DataFrame:
 def _finish_group(out: pd.DataFrame, name: str) -> pd.DataFrame:
     out["retries"] = out["attempts"] - out["runs"]
     out["cost_per_completed_run"] = np.where(out["completed"] > 0, out["cost"] / out["completed"].where(out["completed"] > 0, 1), np.nan)
-    for col in ("gpu_hours", "completed_run_gpu_hours", "cost", "cost_per_completed_run", "unpriced_gpu_hours",
-                "gpu_device_hours"):
+    for col in ("completed_run_gpu_hours", "cost", "cost_per_completed_run", *RUN_SUMS):
         out[col] = out[col].astype(float).round(9)
     # The reference computes every column on its own: a new run figure is computed here too.
     missing = [column for column in GROUP_COLUMNS if column not in out.columns]
@@ -385,7 +386,7 @@ def totals(runs: pd.DataFrame) -> dict[str, Any]:
     completed = int(runs["completed"].sum()) if len(runs) else 0
     cost = _num(runs["cost"].sum(min_count=1)) if len(runs) else None
     attempts = int(runs["attempts"].sum()) if len(runs) else 0
-    return {
+    out = {
         "runs": len(runs),
         "completed": completed,
         "attempts": attempts,
@@ -394,9 +395,10 @@ def totals(runs: pd.DataFrame) -> dict[str, Any]:
         "completed_run_gpu_hours": round(float(runs["completed_run_gpu_hours"].sum()), 9) if len(runs) else 0.0,
         "cost": None if cost is None else round(cost, 9),
         "cost_per_completed_run": None if cost is None or not completed else round(cost / completed, 9),
-        "unpriced_gpu_hours": round(float(runs["unpriced_gpu_hours"].sum()), 9) if len(runs) else 0.0,
-        "gpu_device_hours": round(float(runs["gpu_device_hours"].sum()), 9) if len(runs) else 0.0,
     }
+    # the other summed figures after these, in the order they joined the report
+    out.update({name: round(float(runs[name].sum()), 9) if len(runs) else 0.0 for name in RUN_SUMS if name not in out})
+    return out
 
 
 def wait_table(att: pd.DataFrame, by: str, col: str = "wait_s") -> pd.DataFrame:
@@ -455,8 +457,8 @@ def build_report(
     att["run"] = assign_runs(att, float(config.retry_window_s))
     labels = tuple(config.report_labels)
     runs = runs_frame(att, labels, config) if len(att) else pd.DataFrame(
-        columns=["account", "partition", "wckey", "attempts", "gpu_hours", "cost", "unpriced_gpu_hours", "end",
-                 "completed", "completed_run_gpu_hours", "gpu_device_hours", *[f"label_{k}" for k in labels]]
+        columns=["account", "partition", "wckey", "attempts", "cost", "end", "completed", "completed_run_gpu_hours",
+                 *RUN_SUMS, *[f"label_{k}" for k in labels]]
     )
     lo, hi = float(period.start_epoch), float(period.end_epoch)
     runs_p = runs[(runs["end"] >= lo) & (runs["end"] < hi)]

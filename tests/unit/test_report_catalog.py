@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuclust.accounting.figures import catalog
 from gpuclust.accounting.figures.metrics import GROUP_COLUMNS, deprecated
-from gpuclust.accounting.figures.metrics.runs import finish_totals
+from gpuclust.accounting.figures.metrics.runs import ATTEMPT_SUMS, finish_totals
 from gpuclust.accounting.output import prom, render, reportdoc, show
 from gpuclust.cli.main import cli
 
@@ -279,7 +279,7 @@ def test_the_run_tables_and_totals_hold_the_catalogue_s_run_figures() -> None:
     catalogue, and report.json's contract (reportdoc.Totals, schemas/report.schema.json) declares each."""
     assert sorted(GROUP_COLUMNS) == sorted(f.name for f in catalog.figures(catalog.RUNS))
     zero = {"runs": 0, "completed": 0, "attempts": 0, "cost": None, "completed_run_gpu_hours": 0.0,
-            "gpu_hours": 0.0, "unpriced_gpu_hours": 0.0, "gpu_device_hours": 0.0}
+            **dict.fromkeys(ATTEMPT_SUMS, 0.0)}
     assert tuple(finish_totals(zero)) == GROUP_COLUMNS
     declared = {f.name for f in reportdoc.Totals.__dataclass_fields__.values()}
     assert set(GROUP_COLUMNS) <= declared, f"reportdoc.Totals lacks {sorted(set(GROUP_COLUMNS) - declared)}"
