@@ -27,3 +27,12 @@ def without_unrecorded(dump: Path, delimiter: str, *rows: list[dict[str, Any]]) 
     for row in (r for one in rows for r in one):
         for name in names:
             row.pop(name, None)
+
+
+def report_without_unrecorded(dump: Path, delimiter: str, report: dict[str, Any]) -> dict[str, Any]:
+    """report.json's data without the unrecorded columns of `dump` in its per-job rows (`top_failures`: a field
+    that table shows reads as null from the recording and as given from --json)."""
+    names = set(unrecorded_columns(dump, delimiter))
+    out = dict(report)
+    out["top_failures"] = [{k: v for k, v in row.items() if k not in names} for row in report.get("top_failures", [])]
+    return out

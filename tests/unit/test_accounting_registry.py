@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -123,3 +124,10 @@ def test_json_path_per_shape() -> None:
     old = parse_json((DATA / "lab-json.json").read_bytes(), "x", options=ReaderOptions(registry=reg))
     assert set(new.table.column("cluster").to_pylist()) == {"from-42"}
     assert "from-42" not in old.table.column("cluster").to_pylist()
+
+
+def test_every_column_is_described() -> None:
+    """The store's schema file sends an engine to these docstrings for what a column means."""
+    described = (schema.__doc__ or "") + (usage.__doc__ or "")
+    missing = [name for name in schema.STORE_SCHEMA.names if not re.search(rf"(^|[\s`,]){name}\b", described)]
+    assert not missing, f"gpuclust/accounting/ingest/schema.py's table of columns lacks {missing}"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclust.accounting.ingest.jsonin import parse_input
-from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, RAW_FIELDS
+from gpuclust.accounting.ingest.registry import REGISTRY
+from gpuclust.accounting.ingest.schema import FETCH_DELIMITER, FETCH_FIELDS, FREE_TEXT_FIELDS, RAW_FIELDS
 from gpuclust.accounting.ingest.text import decode_delimiter, parse_parsable
 from gpuclust.errors import InputError
 
@@ -151,3 +154,28 @@ def test_impossible_time_is_reported_with_its_line_not_a_crash(delimiter):
     reported_lines = {p.line for p in result.problems}
     assert 3 in reported_lines and "2" not in kept
     assert len(kept) + len(result.problems) == len(rows)
+
+
+# A record as a complete dump holds it, with the optional fields filled, and with them empty (as most jobs have
+# them): a `|` must be placeable either way.
+_FILLED = dict(ROW, SubmitLine="sbatch train.sh", Timelimit="02:00:00", ReqTRES="billing=8,cpu=8,gres/gpu=2,node=1",
+               WCKey="proj")
+_EMPTY = dict(ROW, SubmitLine="", Timelimit="", ReqTRES="", WCKey="", Reason="")
+_FREE_SETS = [names for k in (1, 2) for names in itertools.combinations(FREE_TEXT_FIELDS, k)]
+
+
+@pytest.mark.parametrize("base", [_FILLED, _EMPTY], ids=["filled", "empty"])
+@pytest.mark.parametrize("names", _FREE_SETS, ids=["+".join(n) for n in _FREE_SETS])
+def test_a_pipe_in_any_free_text_field_is_placed_in_a_plain_dump(base, names):
+    """A plain `|` dump (sacct -P) of the registry's fields in their order: a `|` in one free-text field, or in
+    two, goes back where it belongs, because the fields around each free-text field refuse what a shift would
+    give them. A free-text field placed where they do not (next to fields that take "" or any text) fails here."""
+    plain = parse_parsable(dump([base], "|", RAW_FIELDS), "|", "d")
+    assert plain.problems == [] and plain.table.num_rows == 1, f"the test record lacks a field: {plain.problems[:1]}"
+    row = dict(base, **{name: f"{name.lower()}|x" for name in names})
+    result = parse_parsable(dump([row], "|", RAW_FIELDS), "|", "d")
+    placed = result.table.num_rows == 1 and all(
+        result.table.column(REGISTRY[name].copy.name).to_pylist() == [row[name]] for name in names)
+    assert placed, (f"a `|` in {' and '.join(names)} cannot be placed in a plain dump of FIELDS' order "
+                    f"({[p.message for p in result.problems][:1]}): move the field in registry.FIELDS next to "
+                    "fields whose parsers refuse both \"\" and text (README, \"A new sacct field\")")

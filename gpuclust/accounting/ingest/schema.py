@@ -48,7 +48,17 @@ gpu_type              string, null    ``<type>`` when the typed keys name one ty
                                       (``*=N``: GPUs of the untyped total beyond the typed) for several; null
                                       if none (fields.gpu_facts; priced type by type)
 mem_mb                float64, null   ``mem=`` of AllocTRES in MiB
+submit_line           string, null    SubmitLine: the submitting command's argv joined by spaces (its quoting
+                                      lost); null where the input has no SubmitLine column
+timelimit_s           int64, null     Timelimit in seconds; null for UNLIMITED, Partition_Limit, unknown, or no
+                                      Timelimit column
+req_tres              string, null    ReqTRES as printed (what the job asked for); null where the input has
+                                      no ReqTRES column
 ====================  ==============  ==============================================================
+
+The usage columns rolled up from the steps' usage TRES (``gpu_util_gpu_s``, ``gpu_busy_gpu_s``,
+``gpu_util_max_pct``, ``gpu_mem_max_mb``, ``cpu_used_s``, ``mem_max_mb``, ``energy_j``, ``gpu_util_rule``) are
+described in gpuclust.accounting.ingest.usage. A column of a new field gets its row here.
 
 The Parquet store adds ``fetched_at`` (timestamp) and ``window`` (the UTC day string ``YYYY-MM-DD`` of the
 sacct window the row came from), used to keep each execution's latest state, and what `report fetch` computed of
