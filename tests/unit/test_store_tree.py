@@ -359,5 +359,8 @@ def test_store_version_3_columns_and_the_required_ones():
                      "add the columns to this list")
     assert not gone, f"store columns {gone} are gone: days written with them are another schema"
     assert STORE_SCHEMA.names == known
+    clash = sorted({name for name, _ in store.PARTITION_COLUMNS} & set(STORE_SCHEMA.names))
+    assert not clash, (f"store columns {clash} bear the names of the store's partition keys (cluster=<name>/day=...), "
+                       "which engines read as columns: name the new column otherwise (e.g. cluster_name)")
     assert set(store.REQUIRED_COLUMNS) <= set(STORE_SCHEMA.names)
     assert set(store.NOT_NULL) | set(store.NOT_NEGATIVE) <= set(STORE_SCHEMA.names)

@@ -120,6 +120,9 @@ REQUIRED_COLUMNS = ("job_id", "job_id_raw", "job_base", "array_task", "het_offse
                     "partition", "state", "exit_code", "submit", "start", "end", "elapsed_s", "alloc_tres", "gpus",
                     "fetched_at", "window")
 VERSION_KEY = b"gpuclust.store_version"
+# The Hive partition keys of the layout (cluster=<name>/day=<date>): an engine reads them as columns, so no
+# STORE_SCHEMA column may bear their names.
+PARTITION_COLUMNS = (("cluster", "string"), ("day", "date (UTC)"))
 # The cluster a write goes to when the caller names none and the store holds none yet (library callers and
 # tests; `report fetch` always names the site config's cluster_name). Alone in a store, it is read for any
 # name, as a version-1 store is.
@@ -356,7 +359,7 @@ def schema_document() -> dict[str, Any]:
                "windows or fetches is kept once: the row with the latest fetched_at, then window (store_sql.LATEST)",
         "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable,
                      "meaning": MEANINGS.get(f.name, "gpuclust/accounting/ingest/schema.py")} for f in STORE_SCHEMA],
-        "partition_columns": [{"name": "cluster", "type": "string"}, {"name": "day", "type": "date (UTC)"}],
+        "partition_columns": [{"name": name, "type": kind} for name, kind in PARTITION_COLUMNS],
         "figures": {
             "allocated": "GPU-equivalents x the part of start..end inside the window (a row still running: up to "
                          "its end); GPU-hours = GPU-seconds / 3600 (glossary: allocated). GPU-equivalents: "

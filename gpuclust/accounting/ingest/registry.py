@@ -243,7 +243,8 @@ class Registry:
 
     @cached_property
     def schema(self) -> pa.Schema:
-        # The usage columns go before any unplaced field column: a field added later stays last.
+        # The usage columns go before any unplaced field column; those follow in registry order (a field added
+        # at the end of FIELDS stays last; one added in the middle moves the columns after it).
         rollup = [Column(name, kind) for name, kind in usage.COLUMNS] if self.step_usage else []
         cols = [LINE, *rollup, *(c for fd in self.fields if not fd.step_usage for c in fd.columns)]
         placed = sorted((c for c in cols if c.place is not None), key=lambda c: c.place or 0)
