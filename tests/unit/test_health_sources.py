@@ -36,7 +36,7 @@ def test_a_plain_snapshot_has_the_config_sources_and_the_diagnostics_only_when_a
 
 def test_every_health_path_override_is_documented() -> None:
     # HealthPaths.from_env derives each variable from the field name, so no source names it literally.
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (TOP / "README.md").read_text(encoding="utf-8")
     for f in fields(HealthPaths):
         name = f"GPUCLUST_HEALTH_{f.name.upper()}"
         assert f"`{name}`" in readme, f"README's list of health path variables lacks `{name}`"

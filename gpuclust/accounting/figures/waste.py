@@ -252,11 +252,12 @@ def time_limit(facts: JobFacts) -> list[Finding]:
     advised = max(3600.0, math.ceil(facts.elapsed_s * TIME_LIMIT_HEADROOM / 3600) * 3600.0)
     if advised >= limit:
         return []
-    advice = f"--time={format_slurm_duration(int(advised))} starts sooner (the backfill scheduler fits shorter jobs into gaps)"
+    advised_time = format_slurm_duration(int(advised))
+    advice = f"--time={advised_time} starts sooner (the backfill scheduler fits shorter jobs into gaps)"
     evidence = {"elapsed_s": facts.elapsed_s, "timelimit_s": limit, "time_limit_efficiency": round(use, 6),
                 "advised_time_s": advised}
     return [Finding("time_limit", f"used {duration(facts.elapsed_s)} of a {duration(limit)} limit: "
-                    f"--time={format_slurm_duration(int(advised))} starts sooner", advice, evidence)]
+                    f"--time={advised_time} starts sooner", advice, evidence)]
 
 
 def shares(facts: JobFacts) -> list[Finding]:

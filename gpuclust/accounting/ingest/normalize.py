@@ -337,7 +337,7 @@ def finish(
         # Steps give their usage to their job row before they are dropped (rows that are no record take no part).
         rows_step = step if dropped is None else step | dropped
         attached = usage.add_usage_columns(columns, usage_text, rows_step, line_values, source, rule=usage_rule,
-                                warnings=warnings, text_rows=usage_rows, keep=keep)
+                                           warnings=warnings, text_rows=usage_rows, keep=keep)
         late = {name: columns.pop(name) if attached else None for name, _ in usage.COLUMNS}
 
     specs = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -166,10 +166,12 @@ class Runs:
 
     def take(self, keep: np.ndarray) -> Runs:
         """The runs where `keep` holds."""
-        return Runs(first=self.first[keep], last=self.last[keep], attempts=self.attempts[keep],
-                    cost=self.cost[keep], completed=self.completed[keep],
-                    completed_run_gpu_hours=self.completed_run_gpu_hours[keep], end=self.end[keep],
+        return Runs(**{name: getattr(self, name)[keep] for name in _ARRAYS},
                     sums={name: values[keep] for name, values in self.sums.items()})
+
+
+# Runs' per-run arrays (every field but `sums`).
+_ARRAYS = tuple(f.name for f in fields(Runs) if f.name != "sums")
 
 
 def runs_of(att: Attempts, run: np.ndarray) -> Runs:
@@ -206,8 +208,6 @@ def runs_of(att: Attempts, run: np.ndarray) -> Runs:
     return Runs(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in _ARRAYS},
                 sums={name: np.concatenate([p.sums[name] for p in parts]) for name in ATTEMPT_SUMS})
 
-
-_ARRAYS = ("first", "last", "attempts", "cost", "completed", "completed_run_gpu_hours", "end")
 
 
 # ---- labels --------------------------------------------------------------------------------------------
